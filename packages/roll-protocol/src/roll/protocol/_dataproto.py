@@ -1,0 +1,523 @@
+"""DataProto: one batch of rows travelling between roles.
+
+Three parts that always agree on length:
+
+* ``batch``: a TensorDict with exactly one batch dimension (token ids, masks, log-probs, ...);
+* ``non_tensor_batch``: Arrow-backed columns (prompt text, nested records, ...), read as numpy arrays;
+* ``meta_info``: a dict of control values and metrics, not split by rows.
+
+Row operations that can be views are views (``chunk``, ``split``, ``slice``); operations that must gather rows
+copy exactly once (``select_idxs``, ``repeat``, ``concat``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from roll.protocol._columns import (
+    NonTensorBatch,
+    columns_equal,
+    compact_column,
+    concat_columns,
+)
+from roll.protocol._serialization import pack_tensor, unpack_tensor
+from roll.protocol.errors import ProtocolError
+
+Index = int | slice | Sequence[int] | np.ndarray | torch.Tensor
+
+
+def _as_list(keys: str | Iterable[str] | None) -> list[str] | None:
+    if keys is None:
+        return None
+    return [keys] if isinstance(keys, str) else list(keys)
+
+
+def _merge_metrics(values: list[Any]) -> Any:
+    """Metrics of several parts: dicts become one dict of lists (lists extend, scalars append)."""
+    if not all(isinstance(v, Mapping) for v in values):
+        return [x for v in values for x in (v if isinstance(v, list) else [v])]
+    merged: dict[str, list[Any]] = {}
+    for value in values:
+        for key, metric in value.items():
+            bucket = merged.setdefault(key, [])
+            if isinstance(metric, list):
+                bucket.extend(metric)
+            else:
+                bucket.append(metric)
+    return merged
+
+
+class DataProto:
+    """A batch of rows: tensors, non-tensor columns and meta information. See the module docstring."""
+
+    __slots__ = ("_batch", "_non_tensor", "meta_info")
+
+    def __init__(
+        self,
+        batch: TensorDict | Mapping[str, torch.Tensor] | None = None,
+        non_tensor_batch: NonTensorBatch | Mapping[str, Any] | None = None,
+        meta_info: dict[str, Any] | None = None,
+    ) -> None:
+        self.meta_info: dict[str, Any] = dict(meta_info) if meta_info else {}
+        if batch is not None and not isinstance(batch, TensorDict):
+            batch = _tensordict_from(dict(batch)) if batch else None
+        if batch is not None and len(batch.batch_size) != 1:
+            raise ProtocolError(
+                f"DataProto.batch must have exactly one batch dimension, got batch_size {batch.batch_size}"
+            )
+        length = None if batch is None else int(batch.batch_size[0])
+        if isinstance(non_tensor_batch, NonTensorBatch):
+            columns = non_tensor_batch
+            if length is not None and len(columns) and columns.num_rows != length:
+                key = next(iter(columns))
+                self._check_column_length(key, columns.num_rows or 0, length)
+        else:
+            columns = NonTensorBatch(length=length)
+            for key, values in (non_tensor_batch or {}).items():
+                columns[key] = values
+        if batch is None:
+            batch = TensorDict({}, batch_size=[columns.num_rows or 0])
+        columns._length = int(batch.batch_size[0])
+        self._batch = batch
+        self._non_tensor = columns
+        self._check_disjoint()
+
+    # --- construction -----------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(
+        cls,
+        tensors: Mapping[str, torch.Tensor] | None = None,
+        non_tensors: Mapping[str, Any] | None = None,
+        meta_info: dict[str, Any] | None = None,
+    ) -> DataProto:
+        """Build from tensors (one batch dimension, equal lengths) and non-tensor columns of the same length."""
+        batch = _tensordict_from(dict(tensors)) if tensors else None
+        return cls(batch, dict(non_tensors or {}), meta_info)
+
+    @classmethod
+    def from_single_dict(cls, data: Mapping[str, Any], meta_info: dict[str, Any] | None = None) -> DataProto:
+        """Build from one dict: tensors go to ``batch``, everything else (arrays, lists) to ``non_tensor_batch``."""
+        tensors = {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
+        others = {k: v for k, v in data.items() if not isinstance(v, torch.Tensor)}
+        return cls.from_dict(tensors, others, meta_info)
+
+    # --- basic protocol ---------------------------------------------------------------------------------
+    @property
+    def batch(self) -> TensorDict:
+        return self._batch
+
+    @batch.setter
+    def batch(self, value: TensorDict | Mapping[str, torch.Tensor]) -> None:
+        td = value if isinstance(value, TensorDict) else _tensordict_from(dict(value))
+        if len(td.batch_size) != 1:
+            raise ProtocolError(
+                f"DataProto.batch must have exactly one batch dimension, got batch_size {td.batch_size}"
+            )
+        if len(self._non_tensor) and td.batch_size[0] != len(self):
+            raise ProtocolError(f"new batch has {td.batch_size[0]} rows but the non-tensor columns have {len(self)}")
+        self._batch = td
+        self._non_tensor._length = int(td.batch_size[0])
+
+    @property
+    def non_tensor_batch(self) -> NonTensorBatch:
+        return self._non_tensor
+
+    @non_tensor_batch.setter
+    def non_tensor_batch(self, value: Mapping[str, Any]) -> None:
+        columns = NonTensorBatch(length=len(self))
+        for key, values in value.items():
+            self._check_column_length(key, len(values), len(self))
+            columns[key] = values
+        self._non_tensor = columns
+
+    def __len__(self) -> int:
+        return int(self._batch.batch_size[0])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._batch.keys() or key in self._non_tensor
+
+    def keys(self) -> list[str]:
+        return list(self._batch.keys()) + list(self._non_tensor)
+
+    def __repr__(self) -> str:
+        tensors = {k: (tuple(v.shape), str(v.dtype).replace("torch.", "")) for k, v in self._batch.items()}
+        columns = {k: self._non_tensor.storage_kind(k) for k in self._non_tensor}
+        return (
+            f"DataProto(rows={len(self)}, tensors={tensors}, non_tensors={columns}, meta_info={list(self.meta_info)})"
+        )
+
+    def __getitem__(self, item: Index | str) -> Any:
+        if isinstance(item, str):
+            if item in self._batch.keys():
+                return self._batch[item]
+            if item in self._non_tensor:
+                return self._non_tensor[item]
+            raise KeyError(f"{item!r} is neither a tensor nor a non-tensor key; keys: {self.keys()}")
+        if isinstance(item, (int, np.integer)):
+            index = int(item)
+            if not -len(self) <= index < len(self):
+                raise IndexError(f"row {index} is out of range for a DataProto of {len(self)} rows")
+            index %= len(self)
+            return self.slice(index, index + 1)
+        if isinstance(item, slice):
+            start, stop, step = item.indices(len(self))
+            return self.slice(start, stop, step)
+        return self.select_idxs(item)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            if key in self._non_tensor:
+                raise ProtocolError(f"{key!r} is already a non-tensor column; delete it before storing a tensor")
+            self._check_column_length(key, value.shape[0] if value.dim() else -1, len(self))
+            self._batch[key] = value
+        else:
+            if key in self._batch.keys():
+                raise ProtocolError(f"{key!r} is already a tensor; delete it before storing a non-tensor column")
+            self._check_column_length(key, len(value), len(self))
+            self._non_tensor[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        if key in self._batch.keys():
+            del self._batch[key]
+        elif key in self._non_tensor:
+            del self._non_tensor[key]
+        else:
+            raise KeyError(key)
+
+    # --- row selection (views where possible) -----------------------------------------------------------
+    def slice(self, start: int | None = None, end: int | None = None, step: int | None = None) -> DataProto:
+        """Rows ``start:end:step``. A contiguous range (step 1) is a view; a strided one gathers rows."""
+        start, end, step = slice(start, end, step).indices(len(self))
+        if step != 1:
+            return self.select_idxs(np.arange(start, end, step))
+        end = max(start, end)
+        batch = self._batch[start:end] if len(self._batch.keys()) else TensorDict({}, batch_size=[end - start])
+        return DataProto(batch, self._non_tensor._slice(start, end), self.meta_info)
+
+    def select_idxs(self, idxs: Sequence[int] | Sequence[bool] | np.ndarray | torch.Tensor) -> DataProto:
+        """Rows by integer indices (any order, repeats allowed) or by a boolean mask of length ``len(self)``."""
+        index = _normalize_index(idxs, len(self))
+        index_t = torch.from_numpy(index)
+        batch = TensorDict({k: v.index_select(0, index_t) for k, v in self._batch.items()}, batch_size=[len(index)])
+        return DataProto(batch, self._non_tensor._take(index), self.meta_info)
+
+    def chunk(self, chunks: int) -> list[DataProto]:
+        """Split into ``chunks`` parts with sizes as ``np.array_split`` gives (uneven allowed). Parts are views."""
+        if chunks < 1:
+            raise ProtocolError(f"chunk() needs chunks >= 1, got {chunks}")
+        base, extra = divmod(len(self), chunks)
+        out, start = [], 0
+        for i in range(chunks):
+            size = base + (1 if i < extra else 0)
+            out.append(self.slice(start, start + size))
+            start += size
+        return out
+
+    def split(self, split_size: int) -> list[DataProto]:
+        """Consecutive parts of ``split_size`` rows (the last may be smaller). Parts are views."""
+        if split_size < 1:
+            raise ProtocolError(f"split() needs split_size >= 1, got {split_size}")
+        return [self.slice(i, i + split_size) for i in range(0, len(self), split_size)]
+
+    @staticmethod
+    def concat(parts: Sequence[DataProto]) -> DataProto:
+        """Rows of all parts in order. ``meta_info["metrics"]`` is merged across parts (dict of lists); every other
+        meta key comes from the first part."""
+        parts = list(parts)
+        if not parts:
+            raise ProtocolError("concat() needs at least one DataProto")
+        first = parts[0]
+        tensor_keys = list(first._batch.keys())
+        column_keys = list(first._non_tensor)
+        for i, part in enumerate(parts[1:], start=1):
+            if sorted(part._batch.keys()) != sorted(tensor_keys) or sorted(part._non_tensor) != sorted(column_keys):
+                raise ProtocolError(
+                    f"concat(): part {i} has keys {sorted(part.keys())} but part 0 has {sorted(first.keys())}"
+                )
+        total = sum(len(p) for p in parts)
+        tensors = {k: torch.cat([p._batch[k] for p in parts]) for k in tensor_keys}
+        batch = TensorDict(tensors, batch_size=[total]) if tensors else TensorDict({}, batch_size=[total])
+        columns = NonTensorBatch._from_columns(
+            {k: concat_columns(k, [p._non_tensor.column(k) for p in parts]) for k in column_keys}, total
+        )
+        meta = dict(first.meta_info)
+        metrics = [p.meta_info["metrics"] for p in parts if "metrics" in p.meta_info]
+        if metrics:
+            meta["metrics"] = _merge_metrics(metrics)
+        return DataProto(batch, columns, meta)
+
+    def repeat(self, repeat_times: int, interleave: bool = True) -> DataProto:
+        """Each row ``repeat_times`` times: ``a a b b`` when interleaved, ``a b a b`` when tiled."""
+        if repeat_times < 1:
+            raise ProtocolError(f"repeat() needs repeat_times >= 1, got {repeat_times}")
+        rows = np.arange(len(self))
+        index = np.repeat(rows, repeat_times) if interleave else np.tile(rows, repeat_times)
+        return self.select_idxs(index)
+
+    def reorder(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> DataProto:
+        """Permute rows in place (``indices`` is a permutation of ``range(len(self))``); returns self."""
+        index = _normalize_index(indices, len(self))
+        if len(index) != len(self) or not np.array_equal(np.sort(index), np.arange(len(self))):
+            raise ProtocolError(f"reorder() needs a permutation of range({len(self)}), got {len(index)} indices")
+        reordered = self.select_idxs(index)
+        self._batch, self._non_tensor = reordered._batch, reordered._non_tensor
+        return self
+
+    def group_by(self, key: str) -> dict[Any, DataProto]:
+        """Split rows by the value of one column (tensor of one value per row, or non-tensor), in first-seen order."""
+        values = self[key]
+        if isinstance(values, torch.Tensor):
+            if values.dim() != 1:
+                raise ProtocolError(
+                    f"group_by({key!r}) needs one value per row, got a tensor of shape {tuple(values.shape)}"
+                )
+            values = values.numpy()
+        groups: dict[Any, list[int]] = {}
+        try:
+            for i, value in enumerate(values.tolist() if values.dtype != object else values):
+                groups.setdefault(value, []).append(i)
+        except TypeError as e:
+            raise ProtocolError(f"group_by({key!r}): values must be hashable ({e})") from e
+        return {value: self.select_idxs(np.asarray(rows, dtype=np.int64)) for value, rows in groups.items()}
+
+    # --- key selection ----------------------------------------------------------------------------------
+    def select(
+        self,
+        batch_keys: str | Iterable[str] | None = None,
+        non_tensor_batch_keys: str | Iterable[str] | None = None,
+        meta_info_keys: str | Iterable[str] | None = None,
+        deepcopy: bool = False,
+    ) -> DataProto:
+        """A DataProto with only the given keys (``None`` keeps every key of that kind). Shares storage."""
+        tensor_keys = _as_list(batch_keys)
+        column_keys = _as_list(non_tensor_batch_keys)
+        meta_keys = _as_list(meta_info_keys)
+        self._check_keys(tensor_keys, list(self._batch.keys()), "tensor")
+        self._check_keys(column_keys, list(self._non_tensor), "non-tensor")
+        self._check_keys(meta_keys, list(self.meta_info), "meta_info")
+        keys = list(self._batch.keys()) if tensor_keys is None else tensor_keys
+        batch = TensorDict({k: self._batch[k] for k in keys}, batch_size=[len(self)])
+        columns = self._non_tensor._select(list(self._non_tensor) if column_keys is None else column_keys)
+        meta = dict(self.meta_info) if meta_keys is None else {k: self.meta_info[k] for k in meta_keys}
+        out = DataProto(batch, columns, meta)
+        return out.clone() if deepcopy else out
+
+    def pop(
+        self,
+        batch_keys: str | Iterable[str] | None = None,
+        non_tensor_batch_keys: str | Iterable[str] | None = None,
+        meta_info_keys: str | Iterable[str] | None = None,
+    ) -> DataProto:
+        """Remove the given keys from this DataProto and return them as a new one (``None`` pops nothing)."""
+        tensor_keys = _as_list(batch_keys) or []
+        column_keys = _as_list(non_tensor_batch_keys) or []
+        meta_keys = _as_list(meta_info_keys) or []
+        out = self.select(tensor_keys, column_keys, meta_keys)
+        for key in tensor_keys:
+            del self._batch[key]
+        for key in column_keys:
+            del self._non_tensor[key]
+        for key in meta_keys:
+            del self.meta_info[key]
+        return out
+
+    def rename(self, old_keys: str | Iterable[str], new_keys: str | Iterable[str]) -> DataProto:
+        """Rename tensor or non-tensor keys in place; returns self."""
+        old, new = _as_list(old_keys) or [], _as_list(new_keys) or []
+        if len(old) != len(new):
+            raise ProtocolError(f"rename() got {len(old)} old keys but {len(new)} new keys")
+        for before, after in zip(old, new):
+            if after in self and after != before:
+                raise ProtocolError(f"rename(): {after!r} already exists")
+            if before in self._batch.keys():
+                self._batch.rename_key_(before, after)
+            elif before in self._non_tensor:
+                column = self._non_tensor.column(before)
+                del self._non_tensor[before]
+                self._non_tensor[after] = column
+            else:
+                raise ProtocolError(f"rename(): no key {before!r}; keys: {self.keys()}")
+        return self
+
+    def union(self, other: DataProto) -> DataProto:
+        """Add ``other``'s keys to this DataProto in place. Keys present in both must hold equal values."""
+        if len(other) != len(self):
+            raise ProtocolError(f"union() of DataProtos with {len(self)} and {len(other)} rows")
+        for key, tensor in other._batch.items():
+            if key in self._non_tensor:
+                raise ProtocolError(f"union(): {key!r} is a tensor in one DataProto and a non-tensor in the other")
+            if key in self._batch.keys():
+                mine = self._batch[key]
+                if mine.shape != tensor.shape or mine.dtype != tensor.dtype or not torch.equal(mine, tensor):
+                    raise ProtocolError(f"union(): tensor {key!r} differs between the two DataProtos")
+            else:
+                self._batch[key] = tensor
+        for key in other._non_tensor:
+            if key in self._batch.keys():
+                raise ProtocolError(f"union(): {key!r} is a tensor in one DataProto and a non-tensor in the other")
+            theirs = other._non_tensor.column(key)
+            if key in self._non_tensor:
+                if not columns_equal(self._non_tensor.column(key), theirs):
+                    raise ProtocolError(f"union(): non-tensor column {key!r} differs between the two DataProtos")
+            else:
+                self._non_tensor[key] = theirs
+        for key, value in other.meta_info.items():
+            if key in self.meta_info and not _meta_equal(self.meta_info[key], value):
+                raise ProtocolError(f"union(): meta_info[{key!r}] differs between the two DataProtos")
+            self.meta_info.setdefault(key, value)
+        return self
+
+    # --- devices, copies, iteration ---------------------------------------------------------------------
+    def to(self, device: str | torch.device) -> DataProto:
+        """Move tensors (and tensors in meta_info) to ``device`` in place; returns self."""
+        self._batch = self._batch.to(device)
+        self.meta_info = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self.meta_info.items()}
+        return self
+
+    def clone(self) -> DataProto:
+        """A deep copy: new tensor storage, new columns, a deep-copied meta_info."""
+        batch = TensorDict({k: v.clone() for k, v in self._batch.items()}, batch_size=[len(self)])
+        columns = NonTensorBatch._from_columns(
+            {k: copy.deepcopy(self._non_tensor.column(k)) for k in self._non_tensor}, len(self)
+        )
+        return DataProto(batch, columns, copy.deepcopy(self.meta_info))
+
+    def make_iterator(self, mini_batch_size: int, epochs: int = 1, seed: int | None = None) -> Iterator[DataProto]:
+        """Mini-batches over ``epochs`` passes (PPO epochs). Rows are shuffled per epoch when ``seed`` is given
+        (deterministically from ``seed`` and the epoch); the last mini-batch of an epoch may be smaller."""
+        if mini_batch_size < 1 or epochs < 1:
+            raise ProtocolError(
+                f"make_iterator() needs mini_batch_size >= 1 and epochs >= 1, got {mini_batch_size}, {epochs}"
+            )
+        for epoch in range(epochs):
+            if seed is None:
+                order = np.arange(len(self))
+            else:
+                order = np.random.default_rng([seed, epoch]).permutation(len(self))
+            for start in range(0, len(self), mini_batch_size):
+                yield self.select_idxs(order[start : start + mini_batch_size])
+
+    @staticmethod
+    def materialize_concat(refs_or_results: Any, timeout: float | None = None) -> DataProto:
+        """Wait for the results of a non-blocking cluster call (or a list of Ray ObjectRefs / DataProtos) and
+        concatenate them in order.
+
+        An object with a ``materialize(timeout)`` method (what roll.runtime's non-blocking calls return) resolves
+        itself, turning remote failures into errors that name the worker. Plain ObjectRefs go through ``ray.get``.
+        """
+        results = _materialize(refs_or_results, timeout)
+        if isinstance(results, DataProto):
+            return results
+        if not isinstance(results, list) or not all(isinstance(r, DataProto) for r in results):
+            kinds = sorted({type(r).__name__ for r in results}) if isinstance(results, list) else type(results).__name__
+            raise ProtocolError(f"materialize_concat() expects DataProto results, got {kinds}")
+        return DataProto.concat(results)
+
+    # --- pickling ---------------------------------------------------------------------------------------
+    def __reduce_ex__(self, protocol: int):
+        tensors = {k: pack_tensor(v, protocol) for k, v in self._batch.items()}
+        columns = {k: compact_column(self._non_tensor.column(k)) for k in self._non_tensor}
+        return _rebuild, (len(self), tensors, columns, self.meta_info)
+
+    # --- internal checks --------------------------------------------------------------------------------
+    @staticmethod
+    def _check_column_length(key: str, n: int, expected: int) -> None:
+        if n != expected:
+            raise ProtocolError(
+                f"{key!r} has {n} rows but the DataProto has {expected}; every key needs one value per row"
+            )
+
+    @staticmethod
+    def _check_keys(wanted: list[str] | None, present: list[str], kind: str) -> None:
+        missing = [k for k in wanted or [] if k not in present]
+        if missing:
+            raise ProtocolError(f"no {kind} keys {missing}; {kind} keys are {present}")
+
+    def _check_disjoint(self) -> None:
+        both = set(self._batch.keys()) & set(self._non_tensor)
+        if both:
+            raise ProtocolError(f"keys {sorted(both)} are both tensors and non-tensor columns")
+
+
+def _rebuild(length: int, tensors: dict[str, tuple], columns: dict[str, Any], meta_info: dict[str, Any]) -> DataProto:
+    batch = TensorDict({k: unpack_tensor(*packed) for k, packed in tensors.items()}, batch_size=[length])
+    return DataProto(batch, NonTensorBatch._from_columns(columns, length), meta_info)
+
+
+def _tensordict_from(tensors: dict[str, torch.Tensor]) -> TensorDict:
+    if not tensors:
+        return TensorDict({}, batch_size=[0])
+    lengths = {}
+    for key, value in tensors.items():
+        if not isinstance(value, torch.Tensor):
+            raise ProtocolError(f"batch[{key!r}] must be a torch.Tensor, got {type(value).__name__}")
+        if value.dim() == 0:
+            raise ProtocolError(f"batch[{key!r}] is a scalar tensor; tensors need a leading batch dimension")
+        lengths[key] = value.shape[0]
+    first_key = next(iter(lengths))
+    for key, n in lengths.items():
+        if n != lengths[first_key]:
+            raise ProtocolError(
+                f"tensor {key!r} has {n} rows but {first_key!r} has {lengths[first_key]}; all tensors need the same "
+                f"leading (batch) dimension"
+            )
+    return TensorDict(tensors, batch_size=[lengths[first_key]])
+
+
+def _normalize_index(idxs: Any, length: int) -> np.ndarray:
+    if isinstance(idxs, torch.Tensor):
+        idxs = idxs.cpu().numpy()
+    index = np.asarray(idxs)
+    if index.dtype == bool:
+        if index.shape != (length,):
+            raise ProtocolError(f"a boolean row mask needs shape ({length},), got {index.shape}")
+        return np.flatnonzero(index).astype(np.int64)
+    if index.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if index.ndim != 1 or index.dtype.kind not in "iu":
+        raise ProtocolError(
+            f"row indices must be a 1-D integer or boolean array, got dtype {index.dtype} shape {index.shape}"
+        )
+    index = index.astype(np.int64, copy=False)
+    if index.min() < -length or index.max() >= length:
+        raise ProtocolError(
+            f"row index out of range for a DataProto of {length} rows (min {index.min()}, max {index.max()})"
+        )
+    return np.where(index < 0, index + length, index)
+
+
+def _meta_equal(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return bool(np.array_equal(a, b))
+    try:
+        return bool(a == b)
+    except (ValueError, TypeError):
+        return False
+
+
+def _materialize(obj: Any, timeout: float | None) -> Any:
+    materialize = getattr(obj, "materialize", None)
+    if callable(materialize):
+        return materialize(timeout)
+    if not isinstance(obj, (list, tuple)):
+        return obj
+    items = list(obj)
+    if any(type(item).__name__ == "ObjectRef" for item in items):
+        import ray  # only needed for plain ObjectRefs; the package itself does not depend on ray
+
+        items = ray.get(items, timeout=timeout)
+    out: list[Any] = []
+    for item in items:
+        resolved = _materialize(item, timeout)
+        out.extend(resolved if isinstance(resolved, list) else [resolved])
+    return out

@@ -1,0 +1,40 @@
+"""Pickling of tensors with their bytes out of band (pickle protocol 5).
+
+``torch.Tensor``'s own pickling writes the storage in band (a copy into the pickle stream, another on load).
+Here a tensor becomes ``(dtype, shape, PickleBuffer)``: with a ``buffer_callback`` (Ray's object store, or
+``pickle.dumps(..., protocol=5, buffer_callback=...)``) the bytes never enter the stream.
+
+A buffer that comes back read-only (Ray's shared-memory store) is copied once on load: torch has no read-only
+tensors, and an in-place edit would otherwise write into an object other readers share.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import torch
+
+
+def pack_tensor(tensor: torch.Tensor, protocol: int) -> tuple[torch.dtype, tuple[int, ...], Any]:
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    tensor = tensor.contiguous()
+    shape = tuple(tensor.shape)
+    if tensor.numel() == 0:
+        return tensor.dtype, shape, b""
+    raw = tensor.reshape(-1).view(torch.uint8).numpy()
+    if protocol >= 5:
+        return tensor.dtype, shape, pickle.PickleBuffer(raw)
+    return tensor.dtype, shape, bytearray(raw.tobytes())
+
+
+def unpack_tensor(dtype: torch.dtype, shape: tuple[int, ...], payload: Any) -> torch.Tensor:
+    view = memoryview(payload)
+    if view.nbytes == 0:
+        return torch.empty(shape, dtype=dtype)
+    if view.readonly:
+        payload = bytearray(view)
+    flat = torch.frombuffer(payload, dtype=torch.uint8)
+    return flat.view(dtype).reshape(shape)

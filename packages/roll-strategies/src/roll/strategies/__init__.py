@@ -1,0 +1,5 @@
+"""roll.strategies (not yet implemented: see the project issues)."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
