@@ -1,1 +1,57 @@
-"""roll.runtime."""
+"""roll.runtime: build distributed Ray applications as Pipeline -> Cluster -> Worker.
+
+Needs only roll-protocol, ray and pydantic: importing it never pulls in a model library.
+"""
+
+from __future__ import annotations
+
+from roll.protocol import DataProto, Dispatch, Execute, RankInfo, register
+from roll.runtime._bootstrap import RayInfo, init, shutdown
+from roll.runtime._calls import PendingCall
+from roll.runtime._cluster import Cluster, MethodProxy, resolve_class
+from roll.runtime._resources import NodeInfo, Placement, ResourceManager
+from roll.runtime._worker import Worker
+from roll.runtime.config import RollModel, WorkerConfig, parse_device_mapping
+from roll.runtime.errors import (
+    ConfigError,
+    MissingExtraError,
+    ProtocolError,
+    RollError,
+    RpcTimeoutError,
+    WorkerError,
+    WorkerLostError,
+)
+from roll.runtime.registry import Registry, import_target
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Cluster",
+    "ConfigError",
+    "DataProto",
+    "Dispatch",
+    "Execute",
+    "MethodProxy",
+    "MissingExtraError",
+    "NodeInfo",
+    "PendingCall",
+    "Placement",
+    "ProtocolError",
+    "RankInfo",
+    "RayInfo",
+    "Registry",
+    "ResourceManager",
+    "RollError",
+    "RollModel",
+    "RpcTimeoutError",
+    "Worker",
+    "WorkerConfig",
+    "WorkerError",
+    "WorkerLostError",
+    "import_target",
+    "init",
+    "parse_device_mapping",
+    "register",
+    "resolve_class",
+    "shutdown",
+]

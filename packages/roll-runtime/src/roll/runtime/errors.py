@@ -33,7 +33,9 @@ class MissingExtraError(RollError, ImportError):
         self.feature = feature
         self.pip_command = f"pip install '{package}[{extra}]'"
         detail = f" ({cause})" if cause else ""
-        super().__init__(f"{feature} needs an optional dependency that is not installed{detail}. Install it with: {self.pip_command}")
+        super().__init__(
+            f"{feature} needs an optional dependency that is not installed{detail}. Install it with: {self.pip_command}"
+        )
 
 
 class WorkerError(RollError):
@@ -58,12 +60,14 @@ class WorkerLostError(WorkerError):
 class RpcTimeoutError(RollError, TimeoutError):
     """A call to a cluster did not finish within its timeout. Names the cluster, method and ranks still pending."""
 
-    def __init__(self, cluster: str, method: str, pending_ranks: list[int], timeout_s: float) -> None:
+    def __init__(
+        self, cluster: str, method: str, pending_ranks: list[int], timeout_s: float, hint: str | None = None
+    ) -> None:
         self.cluster = cluster
         self.method = method
         self.pending_ranks = pending_ranks
         self.timeout_s = timeout_s
+        advice = hint or "raise rpc_timeout_s in the role's config if the work is legitimately slow"
         super().__init__(
-            f"{cluster}.{method}() did not finish within {timeout_s:g} s; ranks still running: {pending_ranks}. "
-            f"Raise rpc_timeout_s in the role's config if the work is legitimately slow."
+            f"{cluster}.{method}() did not finish within {timeout_s:g} s; ranks still running: {pending_ranks}. {advice}"
         )

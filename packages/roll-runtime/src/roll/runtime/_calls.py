@@ -1,0 +1,121 @@
+"""Waiting for remote calls: every wait has a deadline, and failures name the worker that failed.
+
+Waits are fail-fast: if one rank raises while others are still running (perhaps blocked in a collective
+that will never complete), the error surfaces at once instead of after the timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+
+from roll.runtime.errors import RpcTimeoutError, WorkerError, WorkerLostError
+
+# While waiting, ranks that already finished are checked for errors at least this often.
+_POLL_S = 1.0
+
+
+def _translate(error: BaseException, cluster: str, rank: int, method: str) -> Exception:
+    if isinstance(error, RayTaskError):
+        cause = getattr(error, "cause", None)
+        if isinstance(cause, RayActorError):
+            return WorkerLostError(cluster, rank, method, str(cause).strip().splitlines()[0])
+        if isinstance(cause, WorkerError):
+            # A worker that itself called a cluster: keep the inner, more precise error.
+            return cause
+        return WorkerError(cluster, rank, method, str(error))
+    if isinstance(error, RayError):
+        # Actor death, an unschedulable actor, a lost object: the worker cannot deliver a result.
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return WorkerLostError(cluster, rank, method, reason)
+    return WorkerError(cluster, rank, method, f"{type(error).__name__}: {error}")
+
+
+def _get_one(ref: ray.ObjectRef, cluster: str, rank: int, method: str) -> Any:
+    try:
+        return ray.get(ref)
+    except RayError as e:
+        raise _translate(e, cluster, rank, method) from None
+
+
+def wait_all(
+    refs: Sequence[ray.ObjectRef],
+    ranks: Sequence[int],
+    *,
+    cluster: str,
+    method: str,
+    timeout_s: float | None,
+) -> list[Any]:
+    """Results of ``refs`` (one per rank in ``ranks``), raising WorkerError / WorkerLostError / RpcTimeoutError."""
+    if not refs:
+        return []
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    index_of = {ref: i for i, ref in enumerate(refs)}
+    pending = list(refs)
+    while pending:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        wait_s = _POLL_S if remaining is None else min(_POLL_S, remaining)
+        ready, pending = ray.wait(pending, num_returns=len(pending), timeout=wait_s, fetch_local=False)
+        if pending:
+            # Some ranks finished, others did not: surface a finished rank's failure right away.
+            for ref in ready:
+                _raise_if_failed(ref, ranks[index_of[ref]], cluster, method)
+        if pending and remaining is not None and remaining <= wait_s:
+            raise RpcTimeoutError(cluster, method, sorted(ranks[index_of[r]] for r in pending), timeout_s or 0.0)
+    try:
+        return ray.get(list(refs))
+    except GetTimeoutError:  # pragma: no cover - every ref is ready here
+        raise RpcTimeoutError(cluster, method, list(ranks), timeout_s or 0.0) from None
+    except RayError:
+        # Find the (first) failing rank to name it.
+        return [_get_one(ref, cluster, rank, method) for ref, rank in zip(refs, ranks)]
+
+
+def _raise_if_failed(ref: ray.ObjectRef, rank: int, cluster: str, method: str) -> None:
+    try:
+        ray.get(ref, timeout=0)
+    except GetTimeoutError:
+        return
+    except RayError as e:
+        raise _translate(e, cluster, rank, method) from None
+
+
+class PendingCall(list):
+    """The result of a non-blocking cluster call: a list of the ObjectRefs whose results count (in order).
+
+    ``ray.get(pending)`` works as with plain refs. :meth:`materialize` (used by
+    ``DataProto.materialize_concat``) waits for every rank, with the role's timeout and named errors, and applies
+    the dispatch mode's collection.
+    """
+
+    def __init__(
+        self,
+        collected_refs: list[ray.ObjectRef],
+        all_refs: list[ray.ObjectRef],
+        ranks: list[int],
+        collect: Callable[[list[Any]], Any],
+        *,
+        cluster: str,
+        method: str,
+        timeout_s: float | None,
+    ) -> None:
+        super().__init__(collected_refs)
+        self.all_refs = all_refs
+        self.ranks = ranks
+        self._collect = collect
+        self._cluster = cluster
+        self._method = method
+        self._timeout_s = timeout_s
+
+    def materialize(self, timeout: float | None = None) -> Any:
+        timeout_s = self._timeout_s if timeout is None else timeout
+        outputs = wait_all(self.all_refs, self.ranks, cluster=self._cluster, method=self._method, timeout_s=timeout_s)
+        return self._collect(outputs)
+
+    def get(self, timeout: float | None = None) -> Any:
+        """Alias of :meth:`materialize`."""
+        return self.materialize(timeout)

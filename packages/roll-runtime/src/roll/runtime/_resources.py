@@ -1,0 +1,207 @@
+"""ResourceManager: which node and which local devices each worker of a role gets.
+
+Global device id ``g`` lives on GPU node ``g // num_gpus_per_node`` as local device ``g % num_gpus_per_node``.
+GPUs are reserved once per node with a placement group; actors join it with a token GPU share and see their
+devices through ``CUDA_VISIBLE_DEVICES``, so several roles can share devices (colocation) when their
+``device_mapping`` overlaps. CPU workers (no ``device_mapping``) are spread round-robin over the nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+from roll.runtime.config import WorkerConfig
+from roll.runtime.errors import ConfigError, RpcTimeoutError
+
+logger = logging.getLogger(__name__)
+
+# A role's actors ask for this much GPU from the node's reservation, so many roles can be colocated on one GPU.
+GPU_SHARE_PER_ACTOR = 0.01
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node_id: str
+    ip: str
+    num_cpus: float
+    num_gpus: int
+    is_head: bool
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one worker runs: its node, its devices (global and node-local) and Ray's scheduling options."""
+
+    rank: int
+    node_rank: int
+    node_id: str
+    node_ip: str
+    global_devices: tuple[int, ...]
+    local_devices: tuple[int, ...]
+    actor_options: dict[str, Any] = field(compare=False)
+
+    @property
+    def visible_devices(self) -> str:
+        return ",".join(str(d) for d in self.local_devices)
+
+
+def discover_nodes() -> list[NodeInfo]:
+    """Alive Ray nodes, head first, then by IP and id, so node ranks are stable across calls."""
+    nodes = []
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        resources = node.get("Resources", {})
+        nodes.append(
+            NodeInfo(
+                node_id=node["NodeID"],
+                ip=node.get("NodeManagerAddress", ""),
+                num_cpus=float(resources.get("CPU", 0.0)),
+                num_gpus=int(resources.get("GPU", 0)),
+                is_head=any(key.startswith("node:__internal_head__") for key in resources),
+            )
+        )
+    return sorted(nodes, key=lambda n: (not n.is_head, n.ip, n.node_id))
+
+
+class ResourceManager:
+    """Maps roles to nodes and devices of the connected Ray cluster (call :func:`roll.runtime.init` first)."""
+
+    def __init__(
+        self, num_nodes: int | None = None, num_gpus_per_node: int | None = None, reserve_timeout_s: float = 300.0
+    ):
+        if not ray.is_initialized():
+            raise ConfigError("Ray is not initialized: call roll.runtime.init() before creating a ResourceManager")
+        self.nodes = discover_nodes()
+        if not self.nodes:
+            raise ConfigError("the Ray cluster has no alive nodes")
+        gpu_nodes = [n for n in self.nodes if n.num_gpus > 0]
+        if num_gpus_per_node is None:
+            num_gpus_per_node = min((n.num_gpus for n in gpu_nodes), default=0)
+        if num_gpus_per_node > 0:
+            eligible = [n for n in gpu_nodes if n.num_gpus >= num_gpus_per_node]
+            if num_nodes is None:
+                num_nodes = len(eligible)
+            if num_nodes > len(eligible):
+                raise ConfigError(
+                    f"num_nodes={num_nodes} with num_gpus_per_node={num_gpus_per_node}, but only {len(eligible)} "
+                    f"node(s) have that many GPUs ({[n.num_gpus for n in gpu_nodes]}); lower num_nodes or "
+                    f"num_gpus_per_node"
+                )
+            self.gpu_nodes = eligible[:num_nodes]
+        else:
+            self.gpu_nodes = []
+            num_nodes = num_nodes or len(self.nodes)
+        self.num_nodes = num_nodes
+        self.num_gpus_per_node = num_gpus_per_node
+        self.reserve_timeout_s = reserve_timeout_s
+        self._groups: dict[int, PlacementGroup] = {}
+        self._next_cpu_node = 0
+
+    @property
+    def total_devices(self) -> int:
+        return len(self.gpu_nodes) * self.num_gpus_per_node
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.total_devices == 0
+
+    def device_location(self, global_device: int) -> tuple[int, int]:
+        """(node rank, local device id) of a global device id."""
+        return divmod(global_device, self.num_gpus_per_node)
+
+    def allocate(self, config: WorkerConfig) -> list[Placement]:
+        """One Placement per rank of the role described by ``config``."""
+        if config.device_mapping is None:
+            return [self._cpu_placement(rank, config) for rank in range(config.world_size or 1)]
+        self._check_mapping(config)
+        return [self._gpu_placement(rank, config) for rank in range(config.world_size or 1)]
+
+    def _check_mapping(self, config: WorkerConfig) -> None:
+        mapping = config.device_mapping or []
+        if self.cpu_only:
+            raise ConfigError(
+                f"{config.name}.device_mapping is set but this Ray cluster has no GPUs; remove device_mapping "
+                f"(and set world_size) to run {config.name} on CPU workers"
+            )
+        beyond = [d for d in mapping if d >= self.total_devices]
+        if beyond:
+            raise ConfigError(
+                f"{config.name}.device_mapping uses device ids {beyond}, but the Ray cluster has {self.total_devices} "
+                f"devices ({len(self.gpu_nodes)} node(s) x {self.num_gpus_per_node} GPUs, ids 0..{self.total_devices - 1}); "
+                f"use ids below {self.total_devices}"
+            )
+        for rank in range(config.world_size or 1):
+            nodes = {self.device_location(d)[0] for d in config.devices_of(rank)}
+            if len(nodes) > 1:
+                raise ConfigError(
+                    f"{config.name} rank {rank} would span nodes {sorted(nodes)} with devices {config.devices_of(rank)}; "
+                    f"a worker's num_gpus_per_worker={config.num_gpus_per_worker} devices must sit on one node"
+                )
+
+    def _gpu_placement(self, rank: int, config: WorkerConfig) -> Placement:
+        devices = config.devices_of(rank)
+        node_rank = self.device_location(devices[0])[0]
+        node = self.gpu_nodes[node_rank]
+        group = self._node_group(node_rank)
+        options = {
+            "num_cpus": 0,
+            "num_gpus": GPU_SHARE_PER_ACTOR,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                placement_group=group, placement_group_bundle_index=0
+            ),
+        }
+        local = tuple(self.device_location(d)[1] for d in devices)
+        return Placement(rank, node_rank, node.node_id, node.ip, tuple(devices), local, options)
+
+    def _cpu_placement(self, rank: int, config: WorkerConfig) -> Placement:
+        node_rank = self._next_cpu_node % len(self.nodes)
+        self._next_cpu_node += 1
+        node = self.nodes[node_rank]
+        options = {
+            "num_cpus": config.num_cpus_per_worker,
+            "num_gpus": 0,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False),
+        }
+        return Placement(rank, node_rank, node.node_id, node.ip, (), (), options)
+
+    def _node_group(self, node_rank: int) -> PlacementGroup:
+        group = self._groups.get(node_rank)
+        if group is not None:
+            return group
+        node = self.gpu_nodes[node_rank]
+        group = placement_group(
+            [{"GPU": float(self.num_gpus_per_node)}],
+            strategy="STRICT_PACK",
+            _soft_target_node_id=node.node_id,
+        )
+        ready, _ = ray.wait([group.ready()], timeout=self.reserve_timeout_s)
+        if not ready:
+            remove_placement_group(group)
+            raise RpcTimeoutError(
+                "ResourceManager",
+                f"reserve {self.num_gpus_per_node} GPUs on node {node.ip}",
+                [node_rank],
+                self.reserve_timeout_s,
+                "Another job may hold these GPUs; free them or lower num_gpus_per_node.",
+            )
+        placed_on = ray.util.placement_group_table(group).get("bundles_to_node_id", {}).get(0)
+        if placed_on and placed_on != node.node_id:
+            remove_placement_group(group)
+            raise ConfigError(
+                f"the GPUs of node {node.ip} are partly taken by another job; free them or lower num_gpus_per_node"
+            )
+        self._groups[node_rank] = group
+        return group
+
+    def destroy(self) -> None:
+        """Release the GPU reservations (actors placed in them must be gone first)."""
+        for group in self._groups.values():
+            remove_placement_group(group)
+        self._groups.clear()

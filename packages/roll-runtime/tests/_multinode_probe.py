@@ -1,0 +1,76 @@
+"""Run as a script by test_multinode.py: a simulated 2-node x 4-GPU Ray cluster (fake GPUs as resources).
+
+Prints one JSON line describing where each worker landed, so the test can assert on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import ray
+from ray.cluster_utils import Cluster as RayTestCluster
+
+from roll.runtime import Cluster, ConfigError, Dispatch, ResourceManager, Worker, WorkerConfig, register
+from roll.runtime.testing import ship_module_by_value
+
+
+class WhereWorker(Worker):
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def where(self):
+        return {
+            "rank": self.rank,
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "master": [os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")],
+        }
+
+
+def main() -> None:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ship_module_by_value(__name__)
+    fake = RayTestCluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 4})
+    fake.add_node(num_cpus=8, num_gpus=4)
+    fake.wait_for_nodes()
+    ray.init(address=fake.address, namespace="multinode")
+    try:
+        manager = ResourceManager()
+        report = {
+            "nodes": [n.node_id for n in manager.gpu_nodes],
+            "total_devices": manager.total_devices,
+        }
+        gpu = Cluster(
+            "gpu",
+            WhereWorker,
+            manager,
+            WorkerConfig(name="gpu", device_mapping="list(range(0, 8))", num_gpus_per_worker=2),
+        )
+        report["gpu"] = gpu.where()
+        colocated = Cluster(
+            "colocated",
+            WhereWorker,
+            manager,
+            WorkerConfig(name="colocated", device_mapping=[2, 3], num_gpus_per_worker=2),
+        )
+        report["colocated"] = colocated.where()
+        cpu = Cluster("cpu", WhereWorker, manager, WorkerConfig(name="cpu", world_size=4))
+        report["cpu"] = cpu.where()
+        errors = []
+        for mapping, per_worker in (([8], 1), ([2, 3, 4], 3)):
+            try:
+                manager.allocate(WorkerConfig(name="bad", device_mapping=mapping, num_gpus_per_worker=per_worker))
+            except ConfigError as e:
+                errors.append(str(e))
+        report["errors"] = errors
+        for cluster in (gpu, colocated, cpu):
+            cluster.shutdown()
+        manager.destroy()
+    finally:
+        ray.shutdown()
+        fake.shutdown()
+    print("REPORT " + json.dumps(report))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

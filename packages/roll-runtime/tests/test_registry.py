@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint
+
+import pytest
+
+from roll.runtime import ConfigError, MissingExtraError, Registry, import_target
+from roll.runtime import registry as registry_module
+
+
+def test_lazy_targets_resolve_on_first_lookup():
+    reg: Registry = Registry("codec")
+    reg.register("json", "json:dumps")
+    reg.register("direct", len)
+    assert reg.names() == ["direct", "json"]
+    assert reg.get("json")({"a": 1}) == '{"a": 1}'
+    assert reg.get("direct") is len
+    assert "json" in reg and "yaml" not in reg
+
+
+def test_decorator_registration_and_duplicates():
+    reg: Registry = Registry("env")
+
+    @reg.register("echo")
+    class Echo:
+        pass
+
+    assert reg.get("echo") is Echo
+    with pytest.raises(ConfigError, match="env 'echo' is already registered"):
+        reg.register("echo", "json:dumps")
+
+
+def test_unknown_names_list_the_known_ones():
+    reg: Registry = Registry("strategy")
+    reg.register("hf_infer", "json:dumps")
+    reg.register("fsdp2_train", "json:loads")
+    with pytest.raises(ConfigError, match="unknown strategy 'vlm'; known names: fsdp2_train, hf_infer"):
+        reg.get("vlm")
+
+
+def test_missing_optional_dependency_prints_the_pip_command():
+    reg: Registry = Registry("strategy")
+    reg.register("vllm", "not_installed_backend_lib.engine:Engine", package="roll-strategies", extra="vllm")
+    with pytest.raises(MissingExtraError) as info:
+        reg.get("vllm")
+    assert info.value.pip_command == "pip install 'roll-strategies[vllm]'"
+    assert "pip install 'roll-strategies[vllm]'" in str(info.value)
+    assert "not_installed_backend_lib" in str(info.value)
+
+
+def test_entry_points_extend_the_registry(monkeypatch):
+    fake = [EntryPoint(name="plugin", value="json:loads", group="roll.test_plugins")]
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: fake if group == "roll.test_plugins" else [])
+    reg: Registry = Registry("plugin", entry_point_group="roll.test_plugins")
+    reg.register("builtin", "json:dumps")
+    assert reg.names() == ["builtin", "plugin"]
+    assert reg.get("plugin")("[1]") == [1]
+
+
+def test_import_target_forms():
+    assert import_target("json:dumps") is import_target("json.dumps")
+    assert import_target("os.path:join") is import_target("os.path.join")
+    with pytest.raises(ConfigError, match="not an import path"):
+        import_target("json")
