@@ -1,0 +1,85 @@
+"""roll's algorithm maths as pure functions on tensors: masked reductions, KL estimators and controllers,
+reward shaping, advantage estimators, policy/value/KL/entropy losses, importance weights and DPO.
+
+Conventions: token-level tensors are (batch, response_len) with a right-padded ``response_mask`` (bool or float,
+non-zero = valid); response-level tensors are (batch,); groups of samples of one prompt are given by a (batch,)
+integer ``group_index`` in any order. Results keep the floating dtype of their main input. Invalid arguments raise
+:class:`roll.runtime.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+from roll.pipelines.algorithms._masked import masked_mean, masked_sum, masked_var, masked_whiten
+from roll.pipelines.algorithms.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    compute_advantages,
+    gae_advantages,
+    grpo_advantages,
+    reinforce_plus_plus_advantages,
+    reinforce_plus_plus_baseline_advantages,
+    rloo_advantages,
+    whiten_and_clip_advantages,
+)
+from roll.pipelines.algorithms.dpo import DPO_LOSS_TYPES, dpo_loss, sequence_log_probs
+from roll.pipelines.algorithms.kl import (
+    KL_ESTIMATORS,
+    AdaptiveKLController,
+    FixedKLController,
+    kl_penalty,
+    make_kl_controller,
+)
+from roll.pipelines.algorithms.losses import (
+    LOSS_AGG_MODES,
+    aggregate_loss,
+    entropy_loss,
+    kl_loss,
+    policy_loss,
+    truncated_importance_weights,
+    value_loss,
+)
+from roll.pipelines.algorithms.rewards import (
+    NORMALIZE_MODES,
+    clip_rewards,
+    normalize_scores,
+    overlong_mask,
+    overlong_penalty,
+    token_level_rewards_from_scores,
+    zero_variance_group_mask,
+)
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "DPO_LOSS_TYPES",
+    "KL_ESTIMATORS",
+    "LOSS_AGG_MODES",
+    "NORMALIZE_MODES",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "aggregate_loss",
+    "clip_rewards",
+    "compute_advantages",
+    "dpo_loss",
+    "entropy_loss",
+    "gae_advantages",
+    "grpo_advantages",
+    "kl_loss",
+    "kl_penalty",
+    "make_kl_controller",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "normalize_scores",
+    "overlong_mask",
+    "overlong_penalty",
+    "policy_loss",
+    "reinforce_plus_plus_advantages",
+    "reinforce_plus_plus_baseline_advantages",
+    "rloo_advantages",
+    "sequence_log_probs",
+    "token_level_rewards_from_scores",
+    "truncated_importance_weights",
+    "value_loss",
+    "whiten_and_clip_advantages",
+    "zero_variance_group_mask",
+]
