@@ -1,5 +1,35 @@
-"""roll.strategies (not yet implemented: see the project issues)."""
+"""roll.strategies: model backends (HF, FSDP2, vLLM, SGLang, Megatron, mock) behind one Strategy contract.
+
+Backends are chosen by ``strategy_args.strategy_name`` and imported only when used; a missing backend raises
+:class:`roll.runtime.MissingExtraError` with the pip command that installs it.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from roll.strategies.base import ForwardFunc, InferenceStrategy, LossFunc, OffloadTarget, StrategyError, TrainStrategy
+from roll.strategies.config import GenerationConfig, ModelArgs, StrategyArgs, StrategyWorkerConfig, TrainingArgs
+from roll.strategies.model_update import ModelUpdateGroup
+from roll.strategies.registry import STRATEGIES, STRATEGY_CONFIGS, create_strategy, validate_strategy_config
+from roll.strategies.worker import StrategyWorker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "STRATEGIES",
+    "STRATEGY_CONFIGS",
+    "ForwardFunc",
+    "GenerationConfig",
+    "InferenceStrategy",
+    "LossFunc",
+    "ModelArgs",
+    "ModelUpdateGroup",
+    "OffloadTarget",
+    "StrategyArgs",
+    "StrategyError",
+    "StrategyWorker",
+    "StrategyWorkerConfig",
+    "TrainStrategy",
+    "TrainingArgs",
+    "create_strategy",
+    "validate_strategy_config",
+]

@@ -1,0 +1,152 @@
+"""The Strategy contracts: one model backend behind a stable Worker API.
+
+A Worker says *what* to compute (a forward function, a loss function); its strategy decides *how* on its
+backend (HF, FSDP2, vLLM, SGLang, Megatron). Workers and pipelines never branch on the backend's name.
+
+Batch conventions every backend follows
+---------------------------------------
+Model inputs (B rows, T positions): ``input_ids`` (int64), ``attention_mask`` (0/1) and optionally
+``position_ids``; prompts are left-padded, responses right-padded. ``forward_func(micro_batch, logits)`` and
+``loss_func(micro_batch, logits)`` receive float32 logits of shape (b, T, V) for one micro-batch and must not
+keep them: the strategy frees each micro-batch's logits before the next one.
+
+``generate(batch, generation_config)`` takes left-padded prompts (``input_ids``, ``attention_mask``) and
+returns ``num_return_sequences`` rows per prompt (a prompt's samples are consecutive) with:
+``prompts`` (R, P), ``responses`` (R, max_new_tokens) right-padded with the pad token, ``input_ids`` =
+prompts + responses, ``attention_mask``, ``position_ids``, ``response_mask`` (R, max_new_tokens),
+``rollout_log_probs`` (R, max_new_tokens; sampled tokens' log-probs under the sampling temperature, 0 on
+padding) and the non-tensor column ``finish_reason`` ("stop" or "length"); every other column of the input
+is repeated alongside.
+
+Training loss normalization
+---------------------------
+Before ``train_step`` calls ``loss_func`` it puts into each micro-batch's ``meta_info``:
+``global_num_tokens`` (non-zero entries of ``batch[meta_info["loss_mask_key"]]`` over the whole mini-batch
+on every data-parallel rank) and ``global_num_seqs`` (rows in the whole mini-batch). A loss normalized by
+those counts is the micro-batch's exact share of the mini-batch loss, so results do not depend on how rows
+are split into micro-batches or ranks.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from roll.protocol import DataProto, RankInfo
+from roll.runtime import RollError
+
+if TYPE_CHECKING:
+    from roll.runtime import RollModel, Worker
+    from roll.strategies.config import GenerationConfig, StrategyWorkerConfig
+
+__all__ = [
+    "ForwardFunc",
+    "InferenceStrategy",
+    "LossFunc",
+    "OffloadTarget",
+    "StrategyError",
+    "TrainStrategy",
+]
+
+ForwardFunc = Callable[[DataProto, torch.Tensor], dict[str, torch.Tensor]]
+LossFunc = Callable[[DataProto, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+
+
+class StrategyError(RollError):
+    """A strategy was asked for something its backend cannot do, or its backend failed."""
+
+
+class OffloadTarget(str, enum.Enum):
+    """What ``offload_states`` / ``load_states`` move between the device and host memory."""
+
+    MODEL_PARAMS = "model_params"
+    OPTIMIZER_STATES = "optimizer_states"
+    KV_CACHE = "kv_cache"
+
+
+class InferenceStrategy(ABC):
+    """A model backend that can run forward passes and (optionally) generate, and receive new weights."""
+
+    strategy_name: ClassVar[str] = ""
+    is_training: ClassVar[bool] = False
+
+    def __init__(self, worker: Worker, config: RollModel) -> None:
+        self.worker = worker
+        self.worker_config: StrategyWorkerConfig = worker.worker_config  # type: ignore[assignment]
+        self.config = config
+        self.model_args = self.worker_config.model_args
+        self.tokenizer: Any = None
+        self.device = torch.device("cpu")
+
+    # --- lifecycle --------------------------------------------------------------------------------------
+    @abstractmethod
+    def initialize(self) -> None:
+        """Load the model (and set ``self.tokenizer``); update the worker's RankInfo if the backend shards it."""
+
+    @property
+    def rank_info(self) -> RankInfo:
+        return self.worker.rank_info
+
+    def shutdown(self) -> None:  # noqa: B027 - optional hook
+        """Release backend resources (engines, process groups)."""
+
+    # --- compute ----------------------------------------------------------------------------------------
+    @abstractmethod
+    def forward_step(self, batch: DataProto, forward_func: ForwardFunc) -> dict[str, torch.Tensor]:
+        """Run the model over ``batch`` in micro-batches without gradients; concatenate ``forward_func`` outputs."""
+
+    def generate(self, batch: DataProto, generation_config: GenerationConfig) -> DataProto:
+        raise StrategyError(
+            f"{self.strategy_name} does not generate; use an inference backend such as vllm or hf_infer"
+        )
+
+    # --- device memory ----------------------------------------------------------------------------------
+    def offload_states(self, include: Iterable[OffloadTarget] | None = None) -> None:  # noqa: B027
+        """Move states off the accelerator (no-op where there is nothing to move, e.g. on CPU)."""
+
+    def load_states(self, include: Iterable[OffloadTarget] | None = None) -> None:  # noqa: B027
+        """Bring offloaded states back."""
+
+    # --- weights in -------------------------------------------------------------------------------------
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load new values for the named parameters (HF names). Called once per bucket during a weight sync."""
+        raise StrategyError(f"{self.strategy_name} cannot receive weights")
+
+    def process_weights_after_loading(self) -> None:  # noqa: B027
+        """Finish a weight sync (e.g. reset caches computed with the old weights)."""
+
+
+class TrainStrategy(InferenceStrategy):
+    """A backend that also trains: optimizer steps, checkpoints, and exporting weights."""
+
+    is_training: ClassVar[bool] = True
+
+    @abstractmethod
+    def train_step(self, batch: DataProto, loss_func: LossFunc) -> dict[str, float]:
+        """One optimizer step over ``batch`` (split into micro-batches of ``per_device_train_batch_size``).
+
+        Returns metrics: at least ``loss`` (mini-batch loss over all data-parallel ranks), ``grad_norm``, ``lr``.
+        """
+
+    @abstractmethod
+    def save_checkpoint(self, path: str) -> None:
+        """Write model, optimizer, LR scheduler and RNG states under ``path`` (every rank calls this)."""
+
+    @abstractmethod
+    def load_checkpoint(self, path: str) -> None:
+        """Restore what :meth:`save_checkpoint` wrote, so training continues exactly."""
+
+    @abstractmethod
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full (unsharded) parameters with HF names, for weight sync and export.
+
+        A collective: every rank must iterate it to the end; tensors are only meaningful on rank 0.
+        """
+
+    @abstractmethod
+    def export_hf(self, path: str) -> None:
+        """Save the current model (and tokenizer) as an HF folder that transformers and vLLM load."""

@@ -1,0 +1,125 @@
+"""Configuration of model roles: which model, how to train it, how to generate, which backend.
+
+Only pydantic here: a machine without a backend's library can still validate a config that names it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from roll.runtime import RollModel, WorkerConfig
+
+__all__ = ["GenerationConfig", "ModelArgs", "StrategyArgs", "StrategyWorkerConfig", "TrainingArgs"]
+
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
+class ModelArgs(RollModel):
+    """The model a role loads."""
+
+    model_name_or_path: str | None = Field(default=None, description="Local folder in HF format (or a hub id).")
+    tokenizer_name_or_path: str | None = Field(default=None, description="Defaults to model_name_or_path.")
+    dtype: Dtype = Field(default="bfloat16", description="Parameter dtype; float32 on CPU unless it supports bf16.")
+    attn_implementation: str | None = Field(default=None, description="e.g. 'sdpa', 'eager', 'flash_attention_2'.")
+    gradient_checkpointing: bool = False
+    trust_remote_code: bool = False
+    lora_rank: int = Field(default=0, ge=0, description="0 disables LoRA.")
+    lora_alpha: int = Field(default=16, ge=1)
+    lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    lora_target_modules: list[str] | str = Field(default="all-linear")
+
+    @property
+    def tokenizer_path(self) -> str | None:
+        return self.tokenizer_name_or_path or self.model_name_or_path
+
+
+class TrainingArgs(RollModel):
+    """Optimizer, schedule and batching of a training role."""
+
+    learning_rate: float = Field(default=1e-6, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    adam_beta1: float = Field(default=0.9, ge=0, lt=1)
+    adam_beta2: float = Field(default=0.999, ge=0, lt=1)
+    adam_epsilon: float = Field(default=1e-8, gt=0)
+    max_grad_norm: float | None = Field(default=1.0, description="Gradient clipping; None disables it.")
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(default=0, ge=0)
+    warmup_ratio: float = Field(default=0.0, ge=0, le=1)
+    min_lr_ratio: float = Field(default=0.0, ge=0, le=1, description="Cosine/linear decay floor as a ratio of lr.")
+    per_device_train_batch_size: int = Field(default=1, ge=1, description="Rows per forward/backward (micro-batch).")
+    gradient_accumulation_steps: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
+    num_train_epochs: int = Field(default=1, ge=1)
+    max_steps: int | None = Field(default=None, ge=1, description="Optimizer steps for LR schedules.")
+    seed: int = 42
+
+    @field_validator("max_grad_norm")
+    @classmethod
+    def _positive_clip(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError("max_grad_norm must be positive, or null to disable clipping")
+        return value
+
+
+class GenerationConfig(RollModel):
+    """How a role samples: the backend maps these to vLLM / SGLang / HF parameters."""
+
+    max_new_tokens: int = Field(default=128, ge=1)
+    temperature: float = Field(default=1.0, ge=0.0, description="0 means greedy.")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=-1, description="-1 disables top-k.")
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    repetition_penalty: float = Field(default=1.0, gt=0.0)
+    num_return_sequences: int = Field(default=1, ge=1, description="Samples per prompt (GRPO group size).")
+    stop_strings: list[str] = Field(default_factory=list)
+    stop_token_ids: list[int] = Field(default_factory=list)
+    ignore_eos: bool = False
+    seed: int | None = None
+    logprobs: bool = Field(default=True, description="Return the log-prob of every sampled token.")
+
+    @field_validator("top_k")
+    @classmethod
+    def _check_top_k(cls, value: int) -> int:
+        if value == 0 or value < -1:
+            raise ValueError("top_k must be -1 (disabled) or a positive number of tokens")
+        return value
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class StrategyArgs(RollModel):
+    """Backend selection: ``strategy_name`` (e.g. ``fsdp2_train``, ``vllm``) and its backend-specific settings."""
+
+    strategy_name: str = Field(description="A registered strategy, e.g. hf_infer, fsdp2_train, vllm, megatron_train.")
+    strategy_config: dict[str, Any] = Field(
+        default_factory=dict, description="Validated by the backend's config model."
+    )
+
+
+class StrategyWorkerConfig(WorkerConfig):
+    """A model role: the runtime's deployment fields plus model, training, generation and backend settings."""
+
+    model_args: ModelArgs = Field(default_factory=ModelArgs)
+    training_args: TrainingArgs = Field(default_factory=TrainingArgs)
+    generating_args: GenerationConfig = Field(default_factory=GenerationConfig)
+    strategy_args: StrategyArgs | None = None
+    infer_batch_size: int = Field(default=8, ge=1, description="Rows per forward micro-batch when not training.")
+    model_update_buffer_size_mb: int = Field(default=256, ge=1, description="Weight-sync bucket size.")
+
+    @model_validator(mode="after")
+    def _check_strategy_config(self) -> StrategyWorkerConfig:
+        # Validate the backend's settings now (pydantic only, no backend import) so a typo fails at load time.
+        if self.strategy_args is not None:
+            from roll.strategies.registry import validate_strategy_config
+
+            validated = validate_strategy_config(self.strategy_args.strategy_name, self.strategy_args.strategy_config)
+            per_worker = getattr(validated, "devices_per_worker", None)
+            if per_worker is not None and self.device_mapping is not None and per_worker != self.num_gpus_per_worker:
+                # Inference engines own several devices (TP x PP); derive it so users set it in one place.
+                object.__setattr__(self, "num_gpus_per_worker", per_worker)
+                object.__setattr__(self, "world_size", None)
+                WorkerConfig._derive_world_size(self)
+        return self

@@ -1,0 +1,78 @@
+"""Turning a backend's sampled token lists into the DataProto every generating strategy returns.
+
+See the batch conventions in :mod:`roll.strategies.base`. Backends produce, per prompt, ``n`` lists of token
+ids (and their log-probs); :func:`build_generation_output` pads them to ``max_new_tokens`` and lays out the
+rows, so HF, vLLM, SGLang and the mock backend return identical structures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from roll.protocol import DataProto
+from roll.strategies.ops import position_ids_from_attention_mask
+
+__all__ = ["PROMPT_KEYS", "build_generation_output", "prompt_token_lists"]
+
+# Input tensors that describe the prompt; they are replaced by the prompt+response versions in the output.
+PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+
+
+def prompt_token_lists(batch: DataProto) -> list[list[int]]:
+    """The unpadded prompt token ids of every row (prompts are left-padded)."""
+    ids, mask = batch.batch["input_ids"], batch.batch["attention_mask"].bool()
+    return [row[row_mask].tolist() for row, row_mask in zip(ids, mask)]
+
+
+def build_generation_output(
+    batch: DataProto,
+    responses: Sequence[Sequence[int]],
+    log_probs: Sequence[Sequence[float]] | None,
+    finish_reasons: Sequence[str],
+    *,
+    num_return_sequences: int,
+    max_new_tokens: int,
+    pad_token_id: int,
+) -> DataProto:
+    """Rows for ``len(batch) * num_return_sequences`` samples; sample j of prompt i is row ``i * n + j``."""
+    n_rows = len(batch) * num_return_sequences
+    if len(responses) != n_rows or len(finish_reasons) != n_rows:
+        raise ValueError(
+            f"expected {n_rows} responses, got {len(responses)} (and {len(finish_reasons)} finish reasons)"
+        )
+    response_ids = torch.full((n_rows, max_new_tokens), pad_token_id, dtype=torch.long)
+    response_mask = torch.zeros((n_rows, max_new_tokens), dtype=torch.long)
+    rollout_log_probs = torch.zeros((n_rows, max_new_tokens), dtype=torch.float32)
+    for row, tokens in enumerate(responses):
+        tokens = list(tokens)[:max_new_tokens]
+        if tokens:
+            response_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            response_mask[row, : len(tokens)] = 1
+            if log_probs is not None:
+                rollout_log_probs[row, : len(tokens)] = torch.tensor(
+                    list(log_probs[row])[: len(tokens)], dtype=torch.float32
+                )
+    repeated = batch.repeat(num_return_sequences, interleave=True) if num_return_sequences > 1 else batch
+    prompts = repeated.batch["input_ids"]
+    prompt_mask = repeated.batch["attention_mask"].long()
+    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+    extra = repeated.select(
+        batch_keys=[k for k in repeated.batch.keys() if k not in PROMPT_KEYS],
+        non_tensor_batch_keys=list(repeated.non_tensor_batch),
+    )
+    out = DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": response_ids,
+            "input_ids": torch.cat([prompts, response_ids], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": position_ids_from_attention_mask(attention_mask),
+            "response_mask": response_mask,
+            "rollout_log_probs": rollout_log_probs,
+        },
+        non_tensors={"finish_reason": list(finish_reasons)},
+        meta_info=dict(batch.meta_info),
+    )
+    return out.union(extra)

@@ -1,0 +1,81 @@
+"""The strategy registry: backend name -> implementation and config model, both resolved lazily.
+
+Third-party backends register through the ``roll.strategies`` entry-point group (implementation) and
+``roll.strategy_configs`` (config model). Built-ins are listed here; none of their libraries is imported until
+the backend is used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from roll.runtime import ConfigError, Registry, RollModel
+
+if TYPE_CHECKING:
+    from roll.runtime import Worker
+    from roll.strategies.base import InferenceStrategy
+
+__all__ = ["STRATEGIES", "STRATEGY_CONFIGS", "create_strategy", "validate_strategy_config"]
+
+STRATEGIES: Registry[type[InferenceStrategy]] = Registry("strategy", entry_point_group="roll.strategies")
+STRATEGY_CONFIGS: Registry[type[RollModel]] = Registry("strategy", entry_point_group="roll.strategy_configs")
+
+_PACKAGE = "roll-strategies"
+# name: (implementation, config model, pip extra providing the backend's library)
+_BUILTINS: dict[str, tuple[str, str, str | None]] = {
+    "hf_infer": ("roll.strategies.hf.strategy:HfInferStrategy", "roll.strategies.hf.config:HfInferConfig", None),
+    "fsdp2_train": (
+        "roll.strategies.fsdp2.strategy:Fsdp2TrainStrategy",
+        "roll.strategies.fsdp2.config:Fsdp2Config",
+        "fsdp2",
+    ),
+    "fsdp2_infer": (
+        "roll.strategies.fsdp2.strategy:Fsdp2InferStrategy",
+        "roll.strategies.fsdp2.config:Fsdp2Config",
+        "fsdp2",
+    ),
+    "vllm": ("roll.strategies.vllm.strategy:VllmStrategy", "roll.strategies.vllm.config:VllmConfig", "vllm"),
+    "sglang": (
+        "roll.strategies.sglang.strategy:SglangStrategy",
+        "roll.strategies.sglang.config:SglangConfig",
+        "sglang",
+    ),
+    "megatron_train": (
+        "roll.strategies.megatron.strategy:MegatronTrainStrategy",
+        "roll.strategies.megatron.config:MegatronConfig",
+        "megatron",
+    ),
+    "megatron_infer": (
+        "roll.strategies.megatron.strategy:MegatronInferStrategy",
+        "roll.strategies.megatron.config:MegatronConfig",
+        "megatron",
+    ),
+    "mock_infer": (
+        "roll.strategies.mock.strategy:MockInferStrategy",
+        "roll.strategies.mock.config:MockInferConfig",
+        None,
+    ),
+}
+
+for _name, (_impl, _config, _extra) in _BUILTINS.items():
+    STRATEGIES.register(_name, _impl, package=_PACKAGE, extra=_extra)
+    STRATEGY_CONFIGS.register(_name, _config, package=_PACKAGE)
+
+
+def validate_strategy_config(strategy_name: str, strategy_config: dict[str, Any] | None) -> RollModel:
+    """The backend's validated config model for ``strategy_config`` (pydantic only; no backend import)."""
+    config_cls = STRATEGY_CONFIGS.get(strategy_name)
+    try:
+        return config_cls.model_validate(strategy_config or {})
+    except ConfigError as e:
+        raise ConfigError(f"strategy_args.strategy_config for {strategy_name}: {e}") from None
+
+
+def create_strategy(worker: Worker) -> InferenceStrategy:
+    """Build the strategy named by ``worker.worker_config.strategy_args.strategy_name`` for ``worker``."""
+    strategy_args = getattr(worker.worker_config, "strategy_args", None)
+    if strategy_args is None:
+        raise ConfigError(f"{worker.worker_config.name}.strategy_args is not set; choose one of {STRATEGIES.names()}")
+    strategy_cls = STRATEGIES.get(strategy_args.strategy_name)
+    config = validate_strategy_config(strategy_args.strategy_name, strategy_args.strategy_config)
+    return strategy_cls(worker, config)

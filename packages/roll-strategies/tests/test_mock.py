@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import torch
+
+from roll.protocol import DataProto
+from roll.strategies import GenerationConfig, StrategyArgs, StrategyWorker, StrategyWorkerConfig
+
+
+def make_worker() -> StrategyWorker:
+    config = StrategyWorkerConfig(name="mock", strategy_args=StrategyArgs(strategy_name="mock_infer", strategy_config={"vocab_size": 50}))
+    worker = StrategyWorker(config)
+    worker.initialize()
+    return worker
+
+
+def prompts() -> DataProto:
+    ids = torch.tensor([[0, 5, 6], [7, 8, 9]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    return DataProto.from_dict({"input_ids": ids, "attention_mask": mask}, {"answer": ["a", "b"]})
+
+
+def test_mock_generation_layout_follows_the_contract():
+    strategy = make_worker().strategy
+    out = strategy.generate(prompts(), GenerationConfig(max_new_tokens=6, num_return_sequences=2))
+    assert len(out) == 4
+    assert out["answer"].tolist() == ["a", "a", "b", "b"]
+    assert out["prompts"].shape == (4, 3) and out["responses"].shape == (4, 6)
+    assert out["input_ids"].shape == (4, 9)
+    assert torch.equal(out["input_ids"][:, 3:], out["responses"])
+    assert torch.equal(out["attention_mask"][:, 3:], out["response_mask"])
+    assert out["attention_mask"][0, :3].tolist() == [0, 1, 1]
+    lengths = out["response_mask"].sum(-1).tolist()
+    # Prompt sums 11 and 24: lengths 1 + (sum + j) % 6 -> 6 (hits the budget), 1, 1, 2, plus EOS when it fits.
+    assert lengths == [6, 2, 2, 3]
+    assert out["finish_reason"].tolist() == ["length", "stop", "stop", "stop"]
+    assert out["rollout_log_probs"][0, :2].tolist() == [-0.5, -0.5099999904632568]
+    assert (out["rollout_log_probs"] * (1 - out["response_mask"])).abs().sum() == 0
+
+
+def test_mock_forward_puts_half_the_mass_on_the_next_token():
+    strategy = make_worker().strategy
+    from roll.strategies.ops import log_probs_from_logits
+
+    result = strategy.forward_step(prompts(), lambda micro, logits: {"lp": log_probs_from_logits(logits, (micro.batch["input_ids"] + 1) % 50)})
+    torch.testing.assert_close(result["lp"], torch.full((2, 3), torch.log(torch.tensor(0.5)).item()))
