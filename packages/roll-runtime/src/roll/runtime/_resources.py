@@ -116,6 +116,11 @@ class ResourceManager:
         """(node rank, local device id) of a global device id."""
         return divmod(global_device, self.num_gpus_per_node)
 
+    def validate(self, config: WorkerConfig) -> None:
+        """Check that ``config``'s devices exist in this cluster, without reserving or starting anything."""
+        if config.device_mapping is not None:
+            self._check_mapping(config)
+
     def allocate(self, config: WorkerConfig) -> list[Placement]:
         """One Placement per rank of the role described by ``config``."""
         if config.device_mapping is None:

@@ -7,17 +7,18 @@
 from __future__ import annotations
 
 import ast
+import contextvars
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from roll.runtime.errors import ConfigError
 
-__all__ = ["RollModel", "WorkerConfig", "format_validation_error", "parse_device_mapping"]
+__all__ = ["RollModel", "WorkerConfig", "format_validation_error", "parse_device_mapping", "validation_error_lines"]
 
 
-def format_validation_error(error: ValidationError, root: str = "") -> str:
-    """One line per problem: ``path: message (got: value)``."""
+def validation_error_lines(error: ValidationError, root: str = "") -> list[str]:
+    """One string per problem: ``path: message (got: value)``."""
     lines = []
     for item in error.errors():
         path = ".".join(str(part) for part in (root, *item["loc"]) if part != "")
@@ -25,12 +26,21 @@ def format_validation_error(error: ValidationError, root: str = "") -> str:
         if item["type"] == "extra_forbidden":
             message = "unknown field; remove it or check its spelling"
         value = item.get("input")
-        shown = (
-            "" if item["type"] in ("missing", "extra_forbidden") or isinstance(value, dict) else f" (got: {value!r})"
-        )
-        lines.append(f"  {path or '<root>'}: {message}{shown}")
+        shown = "" if item["type"] in ("missing", "extra_forbidden") or isinstance(value, dict) else f" (got: {value!r})"
+        lines.append(f"{path or '<root>'}: {message}{shown}")
+    return lines
+
+
+def format_validation_error(error: ValidationError, root: str = "") -> str:
+    """A header and one indented line per problem."""
+    lines = validation_error_lines(error, root)
     count = len(lines)
-    return f"{count} configuration error{'s' if count != 1 else ''}:\n" + "\n".join(lines)
+    return f"{count} configuration error{'s' if count != 1 else ''}:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+# Depth of RollModel constructions in progress: pydantic calls a custom __init__ for nested models too, and
+# only the outermost one may turn the (aggregated) ValidationError into a ConfigError.
+_DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("roll_model_depth", default=0)
 
 
 class RollModel(BaseModel):
@@ -39,17 +49,36 @@ class RollModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
 
     def __init__(self, **data: Any) -> None:
+        token = _DEPTH.set(_DEPTH.get() + 1)
         try:
             super().__init__(**data)
         except ValidationError as e:
+            if _DEPTH.get() > 1:  # nested inside another model's validation: let the outer one report it
+                raise
             raise ConfigError(format_validation_error(e, type(self).__name__)) from None
+        finally:
+            _DEPTH.reset(token)
+
+    @classmethod
+    def validate_raw(cls, obj: Any) -> Any:
+        """Like ``model_validate`` but raises pydantic's ValidationError (every error, with its location)."""
+        token = _DEPTH.set(_DEPTH.get() + 1)
+        try:
+            return BaseModel.model_validate.__func__(cls, obj)  # type: ignore[attr-defined]
+        finally:
+            _DEPTH.reset(token)
 
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any):  # type: ignore[override]
+        token = _DEPTH.set(_DEPTH.get() + 1)
         try:
             return super().model_validate(obj, *args, **kwargs)
         except ValidationError as e:
+            if _DEPTH.get() > 1:
+                raise
             raise ConfigError(format_validation_error(e)) from None
+        finally:
+            _DEPTH.reset(token)
 
 
 _ALLOWED_CALLS = {"list", "range"}

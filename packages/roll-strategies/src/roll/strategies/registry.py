@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from roll.runtime import ConfigError, Registry, RollModel
+from roll.runtime.config import validation_error_lines
 
 if TYPE_CHECKING:
     from roll.runtime import Worker
@@ -67,8 +70,11 @@ def validate_strategy_config(strategy_name: str, strategy_config: dict[str, Any]
     config_cls = STRATEGY_CONFIGS.get(strategy_name)
     try:
         return config_cls.model_validate(strategy_config or {})
+    except ValidationError as e:  # raised as is when validated inside a larger config
+        problems = "; ".join(validation_error_lines(e, "strategy_args.strategy_config"))
+        raise ConfigError(f"{problems} (backend {strategy_name})") from None
     except ConfigError as e:
-        raise ConfigError(f"strategy_args.strategy_config for {strategy_name}: {e}") from None
+        raise ConfigError(f"strategy_args.strategy_config ({strategy_name}): {e}") from None
 
 
 def create_strategy(worker: Worker) -> InferenceStrategy:

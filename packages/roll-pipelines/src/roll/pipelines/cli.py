@@ -1,0 +1,85 @@
+"""The ``roll`` command.
+
+roll run CONFIG_OR_RECIPE [field.path=value ...]    run a pipeline
+roll validate CONFIG_OR_RECIPE [field.path=value]   check a config without starting workers
+roll recipes                                        list built-in recipes
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from roll.runtime import RollError
+
+__all__ = ["main"]
+
+EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130
+
+
+def _cmd_recipes(args: argparse.Namespace) -> int:
+    from roll.pipelines.recipes import list_recipes
+
+    for name, description in list_recipes().items():
+        print(f"{name:<18} {description}")
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from roll.pipelines.config import load_config
+    from roll.pipelines.validate import validate_deployment
+
+    config = load_config(args.config, args.overrides)
+    for line in validate_deployment(config, check_ray=not args.no_ray):
+        print(line)
+    print(f"OK: {args.config} is a valid {config.pipeline_cls} config")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from roll.pipelines.config import load_config
+    from roll.pipelines.launcher import run_config
+
+    config = load_config(args.config, args.overrides)
+    run_config(config)
+    print(f"done: outputs in {config.resolved_output_dir} (metrics.jsonl, plots/, checkpoints/)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="roll", description="Post-training LLMs on Ray: SFT, DPO, RLVR.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="Run a pipeline from a YAML config or a built-in recipe.")
+    run.add_argument("config", help="Path to a YAML file, or a recipe name (see `roll recipes`).")
+    run.add_argument("overrides", nargs="*", help="field.path=value overrides, e.g. max_steps=50.")
+    run.set_defaults(handler=_cmd_run)
+    validate = sub.add_parser("validate", help="Check a config, its paths and device mapping; start nothing.")
+    validate.add_argument("config")
+    validate.add_argument("overrides", nargs="*")
+    validate.add_argument("--no-ray", action="store_true", help="Skip checks against the Ray cluster.")
+    validate.set_defaults(handler=_cmd_validate)
+    recipes = sub.add_parser("recipes", help="List built-in recipes.")
+    recipes.set_defaults(handler=_cmd_recipes)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:
+        print("\ninterrupted: workers stopped; the last checkpoint (if any) is intact", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except RollError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_CONFIG if type(e).__name__ in ("ConfigError", "DataError", "MissingExtraError") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""Deterministic synthetic datasets for the tiny recipes, and the ``synthetic://`` URI resolver.
+
+All generators draw from one pool of small arithmetic problems ("What is 12 + 7?"). Each problem belongs to
+exactly one split, decided by a hash of the problem itself (80% train, 10% eval, 10% test), so splits never
+overlap whatever ``n``, ``seed`` or generator is used: an SFT train set and an RL eval set are disjoint too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import operator
+import os
+import random
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from roll.pipelines.data.errors import DataError
+
+__all__ = [
+    "SYNTHETIC_GENERATORS",
+    "ArithmeticProblem",
+    "arithmetic_problems",
+    "arithmetic_prompts",
+    "arithmetic_sft",
+    "extract_boxed",
+    "is_correct_arithmetic",
+    "preference_pairs",
+    "resolve_data_uri",
+    "solve_arithmetic",
+]
+
+# Bump when a generator's output changes, so cached files from older versions are not reused.
+_GENERATOR_VERSION = 1
+_OPS: dict[str, tuple[str, Callable[[int, int], int]]] = {
+    "add": ("+", operator.add),
+    "sub": ("-", operator.sub),
+    "mul": ("*", operator.mul),
+}
+_SPLIT_ALIASES = {"train": "train", "eval": "eval", "val": "eval", "validation": "eval", "test": "test"}
+_PROMPT_RE = re.compile(r"What is (\d+) ([+\-*]) (\d+)\?")
+_BOXED_RE = re.compile(r"\\boxed\{([^{}]*)\}")
+
+
+@dataclass(frozen=True)
+class ArithmeticProblem:
+    """``a <symbol> b`` with its answer."""
+
+    a: int
+    symbol: str
+    b: int
+    answer: int
+
+    @property
+    def prompt(self) -> str:
+        return f"What is {self.a} {self.symbol} {self.b}?"
+
+    @property
+    def split(self) -> str:
+        """The split this problem belongs to, from a hash of the problem (independent of every setting)."""
+        digest = hashlib.sha256(f"{self.a} {self.symbol} {self.b}".encode()).digest()
+        bucket = int.from_bytes(digest[:4], "big") % 10
+        return "eval" if bucket == 0 else "test" if bucket == 1 else "train"
+
+
+def _split_name(split: str) -> str:
+    if split not in _SPLIT_ALIASES:
+        raise DataError(f"unknown synthetic split {split!r}; use one of {sorted(_SPLIT_ALIASES)}")
+    return _SPLIT_ALIASES[split]
+
+
+def arithmetic_problems(
+    split: str = "train", *, max_operand: int = 20, ops: str = "add,sub"
+) -> list[ArithmeticProblem]:
+    """Every problem of ``split`` with operands in ``[0, max_operand]`` (subtraction: ``a >= b``), sorted."""
+    split = _split_name(split)
+    names = [name.strip() for name in ops.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(_OPS))
+    if unknown or not names:
+        raise DataError(f"unknown arithmetic ops {unknown or ops!r}; use a comma-separated subset of {sorted(_OPS)}")
+    if max_operand < 1:
+        raise DataError(f"max_operand must be at least 1, got {max_operand}")
+    problems = []
+    for name in names:
+        symbol, fn = _OPS[name]
+        for a in range(max_operand + 1):
+            for b in range(max_operand + 1):
+                if name == "sub" and a < b:
+                    continue  # keep answers non-negative: easier for tiny models
+                problem = ArithmeticProblem(a, symbol, b, fn(a, b))
+                if problem.split == split:
+                    problems.append(problem)
+    if not problems:
+        raise DataError(f"no arithmetic problems fall in split {split!r} with max_operand={max_operand}; raise it")
+    return problems
+
+
+def _draw(
+    n: int, seed: int, kind: str, split: str, max_operand: int, ops: str
+) -> tuple[list[ArithmeticProblem], random.Random]:
+    """``n`` problems: whole shuffled passes over the split's pool, so repeats only happen once it is used up."""
+    if n < 1:
+        raise DataError(f"n must be at least 1, got {n}")
+    pool = arithmetic_problems(split, max_operand=max_operand, ops=ops)
+    # A string seed is hashed with SHA-512 by random.seed: stable across processes and PYTHONHASHSEED.
+    rng = random.Random(f"{kind}:{seed}:{_split_name(split)}")
+    drawn: list[ArithmeticProblem] = []
+    while len(drawn) < n:
+        epoch = list(pool)
+        rng.shuffle(epoch)
+        drawn.extend(epoch[: n - len(drawn)])
+    return drawn, rng
+
+
+def _answer_text(value: int | str) -> str:
+    return f"The answer is \\boxed{{{value}}}."
+
+
+def arithmetic_sft(
+    n: int, seed: int = 0, *, split: str = "train", max_operand: int = 20, ops: str = "add,sub"
+) -> list[dict[str, str]]:
+    """SFT rows ``{"prompt": "What is 12 + 7?", "response": "The answer is \\\\boxed{19}."}``."""
+    problems, _ = _draw(n, seed, "sft", split, max_operand, ops)
+    return [{"prompt": p.prompt, "response": _answer_text(p.answer)} for p in problems]
+
+
+def arithmetic_prompts(
+    n: int, seed: int = 0, *, split: str = "train", max_operand: int = 20, ops: str = "add,sub"
+) -> list[dict[str, str]]:
+    """RL rows ``{"prompt": "What is 12 + 7?", "ground_truth": "19", "tag": "math"}``."""
+    problems, _ = _draw(n, seed, "prompts", split, max_operand, ops)
+    return [{"prompt": p.prompt, "ground_truth": str(p.answer), "tag": "math"} for p in problems]
+
+
+def preference_pairs(
+    n: int, seed: int = 0, *, split: str = "train", max_operand: int = 20, ops: str = "add,sub"
+) -> list[dict[str, str]]:
+    """Preference rows ``{"prompt", "chosen", "rejected"}``.
+
+    The rule, checkable with :func:`is_correct_arithmetic`: ``chosen`` states the correct answer in
+    ``\\boxed{}``; ``rejected`` either boxes a wrong answer (off by 1-3) or gives the right number unboxed.
+    """
+    problems, rng = _draw(n, seed, "preference", split, max_operand, ops)
+    rows = []
+    for p in problems:
+        if rng.random() < 2 / 3:
+            rejected = _answer_text(p.answer + rng.choice([-3, -2, -1, 1, 2, 3]))
+        else:
+            rejected = f"The answer is {p.answer}."
+        rows.append({"prompt": p.prompt, "chosen": _answer_text(p.answer), "rejected": rejected})
+    return rows
+
+
+def solve_arithmetic(prompt: str) -> int | None:
+    """The answer to a synthetic prompt, or None if ``prompt`` is not one."""
+    match = _PROMPT_RE.search(prompt)
+    if match is None:
+        return None
+    a, symbol, b = int(match.group(1)), match.group(2), int(match.group(3))
+    return next(fn(a, b) for sym, fn in _OPS.values() if sym == symbol)
+
+
+def extract_boxed(text: str) -> str | None:
+    """The content of the last ``\\boxed{...}`` in ``text``, stripped, or None."""
+    found = _BOXED_RE.findall(text)
+    return found[-1].strip() if found else None
+
+
+def is_correct_arithmetic(prompt: str, response: str) -> bool:
+    """Whether ``response`` boxes the correct answer to the synthetic ``prompt``."""
+    answer, boxed = solve_arithmetic(prompt), extract_boxed(response)
+    return answer is not None and boxed is not None and boxed == str(answer)
+
+
+SYNTHETIC_GENERATORS: dict[str, Callable[..., list[dict[str, Any]]]] = {
+    "arithmetic_sft": arithmetic_sft,
+    "arithmetic_prompts": arithmetic_prompts,
+    "preference_pairs": preference_pairs,
+}
+_INT_PARAMS = ("n", "seed", "max_operand")
+_PARAM_DEFAULTS: dict[str, Any] = {"n": 1000, "seed": 0, "max_operand": 20, "ops": "add,sub"}
+
+
+def _parse_uri(uri: str, default_split: str) -> tuple[str, dict[str, Any]]:
+    parts = urlsplit(uri)
+    name = parts.netloc or parts.path.lstrip("/")
+    if parts.scheme != "synthetic" or name not in SYNTHETIC_GENERATORS:
+        raise DataError(
+            f"{uri!r} is not a known synthetic dataset; use synthetic://NAME?n=...&seed=...&split=... with NAME one "
+            f"of {sorted(SYNTHETIC_GENERATORS)}"
+        )
+    params: dict[str, Any] = {**_PARAM_DEFAULTS, "split": default_split}
+    seen: set[str] = set()
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key not in params:
+            raise DataError(f"{uri!r}: unknown parameter {key!r}; allowed: {sorted(params)}")
+        if key in seen:
+            raise DataError(f"{uri!r}: parameter {key!r} is given twice; give it once")
+        seen.add(key)
+        if key in _INT_PARAMS:
+            try:
+                params[key] = int(value)
+            except ValueError:
+                raise DataError(f"{uri!r}: parameter {key!r} must be an integer, got {value!r}") from None
+        else:
+            params[key] = value
+    params["split"] = _split_name(params["split"])
+    return name, params
+
+
+def resolve_data_uri(uri: str, cache_dir: str | Path, *, default_split: str = "train") -> Path:
+    """Generate the dataset a ``synthetic://`` URI names as a jsonl file in ``cache_dir`` and return its path.
+
+    ``synthetic://arithmetic_sft?n=2000&seed=0&split=train`` (parameters: ``n``, ``seed``, ``split``,
+    ``max_operand``, ``ops``; ``split`` defaults to ``default_split``). The file name is derived from the
+    generator, its version and every parameter, so resolving the same URI again returns the existing file, and
+    the file is written to a temporary name and renamed, so a reader never sees a partial file.
+    """
+    name, params = _parse_uri(uri, default_split)
+    canonical = json.dumps({"name": name, "version": _GENERATOR_VERSION, **params}, sort_keys=True)
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:12]
+    cache = Path(cache_dir).expanduser()
+    path = cache / f"{name}-{params['split']}-n{params['n']}-seed{params['seed']}-{digest}.jsonl"
+    if path.exists():
+        return path
+    rows = SYNTHETIC_GENERATORS[name](
+        params["n"], params["seed"], split=params["split"], max_operand=params["max_operand"], ops=params["ops"]
+    )
+    cache.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

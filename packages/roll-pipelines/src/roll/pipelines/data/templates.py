@@ -1,0 +1,125 @@
+"""Turn rows into text pieces, each marked as a training target or not, with or without a chat template.
+
+Working on text pieces (tokenized one by one) instead of token offsets keeps the prompt/target boundary exact
+for any tokenizer. With ChatML-style templates every boundary falls on a special token, so the token sequence is
+the same as tokenizing the whole conversation at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from roll.pipelines.data.args import DataArgs
+from roll.pipelines.data.errors import DataError
+from roll.runtime.errors import ConfigError
+
+__all__ = [
+    "Piece",
+    "chat_pieces",
+    "has_chat_template",
+    "pieces_to_ids",
+    "render_chat",
+    "tokenize_text",
+    "uses_chat_template",
+    "with_system",
+]
+
+Piece = tuple[str, bool]  # (text, is_target)
+Message = dict[str, Any]
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether the tokenizer carries a chat template."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def uses_chat_template(tokenizer: Any, args: DataArgs) -> bool:
+    """Whether rows are formatted with the chat template: asked for, and the tokenizer has one.
+
+    Chat rows (``messages_key``) cannot be formatted without a template, so they raise ``ConfigError`` instead.
+    """
+    if args.apply_chat_template and has_chat_template(tokenizer):
+        return True
+    if args.messages_key is not None:
+        reason = "apply_chat_template is false" if not args.apply_chat_template else "the tokenizer has no template"
+        raise ConfigError(
+            f"data_args.messages_key={args.messages_key!r} needs a chat template but {reason}; use a tokenizer with "
+            f"a chat template and apply_chat_template: true, or switch to prompt/response columns"
+        )
+    return False
+
+
+def with_system(messages: Sequence[Message], system_prompt: str | None) -> list[Message]:
+    """``messages`` with ``system_prompt`` prepended, unless absent or the conversation has its own."""
+    messages = [dict(m) for m in messages]
+    if system_prompt is None or (messages and messages[0].get("role") == "system"):
+        return messages
+    return [{"role": "system", "content": system_prompt}, *messages]
+
+
+def render_chat(tokenizer: Any, messages: Sequence[Message], *, add_generation_prompt: bool = False) -> str:
+    """The chat template applied to ``messages`` as text ("" for no messages)."""
+    if not messages:
+        return ""
+    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+def _suffix(longer: str, prefix: str, where: str, turn: int) -> str:
+    if not longer.startswith(prefix):
+        raise DataError(
+            f"{where}: the chat template renders turn {turn} by changing earlier text, so the trained tokens "
+            f"cannot be located; use a prefix-stable template (e.g. ChatML) or prompt/response columns"
+        )
+    return longer[len(prefix) :]
+
+
+def _split_after_eos(text: str, eos: str | None) -> tuple[str, str]:
+    """Split an assistant turn after its last end-of-sequence marker: (target, trailing non-target)."""
+    if not eos:
+        return text, ""
+    end = text.rfind(eos)
+    if end < 0:
+        return text, ""
+    end += len(eos)
+    return text[:end], text[end:]
+
+
+def chat_pieces(tokenizer: Any, messages: Sequence[Message], *, where: str = "row") -> list[Piece]:
+    """Pieces of a conversation where exactly the assistant turns are targets.
+
+    An assistant turn's target is what the template adds after the generation prompt, up to and including
+    the end-of-sequence text (so the model learns to stop); the generation prompt and any text after the
+    end-of-sequence marker (e.g. a newline) are not targets.
+    """
+    pieces: list[Piece] = []
+    rendered = ""
+    for k, message in enumerate(messages):
+        full = render_chat(tokenizer, messages[: k + 1])
+        if message["role"] != "assistant":
+            pieces.append((_suffix(full, rendered, where, k), False))
+        elif k == 0:
+            raise DataError(f"{where}: the conversation starts with an assistant turn; it needs a prompt before it")
+        else:
+            prefix = render_chat(tokenizer, messages[:k], add_generation_prompt=True)
+            pieces.append((_suffix(prefix, rendered, where, k), False))
+            target, rest = _split_after_eos(_suffix(full, prefix, where, k), tokenizer.eos_token)
+            pieces.extend([(target, True), (rest, False)])
+        rendered = full
+    return [(text, is_target) for text, is_target in pieces if text]
+
+
+def tokenize_text(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of ``text`` with no special tokens added (templates and pieces already carry them)."""
+    return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+
+def pieces_to_ids(tokenizer: Any, pieces: Sequence[Piece]) -> tuple[list[int], list[bool]]:
+    """Tokenize each piece and concatenate: (input_ids, is_target per token)."""
+    ids: list[int] = []
+    targets: list[bool] = []
+    for text, is_target in pieces:
+        piece_ids = tokenize_text(tokenizer, text)
+        ids.extend(piece_ids)
+        targets.extend([is_target] * len(piece_ids))
+    return ids, targets

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from roll.pipelines.checkpoint import CheckpointManager, PipelineState
+from roll.runtime import ConfigError
+
+
+def test_commit_is_atomic_and_latest_wins(tmp_path):
+    manager = CheckpointManager(tmp_path / "ckpt", max_to_keep=2)
+    for step in (1, 2, 3):
+        folder = manager.begin(step)
+        (folder / "role").mkdir()
+        (folder / "role" / "weights.bin").write_bytes(b"x" * step)
+        manager.commit(step, PipelineState(step=step, data_state={"cursor": step * 10}))
+    assert [p.name for p in manager.complete()] == ["step-00000002", "step-00000003"]
+    assert (tmp_path / "ckpt" / "latest").read_text() == "step-00000003"
+    assert manager.resolve("auto").name == "step-00000003"
+    state = manager.load_state(manager.resolve("auto"))
+    assert state.step == 3 and state.data_state == {"cursor": 30}
+
+
+def test_a_crash_mid_save_leaves_the_last_good_checkpoint(tmp_path):
+    manager = CheckpointManager(tmp_path, max_to_keep=3)
+    manager.begin(5)
+    manager.commit(5, PipelineState(step=5))
+    half_written = manager.begin(6)
+    (half_written / "partial").write_text("interrupted")
+    # Process dies here. A new run sees only step 5 and removes the leftovers.
+    assert manager.resolve("auto").name == "step-00000005"
+    assert [p.name for p in manager.clean_incomplete()] == [".tmp-step-00000006"]
+    assert not half_written.exists()
+
+
+def test_resolve_rejects_incomplete_paths_and_accepts_false(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    assert manager.resolve(False) is None and manager.resolve("auto") is None
+    with pytest.raises(ConfigError, match="not a complete checkpoint"):
+        manager.resolve(str(tmp_path / "nope"))
+
+
+def test_driver_rng_is_restored(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    random.seed(1)
+    torch.manual_seed(1)
+    manager.begin(1)
+    manager.commit(1, PipelineState(step=1))
+    expected = (random.random(), torch.rand(1).item())
+    random.seed(99)
+    torch.manual_seed(99)
+    manager.load_state(manager.latest())
+    assert (random.random(), torch.rand(1).item()) == expected

@@ -1,0 +1,179 @@
+"""Pieces hf_infer plugs into ``transformers`` generate(): logits processors, a stop-string check, response cuts.
+
+Why hf_infer builds its own processor list instead of passing temperature/top_p/... to generate():
+``_RawLogProbRecorder`` must see the *raw* model logits, so it has to run before every other processor, and
+transformers appends user processors after the ones it builds itself. hf_infer therefore asks transformers for
+no processor at all and supplies the whole chain, in a known order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers.generation.logits_process import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+from transformers.generation.stopping_criteria import StoppingCriteria
+
+from roll.strategies.config import GenerationConfig
+
+__all__ = [
+    "RawLogProbRecorder",
+    "RepetitionPenalty",
+    "ResponseStopStrings",
+    "SampledRows",
+    "build_logits_processors",
+    "cut_responses",
+]
+
+
+class RawLogProbRecorder(LogitsProcessor):
+    """Records log p(sampled token) under softmax(raw_logits / temperature), holding one step of logits at a time.
+
+    The raw logits are what a later forward pass over prompt + response reproduces (``ops.log_probs_from_logits``
+    with the same temperature), so the rollout log-probs are comparable with the trainer's. Processed logits
+    (after top-k/top-p/min-p/penalties) are deliberately not used: they are -inf outside the kept set and the
+    trainer cannot recompute them. Step t's token is only known at step t+1 (it is then the last input id), so
+    each call gathers the previous step's log-prob; :meth:`finish` gathers the last one.
+    """
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self._pending: torch.Tensor | None = None
+        self._steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._pending is not None:
+            self._steps.append(self._pending.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        # A fresh tensor: later processors may not modify it, and the raw scores pass on unchanged.
+        self._pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, sequences: torch.Tensor, prompt_length: int) -> torch.Tensor:
+        """Log-probs (rows, response length) of ``sequences[:, prompt_length:]`` on the CPU, float32."""
+        length = sequences.shape[1] - prompt_length
+        if len(self._steps) < length and self._pending is not None:
+            last = sequences[:, prompt_length + len(self._steps)].unsqueeze(-1)
+            self._steps.append(self._pending.gather(-1, last).squeeze(-1))
+        self._pending = None
+        if not self._steps or length <= 0:
+            return torch.zeros((sequences.shape[0], max(length, 0)), dtype=torch.float32)
+        # transformers may run extra decode steps and drop their tokens afterwards: keep only kept tokens.
+        return torch.stack(self._steps[:length], dim=1).float().cpu()
+
+
+class RepetitionPenalty(LogitsProcessor):
+    """vLLM-style repetition penalty over prompt and generated tokens, ignoring each row's left padding.
+
+    Seen tokens' positive logits are divided by ``penalty`` and negative ones multiplied by it.
+    """
+
+    def __init__(self, penalty: float, pad_lengths: torch.Tensor) -> None:
+        self.penalty = penalty
+        self.pad_lengths = pad_lengths  # (rows,) leading padding columns of every row
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        valid = (positions.unsqueeze(0) >= self.pad_lengths.to(input_ids.device).unsqueeze(1)).to(torch.int32)
+        # scatter_add (not scatter_) so a pad id that is also a real token still counts as seen.
+        counts = torch.zeros(scores.shape, dtype=torch.int32, device=scores.device).scatter_add_(1, input_ids, valid)
+        penalized = torch.where(scores > 0, scores / self.penalty, scores * self.penalty)
+        return torch.where(counts > 0, penalized, scores)
+
+
+def build_logits_processors(
+    config: GenerationConfig, pad_lengths: torch.Tensor, recorder: RawLogProbRecorder | None
+) -> LogitsProcessorList:
+    """The full processor chain for ``config``: recorder, penalty, then (sampling only) the warpers."""
+    processors: list[Any] = []
+    if recorder is not None:
+        processors.append(recorder)
+    if config.repetition_penalty != 1.0:
+        processors.append(RepetitionPenalty(config.repetition_penalty, pad_lengths))
+    if not config.greedy:
+        if config.temperature != 1.0:
+            processors.append(TemperatureLogitsWarper(config.temperature))
+        if config.top_k > 0:
+            processors.append(TopKLogitsWarper(top_k=config.top_k))
+        if config.top_p < 1.0:
+            processors.append(TopPLogitsWarper(top_p=config.top_p))
+        if config.min_p > 0.0:
+            processors.append(MinPLogitsWarper(min_p=config.min_p))
+    return LogitsProcessorList(processors)
+
+
+class ResponseStopStrings(StoppingCriteria):
+    """Stops a row once its generated text (never the prompt) contains a stop string, as vLLM does.
+
+    Only a tail window of tokens is decoded each step: every token carries at least one byte, so a stop string
+    that the newest token completes lies within its UTF-8 length (plus margin) of the end. ``stop_lengths``
+    records, per row, the response length at which a stop string was first completed (0 = never).
+    """
+
+    def __init__(self, tokenizer: Any, stop_strings: Sequence[str], prompt_length: int, rows: int) -> None:
+        self.tokenizer = tokenizer
+        self.stop_strings = [s for s in stop_strings if s]
+        self.prompt_length = prompt_length
+        self.window = max((len(s.encode("utf-8")) for s in self.stop_strings), default=1) + 4
+        self.stop_lengths = torch.zeros(rows, dtype=torch.long)
+
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor | None, **kwargs: Any
+    ) -> torch.BoolTensor:
+        length = input_ids.shape[1] - self.prompt_length
+        if length > 0 and self.stop_strings:
+            start = max(self.prompt_length, input_ids.shape[1] - self.window)
+            tails = input_ids[:, start:].tolist()
+            for row, tail in enumerate(tails):
+                if self.stop_lengths[row] == 0:
+                    text = self.tokenizer.decode(tail, skip_special_tokens=False)
+                    if any(s in text for s in self.stop_strings):
+                        self.stop_lengths[row] = length
+        return (self.stop_lengths > 0).to(input_ids.device)
+
+
+@dataclass
+class SampledRows:
+    """Cut responses of one generate() call: token lists, their log-probs and finish reasons."""
+
+    responses: list[list[int]]
+    log_probs: list[list[float]]
+    finish_reasons: list[str]
+
+
+def cut_responses(
+    generated: torch.Tensor,
+    log_probs: torch.Tensor | None,
+    stop_token_ids: Sequence[int],
+    string_stop_lengths: torch.Tensor | None,
+) -> SampledRows:
+    """Cut each row of ``generated`` (rows, L) right after its first stop token or completed stop string.
+
+    The stopping token stays in the response; everything after it (padding, or tokens generated by rows that
+    transformers kept running) is dropped. Rows that never stopped finish with "length".
+    """
+    rows, length = generated.shape
+    cut = torch.full((rows,), length + 1, dtype=torch.long)  # length + 1 = no stop found
+    if stop_token_ids and length:
+        is_stop = torch.isin(generated, torch.tensor(list(stop_token_ids), dtype=generated.dtype))
+        first = is_stop.int().argmax(dim=1) + 1
+        cut = torch.where(is_stop.any(dim=1), torch.minimum(cut, first), cut)
+    if string_stop_lengths is not None:
+        cut = torch.where(string_stop_lengths > 0, torch.minimum(cut, string_stop_lengths), cut)
+    stopped = cut <= length
+    keep = torch.clamp(cut, max=length).tolist()
+    tokens = generated.tolist()
+    lps = log_probs.tolist() if log_probs is not None else [[] for _ in range(rows)]
+    return SampledRows(
+        responses=[row[:k] for row, k in zip(tokens, keep)],
+        log_probs=[row[:k] for row, k in zip(lps, keep)],
+        finish_reasons=["stop" if s else "length" for s in stopped.tolist()],
+    )
