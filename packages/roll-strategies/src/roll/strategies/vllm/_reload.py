@@ -1,0 +1,82 @@
+"""In-place weight reload, streamed bucket by bucket: functions run inside vLLM's workers via collective_rpc.
+
+vLLM's own ``reload_weights`` treats each call as a complete reload: a layer that receives only part of its
+checkpoint tensors in one call (e.g. ``q_proj`` without ``k_proj``/``v_proj``, both feeding the fused
+``qkv_proj``) is finalized with uninitialized memory in the missing part (measured: the model then emits
+token 0 only). Weight sync delivers buckets that cut through layers, so a sync is one reload spread over
+several calls instead: :func:`begin_reload` once, :func:`load_bucket` per bucket, :func:`finish_reload` once.
+vLLM buffers each layer's tensors until the layer is complete, then re-runs its post-load processing (CPU
+weight repacking, quantization), so no extra copy of the model is held.
+
+vLLM versions without the layerwise reload machinery fall back to calling ``model.load_weights`` per bucket,
+which is right for unquantized models whose layers keep no processed copy of their weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["begin_reload", "finish_reload", "load_bucket", "with_tied_lm_head"]
+
+
+def _layerwise() -> Any:
+    try:
+        from vllm.model_executor.model_loader import reload
+    except ImportError:
+        return None
+    return reload if hasattr(reload, "initialize_layerwise_reload") else None
+
+
+def begin_reload(worker: Any) -> list[str]:
+    """Prepare every layer to receive new weights; returns the model's parameter names (for a completeness check)."""
+    from vllm.config import set_current_vllm_config
+
+    model = worker.model_runner.get_model()
+    reload = _layerwise()
+    if reload is not None:
+        with set_current_vllm_config(worker.vllm_config):
+            reload.initialize_layerwise_reload(model)
+    return [name for name, _ in model.named_parameters()]
+
+
+def load_bucket(worker: Any, named_tensors: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
+    """Feed one bucket (HF names) to the model's loader; returns the vLLM parameter names it filled."""
+    from vllm.config import set_current_vllm_config
+
+    model = worker.model_runner.get_model()
+    with set_current_vllm_config(worker.vllm_config), torch.no_grad():
+        loaded = model.load_weights(iter(named_tensors))
+    return sorted(loaded or ())
+
+
+def finish_reload(worker: Any) -> None:
+    """Process the layers still waiting (attention, partly loaded ones) and drop caches built on old weights."""
+    from vllm.config import set_current_vllm_config
+
+    runner = worker.model_runner
+    reload = _layerwise()
+    if reload is not None:
+        with set_current_vllm_config(worker.vllm_config):
+            reload.finalize_layerwise_reload(runner.get_model(), worker.vllm_config.model_config)
+    # The same resets vLLM's reload_weights does after loading.
+    for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):
+        method = getattr(runner, reset, None)
+        if method is not None:
+            method()
+
+
+def with_tied_lm_head(named_tensors: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
+    """Add ``lm_head.weight`` next to the input embedding when the bucket has the embedding but not the head.
+
+    With tied embeddings vLLM's ``lm_head`` layer shares the embedding's parameter but is reloaded as a layer of
+    its own: it keeps its old processed weights (e.g. the CPU GEMM's packed copy) unless it is fed too. Trainers
+    usually send the embedding only (``named_parameters`` lists a tied tensor once).
+    """
+    if any(name == "lm_head.weight" for name, _ in named_tensors):
+        return named_tensors
+    # HF names the input embedding "<prefix>embed_tokens.weight" in Llama-style models (Qwen, Mistral, ...).
+    embedding = next((tensor for name, tensor in named_tensors if name.endswith("embed_tokens.weight")), None)
+    return named_tensors if embedding is None else [*named_tensors, ("lm_head.weight", embedding)]

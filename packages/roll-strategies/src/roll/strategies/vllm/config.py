@@ -1,0 +1,90 @@
+"""Settings of the ``vllm`` backend (pydantic only: validating them never imports vLLM)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from roll.runtime import RollModel
+
+__all__ = ["MANAGED_ENGINE_KWARGS", "VllmConfig"]
+
+# Engine arguments the strategy sets itself (from ModelArgs or a field below). ``engine_kwargs`` may not repeat
+# them, so every setting has exactly one place; the value says where to set it instead.
+MANAGED_ENGINE_KWARGS: dict[str, str] = {
+    "model": "model_args.model_name_or_path",
+    "tokenizer": "model_args.tokenizer_name_or_path",
+    "dtype": "model_args.dtype",
+    "trust_remote_code": "model_args.trust_remote_code",
+    "tensor_parallel_size": "strategy_config.tensor_parallel_size",
+    "pipeline_parallel_size": "strategy_config.pipeline_parallel_size",
+    "gpu_memory_utilization": "strategy_config.gpu_memory_utilization",
+    "max_model_len": "strategy_config.max_model_len",
+    "max_num_seqs": "strategy_config.max_num_seqs",
+    "enforce_eager": "strategy_config.enforce_eager",
+    "enable_prefix_caching": "strategy_config.enable_prefix_caching",
+    "enable_sleep_mode": "strategy_config.enable_sleep_mode",
+    "seed": "strategy_config.seed",
+    "load_format": "strategy_config.load_format",
+    "kv_cache_memory_bytes": "strategy_config.kv_cache_space_gb (CPU) or gpu_memory_utilization (GPU)",
+    # rollout_log_probs must be log-probs of the distribution actually sampled from; see strategy.py.
+    "logprobs_mode": "nothing: the strategy needs 'processed_logprobs'",
+}
+
+
+class VllmConfig(RollModel):
+    """How the ``vllm`` backend builds its engine (one ``vllm.LLM`` per worker, owning TP x PP devices)."""
+
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0.0, le=1.0, description="Fraction of each GPU vLLM may use (weights + KV cache)."
+    )
+    max_model_len: int | None = Field(default=None, ge=2, description="Prompt + response tokens; None: the model's.")
+    max_num_seqs: int | None = Field(default=None, ge=1, description="Sequences decoded together; None: vLLM's.")
+    enforce_eager: bool | None = Field(
+        default=None, description="Disable CUDA graphs / torch.compile. None: True on CPU, False on GPU."
+    )
+    enable_prefix_caching: bool = True
+    kv_cache_space_gb: int = Field(default=2, ge=1, description="KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE).")
+    enable_sleep_mode: bool = Field(default=False, description="Let offload_states free GPU memory (CUDA only).")
+    sleep_level: Literal[1, 2] = Field(
+        default=1, description="1: weights to host memory, KV cache dropped; 2: both dropped (next sync refills)."
+    )
+    seed: int = Field(default=0, description="Engine seed; requests without a seed sample from its generator.")
+    in_process: bool | None = Field(
+        default=None,
+        description="Run the engine core inside the worker process. None: True, because weight sync hands "
+        "tensors to the engine directly; False disables update_weights.",
+    )
+    load_format: str = Field(default="auto", description="'auto', 'safetensors', 'dummy' (weights come by sync)...")
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Any other vllm.LLM / EngineArgs keyword arguments."
+    )
+
+    @field_validator("load_format")
+    @classmethod
+    def _check_load_format(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("load_format is empty; use 'auto' (or 'dummy' when weights arrive by weight sync)")
+        return value
+
+    @field_validator("engine_kwargs")
+    @classmethod
+    def _check_engine_kwargs(cls, value: dict[str, Any]) -> dict[str, Any]:
+        clashes = sorted(set(value) & set(MANAGED_ENGINE_KWARGS))
+        if clashes:
+            where = "; ".join(f"{key}: set {MANAGED_ENGINE_KWARGS[key]}" for key in clashes)
+            raise ValueError(f"engine_kwargs must not set {clashes} (the strategy sets them) - {where}")
+        return value
+
+    @property
+    def devices_per_worker(self) -> int:
+        """Devices one engine owns: tensor-parallel x pipeline-parallel size."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def engine_in_process(self) -> bool:
+        """Whether the engine core runs in the worker process (``in_process`` with its default resolved)."""
+        return True if self.in_process is None else self.in_process
