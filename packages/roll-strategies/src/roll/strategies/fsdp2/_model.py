@@ -1,0 +1,162 @@
+"""Process group, device mesh, model loading (optionally with LoRA) and FSDP2 sharding."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from roll.runtime import ConfigError, MissingExtraError
+from roll.strategies.base import StrategyError
+
+if TYPE_CHECKING:
+    from roll.strategies.config import ModelArgs
+    from roll.strategies.fsdp2.config import Fsdp2Config
+
+logger = logging.getLogger(__name__)
+
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def pick_device(local_rank: int) -> torch.device:
+    """The worker's accelerator (the runtime makes exactly its own devices visible), or the CPU."""
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def init_process_group(config: Fsdp2Config, device: torch.device, rank: int, world_size: int) -> None:
+    """Create the default process group from the runtime's env (RANK, WORLD_SIZE, MASTER_ADDR/PORT) once."""
+    if dist.is_initialized():
+        if dist.get_world_size() != world_size:
+            raise StrategyError(
+                f"a torch.distributed group of {dist.get_world_size()} ranks already exists in this process, but the "
+                f"worker has world_size={world_size}; run one FSDP2 role per process"
+            )
+        return
+    backend = config.backend or ("cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo")
+    timeout = timedelta(seconds=config.process_group_timeout_s)
+    if world_size == 1 and "MASTER_ADDR" not in os.environ:
+        # A single in-process worker (tests, notebooks) needs no rendezvous port.
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    else:
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout)
+    logger.info("initialized torch.distributed (%s) rank %d/%d", backend, rank, world_size)
+
+
+def build_mesh(config: Fsdp2Config, device: torch.device, world_size: int) -> DeviceMesh:
+    """1-D shard mesh, or a 2-D (replicate, shard) mesh for HSDP when ``fsdp_size`` < world size."""
+    fsdp_size = config.fsdp_size or world_size
+    if fsdp_size > world_size or world_size % fsdp_size:
+        raise StrategyError(
+            f"strategy_config.fsdp_size={fsdp_size} must divide the role's world size {world_size}; "
+            f"choose a divisor of {world_size} or null"
+        )
+    if fsdp_size == world_size:
+        return init_device_mesh(device.type, (world_size,), mesh_dim_names=("shard",))
+    return init_device_mesh(device.type, (world_size // fsdp_size, fsdp_size), mesh_dim_names=("replicate", "shard"))
+
+
+def set_seed(seed: int) -> None:
+    """Seed every generator so all ranks build identical LoRA adapters and draw identical dropout masks."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def resolve_dtypes(config: Fsdp2Config, model_args: ModelArgs, device: torch.device) -> tuple[torch.dtype, torch.dtype]:
+    """(compute dtype, gradient reduction dtype). CPUs compute in float32 unless param_dtype asks otherwise."""
+    default = model_args.dtype if device.type == "cuda" else "float32"
+    return DTYPES[config.param_dtype or default], DTYPES[config.reduce_dtype or "float32"]
+
+
+def load_tokenizer(model_args: ModelArgs) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_args.tokenizer_path, trust_remote_code=model_args.trust_remote_code)
+
+
+def load_model(model_args: ModelArgs, dtype: torch.dtype, *, train: bool) -> nn.Module:
+    """The HF causal LM on the CPU in ``dtype`` (fully_shard moves it to the device shard by shard)."""
+    from transformers import AutoModelForCausalLM
+
+    if not model_args.model_name_or_path:
+        raise ConfigError("model_args.model_name_or_path is not set; point it at a local HF model folder")
+    kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": model_args.trust_remote_code}
+    if model_args.attn_implementation:
+        kwargs["attn_implementation"] = model_args.attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, **kwargs)
+    model.config.use_cache = False
+    if train and model_args.gradient_checkpointing:
+        # Non-reentrant checkpointing works with frozen inputs (LoRA) and with FSDP2's hooks.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if not train:
+        model.requires_grad_(False)
+    return model
+
+
+def apply_lora(model: nn.Module, model_args: ModelArgs) -> nn.Module:
+    """Wrap ``model`` with LoRA adapters (peft); only the adapters stay trainable."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:
+        raise MissingExtraError("LoRA training with fsdp2_train", "roll-strategies", "fsdp2", cause=str(e)) from e
+    lora = LoraConfig(
+        r=model_args.lora_rank,
+        lora_alpha=model_args.lora_alpha,
+        lora_dropout=model_args.lora_dropout,
+        target_modules=model_args.lora_target_modules,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
+
+
+def hf_model(model: nn.Module) -> nn.Module:
+    """The transformers model inside a (possibly peft-wrapped) module."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def shard_model(
+    model: nn.Module,
+    mesh: DeviceMesh,
+    config: Fsdp2Config,
+    *,
+    param_dtype: torch.dtype,
+    reduce_dtype: torch.dtype,
+) -> nn.Module:
+    """``fully_shard`` each decoder layer, then the root (embeddings, final norm, LM head)."""
+    base = hf_model(model)
+    names = set(config.wrap_modules or getattr(base, "_no_split_modules", None) or [])
+    layers = [m for m in base.modules() if type(m).__name__ in names]
+    if not layers:
+        raise StrategyError(
+            f"no module of {type(base).__name__} is a {sorted(names) or 'decoder layer class'}; set "
+            "strategy_config.wrap_modules to the class names of its decoder layers"
+        )
+    mp_policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    for layer in layers:
+        fully_shard(layer, mesh=mesh, reshard_after_forward=config.reshard_after_forward, mp_policy=mp_policy)
+    # None lets FSDP keep the root gathered between forward and backward (it is needed again at once).
+    fully_shard(
+        model, mesh=mesh, reshard_after_forward=None if config.reshard_after_forward else False, mp_policy=mp_policy
+    )
+    return model
+
+
+def reshard(model: nn.Module) -> None:
+    """Return every FSDP unit to its sharded state (so parameters are DTensors again)."""
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()

@@ -1,0 +1,284 @@
+"""FSDP2 strategies: data-parallel training with sharded parameters, and sharded reference-model forwards.
+
+Every rank holds 1/fsdp_size of each parameter (``fully_shard`` per decoder layer, then the root); the ranks of a
+role form one data-parallel group. All forward/backward passes are collectives, so every rank runs the same
+number of micro-batches: a rank with fewer rows repeats one of its micro-batches with zero weight.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from roll.protocol import DataProto, RankInfo
+from roll.strategies.base import ForwardFunc, InferenceStrategy, LossFunc, OffloadTarget, StrategyError, TrainStrategy
+from roll.strategies.fsdp2 import _model
+from roll.strategies.fsdp2._checkpoint import export_hf_folder, load_training_state, save_training_state
+from roll.strategies.fsdp2._optim import build_optimizer, build_scheduler
+from roll.strategies.fsdp2._weights import iter_full_weights, load_full_weights
+from roll.strategies.fsdp2.config import Fsdp2Config
+from roll.strategies.ops import position_ids_from_attention_mask
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Fsdp2InferStrategy", "Fsdp2TrainStrategy"]
+
+
+class _Fsdp2Model(InferenceStrategy):
+    """Loading, sharding and micro-batched forward passes shared by both FSDP2 strategies."""
+
+    config: Fsdp2Config
+    model: torch.nn.Module
+
+    def _load(self, *, train: bool) -> None:
+        """Join the process group, load tokenizer and model (LoRA-wrapped when training with lora_rank), shard it."""
+        worker = self.worker
+        self.device = _model.pick_device(worker.local_rank)
+        _model.init_process_group(self.config, self.device, worker.rank, worker.world_size)
+        self.mesh = _model.build_mesh(self.config, self.device, worker.world_size)
+        # No tensor/pipeline parallelism: every rank is its own data-parallel rank.
+        worker.set_rank_info(
+            RankInfo(rank=worker.rank, world_size=worker.world_size, dp_rank=worker.rank, dp_size=worker.world_size)
+        )
+        _model.set_seed(self.worker_config.training_args.seed)
+        self.compute_dtype, reduce_dtype = _model.resolve_dtypes(self.config, self.model_args, self.device)
+        self.tokenizer = _model.load_tokenizer(self.model_args)
+        # Training keeps float32 master weights (the optimizer updates them); FSDP casts them to compute dtype.
+        model = _model.load_model(self.model_args, torch.float32 if train else self.compute_dtype, train=train)
+        self.hf_config = model.config
+        self.generation_config = getattr(model, "generation_config", None)
+        if self.model_args.lora_rank > 0:
+            if train:
+                model = _model.apply_lora(model, self.model_args)
+            else:
+                logger.info("fsdp2_infer runs the base model; lora_rank=%d is ignored", self.model_args.lora_rank)
+        self.model = _model.shard_model(
+            model, self.mesh, self.config, param_dtype=self.compute_dtype, reduce_dtype=reduce_dtype
+        )
+
+    @property
+    def dp_size(self) -> int:
+        return self.worker.world_size
+
+    def _all_reduce(self, values: list[float], op: dist.ReduceOp) -> list[float]:
+        """Reduce a few numbers over the data-parallel group (a no-op on one rank)."""
+        if self.dp_size == 1:
+            return values
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor, op=op)
+        return tensor.tolist()
+
+    def _num_micro_batches(self, local: int) -> int:
+        """The largest number of micro-batches any rank has: every rank must run that many forward passes."""
+        return int(self._all_reduce([float(local)], dist.ReduceOp.MAX)[0])
+
+    def _model_inputs(self, micro: DataProto) -> dict[str, torch.Tensor]:
+        if "input_ids" not in micro.batch.keys():
+            raise StrategyError(f"{self.strategy_name} needs an 'input_ids' tensor; the batch has {micro.keys()}")
+        input_ids = micro.batch["input_ids"]
+        keys = micro.batch.keys()
+        mask = micro.batch["attention_mask"] if "attention_mask" in keys else torch.ones_like(input_ids)
+        # Without explicit positions, skip left padding the way generation does.
+        positions = micro.batch["position_ids"] if "position_ids" in keys else position_ids_from_attention_mask(mask)
+        return {
+            "input_ids": input_ids.to(self.device),
+            "attention_mask": mask.to(self.device),
+            "position_ids": positions.to(self.device),
+        }
+
+    def _logits(self, micro: DataProto) -> torch.Tensor:
+        """float32 logits (b, T, V) of one micro-batch."""
+        return self.model(**self._model_inputs(micro), use_cache=False).logits.float()
+
+    def _dummy_micro(self) -> DataProto:
+        """A one-token batch for ranks that ran out of rows but must join the collectives."""
+        ids = torch.zeros(1, 1, dtype=torch.long)
+        return DataProto.from_dict({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+
+    def forward_step(self, batch: DataProto, forward_func: ForwardFunc) -> dict[str, torch.Tensor]:
+        """Micro-batches of ``infer_batch_size`` rows without gradients; outputs concatenated on the CPU."""
+        self.model.eval()
+        micros = batch.split(self.worker_config.infer_batch_size) if len(batch) else []
+        outputs: dict[str, list[torch.Tensor]] = {}
+        with torch.no_grad():
+            for index in range(self._num_micro_batches(len(micros))):
+                if index >= len(micros):
+                    self._logits(micros[-1] if micros else self._dummy_micro())
+                    continue
+                logits = self._logits(micros[index])
+                for key, value in forward_func(micros[index], logits).items():
+                    outputs.setdefault(key, []).append(value.detach().cpu())
+                del logits
+        return {key: torch.cat(values) for key, values in outputs.items()}
+
+    def _move_model(self, device: torch.device) -> None:
+        if self.device.type == "cuda":
+            _model.reshard(self.model)
+            self.model.to(device)
+
+
+class Fsdp2InferStrategy(_Fsdp2Model):
+    """``fsdp2_infer``: a sharded model for forward passes only (e.g. the reference policy)."""
+
+    strategy_name = "fsdp2_infer"
+    config: Fsdp2Config
+
+    def initialize(self) -> None:
+        self._load(train=False)
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load full tensors (every rank receives the same ones) into this rank's shards."""
+        load_full_weights(self.model, named_tensors)
+
+    def offload_states(self, include: Iterable[OffloadTarget] | None = None) -> None:
+        if include is None or OffloadTarget.MODEL_PARAMS in set(include):
+            self._move_model(torch.device("cpu"))
+
+    def load_states(self, include: Iterable[OffloadTarget] | None = None) -> None:
+        if include is None or OffloadTarget.MODEL_PARAMS in set(include):
+            self._move_model(self.device)
+
+    def shutdown(self) -> None:
+        self.model = None  # type: ignore[assignment]
+        gc.collect()
+
+
+class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
+    """``fsdp2_train``: AdamW on float32 master shards, mixed-precision compute, DCP checkpoints."""
+
+    strategy_name = "fsdp2_train"
+    config: Fsdp2Config
+
+    def initialize(self) -> None:
+        self._load(train=True)
+        args = self.worker_config.training_args
+        self.optimizer = build_optimizer(self.model, args)
+        self.scheduler = build_scheduler(self.optimizer, args)
+
+    # --- compute ----------------------------------------------------------------------------------------
+    def _global_counts(self, batch: DataProto, num_micros: int) -> tuple[int, int, int]:
+        """(global loss tokens, global rows, micro-batches every rank runs); fails on all ranks if one is empty."""
+        key = batch.meta_info.get("loss_mask_key")
+        if key is None:
+            tokens = len(batch)
+        elif key in batch.batch.keys():
+            tokens = int((batch.batch[key] != 0).sum())
+        else:
+            raise StrategyError(f"meta_info['loss_mask_key']={key!r} is not a tensor of the batch ({batch.keys()})")
+        total_tokens, total_rows = self._all_reduce([float(tokens), float(len(batch))], dist.ReduceOp.SUM)
+        most_micros, neg_fewest_rows = self._all_reduce([float(num_micros), -float(len(batch))], dist.ReduceOp.MAX)
+        if neg_fewest_rows >= 0:
+            raise StrategyError(
+                f"train_step got no rows on at least one of {self.dp_size} data-parallel ranks; give every rank at "
+                "least one row (the mini-batch must have at least as many rows as the role has workers)"
+            )
+        return int(total_tokens), int(total_rows), int(most_micros)
+
+    def train_step(self, batch: DataProto, loss_func: LossFunc) -> dict[str, float]:
+        """One optimizer step over the local rows of the mini-batch; see the base.py loss-normalization contract."""
+        self.model.train()
+        args = self.worker_config.training_args
+        micros = batch.split(args.per_device_train_batch_size) if len(batch) else []
+        num_tokens, num_seqs, num_steps = self._global_counts(batch, len(micros))
+        loss_sum = 0.0
+        metric_sums: dict[str, float] = {}
+        for index in range(num_steps):
+            real = index < len(micros)
+            micro = micros[index] if real else micros[-1]
+            micro.meta_info["global_num_tokens"] = num_tokens
+            micro.meta_info["global_num_seqs"] = num_seqs
+            loss, metrics = loss_func(micro, self._logits(micro))
+            # FSDP averages gradients over the dp group but the loss is already a share of the global loss.
+            (loss * (self.dp_size if real else 0.0)).backward()
+            if real:
+                loss_sum += float(loss.detach())
+                for name, value in metrics.items():
+                    metric_sums[name] = metric_sums.get(name, 0.0) + float(value)
+            del loss
+        grad_norm = self._clip_gradients(args.max_grad_norm)
+        lr = self.optimizer.param_groups[0]["lr"]
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        else:
+            logger.warning("skipping the optimizer step: the gradient norm is %s", grad_norm)
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        out = {name: total / len(micros) for name, total in metric_sums.items()}
+        out.update(loss=self._all_reduce([loss_sum], dist.ReduceOp.SUM)[0], grad_norm=grad_norm, lr=float(lr))
+        return out
+
+    def _clip_gradients(self, max_norm: float | None) -> float:
+        """Total gradient norm over all shards; gradients are scaled down to ``max_norm`` when it is set."""
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if not params:
+            return 0.0
+        if max_norm is None:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        return float(norm)
+
+    # --- weights out ------------------------------------------------------------------------------------
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return iter_full_weights(self.model, self.compute_dtype)
+
+    def _meta(self) -> dict[str, Any]:
+        return {
+            "world_size": self.worker.world_size,
+            "fsdp_size": self.config.fsdp_size or self.worker.world_size,
+            "lora_rank": self.model_args.lora_rank,
+        }
+
+    def save_checkpoint(self, path: str) -> None:
+        save_training_state(path, self.model, self.optimizer, self.scheduler, self._meta())
+
+    def load_checkpoint(self, path: str) -> None:
+        load_training_state(path, self.model, self.optimizer, self.scheduler, self._meta())
+
+    def export_hf(self, path: str) -> None:
+        export_hf_folder(
+            path,
+            self.named_weights(),
+            self.hf_config,
+            dtype=self.compute_dtype,
+            tokenizer=self.tokenizer,
+            generation_config=self.generation_config,
+            max_shard_size=self.config.export_max_shard_size,
+        )
+
+    # --- device memory ----------------------------------------------------------------------------------
+    def offload_states(self, include: Iterable[OffloadTarget] | None = None) -> None:
+        targets = set(OffloadTarget) if include is None else set(include)
+        if OffloadTarget.MODEL_PARAMS in targets:
+            self._move_model(torch.device("cpu"))
+        if OffloadTarget.OPTIMIZER_STATES in targets:
+            self._move_optimizer(torch.device("cpu"))
+
+    def load_states(self, include: Iterable[OffloadTarget] | None = None) -> None:
+        targets = set(OffloadTarget) if include is None else set(include)
+        if OffloadTarget.MODEL_PARAMS in targets:
+            self._move_model(self.device)
+        if OffloadTarget.OPTIMIZER_STATES in targets:
+            self._move_optimizer(self.device)
+
+    def _move_optimizer(self, device: torch.device) -> None:
+        if self.device.type != "cuda":
+            return  # states already live in host memory
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor) and key != "step":
+                    state[key] = value.to(device, non_blocking=True)
+        torch.cuda.synchronize(self.device)
+
+    def shutdown(self) -> None:
+        self.optimizer = None  # type: ignore[assignment]
+        self.scheduler = None
+        self.model = None  # type: ignore[assignment]
+        gc.collect()
