@@ -78,6 +78,12 @@ class BaseConfig(RollModel):
     def resolved_output_dir(self) -> Path:
         return Path(self.output_dir.replace("{exp_name}", self.exp_name)).expanduser()
 
+    def fill_training_steps(self, *roles: RoleConfig, updates_per_step: int = 1) -> None:
+        """Give LR schedules their length: optimizer steps = ``max_steps * updates_per_step`` unless set."""
+        for role in roles:
+            if role.training_args.max_steps is None:
+                object.__setattr__(role.training_args, "max_steps", self.max_steps * updates_per_step)
+
     def roles(self) -> dict[str, RoleConfig]:
         """The configured roles by field name (unset optional roles are skipped)."""
         return {name: value for name, value in self if isinstance(value, RoleConfig)}

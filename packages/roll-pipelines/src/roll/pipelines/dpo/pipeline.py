@@ -46,6 +46,7 @@ class DPOConfig(BaseConfig):
                 "actor_train.training_args.per_device_train_batch_size counts sequences and must be even "
                 "(a chosen/rejected pair stays in one micro-batch)"
             )
+        self.fill_training_steps(self.actor_train)
         return self
 
 

@@ -33,6 +33,7 @@ class SFTConfig(BaseConfig):
             raise ValueError("sft_train.data_args is required: set file_name (and eval_file_name for validation)")
         if self.sft_train.data_args.max_length is None:
             raise ValueError("sft_train.data_args.max_length is required (longest prompt + response, in tokens)")
+        self.fill_training_steps(self.sft_train)
         return self
 
 
