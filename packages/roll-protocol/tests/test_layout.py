@@ -7,7 +7,7 @@ import sys
 
 
 def test_roll_is_a_namespace_spanning_packages():
-    import roll
+    import roll  # pants: no-infer-dep
 
     assert getattr(roll, "__file__", None) is None
     assert len(list(roll.__path__)) >= 1

@@ -513,7 +513,7 @@ def _materialize(obj: Any, timeout: float | None) -> Any:
         return obj
     items = list(obj)
     if any(type(item).__name__ == "ObjectRef" for item in items):
-        import ray  # only needed for plain ObjectRefs; the package itself does not depend on ray
+        import ray  # pants: no-infer-dep (only for plain ObjectRefs; the package does not depend on ray)
 
         items = ray.get(items, timeout=timeout)
     out: list[Any] = []
