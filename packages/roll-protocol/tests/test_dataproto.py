@@ -252,3 +252,19 @@ def test_materialize_concat_accepts_results_and_materializable_objects(mixed):
     assert_same_rows(DataProto.materialize_concat(Pending(parts)), mixed)
     with pytest.raises(ProtocolError, match="expects DataProto"):
         DataProto.materialize_concat([1, 2])
+
+
+def test_concat_and_select_keep_exotic_dtypes_and_fall_back_for_autograd():
+    dp = DataProto.from_dict(
+        {
+            "bf16": torch.randn(5, 3).to(torch.bfloat16),
+            "flags": torch.tensor([True, False, True, True, False]),
+            "grad": torch.randn(5, 2, requires_grad=True),
+        }
+    )
+    joined = DataProto.concat(dp.chunk(2))
+    picked = dp.select_idxs([4, 0, 0])
+    for key in ("bf16", "flags"):
+        assert joined[key].dtype == dp[key].dtype and torch.equal(joined[key], dp[key])
+        assert torch.equal(picked[key], dp[key][[4, 0, 0]])
+    assert picked["grad"].requires_grad and torch.equal(picked["grad"], dp["grad"][[4, 0, 0]])

@@ -27,6 +27,7 @@ from roll.protocol._columns import (
     concat_columns,
 )
 from roll.protocol._serialization import pack_tensor, unpack_tensor
+from roll.protocol._tensor_ops import cat_rows, take_rows
 from roll.protocol.errors import ProtocolError
 
 Index = int | slice | Sequence[int] | np.ndarray | torch.Tensor
@@ -203,8 +204,7 @@ class DataProto:
     def select_idxs(self, idxs: Sequence[int] | Sequence[bool] | np.ndarray | torch.Tensor) -> DataProto:
         """Rows by integer indices (any order, repeats allowed) or by a boolean mask of length ``len(self)``."""
         index = _normalize_index(idxs, len(self))
-        index_t = torch.from_numpy(index)
-        batch = TensorDict({k: v.index_select(0, index_t) for k, v in self._batch.items()}, batch_size=[len(index)])
+        batch = TensorDict({k: take_rows(v, index) for k, v in self._batch.items()}, batch_size=[len(index)])
         return DataProto(batch, self._non_tensor._take(index), self.meta_info)
 
     def chunk(self, chunks: int) -> list[DataProto]:
@@ -241,7 +241,7 @@ class DataProto:
                     f"concat(): part {i} has keys {sorted(part.keys())} but part 0 has {sorted(first.keys())}"
                 )
         total = sum(len(p) for p in parts)
-        tensors = {k: torch.cat([p._batch[k] for p in parts]) for k in tensor_keys}
+        tensors = {k: cat_rows([p._batch[k] for p in parts]) for k in tensor_keys}
         batch = TensorDict(tensors, batch_size=[total]) if tensors else TensorDict({}, batch_size=[total])
         columns = NonTensorBatch._from_columns(
             {k: concat_columns(k, [p._non_tensor.column(k) for p in parts]) for k in column_keys}, total
@@ -381,10 +381,13 @@ class DataProto:
         return self
 
     def clone(self) -> DataProto:
-        """A deep copy: new tensor storage, new columns, a deep-copied meta_info."""
+        """A deep copy: new tensor storage, own columns, a deep-copied meta_info.
+
+        Arrow columns are immutable, so they are shared (compacted to this DataProto's rows), not copied.
+        """
         batch = TensorDict({k: v.clone() for k, v in self._batch.items()}, batch_size=[len(self)])
         columns = NonTensorBatch._from_columns(
-            {k: copy.deepcopy(self._non_tensor.column(k)) for k in self._non_tensor}, len(self)
+            {k: _copy_column(self._non_tensor.column(k)) for k in self._non_tensor}, len(self)
         )
         return DataProto(batch, columns, copy.deepcopy(self.meta_info))
 
@@ -443,6 +446,12 @@ class DataProto:
         both = set(self._batch.keys()) & set(self._non_tensor)
         if both:
             raise ProtocolError(f"keys {sorted(both)} are both tensors and non-tensor columns")
+
+
+def _copy_column(column: Any) -> Any:
+    if isinstance(column, np.ndarray):
+        return copy.deepcopy(column)
+    return compact_column(column)
 
 
 def _rebuild(length: int, tensors: dict[str, tuple], columns: dict[str, Any], meta_info: dict[str, Any]) -> DataProto:
