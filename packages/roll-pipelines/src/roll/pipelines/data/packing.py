@@ -21,6 +21,7 @@ import torch
 
 from roll.pipelines.data.encoding import IGNORE_INDEX
 from roll.pipelines.data.errors import DataError
+from roll.strategies import ops
 
 __all__ = ["pack_sft_examples", "packed_attention_mask"]
 
@@ -66,20 +67,7 @@ def pack_sft_examples(examples: Sequence[Mapping[str, Any]], max_length: int) ->
 
 
 def packed_attention_mask(segment_ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A (B, 1, T, T) additive attention mask: 0 where query t may attend key s, the dtype's minimum elsewhere.
-
-    Token t attends s iff s <= t and both are in the same segment (``segment_ids`` > 0). Padding tokens attend
-    only themselves, so no attention row is empty (an empty row would give NaN). Use the model's compute dtype:
-    eager attention adds the mask to the scores, which is why a boolean mask is not accepted there.
-    """
+    """The (B, 1, T, T) additive mask of packed rows (see :func:`roll.strategies.ops.packed_attention_mask`)."""
     if segment_ids.dim() != 2:
         raise DataError(f"segment_ids must be (batch, length), got shape {tuple(segment_ids.shape)}")
-    length = segment_ids.shape[-1]
-    causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
-    same = segment_ids[:, :, None] == segment_ids[:, None, :]
-    real = (segment_ids != 0)[:, :, None]
-    diagonal = torch.eye(length, dtype=torch.bool, device=segment_ids.device)
-    allowed = (causal & same & real) | diagonal
-    blocked = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=segment_ids.device)
-    zero = torch.zeros((), dtype=dtype, device=segment_ids.device)
-    return torch.where(allowed, zero, blocked)[:, None]
+    return ops.packed_attention_mask(segment_ids, dtype)

@@ -153,7 +153,7 @@ def make_audit_hook(workdir: str, read_roots: list[str], block_native: bool = Tr
                 _deny(f"filesystem ({'write' if writing else 'open'} {os.fsdecode(os.fspath(path))!r})")
         elif event.startswith("socket."):
             _deny(f"network ({event})")
-        elif event in _PROCESS_EVENTS:
+        elif event in _PROCESS_EVENTS and not (event == "os.kill" and args[0] == os.getpid()):
             _deny(f"process ({event})")
         elif block_native and (
             event.startswith("ctypes.") or (event == "import" and args[0].split(".")[0] in _NATIVE_MODULES)

@@ -45,31 +45,61 @@ class Collected:
     duration_s: float
 
 
+def _exited(pid: int) -> bool:
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # Python < 3.9 or a kernel before 5.3
+        return None
+
+
 def _read_until(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[bytearray, bytearray, str | None]:
+    """Read both pipes until the program exits (then drain what is buffered), the deadline passes or ``cap`` bytes
+    arrived. A process the program left behind may hold the pipes open, so EOF alone cannot end the run."""
     out, err = bytearray(), bytearray()
     buffers = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}  # type: ignore[union-attr]
+    pidfd = _pidfd(proc.pid)  # readable once the process exits; None: poll instead
+    exited = False
     with selectors.DefaultSelector() as selector:
         for stream in (proc.stdout, proc.stderr):
             selector.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
-        while selector.get_map():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return out, err, "timeout"
-            for key, _ in selector.select(remaining):
-                chunk = os.read(key.fd, 1 << 16)
-                if not chunk:
-                    selector.unregister(key.fileobj)
-                    continue
-                buffers[key.fd] += chunk
-                if len(out) + len(err) > cap:
-                    return out, err, "output"
+        if pidfd is not None:
+            selector.register(pidfd, selectors.EVENT_READ)
+        try:
+            while len(selector.get_map()) > (0 if pidfd is None or exited else 1):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return out, err, "timeout"
+                timeout = 0.0 if exited else (remaining if pidfd is not None else min(remaining, 0.05))
+                events = selector.select(timeout)
+                if exited and not events:
+                    break  # the program is gone and nothing more is buffered
+                for key, _ in events:
+                    if key.fd == pidfd:
+                        exited = True
+                        selector.unregister(pidfd)
+                        continue
+                    chunk = os.read(key.fd, 1 << 16)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        continue
+                    buffers[key.fd] += chunk
+                    if len(out) + len(err) > cap:
+                        return out, err, "output"
+                exited = exited or (pidfd is None and _exited(proc.pid))
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
     return out, err, None
 
 
 def _wait_exit(pid: int, deadline: float) -> str | None:
     """Wait (without reaping, so the process group id stays ours) until ``pid`` exits or the deadline passes."""
     delay = 0.001
-    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+    while not _exited(pid):
         if time.monotonic() >= deadline:
             return "timeout"
         time.sleep(delay)
@@ -82,13 +112,15 @@ def collect_output(proc: subprocess.Popen, timeout_s: float, cap: int) -> Collec
     its whole process group (stragglers included) and reap it."""
     start = time.monotonic()
     deadline = start + timeout_s
-    out, err, stop = _read_until(proc, deadline, cap)
-    if stop is None:
-        stop = _wait_exit(proc.pid, deadline)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # the leader is not reaped yet, so this group id cannot be reused
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    try:
+        out, err, stop = _read_until(proc, deadline, cap)
+        if stop is None:
+            stop = _wait_exit(proc.pid, deadline)
+    finally:  # also on an exception here (e.g. KeyboardInterrupt): never leave the program running
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the leader is not reaped yet, so this group id cannot be reused
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
     duration = time.monotonic() - start
     for stream in (proc.stdout, proc.stderr):
         if stream is not None:

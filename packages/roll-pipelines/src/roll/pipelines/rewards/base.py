@@ -37,7 +37,7 @@ REWARDS: Registry[type] = Registry("reward", entry_point_group="roll.rewards")
 REWARDS.register("math", "roll.pipelines.rewards.math:MathRewardWorker")
 REWARDS.register("code", "roll.pipelines.rewards.code:CodeSandboxRewardWorker")
 REWARDS.register("python", "roll.pipelines.rewards.python_fn:PythonFunctionRewardWorker")
-# "llm_judge" (a model-backed judge) is registered by the RLVR pipeline package, not here.
+# "llm_judge" (a model-backed LLM-as-judge worker) is to be registered here too, once it exists.
 
 ScoredRow = tuple[float, str]
 

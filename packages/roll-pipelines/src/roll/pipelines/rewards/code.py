@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from roll.pipelines.rewards.base import RewardWorker
-from roll.pipelines.rewards.sandbox import SandboxLimits, run_untrusted
+from roll.pipelines.rewards.sandbox import SandboxLimits, run_untrusted, sandbox_layers
 from roll.runtime import ConfigError
 
 __all__ = ["CODE_FALLBACKS", "CodeSandboxRewardWorker", "CodeTest", "code_score", "extract_code", "parse_test_cases"]
@@ -201,6 +201,8 @@ class CodeSandboxRewardWorker(RewardWorker):
             raise ConfigError(f"reward_kwargs.fallback must be one of {CODE_FALLBACKS}, got {kwargs['fallback']!r}")
         self.limits = SandboxLimits.from_mapping(kwargs["sandbox"])
         self.partial_credit = bool(kwargs["partial_credit"])
+        layers = sandbox_layers()  # probe now (once per process) rather than inside the first scoring call
+        self.logger.info("%s: code sandbox layers: %s", self.worker_name, layers)
 
     def score_row(self, row: dict[str, Any]) -> tuple[float, str]:
         tests = parse_test_cases(row.get("test_cases"), row.get("tests"))

@@ -34,9 +34,13 @@ In-process layer (defence in depth only)
       determined code (e.g. C extensions or tampering with the hook's state); the kernel layers are the boundary.
       With ``site_packages=True`` ctypes/cffi are allowed (packages such as numpy load them on import).
 
-Known limits: no cgroup is used, so memory is bounded per address space (RLIMIT_AS), not by RSS; without seccomp
-and as uid 0 nothing but the audit hook stops a fork bomb (NPROC does not apply to root); without Landlock and as
-uid 0 a program can read and write whatever root can; timing side channels and CPU contention are not addressed.
+Known limits: no cgroup is used, so memory is bounded per address space (RLIMIT_AS: raise ``memory_mb`` for
+packages that reserve much virtual memory, e.g. numpy's BLAS threads), not by RSS, and CPU contention between
+runs is not limited; no PID namespace is used (seccomp forbids children, and the process group is killed);
+concurrent runs share the sandbox uid, so RLIMIT_NPROC (which counts threads) is shared between them; without
+seccomp and as uid 0 only the audit hook stops a fork bomb (the kernel never applies RLIMIT_NPROC to root);
+without Landlock and as uid 0 a program can read and write whatever root can; kernel bugs and timing side
+channels are out of scope.
 """
 
 from __future__ import annotations
@@ -193,6 +197,13 @@ def _make_preexec(plan: _Plan, limits: SandboxLimits, workdir: str, ruleset: iso
     return setup
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:  # e.g. a real-time signal
+        return f"signal {number}"
+
+
 def _classify(rc: int, stdout: str, stderr: str, stop: str | None, cpu_used: float, limits: SandboxLimits):
     """(status, reason, stderr without the bootstrap's marker line) for a finished run."""
     marker = ""
@@ -216,17 +227,25 @@ def _classify(rc: int, stdout: str, stderr: str, stop: str | None, cpu_used: flo
     if rc == 0:
         return "ok", "", stderr
     if rc < 0:
-        return "error", f"killed by {signal.Signals(-rc).name}", stderr
+        return "error", f"killed by {_signal_name(-rc)}", stderr
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     return "error", (lines[-1][:200] if lines else f"exit code {rc}"), stderr
 
 
 def _remove_tree(path: str) -> None:
+    """Delete the working directory, even if the program removed its own write permissions; never raises."""
+
     def retry_writable(func: Any, failed: str, _exc: Any) -> None:
         os.chmod(os.path.dirname(failed), 0o700)
         func(failed)
 
-    shutil.rmtree(path, onerror=retry_writable)
+    try:
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=retry_writable)
+        else:
+            shutil.rmtree(path, onerror=retry_writable)
+    except OSError as e:
+        logger.warning("could not remove sandbox directory %s: %s", path, e)
 
 
 def _execute(plan: _Plan, code: str, stdin: str, limits: SandboxLimits, flags: dict[str, Any]) -> SandboxResult:
@@ -267,6 +286,8 @@ def _execute(plan: _Plan, code: str, stdin: str, limits: SandboxLimits, flags: d
                     pass_fds=(code_fd,),
                 )
             except (subprocess.SubprocessError, OSError) as e:
+                if not flags.get("self_test"):  # probes fail on purpose where a layer is missing
+                    logger.warning("sandbox setup failed (%s); the program did not run", e)
                 return SandboxResult("error", None, "", str(e), f"sandbox setup failed: {e}", 0.0)
         out = collect_output(proc, limits.timeout_s, limits.max_output_bytes)
         stdout = out.stdout.decode("utf-8", errors="replace")
@@ -337,7 +358,9 @@ def _plan() -> _Plan:
     with _probe_lock:
         if _probed is None:
             _probed = _probe()
-            logger.info("sandbox layers: %s", "; ".join(f"{k}: {v}" for k, v in _probed[1].items()))
+            summary = "; ".join(f"{k}: {v}" for k, v in _probed[1].items())
+            weak = any(v.startswith("unavailable") for v in _probed[1].values())
+            logger.log(logging.WARNING if weak else logging.INFO, "sandbox layers: %s", summary)
         return _probed[0]
 
 

@@ -1,0 +1,109 @@
+"""From scored samples to training targets: masks, reward shaping, KL, advantages, importance weights.
+
+Reads ``scores``, ``response_mask``, ``finish_reason``, ``group_index``, ``old_log_probs``, optionally
+``ref_log_probs``, ``values`` and ``rollout_log_probs``; writes ``token_level_rewards``, ``advantages``,
+``returns``, the training ``response_mask`` (truncated responses removed when ``mask_truncated``) and
+``is_weights`` (when ``tis_cap`` is set). All maths comes from :mod:`roll.pipelines.algorithms`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from roll.pipelines.algorithms import (
+    clip_rewards,
+    compute_advantages,
+    kl_penalty,
+    masked_mean,
+    normalize_scores,
+    overlong_penalty,
+    token_level_rewards_from_scores,
+    truncated_importance_weights,
+    whiten_and_clip_advantages,
+)
+from roll.pipelines.rlvr.config import RLVRConfig
+from roll.protocol import DataProto
+
+__all__ = ["compute_training_targets"]
+
+
+def _estimator_inputs(config: RLVRConfig, data, scores, token_rewards, mask) -> dict:
+    name = config.adv_estimator
+    if name == "gae":
+        return {
+            "token_level_rewards": token_rewards,
+            "values": data["values"],
+            "response_mask": mask,
+            "gamma": config.gamma,
+            "lam": config.lambd,
+        }
+    if name == "grpo":
+        return {
+            "scores": scores,
+            "response_mask": mask,
+            "group_index": data["group_index"],
+            "norm_by_std": config.norm_std,
+        }
+    if name == "reinforce_plus_plus":
+        return {"token_level_rewards": token_rewards, "response_mask": mask, "gamma": config.gamma}
+    return {"scores": scores, "response_mask": mask, "group_index": data["group_index"]}
+
+
+def compute_training_targets(batch: DataProto, config: RLVRConfig, kl_coef: float) -> dict[str, float]:
+    """Fill the training fields of ``batch`` in place; returns metrics (KL, masks, reward statistics)."""
+    data = batch.batch
+    response_mask = data["response_mask"].float()
+    lengths = response_mask.sum(-1)
+    truncated = torch.tensor(
+        [reason == "length" for reason in batch.non_tensor_batch["finish_reason"]], dtype=torch.bool
+    )
+    scores = data["scores"].float().clone()
+    metrics: dict[str, float] = {}
+    if config.overlong_buffer_len:
+        penalty = overlong_penalty(
+            lengths, config.response_length, config.overlong_buffer_len, config.overlong_penalty_factor
+        )
+        scores = scores + penalty
+        metrics["rollout/overlong_penalty"] = float(penalty.mean())
+    scores = clip_rewards(scores, config.reward_clip)
+    scores = normalize_scores(scores, data["group_index"], config.reward_norm)
+    kl = None
+    if "ref_log_probs" in data.keys():
+        kl = kl_penalty(data["old_log_probs"], data["ref_log_probs"], config.kl_penalty)
+        metrics["actor/kl"] = float(masked_mean(kl, response_mask))
+    if config.kl_in_reward and kl is not None:
+        token_rewards = token_level_rewards_from_scores(scores, response_mask, kl=kl, kl_coef=kl_coef)
+    else:
+        token_rewards = token_level_rewards_from_scores(scores, response_mask)
+    loss_mask = response_mask
+    if config.mask_truncated:
+        loss_mask = response_mask * (~truncated).float().unsqueeze(-1)
+    advantages, returns = compute_advantages(
+        config.adv_estimator, **_estimator_inputs(config, data, scores, token_rewards, response_mask)
+    )
+    advantages = whiten_and_clip_advantages(advantages, loss_mask, config.whiten_advantages, config.advantage_clip)
+    data["token_level_rewards"] = token_rewards
+    data["advantages"] = advantages * loss_mask
+    data["returns"] = returns
+    data["response_mask"] = loss_mask
+    if config.tis_cap is not None:
+        weights, tis_metrics = truncated_importance_weights(
+            data["old_log_probs"],
+            data["rollout_log_probs"],
+            loss_mask,
+            cap=config.tis_cap,
+            level=config.tis_level,
+            mode=config.tis_mode,
+        )
+        data["is_weights"] = weights
+        metrics.update({f"tis/{k}": v for k, v in tis_metrics.items()})
+    valid = loss_mask.sum(-1) > 0
+    metrics.update(
+        {
+            "rollout/truncated_frac": float(truncated.float().mean()),
+            "rollout/masked_samples": float((~valid).sum()),
+            "actor/advantage_mean": float(masked_mean(advantages, loss_mask)) if valid.any() else 0.0,
+            "actor/kl_coef": float(kl_coef),
+        }
+    )
+    return metrics

@@ -1,0 +1,194 @@
+"""Rollouts: prompts -> sampled responses -> rewards, with per-domain prompt mixing and dynamic sampling.
+
+Fields added to the generation output (see roll.strategies.base for the rest): ``response_text`` (decoded,
+special tokens removed), ``group_index`` (int64, the prompt a sample belongs to, unique within a step),
+``scores`` (float32 response-level reward) and ``reward_info`` (why).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from roll.pipelines.algorithms import zero_variance_group_mask
+from roll.pipelines.data import PromptCollator, StatefulBatchIterator
+from roll.protocol import DataProto
+from roll.runtime import Cluster, ConfigError
+from roll.strategies import GenerationConfig
+
+__all__ = ["PromptSource", "RolloutResult", "Rollouts", "split_by_domain"]
+
+logger = logging.getLogger(__name__)
+
+
+def _quotas(total: int, probs: dict[str, float]) -> dict[str, int]:
+    """Largest-remainder split of ``total`` by ``probs`` (sums exactly to ``total``)."""
+    norm = sum(probs.values())
+    raw = {k: total * v / norm for k, v in probs.items()}
+    out = {k: math.floor(v) for k, v in raw.items()}
+    for key in sorted(raw, key=lambda k: raw[k] - out[k], reverse=True)[: total - sum(out.values())]:
+        out[key] += 1
+    return out
+
+
+def split_by_domain(examples: list[dict[str, Any]], rewards: dict[str, Any]) -> dict[str, list[int]]:
+    """Example indices per reward domain by tag; an example whose tag no domain accepts is an error."""
+    owner = {tag: domain for domain, cfg in rewards.items() for tag in cfg.tag_included}
+    out: dict[str, list[int]] = {domain: [] for domain in rewards}
+    for i, example in enumerate(examples):
+        tag = example.get("tag")
+        if tag not in owner:
+            raise ConfigError(
+                f"prompt {i} has tag {tag!r}, which no reward domain accepts (tag_included of {sorted(rewards)}); "
+                f"add it to a domain's tag_included or fix the data"
+            )
+        out[owner[tag]].append(i)
+    return out
+
+
+class PromptSource:
+    """Endless, resumable batches of prompts, mixed across domains by ``domain_interleave_probs``."""
+
+    def __init__(
+        self,
+        examples: list[dict[str, Any]],
+        rewards: dict[str, Any],
+        probs: dict[str, float] | None,
+        collator: PromptCollator,
+        *,
+        batch_size: int,
+        seed: int,
+        shuffle: bool = True,
+    ) -> None:
+        self.examples = examples
+        self.collator = collator
+        by_domain = split_by_domain(examples, rewards)
+        if probs is None:
+            self.pools = {"all": list(range(len(examples)))}
+            self.quotas = {"all": batch_size}
+        else:
+            self.quotas = {k: v for k, v in _quotas(batch_size, probs).items() if v > 0}
+            self.pools = {k: by_domain[k] for k in self.quotas}
+            empty = [k for k, pool in self.pools.items() if not pool]
+            if empty:
+                raise ConfigError(
+                    f"domain_interleave_probs gives domains {empty} a share, but no prompt has their tags"
+                )
+        self.iterators = {
+            key: StatefulBatchIterator(len(pool), self.quotas[key], seed=seed + i, shuffle=shuffle, drop_last=False)
+            for i, (key, pool) in enumerate(self.pools.items())
+            if self.quotas[key] <= len(pool)
+        }
+        too_small = [k for k in self.pools if k not in self.iterators]
+        if too_small:
+            raise ConfigError(
+                f"rollout_batch_size asks {[self.quotas[k] for k in too_small]} prompts per step from {too_small}, "
+                f"which have only {[len(self.pools[k]) for k in too_small]}; lower rollout_batch_size or add prompts"
+            )
+
+    def next_batch(self) -> DataProto:
+        picked = []
+        for key, iterator in self.iterators.items():
+            indices = next(iterator)
+            while len(indices) < self.quotas[key]:  # the end of an epoch gave a short batch: top it up
+                indices = indices + next(iterator)[: self.quotas[key] - len(indices)]
+            picked += [self.examples[self.pools[key][i]] for i in indices]
+        return self.collator(picked)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {key: it.state_dict() for key, it in self.iterators.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key, it in self.iterators.items():
+            it.load_state_dict(state[key])
+
+
+@dataclass
+class RolloutResult:
+    batch: DataProto | None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Rollouts:
+    """Generates with ``actor_infer`` and scores with the reward clusters (one per domain)."""
+
+    def __init__(
+        self, actor_infer: Cluster, reward_clusters: dict[str, Cluster], rewards_cfg: dict[str, Any], tokenizer: Any
+    ) -> None:
+        self.actor_infer = actor_infer
+        self.reward_clusters = reward_clusters
+        self.owner = {tag: domain for domain, cfg in rewards_cfg.items() for tag in cfg.tag_included}
+        self.tokenizer = tokenizer
+        self._next_group = 0
+
+    def generate(self, prompts: DataProto, generation_config: GenerationConfig) -> DataProto:
+        n = generation_config.num_return_sequences
+        out = self.actor_infer.generate(prompts, generation_config)
+        groups = torch.arange(self._next_group, self._next_group + len(prompts)).repeat_interleave(n)
+        self._next_group += len(prompts)
+        out.batch["group_index"] = groups
+        responses = [row[mask.bool()].tolist() for row, mask in zip(out.batch["responses"], out.batch["response_mask"])]
+        out.non_tensor_batch["response_text"] = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        return out
+
+    def score(self, batch: DataProto) -> DataProto:
+        """Route each row to its domain's reward cluster by ``tag``; write ``scores`` and ``reward_info`` in order."""
+        tags = batch.non_tensor_batch["tag"]
+        scores = torch.zeros(len(batch), dtype=torch.float32)
+        info: list[str] = [""] * len(batch)
+        domains = np.array([self.owner.get(tag) for tag in tags], dtype=object)
+        if any(d is None for d in domains):
+            bad = sorted({str(t) for t, d in zip(tags, domains) if d is None})
+            raise ConfigError(f"samples with tags {bad} match no reward domain's tag_included")
+        pending = {}
+        for domain, cluster in self.reward_clusters.items():
+            rows = np.flatnonzero(domains == domain)
+            if len(rows):
+                pending[domain] = (rows, cluster.compute_rewards(batch.select_idxs(rows), blocking=False))
+        for rows, call in pending.values():
+            result = call.materialize()
+            scores[torch.from_numpy(rows)] = result.batch["scores"].float()
+            for row, text in zip(rows, result.non_tensor_batch["reward_info"]):
+                info[row] = text
+        batch.batch["scores"] = scores
+        batch.non_tensor_batch["reward_info"] = info
+        return batch
+
+    def collect(
+        self, source: PromptSource, generation_config: GenerationConfig, *, dynamic_sampling: bool, max_rounds: int
+    ) -> RolloutResult:
+        """One step's samples. With dynamic sampling, groups whose rewards all agree are dropped and more prompts
+        are generated (at most ``max_rounds`` rounds) until a full batch of informative groups is collected."""
+        target = sum(source.quotas.values())
+        n = generation_config.num_return_sequences
+        kept: list[DataProto] = []
+        kept_groups = rounds = generated_groups = 0
+        while kept_groups < target and rounds < max(1, max_rounds if dynamic_sampling else 1):
+            rounds += 1
+            batch = self.score(self.generate(source.next_batch(), generation_config))
+            generated_groups += len(batch) // n
+            if dynamic_sampling:
+                keep = zero_variance_group_mask(batch.batch["scores"], batch.batch["group_index"])
+                batch = batch.select_idxs(keep.numpy())
+            if len(batch):
+                kept.append(batch)
+                kept_groups += len(batch) // n
+        metrics = {"rollout/generation_rounds": float(rounds), "rollout/generated_groups": float(generated_groups)}
+        if not kept:
+            logger.warning("no informative groups after %d generation rounds: skipping this step's update", rounds)
+            return RolloutResult(None, {**metrics, "rollout/kept_groups": 0.0})
+        batch = DataProto.concat(kept)
+        surplus = max(0, kept_groups - target)
+        if surplus:
+            batch = batch.slice(0, target * n)
+        metrics.update(
+            {"rollout/kept_groups": float(min(kept_groups, target)), "rollout/surplus_groups_dropped": float(surplus)}
+        )
+        if dynamic_sampling and kept_groups < target:
+            logger.warning("dynamic sampling kept %d/%d groups after %d rounds", kept_groups, target, rounds)
+        return RolloutResult(batch, metrics)
