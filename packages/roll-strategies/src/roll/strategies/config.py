@@ -23,6 +23,9 @@ class ModelArgs(RollModel):
     tokenizer_name_or_path: str | None = Field(default=None, description="Defaults to model_name_or_path.")
     dtype: Dtype = Field(default="bfloat16", description="Parameter dtype; float32 on CPU unless it supports bf16.")
     attn_implementation: str | None = Field(default=None, description="e.g. 'sdpa', 'eager', 'flash_attention_2'.")
+    model_head: Literal["causal_lm", "value"] = Field(
+        default="causal_lm", description="'value' loads a one-output token-classification head (PPO critic)."
+    )
     gradient_checkpointing: bool = False
     trust_remote_code: bool = False
     lora_rank: int = Field(default=0, ge=0, description="0 disables LoRA.")

@@ -13,6 +13,7 @@ __all__ = [
     "entropy_from_logits",
     "language_model_loss",
     "log_probs_from_logits",
+    "packed_attention_mask",
     "position_ids_from_attention_mask",
     "response_logits",
     "topk_logits",
@@ -92,3 +93,23 @@ def response_logits(logits: torch.Tensor, response_length: int) -> torch.Tensor:
 def position_ids_from_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Positions that skip left padding: 0 at each row's first real token (padding positions get 0)."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def packed_attention_mask(segment_ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A (B, 1, T, T) additive mask for packed rows: 0 where query t may attend key s, the dtype's minimum elsewhere.
+
+    Token t attends s iff s <= t and both belong to the same segment (``segment_ids`` > 0, 0 = padding).
+    Padding tokens attend only themselves, so no attention row is empty (an empty row gives NaN). Use the
+    model's compute dtype: eager attention adds the mask to the scores, so a boolean mask would be wrong there.
+    """
+    if segment_ids.dim() != 2:
+        raise ValueError(f"segment_ids must be (batch, length), got shape {tuple(segment_ids.shape)}")
+    length = segment_ids.shape[-1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    real = (segment_ids != 0)[:, :, None]
+    diagonal = torch.eye(length, dtype=torch.bool, device=segment_ids.device)
+    allowed = (causal & same & real) | diagonal
+    blocked = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=segment_ids.device)
+    zero = torch.zeros((), dtype=dtype, device=segment_ids.device)
+    return torch.where(allowed, zero, blocked)[:, None]

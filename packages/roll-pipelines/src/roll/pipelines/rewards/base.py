@@ -100,6 +100,9 @@ class RewardWorker(Worker):
 
     default_kwargs: ClassVar[dict[str, Any]] = {}
     common_kwargs: ClassVar[dict[str, Any]] = {"num_workers": 2}
+    # Row fields the scorer needs; each inner tuple is satisfied by any one of its names. Pipelines check
+    # their prompts against it before starting, so a forgotten column fails at load time, not as zero rewards.
+    required_fields: ClassVar[tuple[tuple[str, ...], ...]] = ()
 
     def __init__(self, worker_config: Any) -> None:
         super().__init__(worker_config)

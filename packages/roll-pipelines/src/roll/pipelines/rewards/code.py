@@ -194,6 +194,8 @@ class CodeSandboxRewardWorker(RewardWorker):
     ``num_workers`` (rows scored in parallel, each test in its own sandbox process).
     """
 
+    required_fields = (("test_cases", "tests"),)
+
     default_kwargs = {"partial_credit": True, "fallback": "any_fence", "format_score": 0.0, "sandbox": None}
 
     def setup(self, kwargs: dict[str, Any]) -> None:

@@ -219,6 +219,8 @@ class MathRewardWorker(RewardWorker):
     ``require_boxed`` (False), ``fallback`` ("answer_phrase_or_last_number"), ``timeout_s`` (5.0).
     """
 
+    required_fields = (("ground_truth",),)
+
     default_kwargs = {
         "correct_score": 1.0,
         "wrong_score": 0.0,

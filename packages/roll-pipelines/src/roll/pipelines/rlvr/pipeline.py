@@ -26,7 +26,7 @@ from roll.pipelines.data import PromptCollator, load_task_rows, prepare_examples
 from roll.pipelines.rewards import resolve_reward_worker
 from roll.pipelines.rlvr.advantage import compute_training_targets
 from roll.pipelines.rlvr.config import RLVRConfig
-from roll.pipelines.rlvr.rollout import PromptSource, Rollouts
+from roll.pipelines.rlvr.rollout import PromptSource, Rollouts, check_reward_fields
 from roll.pipelines.rlvr.validation import validate_policy
 from roll.pipelines.rlvr.workers import ActorWorker, CriticWorker, InferWorker, PolicyWorker
 from roll.pipelines.tokenizers import load_tokenizer
@@ -64,6 +64,9 @@ class RLVRPipeline(BasePipeline):
             val_rows = load_task_rows(args, "prompt", split="eval")
             self.val_prompts, val_report = prepare_examples(val_rows, "prompt", self.tokenizer, args, name="eval")
             self.data_metrics.update(val_report.as_metrics("data/eval"))
+        workers = {domain: resolve_reward_worker(reward.reward_type) for domain, reward in cfg.rewards.items()}
+        check_reward_fields(self.train_prompts, cfg.rewards, workers)
+        check_reward_fields(self.val_prompts, cfg.rewards, workers)
         self.collator = PromptCollator(self.tokenizer.pad_token_id, cfg.prompt_length)
         self.prompts = PromptSource(
             self.train_prompts,

@@ -51,6 +51,20 @@ def split_by_domain(examples: list[dict[str, Any]], rewards: dict[str, Any]) -> 
     return out
 
 
+def check_reward_fields(examples: list[dict[str, Any]], rewards: dict[str, Any], worker_classes: dict[str, Any]) -> None:
+    """Every prompt carries the fields its domain's scorer needs (e.g. ground_truth for math)."""
+    for domain, indices in split_by_domain(examples, rewards).items():
+        needed = getattr(worker_classes[domain], "required_fields", ())
+        for i in indices:
+            for group in needed:
+                if not any(name in examples[i] for name in group):
+                    raise ConfigError(
+                        f"reward domain {domain!r} ({rewards[domain].reward_type}) needs a {' or '.join(group)!r} "
+                        f"field, but prompt {i} has only {sorted(examples[i])}; add the column to "
+                        f"actor_train.data_args.extra_keys (and to the data)"
+                    )
+
+
 class PromptSource:
     """Endless, resumable batches of prompts, mixed across domains by ``domain_interleave_probs``."""
 

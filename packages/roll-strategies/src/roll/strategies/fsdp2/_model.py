@@ -88,15 +88,22 @@ def load_tokenizer(model_args: ModelArgs) -> Any:
 
 
 def load_model(model_args: ModelArgs, dtype: torch.dtype, *, train: bool) -> nn.Module:
-    """The HF causal LM on the CPU in ``dtype`` (fully_shard moves it to the device shard by shard)."""
-    from transformers import AutoModelForCausalLM
+    """The HF causal LM (or value model) on the CPU in ``dtype`` (fully_shard moves it to the device shard by shard).
+
+    ``model_args.model_head == "value"`` loads the same backbone with a one-output token-classification head
+    (the PPO critic); its "logits" are then (b, T, 1) values.
+    """
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
     if not model_args.model_name_or_path:
         raise ConfigError("model_args.model_name_or_path is not set; point it at a local HF model folder")
     kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": model_args.trust_remote_code}
     if model_args.attn_implementation:
         kwargs["attn_implementation"] = model_args.attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, **kwargs)
+    if model_args.model_head == "value":
+        model = AutoModelForTokenClassification.from_pretrained(model_args.model_name_or_path, num_labels=1, **kwargs)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, **kwargs)
     model.config.use_cache = False
     if train and model_args.gradient_checkpointing:
         # Non-reentrant checkpointing works with frozen inputs (LoRA) and with FSDP2's hooks.

@@ -23,7 +23,7 @@ from roll.strategies.fsdp2._checkpoint import export_hf_folder, load_training_st
 from roll.strategies.fsdp2._optim import build_optimizer, build_scheduler
 from roll.strategies.fsdp2._weights import iter_full_weights, load_full_weights
 from roll.strategies.fsdp2.config import Fsdp2Config
-from roll.strategies.ops import position_ids_from_attention_mask
+from roll.strategies.ops import packed_attention_mask, position_ids_from_attention_mask
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,9 @@ class _Fsdp2Model(InferenceStrategy):
         mask = micro.batch["attention_mask"] if "attention_mask" in keys else torch.ones_like(input_ids)
         # Without explicit positions, skip left padding the way generation does.
         positions = micro.batch["position_ids"] if "position_ids" in keys else position_ids_from_attention_mask(mask)
+        if "segment_ids" in keys:
+            # Packed rows: several examples per row, each attending only to itself.
+            mask = packed_attention_mask(micro.batch["segment_ids"], self.compute_dtype)
         return {
             "input_ids": input_ids.to(self.device),
             "attention_mask": mask.to(self.device),
