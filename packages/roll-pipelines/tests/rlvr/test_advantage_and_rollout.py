@@ -1,0 +1,160 @@
+"""RLVR driver-side logic without Ray: training targets, prompt mixing, reward routing, config checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from roll.pipelines.algorithms import grpo_advantages, kl_penalty, rloo_advantages
+from roll.pipelines.data import PromptCollator
+from roll.pipelines.rewards import CodeSandboxRewardWorker, MathRewardWorker
+from roll.pipelines.rlvr.advantage import compute_training_targets
+from roll.pipelines.rlvr.config import RLVRConfig
+from roll.pipelines.rlvr.rollout import PromptSource, Rollouts, _quotas, check_reward_fields
+from roll.protocol import DataProto
+from roll.runtime import ConfigError
+
+ROLE = {"model_args": {"model_name_or_path": "tiny://nano"}, "strategy_args": {"strategy_name": "mock_infer"}}
+
+
+def make_config(**overrides) -> RLVRConfig:
+    data = {
+        "pipeline_cls": "rlvr",
+        "actor_train": {**ROLE, "data_args": {"file_name": "synthetic://arithmetic_prompts?n=8"}},
+        "actor_infer": {**ROLE, "generating_args": {"num_return_sequences": 2}},
+        "rewards": {"math": {"reward_type": "math"}},
+        "response_length": 4,
+        **overrides,
+    }
+    return RLVRConfig.model_validate(data)
+
+
+def scored_batch() -> DataProto:
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
+    torch.manual_seed(0)
+    return DataProto.from_dict(
+        {
+            "response_mask": mask,
+            "scores": torch.tensor([1.0, 0.0, 1.0, 1.0]),
+            "group_index": torch.tensor([0, 0, 1, 1]),
+            "old_log_probs": torch.randn(4, 4),
+            "ref_log_probs": torch.randn(4, 4),
+            "rollout_log_probs": torch.randn(4, 4),
+        },
+        {"finish_reason": ["stop", "length", "stop", "stop"]},
+    )
+
+
+def test_grpo_targets_match_the_estimator_and_mask_truncated_rows():
+    batch = scored_batch()
+    expected, _ = grpo_advantages(batch.batch["scores"], batch.batch["response_mask"], batch.batch["group_index"])
+    metrics = compute_training_targets(batch, make_config(mask_truncated=True, use_kl_loss=True, reference=ROLE), 0.0)
+    keep = torch.tensor([1.0, 0.0, 1.0, 1.0]).unsqueeze(-1)
+    torch.testing.assert_close(batch.batch["advantages"], expected * keep)
+    assert batch.batch["response_mask"][1].sum() == 0  # the truncated sample leaves the loss
+    kl = kl_penalty(batch.batch["old_log_probs"], batch.batch["ref_log_probs"], "k3")
+    mask = scored_batch().batch["response_mask"].float()
+    assert metrics["actor/kl"] == pytest.approx(float((kl * mask).sum() / mask.sum()), rel=1e-6)
+    assert metrics["rollout/truncated_frac"] == 0.25
+
+
+def test_rloo_overlong_penalty_kl_in_reward_and_tis():
+    batch = scored_batch()
+    config = make_config(
+        adv_estimator="rloo",
+        overlong_buffer_len=2,
+        overlong_penalty_factor=1.0,
+        tis_cap=2.0,
+        add_token_level_kl=True,
+        reference=ROLE,
+    )
+    compute_training_targets(batch, config, kl_coef=0.1)
+    # Lengths 3, 4, 2, 1 with a 2-token buffer before 4: -0.5 at length 3, -1.0 at length 4.
+    scores = torch.tensor([1.0 - 0.5, 0.0 - 1.0, 1.0, 1.0])
+    expected, _ = rloo_advantages(scores, scored_batch().batch["response_mask"], batch.batch["group_index"])
+    torch.testing.assert_close(batch.batch["advantages"], expected)
+    kl = kl_penalty(scored_batch().batch["old_log_probs"], scored_batch().batch["ref_log_probs"], "k3")
+    mask = scored_batch().batch["response_mask"].float()
+    token_rewards = batch.batch["token_level_rewards"]
+    torch.testing.assert_close(token_rewards[0, :2], -0.1 * kl[0, :2])
+    assert batch.batch["is_weights"].shape == (4, 4) and float(batch.batch["is_weights"].max()) <= 2.0
+    assert (batch.batch["is_weights"] * (1 - mask)).abs().sum() == 0
+
+
+def test_quotas_sum_exactly_and_follow_probabilities():
+    assert _quotas(10, {"a": 0.5, "b": 0.3, "c": 0.2}) == {"a": 5, "b": 3, "c": 2}
+    assert sum(_quotas(7, {"a": 1, "b": 1, "c": 1}).values()) == 7
+
+
+def test_prompt_source_mixes_domains_and_resumes():
+    examples = [{"prompt_ids": [5, 6], "prompt": f"q{i}", "tag": "math" if i % 3 else "code"} for i in range(30)]
+    rewards = make_config(rewards={"math": {"reward_type": "math"}, "code": {"reward_type": "code"}}).rewards
+    collator = PromptCollator(0, 4)
+    source = PromptSource(examples, rewards, {"math": 0.75, "code": 0.25}, collator, batch_size=8, seed=1)
+    first = source.next_batch()
+    assert sorted(first["tag"].tolist()) == ["code"] * 2 + ["math"] * 6
+    state = source.state_dict()
+    second = source.next_batch()["prompt"].tolist()
+    again = PromptSource(examples, rewards, {"math": 0.75, "code": 0.25}, collator, batch_size=8, seed=1)
+    again.load_state_dict(state)
+    assert again.next_batch()["prompt"].tolist() == second
+
+
+def test_unroutable_tags_and_missing_reward_fields_fail_at_load_time():
+    rewards = make_config().rewards
+    with pytest.raises(ConfigError, match="tag 'chess', which no reward domain accepts"):
+        PromptSource([{"prompt_ids": [1], "tag": "chess"}], rewards, None, PromptCollator(0, 2), batch_size=1, seed=0)
+    with pytest.raises(ConfigError, match="needs a 'ground_truth' field.*extra_keys"):
+        check_reward_fields([{"prompt": "q", "tag": "math"}], rewards, {"math": MathRewardWorker})
+    code_rewards = make_config(rewards={"code": {"reward_type": "code"}}).rewards
+    check_reward_fields([{"tests": "assert True", "tag": "code"}], code_rewards, {"code": CodeSandboxRewardWorker})
+
+
+class _FakeRewards:
+    def __init__(self, value: float):
+        self.value = value
+
+    def compute_rewards(self, batch, blocking=False):
+        value = self.value
+
+        class Pending:
+            def materialize(self):
+                return DataProto.from_dict(
+                    {"scores": torch.full((len(batch),), value)}, {"reward_info": [f"v{value}"] * len(batch)}
+                )
+
+        return Pending()
+
+
+def test_scores_are_routed_by_tag_and_written_back_in_order():
+    rewards = make_config(
+        rewards={"math": {"reward_type": "math"}, "code": {"reward_type": "code", "tag_included": ["py"]}}
+    ).rewards
+    rollouts = Rollouts(None, {"math": _FakeRewards(1.0), "code": _FakeRewards(0.5)}, rewards, tokenizer=None)
+    batch = DataProto.from_dict({"x": torch.zeros(4)}, {"tag": ["math", "py", "py", "math"]})
+    out = rollouts.score(batch)
+    assert out["scores"].tolist() == [1.0, 0.5, 0.5, 1.0]
+    assert out["reward_info"].tolist() == ["v1.0", "v0.5", "v0.5", "v1.0"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"adv_estimator": "gae"}, "needs a critic"),
+        ({"use_kl_loss": True}, "no reference role"),
+        ({"actor_infer": {**ROLE, "generating_args": {"num_return_sequences": 1}}}, "num_return_sequences >= 2"),
+        ({"domain_interleave_probs": {"chess": 1.0}}, "not reward domains"),
+        ({"kl_ctrl_type": "adaptive"}, "needs target_kl and kl_horizon"),
+        ({"rewards": {}}, "at least one domain"),
+    ],
+)
+def test_config_checks(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        make_config(**overrides)
+
+
+def test_lr_schedule_length_counts_every_update():
+    config = make_config(rollout_batch_size=8, ppo_mini_batch_size=4, ppo_epochs=2, max_steps=10)
+    # 8 prompts x 2 samples = 16 samples, 4 per update -> 4 updates per epoch, 2 epochs, 10 steps.
+    assert config.actor_train.training_args.max_steps == 80
+    assert config.actor_infer.generating_args.max_new_tokens == 4
