@@ -166,7 +166,9 @@ def validate_config(config_cls: type[BaseConfig], data: dict[str, Any], source: 
             hint = _suggestion(config_cls, item["loc"]) if item["type"] == "extra_forbidden" else ""
             lines.append(f"  {line}{hint}")
         count = len(lines)
-        raise ConfigError(f"{source}: {count} configuration error{'s' if count != 1 else ''}:\n" + "\n".join(lines)) from None
+        raise ConfigError(
+            f"{source}: {count} configuration error{'s' if count != 1 else ''}:\n" + "\n".join(lines)
+        ) from None
 
 
 def load_config(source: str | Path | dict[str, Any], overrides: list[str] | None = None) -> BaseConfig:

@@ -122,11 +122,27 @@ def _answer_text(value: int | str) -> str:
 
 
 def arithmetic_sft(
-    n: int, seed: int = 0, *, split: str = "train", max_operand: int = 20, ops: str = "add,sub"
+    n: int,
+    seed: int = 0,
+    *,
+    split: str = "train",
+    max_operand: int = 20,
+    ops: str = "add,sub",
+    boxed_percent: int = 100,
 ) -> list[dict[str, str]]:
-    """SFT rows ``{"prompt": "What is 12 + 7?", "response": "The answer is \\\\boxed{19}."}``."""
-    problems, _ = _draw(n, seed, "sft", split, max_operand, ops)
-    return [{"prompt": p.prompt, "response": _answer_text(p.answer)} for p in problems]
+    """SFT rows ``{"prompt": "What is 12 + 7?", "response": "The answer is \\\\boxed{19}."}``.
+
+    With ``boxed_percent`` < 100, that share of responses states the answer without ``\\boxed{}`` ("The answer
+    is 19."): a warm-up that knows the answers but not yet the required format, which RL then fixes.
+    """
+    if not 0 <= boxed_percent <= 100:
+        raise DataError(f"boxed_percent must be within 0..100, got {boxed_percent}")
+    problems, rng = _draw(n, seed, "sft", split, max_operand, ops)
+    rows = []
+    for p in problems:
+        boxed = boxed_percent == 100 or rng.random() * 100 < boxed_percent
+        rows.append({"prompt": p.prompt, "response": _answer_text(p.answer) if boxed else f"The answer is {p.answer}."})
+    return rows
 
 
 def arithmetic_prompts(
@@ -182,8 +198,10 @@ SYNTHETIC_GENERATORS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "arithmetic_prompts": arithmetic_prompts,
     "preference_pairs": preference_pairs,
 }
-_INT_PARAMS = ("n", "seed", "max_operand")
+_INT_PARAMS = ("n", "seed", "max_operand", "boxed_percent")
 _PARAM_DEFAULTS: dict[str, Any] = {"n": 1000, "seed": 0, "max_operand": 20, "ops": "add,sub"}
+# Parameters only some generators take.
+_EXTRA_PARAMS: dict[str, dict[str, Any]] = {"arithmetic_sft": {"boxed_percent": 100}}
 
 
 def _parse_uri(uri: str, default_split: str) -> tuple[str, dict[str, Any]]:
@@ -194,7 +212,7 @@ def _parse_uri(uri: str, default_split: str) -> tuple[str, dict[str, Any]]:
             f"{uri!r} is not a known synthetic dataset; use synthetic://NAME?n=...&seed=...&split=... with NAME one "
             f"of {sorted(SYNTHETIC_GENERATORS)}"
         )
-    params: dict[str, Any] = {**_PARAM_DEFAULTS, "split": default_split}
+    params: dict[str, Any] = {**_PARAM_DEFAULTS, **_EXTRA_PARAMS.get(name, {}), "split": default_split}
     seen: set[str] = set()
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if key not in params:
@@ -228,8 +246,14 @@ def resolve_data_uri(uri: str, cache_dir: str | Path, *, default_split: str = "t
     path = cache / f"{name}-{params['split']}-n{params['n']}-seed{params['seed']}-{digest}.jsonl"
     if path.exists():
         return path
+    extra = {key: params[key] for key in _EXTRA_PARAMS.get(name, {})}
     rows = SYNTHETIC_GENERATORS[name](
-        params["n"], params["seed"], split=params["split"], max_operand=params["max_operand"], ops=params["ops"]
+        params["n"],
+        params["seed"],
+        split=params["split"],
+        max_operand=params["max_operand"],
+        ops=params["ops"],
+        **extra,
     )
     cache.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=cache, prefix=f".{path.name}.", suffix=".tmp")

@@ -1,8 +1,9 @@
-"""Reward scoring for RLVR: rule-based math, sandboxed code execution and user Python functions.
+"""Reward scoring for RLVR: rule-based math, sandboxed code execution, user Python functions and LLM judges.
 
 Workers (``REWARDS`` names): ``"math"`` -> :class:`MathRewardWorker`, ``"code"`` -> :class:`CodeSandboxRewardWorker`,
-``"python"`` -> :class:`PythonFunctionRewardWorker`. Each takes a DataProto of sampled responses in
-``compute_rewards`` and returns float32 ``scores`` and a ``reward_info`` reason per row (see :mod:`.base`).
+``"python"`` -> :class:`PythonFunctionRewardWorker`, ``"llm_judge"`` -> :class:`LLMJudgeRewardWorker` (a judge model
+served by any inference strategy). Each takes a DataProto of sampled responses in ``compute_rewards`` and returns
+float32 ``scores`` and a ``reward_info`` reason per row (see :mod:`.base`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,13 @@ from roll.pipelines.rewards.base import (
     safe_score,
 )
 from roll.pipelines.rewards.code import CodeSandboxRewardWorker, CodeTest, code_score, extract_code, parse_test_cases
+from roll.pipelines.rewards.llm_judge import (
+    DEFAULT_JUDGE_TEMPLATE,
+    LLMJudgeRewardWorker,
+    format_judge_prompt,
+    judge_verdict,
+    parse_judge_score,
+)
 from roll.pipelines.rewards.math import MathRewardWorker, answers_match, extract_answer, extract_boxed, math_score
 from roll.pipelines.rewards.python_fn import (
     PythonFunctionRewardWorker,
@@ -27,9 +35,11 @@ from roll.pipelines.rewards.python_fn import (
 from roll.pipelines.rewards.sandbox import SandboxLimits, SandboxResult, run_untrusted, sandbox_layers
 
 __all__ = [
+    "DEFAULT_JUDGE_TEMPLATE",
     "REWARDS",
     "CodeSandboxRewardWorker",
     "CodeTest",
+    "LLMJudgeRewardWorker",
     "MathRewardWorker",
     "PythonFunctionRewardWorker",
     "RewardWorker",
@@ -43,9 +53,12 @@ __all__ = [
     "extract_answer",
     "extract_boxed",
     "extract_code",
+    "format_judge_prompt",
+    "judge_verdict",
     "length_penalty",
     "load_reward_function",
     "math_score",
+    "parse_judge_score",
     "parse_test_cases",
     "resolve_reward_worker",
     "rewards_to_dataproto",

@@ -37,7 +37,7 @@ REWARDS: Registry[type] = Registry("reward", entry_point_group="roll.rewards")
 REWARDS.register("math", "roll.pipelines.rewards.math:MathRewardWorker")
 REWARDS.register("code", "roll.pipelines.rewards.code:CodeSandboxRewardWorker")
 REWARDS.register("python", "roll.pipelines.rewards.python_fn:PythonFunctionRewardWorker")
-# "llm_judge" (a model-backed LLM-as-judge worker) is to be registered here too, once it exists.
+REWARDS.register("llm_judge", "roll.pipelines.rewards.llm_judge:LLMJudgeRewardWorker")
 
 ScoredRow = tuple[float, str]
 

@@ -158,12 +158,9 @@ class RLVRPipeline(BasePipeline):
             "rollout/score": float(scores.mean()),
             "rollout/accuracy": float((scores >= 1.0 - 1e-6).float().mean()),
             "rollout/response_length": float(lengths.mean()),
-            "rollout/response_length@max": float(lengths.max()),
+            "rollout/response_length_max": float(lengths.max()),
             "rollout/samples": float(len(batch)),
         }
-        if "entropy" in data.keys():
-            mask = data["response_mask"].float()
-            out["actor/entropy"] = float((data["entropy"] * mask).sum() / mask.sum().clamp(min=1))
         for tag in sorted(set(batch.non_tensor_batch["tag"])):
             rows = torch.tensor([t == tag for t in batch.non_tensor_batch["tag"]])
             out[f"rollout/score/{tag}"] = float(scores[rows].mean())
@@ -205,6 +202,9 @@ class RLVRPipeline(BasePipeline):
             if cfg.rollout_dump:
                 self._dump(step, batch)
             self._score_with_models(batch, timer)
+            if "entropy" in batch.batch.keys():
+                mask = batch.batch["response_mask"].float()
+                metrics["actor/entropy"] = float((batch.batch["entropy"] * mask).sum() / mask.sum().clamp(min=1))
             metrics.update(timer("advantage", lambda: compute_training_targets(batch, cfg, self.kl_ctrl.value)))
             if "actor/kl" in metrics:
                 self.kl_ctrl.update(metrics["actor/kl"], len(batch))

@@ -51,7 +51,9 @@ def split_by_domain(examples: list[dict[str, Any]], rewards: dict[str, Any]) -> 
     return out
 
 
-def check_reward_fields(examples: list[dict[str, Any]], rewards: dict[str, Any], worker_classes: dict[str, Any]) -> None:
+def check_reward_fields(
+    examples: list[dict[str, Any]], rewards: dict[str, Any], worker_classes: dict[str, Any]
+) -> None:
     """Every prompt carries the fields its domain's scorer needs (e.g. ground_truth for math)."""
     for domain, indices in split_by_domain(examples, rewards).items():
         needed = getattr(worker_classes[domain], "required_fields", ())

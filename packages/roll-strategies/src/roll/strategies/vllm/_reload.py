@@ -14,6 +14,7 @@ which is right for unquantized models whose layers keep no processed copy of the
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,11 +31,26 @@ def _layerwise() -> Any:
     return reload if hasattr(reload, "initialize_layerwise_reload") else None
 
 
+class _BufferOnlyLayers(logging.Filter):
+    """vLLM warns 'Failed to load weights' for layers whose only tensors are computed buffers (rotary caches):
+    a checkpoint never holds those, and vLLM keeps the existing ones, so the warning is noise on every sync."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith("RotaryEmbedding: Failed to load weights")
+
+
+def _quiet_buffer_warnings() -> None:
+    target = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    if not any(isinstance(f, _BufferOnlyLayers) for f in target.filters):
+        target.addFilter(_BufferOnlyLayers())
+
+
 def begin_reload(worker: Any) -> list[str]:
     """Prepare every layer to receive new weights; returns the model's parameter names (for a completeness check)."""
     from vllm.config import set_current_vllm_config
 
     model = worker.model_runner.get_model()
+    _quiet_buffer_warnings()
     reload = _layerwise()
     if reload is not None:
         with set_current_vllm_config(worker.vllm_config):

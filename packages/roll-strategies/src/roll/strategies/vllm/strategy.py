@@ -117,6 +117,8 @@ class VllmStrategy(InferenceStrategy):
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if self.config.engine_in_process else "1"
         if not on_gpu:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self.config.kv_cache_space_gb)
+        # vLLM logs every engine step at INFO; keep a worker's console readable unless the user asked for more.
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         envs = sys.modules.get("vllm.envs")
         if envs is not None and hasattr(envs, "disable_envs_cache"):
             envs.disable_envs_cache()  # an earlier engine in this process froze the values it read

@@ -1,0 +1,390 @@
+"""LLM-as-judge reward: a model reads (prompt, response, optional reference) and answers with a score.
+
+The judge is an inference role like any other: its reward domain's config carries ``model_args`` and
+``strategy_args`` (``hf_infer``, ``vllm``, ``sglang``, ``mock_infer``...), so the judge runs through the same
+strategies as the policy. Each ``compute_rewards`` call renders one judge prompt per row, sends all rows of the
+worker's shard to the backend in ONE ``generate`` call, and parses a number out of every answer::
+
+    rewards:
+      helpful:
+        reward_type: llm_judge
+        model_args: {model_name_or_path: /models/judge, dtype: bfloat16}
+        strategy_args: {strategy_name: vllm, strategy_config: {max_model_len: 4096}}
+        reward_kwargs: {max_score: 10, max_new_tokens: 128, reference_key: ground_truth}
+
+``reward_kwargs`` (defaults in :attr:`LLMJudgeRewardWorker.default_kwargs`):
+
+* ``prompt_template``: placeholders ``{prompt}``, ``{response}`` (required), ``{reference}``, ``{max_score}``,
+  ``{min_score}``; write literal braces as ``{{`` and ``}}``. ``system_prompt`` and ``apply_chat_template``
+  control how the text is wrapped for a chat model;
+* ``reference_key``: the row column holding a reference answer (default ``ground_truth``); rows without it get
+  ``no_reference_text`` in its place, so a reference is never required;
+* ``score_pattern``: a regex whose first group (or group ``score``) is the number; by default
+  ``Score: 7`` / ``Rating: 7`` (the last one wins), else ``\\boxed{7}``, else ``7/<max_score>``;
+* ``min_score`` / ``max_score``: the judge's scale; a parsed value v becomes ``(v - min) / (max - min)`` in
+  [0, 1]; a value outside the scale counts as unparseable;
+* ``unparseable_score``: the reward when no valid number is found (default 0.0); the reason says why and quotes
+  the judge's answer;
+* ``max_new_tokens`` (64), ``temperature`` (0.0: greedy) and ``generation`` (any other
+  :class:`~roll.strategies.GenerationConfig` field, e.g. ``{top_p: 0.9, stop_strings: ["\\n\\n"]}``). The role's
+  own ``generating_args`` are not used: set these instead, so judge sampling has one place;
+* ``max_prompt_length``: judge prompts with more tokens are not sent; they get ``unparseable_score``;
+* ``reason_chars``: how much of the judge's answer to quote in ``reward_info`` (0: none).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import string
+from typing import Any, ClassVar
+
+from roll.pipelines.data import DataArgs, PromptCollator, encode_prompt
+from roll.pipelines.rewards.base import RewardWorker, ScoredRow
+from roll.pipelines.rewards.math import extract_boxed
+from roll.protocol import Dispatch, register
+from roll.runtime import ConfigError
+from roll.strategies import GenerationConfig, StrategyWorker
+
+__all__ = [
+    "DEFAULT_JUDGE_TEMPLATE",
+    "LLMJudgeRewardWorker",
+    "format_judge_prompt",
+    "judge_verdict",
+    "parse_judge_score",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_JUDGE_TEMPLATE = (
+    "You are a strict and fair grader. Judge how correct and helpful the response is as an answer to the "
+    "question, on a scale from {min_score} (wrong or useless) to {max_score} (fully correct and helpful).\n\n"
+    "[Question]\n{prompt}\n\n"
+    "[Reference answer]\n{reference}\n\n"
+    "[Response]\n{response}\n\n"
+    'Give a one-sentence justification, then end with a line "Score: N" where N is a number from {min_score} '
+    "to {max_score}."
+)
+PLACEHOLDERS = ("prompt", "response", "reference", "max_score", "min_score")
+
+_NUMBER = r"[-+]?\d+(?:\.\d+)?"
+# "Score: 7", "**Score**: 7", "Rating = [[8]]", "final score is 6.5": the keyword, optional filler, the number.
+_KEYWORD_SCORE = re.compile(
+    rf"(?:score|rating|grade)\s*(?:\*\*|__)?\s*(?:is|of|:|=)?\s*(?:\*\*|__)?\s*[\[(]*\s*({_NUMBER})", re.IGNORECASE
+)
+_FRACTION = re.compile(rf"({_NUMBER})\s*/\s*({_NUMBER})")
+_FULL_NUMBER = re.compile(rf"\s*({_NUMBER})\s*")
+
+
+def _number_text(value: float) -> str:
+    """``10.0`` -> ``"10"``, ``2.5`` -> ``"2.5"`` (how the scale appears in prompts and reasons)."""
+    return f"{value:g}"
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
+
+
+def _found_number(text: str, max_score: float, pattern: re.Pattern[str] | str | None) -> float | None:
+    """The number the judge gave (see :func:`parse_judge_score`), whether or not it is on the scale."""
+    if pattern is not None:
+        compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
+        matches = list(compiled.finditer(text))
+        if not matches:
+            return None
+        last = matches[-1]
+        if "score" in compiled.groupindex:
+            return _as_float(last.group("score"))
+        return _as_float(last.group(1) if compiled.groups else last.group(0))
+    keyword = _KEYWORD_SCORE.findall(text)
+    if keyword:
+        return _as_float(keyword[-1])
+    boxed = extract_boxed(text)
+    if boxed is not None:
+        return _as_float(boxed)
+    fractions = [num for num, den in _FRACTION.findall(text) if _same(den, max_score)]
+    return _as_float(fractions[-1]) if fractions else None
+
+
+def parse_judge_score(
+    text: str, *, max_score: float = 10.0, min_score: float = 0.0, pattern: re.Pattern[str] | str | None = None
+) -> float | None:
+    """The judge's raw score in ``text`` (on its own scale), or None when none is found or it is off the scale.
+
+    With ``pattern``: its last match; the number is the group named ``score``, else the first group, else the
+    whole match. Without: the last "Score/Rating/Grade: N", else the last ``\\boxed{N}``, else the last
+    ``N/<max_score>`` fraction.
+    """
+    value = _found_number(text, max_score, pattern)
+    return value if value is not None and min_score <= value <= max_score else None
+
+
+def _same(text: str, value: float) -> bool:
+    number = _as_float(text)
+    return number is not None and math.isclose(number, value)
+
+
+def _as_float(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    match = _FULL_NUMBER.fullmatch(raw)
+    if match is None:
+        return None
+    value = float(match.group(1))
+    return value if math.isfinite(value) else None
+
+
+def judge_verdict(
+    output: str,
+    *,
+    max_score: float = 10.0,
+    min_score: float = 0.0,
+    pattern: re.Pattern[str] | str | None = None,
+    unparseable_score: float = 0.0,
+    finish_reason: str | None = None,
+    reason_chars: int = 120,
+) -> ScoredRow:
+    """Score one judge answer: ``((v - min) / (max - min), "judge v/max: <answer>")`` or the unparseable case."""
+    quoted = f": {_clip(output, reason_chars)}" if reason_chars > 0 else ""
+    value = _found_number(output, max_score, pattern)
+    if value is not None and not min_score <= value <= max_score:
+        scale = f"[{_number_text(min_score)}, {_number_text(max_score)}]"
+        return float(unparseable_score), f"unparseable judge output: {_number_text(value)} is outside {scale}{quoted}"
+    if value is None:
+        cut = " (cut at max_new_tokens)" if finish_reason == "length" else ""
+        if not output.strip():
+            return float(unparseable_score), f"unparseable judge output: empty answer{cut}"
+        return float(unparseable_score), f"unparseable judge output{cut}{quoted}"
+    normalized = (value - min_score) / (max_score - min_score)
+    return normalized, f"judge {_number_text(value)}/{_number_text(max_score)}{quoted}"
+
+
+def _template_fields(template: str) -> set[str]:
+    """Placeholder names of a ``str.format`` template; ConfigError if it is not a valid template."""
+    try:
+        return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as e:
+        raise ConfigError(
+            f"reward_kwargs.prompt_template is not a valid template ({e}); write literal braces as '{{{{' and '}}}}'"
+        ) from None
+
+
+def format_judge_prompt(
+    template: str,
+    row: dict[str, Any],
+    *,
+    reference_key: str | None = "ground_truth",
+    no_reference_text: str = "(none given)",
+    max_score: float = 10.0,
+    min_score: float = 0.0,
+) -> str:
+    """The judge prompt of one row (non-tensor columns ``prompt``, ``response_text``, the reference column)."""
+    reference = row.get(reference_key) if reference_key else None
+    values = {
+        "prompt": str(row.get("prompt") or ""),
+        "response": str(row.get("response_text") or ""),
+        "reference": no_reference_text if reference is None or str(reference).strip() == "" else str(reference),
+        "max_score": _number_text(max_score),
+        "min_score": _number_text(min_score),
+    }
+    return template.format_map(values)
+
+
+def _number(kwargs: dict[str, Any], key: str) -> float:
+    value = kwargs[key]
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise ConfigError(f"reward_kwargs.{key} must be a finite number, got {value!r}")
+    return float(value)
+
+
+class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
+    """Scores rows with a judge model served by the role's strategy (see the module docstring).
+
+    Needs no row fields: the reference column (``reference_key``) is used when present.
+    """
+
+    required_fields: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    default_kwargs: ClassVar[dict[str, Any]] = {
+        "prompt_template": DEFAULT_JUDGE_TEMPLATE,
+        "system_prompt": None,
+        "apply_chat_template": True,
+        "reference_key": "ground_truth",
+        "no_reference_text": "(none given)",
+        "score_pattern": None,
+        "min_score": 0.0,
+        "max_score": 10.0,
+        "unparseable_score": 0.0,
+        "max_new_tokens": 64,
+        "temperature": 0.0,
+        "generation": {},
+        "max_prompt_length": 4096,
+        "reason_chars": 120,
+    }
+
+    def __init__(self, worker_config: Any) -> None:
+        super().__init__(worker_config)
+        self.tokenizer: Any = None
+        self.generation_config: GenerationConfig | None = None
+        self.pattern: re.Pattern[str] | None = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
+    def initialize(self, pipeline_config: Any = None) -> None:
+        """Validate ``reward_kwargs`` first (a typo fails before a slow model load), then build the strategy."""
+        self._check_role()
+        self._configure()
+        super().initialize(pipeline_config)  # RewardWorker -> StrategyWorker: creates and loads the strategy
+        self.tokenizer = self.strategy.tokenizer if self.strategy.tokenizer is not None else self._load_tokenizer()
+
+    def _check_role(self) -> None:
+        role = self.worker_config
+        where = getattr(role, "name", "llm_judge")
+        if getattr(role, "strategy_args", None) is None:
+            raise ConfigError(
+                f"{where}: reward_type llm_judge needs a model: set strategy_args (e.g. {{strategy_name: vllm}} or "
+                f"hf_infer) and model_args.model_name_or_path on this reward domain"
+            )
+        path = getattr(role.model_args, "model_name_or_path", None)
+        if path and "://" in path:
+            raise ConfigError(
+                f"{where}.model_args.model_name_or_path={path!r} was not resolved to a local folder; this pipeline "
+                f"does not resolve model references for reward roles, so give a local path"
+            )
+        if "generating_args" in role.model_fields_set:
+            raise ConfigError(
+                f"{where}: llm_judge takes its sampling settings from reward_kwargs (max_new_tokens, temperature, "
+                f"generation), not generating_args; move them there"
+            )
+
+    def _load_tokenizer(self) -> Any:
+        # Backends without a tokenizer of their own (mock_infer) still need one to render and decode text.
+        from roll.pipelines.tokenizers import load_tokenizer
+
+        if not self.worker_config.model_args.tokenizer_path:
+            raise ConfigError(
+                f"{self.worker_name}: {self.strategy.strategy_name} has no tokenizer; set model_args.model_name_or_path "
+                f"(or tokenizer_name_or_path) of the judge"
+            )
+        return load_tokenizer(self.worker_config.model_args)
+
+    def setup(self, kwargs: dict[str, Any]) -> None:
+        template = kwargs["prompt_template"]
+        if not isinstance(template, str) or not template.strip():
+            raise ConfigError("reward_kwargs.prompt_template must be a non-empty string")
+        fields = _template_fields(template)
+        unknown = sorted(fields - set(PLACEHOLDERS))
+        if unknown:
+            raise ConfigError(
+                f"reward_kwargs.prompt_template uses unknown placeholders {unknown}; the known ones are "
+                f"{list(PLACEHOLDERS)} (write literal braces as '{{{{' and '}}}}')"
+            )
+        if "response" not in fields:
+            raise ConfigError("reward_kwargs.prompt_template must contain {response}, or the judge never sees it")
+        self.min_score, self.max_score = _number(kwargs, "min_score"), _number(kwargs, "max_score")
+        if self.max_score <= self.min_score:
+            raise ConfigError(
+                f"reward_kwargs.max_score={kwargs['max_score']} must be larger than min_score={kwargs['min_score']}"
+            )
+        self.unparseable_score = _number(kwargs, "unparseable_score")
+        pattern = kwargs["score_pattern"]
+        self.pattern = None
+        if pattern is not None:
+            try:
+                self.pattern = re.compile(pattern, re.IGNORECASE)
+            except (re.error, TypeError) as e:
+                raise ConfigError(f"reward_kwargs.score_pattern {pattern!r} is not a valid regex: {e}") from None
+        for key, lowest in (("max_prompt_length", 1), ("reason_chars", 0)):
+            value = kwargs[key]
+            if not isinstance(value, int) or isinstance(value, bool) or value < lowest:
+                raise ConfigError(f"reward_kwargs.{key} must be an integer >= {lowest}, got {value!r}")
+        self.generation_config = self._generation_config(kwargs)
+        self.data_args = DataArgs(
+            file_name="<llm_judge>",
+            system_prompt=kwargs["system_prompt"],
+            apply_chat_template=bool(kwargs["apply_chat_template"]),
+            default_tag="judge",
+        )
+
+    @staticmethod
+    def _generation_config(kwargs: dict[str, Any]) -> GenerationConfig:
+        extra = kwargs["generation"]
+        if not isinstance(extra, dict):
+            raise ConfigError(f"reward_kwargs.generation must be a mapping of GenerationConfig fields, got {extra!r}")
+        clashes = sorted({"max_new_tokens", "temperature"} & set(extra))
+        if clashes:
+            raise ConfigError(
+                f"reward_kwargs.generation must not set {clashes}; set reward_kwargs.{clashes[0]} instead"
+            )
+        if extra.get("num_return_sequences", 1) != 1:
+            raise ConfigError("llm_judge asks for one answer per row: remove generation.num_return_sequences")
+        settings = {
+            "logprobs": False,  # the judge's token log-probs are never used
+            **extra,
+            "max_new_tokens": kwargs["max_new_tokens"],
+            "temperature": kwargs["temperature"],
+            "num_return_sequences": 1,
+        }
+        try:
+            return GenerationConfig(**settings)
+        except ConfigError as e:
+            raise ConfigError(f"llm_judge generation settings (reward_kwargs): {e}") from None
+
+    # --- scoring ----------------------------------------------------------------------------------------
+    def judge_prompt(self, row: dict[str, Any]) -> str:
+        """The judge prompt text of one row (before the chat template)."""
+        kwargs = self.reward_kwargs
+        return format_judge_prompt(
+            kwargs["prompt_template"],
+            row,
+            reference_key=kwargs["reference_key"],
+            no_reference_text=kwargs["no_reference_text"],
+            max_score=self.max_score,
+            min_score=self.min_score,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a judge prompt: with the chat template (and ``system_prompt``) when asked for and present."""
+        return encode_prompt({"prompt": text}, self.tokenizer, self.data_args)["prompt_ids"]
+
+    def generate_answers(self, prompt_ids: list[list[int]]) -> list[tuple[str, str]]:
+        """The judge's ``(answer text, finish_reason)`` for every prompt, from ONE backend ``generate`` call."""
+        if not prompt_ids:
+            return []
+        pad = self.tokenizer.pad_token_id
+        if pad is None:  # padded positions are masked out, so any id will do
+            pad = self.tokenizer.eos_token_id or 0
+        collator = PromptCollator(pad, max(map(len, prompt_ids)), pad_to_longest=True)
+        out = self.strategy.generate(collator([{"prompt_ids": ids} for ids in prompt_ids]), self.generation_config)
+        responses = [row[mask.bool()].tolist() for row, mask in zip(out.batch["responses"], out.batch["response_mask"])]
+        answers = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        return [(answer, str(reason)) for answer, reason in zip(answers, out.non_tensor_batch["finish_reason"])]
+
+    def score_rows(self, rows: list[dict[str, Any]]) -> list[ScoredRow]:
+        """Judge every row of this worker's shard in one generation; over-long judge prompts are not sent."""
+        kwargs = self.reward_kwargs
+        limit = kwargs["max_prompt_length"]
+        encoded = [self.encode(self.judge_prompt(row)) for row in rows]
+        sent = [i for i, ids in enumerate(encoded) if len(ids) <= limit]
+        answers = dict(zip(sent, self.generate_answers([encoded[i] for i in sent])))
+        results: list[ScoredRow] = []
+        for i, ids in enumerate(encoded):
+            if i not in answers:
+                reason = (
+                    f"judge prompt has {len(ids)} tokens > max_prompt_length={limit}; not judged "
+                    f"(raise reward_kwargs.max_prompt_length)"
+                )
+                results.append((self.unparseable_score, reason))
+                continue
+            text, finish_reason = answers[i]
+            verdict = judge_verdict(
+                text,
+                max_score=self.max_score,
+                min_score=self.min_score,
+                pattern=self.pattern,
+                unparseable_score=self.unparseable_score,
+                finish_reason=finish_reason,
+                reason_chars=kwargs["reason_chars"],
+            )
+            results.append(verdict)
+        return results
