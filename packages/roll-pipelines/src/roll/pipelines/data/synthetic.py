@@ -41,9 +41,15 @@ _OPS: dict[str, tuple[str, Callable[[int, int], int]]] = {
     "add": ("+", operator.add),
     "sub": ("-", operator.sub),
     "mul": ("*", operator.mul),
+    # Comparisons: the answer is one of the operands, so a small model can learn a rule that generalizes to
+    # unseen pairs (copy the larger one) instead of memorizing a table of facts.
+    "max": ("max", max),
+    "min": ("min", min),
 }
+_WORDS = {"max": "larger", "min": "smaller"}
 _SPLIT_ALIASES = {"train": "train", "eval": "eval", "val": "eval", "validation": "eval", "test": "test"}
 _PROMPT_RE = re.compile(r"What is (\d+) ([+\-*]) (\d+)\?")
+_COMPARE_RE = re.compile(r"Which is (larger|smaller): (\d+) or (\d+)\?")
 _BOXED_RE = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
@@ -58,6 +64,8 @@ class ArithmeticProblem:
 
     @property
     def prompt(self) -> str:
+        if self.symbol in _WORDS:
+            return f"Which is {_WORDS[self.symbol]}: {self.a} or {self.b}?"
         return f"What is {self.a} {self.symbol} {self.b}?"
 
     @property
@@ -92,6 +100,8 @@ def arithmetic_problems(
             for b in range(max_operand + 1):
                 if name == "sub" and a < b:
                     continue  # keep answers non-negative: easier for tiny models
+                if name in _WORDS and a == b:
+                    continue  # "the larger of 7 and 7" has no single right operand to pick
                 problem = ArithmeticProblem(a, symbol, b, fn(a, b))
                 if problem.split == split:
                     problems.append(problem)
@@ -174,6 +184,10 @@ def preference_pairs(
 
 def solve_arithmetic(prompt: str) -> int | None:
     """The answer to a synthetic prompt, or None if ``prompt`` is not one."""
+    compare = _COMPARE_RE.search(prompt)
+    if compare is not None:
+        a, b = int(compare.group(2)), int(compare.group(3))
+        return max(a, b) if compare.group(1) == "larger" else min(a, b)
     match = _PROMPT_RE.search(prompt)
     if match is None:
         return None

@@ -198,7 +198,7 @@ def rollout_metrics(batch: DataProto, n: int) -> dict[str, float]:
         "rollout/score": float(scores.mean()),
         "rollout/accuracy": float(correct.mean()),
         "rollout/response_length": float(lengths.mean()),
-        "rollout/response_length@max": float(lengths.max()),
+        "rollout/response_length_max": float(lengths.max()),
         "rollout/truncated_frac": float(truncated.mean()),
         "rollout/prompts": float(len(batch) // n),
         "rollout/samples": float(len(batch)),
