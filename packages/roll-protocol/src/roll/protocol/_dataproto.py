@@ -241,7 +241,11 @@ class DataProto:
                     f"concat(): part {i} has keys {sorted(part.keys())} but part 0 has {sorted(first.keys())}"
                 )
         total = sum(len(p) for p in parts)
-        tensors = {k: cat_rows([p._batch[k] for p in parts]) for k in tensor_keys}
+        if len(parts) == 1:
+            # Nothing to join: share the storage (only meta_info is normalized below).
+            tensors = {k: first._batch[k] for k in tensor_keys}
+        else:
+            tensors = {k: cat_rows([p._batch[k] for p in parts]) for k in tensor_keys}
         batch = TensorDict(tensors, batch_size=[total]) if tensors else TensorDict({}, batch_size=[total])
         columns = NonTensorBatch._from_columns(
             {k: concat_columns(k, [p._non_tensor.column(k) for p in parts]) for k in column_keys}, total

@@ -192,7 +192,9 @@ class Cluster:
             )
             if isinstance(e, RpcTimeoutError):
                 raise RpcTimeoutError(self.name, "__init__", e.pending_ranks, timeout_s, hint) from None
-            raise WorkerLostError(self.name, e.rank, "__init__", f"{e.remote_traceback} {hint}") from None
+            if "schedul" in e.remote_traceback:
+                raise WorkerLostError(self.name, e.rank, "__init__", f"{e.remote_traceback} {hint}") from None
+            raise  # the worker's constructor failed: its own error says why
 
     def _claim(self, address: str, port: int, first: ray.actor.ActorHandle, timeout_s: float) -> tuple[str, int]:
         # Ports picked concurrently by different clusters on one node could collide; keep them unique per driver.
