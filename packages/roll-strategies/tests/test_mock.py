@@ -7,7 +7,9 @@ from roll.strategies import GenerationConfig, StrategyArgs, StrategyWorker, Stra
 
 
 def make_worker() -> StrategyWorker:
-    config = StrategyWorkerConfig(name="mock", strategy_args=StrategyArgs(strategy_name="mock_infer", strategy_config={"vocab_size": 50}))
+    config = StrategyWorkerConfig(
+        name="mock", strategy_args=StrategyArgs(strategy_name="mock_infer", strategy_config={"vocab_size": 50})
+    )
     worker = StrategyWorker(config)
     worker.initialize()
     return worker
@@ -41,5 +43,7 @@ def test_mock_forward_puts_half_the_mass_on_the_next_token():
     strategy = make_worker().strategy
     from roll.strategies.ops import log_probs_from_logits
 
-    result = strategy.forward_step(prompts(), lambda micro, logits: {"lp": log_probs_from_logits(logits, (micro.batch["input_ids"] + 1) % 50)})
+    result = strategy.forward_step(
+        prompts(), lambda micro, logits: {"lp": log_probs_from_logits(logits, (micro.batch["input_ids"] + 1) % 50)}
+    )
     torch.testing.assert_close(result["lp"], torch.full((2, 3), torch.log(torch.tensor(0.5)).item()))

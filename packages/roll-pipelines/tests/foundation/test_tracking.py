@@ -23,7 +23,9 @@ def test_metrics_jsonl_and_truncation_on_resume(tmp_path):
 
 
 def test_reduce_metrics_tags_and_lists():
-    reduced = reduce_metrics({"loss": [1.0, 3.0], "len@max": [3, 9], "tok@sum": [1, 2], "name": "x", "nan": float("nan")})
+    reduced = reduce_metrics(
+        {"loss": [1.0, 3.0], "len@max": [3, 9], "tok@sum": [1, 2], "name": "x", "nan": float("nan")}
+    )
     assert reduced["loss"] == 2.0 and reduced["len"] == 9 and reduced["tok"] == 3
     assert "name" not in reduced and math.isnan(reduced["nan"])
 

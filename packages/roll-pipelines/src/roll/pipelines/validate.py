@@ -26,6 +26,13 @@ def _check_model_ref(role: str, field: str, value: str | None) -> None:
         from roll.pipelines.recipes import recipe_path
 
         recipe_path(urlparse(value).netloc)
+    elif "://" in value:
+        from roll.pipelines.assets import MODEL_SCHEMES
+
+        if value.partition("://")[0] not in MODEL_SCHEMES:
+            raise ConfigError(
+                f"{role}.model_args.{field}={value!r}: unknown scheme; use one of {sorted(MODEL_SCHEMES)}"
+            )
     elif not Path(value).expanduser().exists():
         raise ConfigError(
             f"{role}.model_args.{field}={value!r} does not exist; give a local HF folder or tiny://<preset>"

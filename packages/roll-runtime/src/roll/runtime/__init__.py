@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from roll.protocol import DataProto, Dispatch, Execute, RankInfo, register
 from roll.runtime._bootstrap import RayInfo, init, shutdown
-from roll.runtime._calls import PendingCall
+from roll.runtime._calls import PendingCall, materialize_all
 from roll.runtime._cluster import Cluster, MethodProxy, resolve_class
 from roll.runtime._resources import NodeInfo, Placement, ResourceManager
 from roll.runtime._worker import Worker
@@ -50,6 +50,7 @@ __all__ = [
     "WorkerLostError",
     "import_target",
     "init",
+    "materialize_all",
     "parse_device_mapping",
     "register",
     "resolve_class",

@@ -42,6 +42,9 @@ def _get_one(ref: ray.ObjectRef, cluster: str, rank: int, method: str) -> Any:
         raise _translate(e, cluster, rank, method) from None
 
 
+Label = tuple[str, int, str]  # (cluster, rank, method) of one pending ref
+
+
 def wait_all(
     refs: Sequence[ray.ObjectRef],
     ranks: Sequence[int],
@@ -51,6 +54,10 @@ def wait_all(
     timeout_s: float | None,
 ) -> list[Any]:
     """Results of ``refs`` (one per rank in ``ranks``), raising WorkerError / WorkerLostError / RpcTimeoutError."""
+    return _wait_labeled(refs, [(cluster, rank, method) for rank in ranks], timeout_s)
+
+
+def _wait_labeled(refs: Sequence[ray.ObjectRef], labels: Sequence[Label], timeout_s: float | None) -> list[Any]:
     if not refs:
         return []
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -63,16 +70,41 @@ def wait_all(
         if pending:
             # Some ranks finished, others did not: surface a finished rank's failure right away.
             for ref in ready:
-                _raise_if_failed(ref, ranks[index_of[ref]], cluster, method)
+                _raise_if_failed(ref, *labels[index_of[ref]])
         if pending and remaining is not None and remaining <= wait_s:
-            raise RpcTimeoutError(cluster, method, sorted(ranks[index_of[r]] for r in pending), timeout_s or 0.0)
+            cluster, _, method = labels[index_of[pending[0]]]
+            stuck = sorted(labels[index_of[r]][1] for r in pending if labels[index_of[r]][0] == cluster)
+            raise RpcTimeoutError(cluster, method, stuck, timeout_s or 0.0)
     try:
         return ray.get(list(refs))
     except GetTimeoutError:  # pragma: no cover - every ref is ready here
-        raise RpcTimeoutError(cluster, method, list(ranks), timeout_s or 0.0) from None
+        cluster, _, method = labels[0]
+        raise RpcTimeoutError(cluster, method, [label[1] for label in labels], timeout_s or 0.0) from None
     except RayError:
         # Find the (first) failing rank to name it.
-        return [_get_one(ref, cluster, rank, method) for ref, rank in zip(refs, ranks)]
+        return [_get_one(ref, *label) for ref, label in zip(refs, labels)]
+
+
+def materialize_all(*calls: PendingCall, timeout: float | None = None) -> list[Any]:
+    """Wait for several non-blocking calls together (possibly on different clusters), failing fast on the first
+    error from any of them, and return each call's collected result.
+
+    Use it when calls depend on each other (a weight sender and its receivers): waiting for one call after
+    another would let a failure on the second side hide behind a hang on the first.
+    """
+    refs: list[ray.ObjectRef] = []
+    labels: list[Label] = []
+    for call in calls:
+        refs.extend(call.all_refs)
+        labels.extend((call._cluster, rank, call._method) for rank in call.ranks)
+    timeouts = [call._timeout_s for call in calls if call._timeout_s is not None]
+    limit = timeout if timeout is not None else (max(timeouts) if timeouts else None)
+    outputs = _wait_labeled(refs, labels, limit)
+    results, start = [], 0
+    for call in calls:
+        results.append(call._collect(outputs[start : start + len(call.all_refs)]))
+        start += len(call.all_refs)
+    return results
 
 
 def _raise_if_failed(ref: ray.ObjectRef, rank: int, cluster: str, method: str) -> None:

@@ -26,7 +26,9 @@ def validation_error_lines(error: ValidationError, root: str = "") -> list[str]:
         if item["type"] == "extra_forbidden":
             message = "unknown field; remove it or check its spelling"
         value = item.get("input")
-        shown = "" if item["type"] in ("missing", "extra_forbidden") or isinstance(value, dict) else f" (got: {value!r})"
+        shown = (
+            "" if item["type"] in ("missing", "extra_forbidden") or isinstance(value, dict) else f" (got: {value!r})"
+        )
         lines.append(f"{path or '<root>'}: {message}{shown}")
     return lines
 

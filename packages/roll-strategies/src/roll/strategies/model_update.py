@@ -6,7 +6,7 @@ import logging
 import time
 from typing import Any
 
-from roll.runtime import Cluster, RollError
+from roll.runtime import Cluster, RollError, materialize_all
 
 __all__ = ["ModelUpdateGroup"]
 
@@ -53,8 +53,7 @@ class ModelUpdateGroup:
         world = 1 + self.dst.world_size
         sender = self.src.setup_weight_sender(self.group, address, port, world, blocking=False)
         receiver = self.dst.setup_weight_receiver(self.group, address, port, world, 1, blocking=False)
-        sender.materialize()
-        receiver.materialize()
+        materialize_all(sender, receiver)
 
     def setup(self) -> None:
         if self._ready:
@@ -81,7 +80,9 @@ class ModelUpdateGroup:
         if self.transport == "collective":
             sent = self.src.send_weights(self.group, self.bucket_bytes, blocking=False)
             received = self.dst.receive_weights(self.group, blocking=False)
-            metrics = _merge(sent.materialize() + received.materialize())
+            # Together: a receiver that fails must not leave the sender blocked until the group times out.
+            sent_metrics, received_metrics = materialize_all(sent, received)
+            metrics = _merge(sent_metrics + received_metrics)
         else:
             refs = [ref for per_rank in self.src.export_weight_buckets(self.bucket_bytes) for ref in per_rank]
             metrics = _merge(self.dst.load_weight_buckets(refs))

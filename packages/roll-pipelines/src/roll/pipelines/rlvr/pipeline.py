@@ -31,6 +31,7 @@ from roll.pipelines.rlvr.validation import validate_policy
 from roll.pipelines.rlvr.workers import ActorWorker, CriticWorker, InferWorker, PolicyWorker
 from roll.pipelines.tokenizers import load_tokenizer
 from roll.protocol import DataProto
+from roll.runtime import materialize_all
 
 __all__ = ["RLVRPipeline"]
 
@@ -124,7 +125,7 @@ class RLVRPipeline(BasePipeline):
             pending["old"] = self.actor_train.compute_log_probs(batch, blocking=False)
         if self.critic is not None:
             pending["values"] = self.critic.compute_values(batch, blocking=False)
-        results = timer("log_probs", lambda: {k: DataProto.materialize_concat(v) for k, v in pending.items()})
+        results = dict(zip(pending, timer("log_probs", lambda: materialize_all(*pending.values()))))
         if "ref" in results:
             batch.batch["ref_log_probs"] = results["ref"].batch["log_probs"]
         if "old" in results:
@@ -146,7 +147,7 @@ class RLVRPipeline(BasePipeline):
             pending["critic"] = self.critic.train_step(batch, blocking=False)
         if step > cfg.critic_warmup:
             pending["actor"] = self.actor_train.train_step(batch, blocking=False)
-        for result in timer("train", lambda: [DataProto.materialize_concat(p) for p in pending.values()]):
+        for result in timer("train", lambda: materialize_all(*pending.values())):
             metrics.update(result.meta_info.get("metrics", {}))
         return metrics
 

@@ -52,7 +52,10 @@ def split_by_domain(examples: list[dict[str, Any]], rewards: dict[str, Any]) -> 
 
 
 def check_reward_fields(
-    examples: list[dict[str, Any]], rewards: dict[str, Any], worker_classes: dict[str, Any]
+    examples: list[dict[str, Any]],
+    rewards: dict[str, Any],
+    worker_classes: dict[str, Any],
+    data_field: str = "actor_train.data_args",
 ) -> None:
     """Every prompt carries the fields its domain's scorer needs (e.g. ground_truth for math)."""
     for domain, indices in split_by_domain(examples, rewards).items():
@@ -63,7 +66,7 @@ def check_reward_fields(
                     raise ConfigError(
                         f"reward domain {domain!r} ({rewards[domain].reward_type}) needs a {' or '.join(group)!r} "
                         f"field, but prompt {i} has only {sorted(examples[i])}; add the column to "
-                        f"actor_train.data_args.extra_keys (and to the data)"
+                        f"{data_field}.extra_keys (and to the data)"
                     )
 
 

@@ -45,7 +45,6 @@ from roll.pipelines.rlvr.validation import CORRECT
 from roll.pipelines.rlvr.workers import InferWorker
 from roll.pipelines.tokenizers import load_tokenizer
 from roll.protocol import DataProto
-from roll.runtime import ConfigError
 
 __all__ = ["ROLLOUT_FIELDS", "RLVRRolloutConfig", "RLVRRolloutPipeline", "read_rollouts", "rollout_metrics"]
 
@@ -92,11 +91,6 @@ class RLVRRolloutConfig(BaseConfig):
         default=1, ge=0, description="Checkpoint every N steps (data cursor, totals and metrics; no model state)."
     )
     export_hf: bool = Field(default=False, description="Unused: nothing is trained.")
-
-    def roles(self) -> dict[str, RoleConfig]:
-        """actor_infer plus the reward domains (``rewards.<domain>``), so model references of model-backed
-        rewards (llm_judge) are resolved, named and checked like every other role's."""
-        return {**super().roles(), **{f"rewards.{domain}": reward for domain, reward in self.rewards.items()}}
 
     @model_validator(mode="after")
     def _check_rollout(self) -> RLVRRolloutConfig:
@@ -303,10 +297,7 @@ class RLVRRolloutPipeline(BasePipeline):
         self.prompt_index = [i for i in range(len(rows)) if i not in dropped]
         self.data_metrics = report.as_metrics(f"data/{cfg.split}")
         workers = {domain: resolve_reward_worker(reward.reward_type) for domain, reward in cfg.rewards.items()}
-        try:
-            check_reward_fields(self.examples, cfg.rewards, workers)
-        except ConfigError as e:  # its advice names RLVR's prompt role; ours is actor_infer
-            raise ConfigError(str(e).replace("actor_train.data_args", "actor_infer.data_args")) from None
+        check_reward_fields(self.examples, cfg.rewards, workers, data_field="actor_infer.data_args")
         self.collator = PromptCollator(self.tokenizer.pad_token_id, cfg.prompt_length)
         self.batches = StatefulBatchIterator(
             len(self.examples),

@@ -85,14 +85,20 @@ def finish_reload(worker: Any) -> None:
 
 
 def with_tied_lm_head(named_tensors: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
-    """Add ``lm_head.weight`` next to the input embedding when the bucket has the embedding but not the head.
+    """Feed ``lm_head.weight`` in the same bucket as the input embedding it is tied to, and only there.
 
     With tied embeddings vLLM's ``lm_head`` layer shares the embedding's parameter but is reloaded as a layer of
     its own: it keeps its old processed weights (e.g. the CPU GEMM's packed copy) unless it is fed too. Trainers
-    usually send the embedding only (``named_parameters`` lists a tied tensor once).
+    usually send the embedding only (``named_parameters`` lists a tied tensor once), so the head is added next to
+    it. A trainer that sends the head as well may put it in another bucket (fsdp2's ``named_weights`` lists it
+    last); vLLM's loader rejects such a bucket ("'lm_head.weight' was skipped because it is tied to
+    'model.embed_tokens.weight' ... not found in the checkpoint"), so a head without its embedding is dropped:
+    the embedding's own bucket feeds it.
     """
-    if any(name == "lm_head.weight" for name, _ in named_tensors):
-        return named_tensors
     # HF names the input embedding "<prefix>embed_tokens.weight" in Llama-style models (Qwen, Mistral, ...).
     embedding = next((tensor for name, tensor in named_tensors if name.endswith("embed_tokens.weight")), None)
-    return named_tensors if embedding is None else [*named_tensors, ("lm_head.weight", embedding)]
+    if embedding is None:
+        return [(name, tensor) for name, tensor in named_tensors if name != "lm_head.weight"]
+    if any(name == "lm_head.weight" for name, _ in named_tensors):
+        return named_tensors
+    return [*named_tensors, ("lm_head.weight", embedding)]
