@@ -48,6 +48,8 @@ class BasePipeline:
         self.output_dir = config.resolved_output_dir
         self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", config.max_ckpt_to_keep)
         self._check_output_dir()
+        # A bad resume path must fail before anything starts.
+        self._resume_path = self.checkpoints.resolve(config.resume_from_checkpoint)
         set_seed(config.seed)
         resolve_assets(config)
         # Data problems must surface before anything starts or any file is written.
@@ -160,7 +162,7 @@ class BasePipeline:
 
     def resume(self) -> int:
         """Restore the checkpoint selected by ``resume_from_checkpoint``; returns the step to continue after."""
-        path = self.checkpoints.resolve(self.config.resume_from_checkpoint)
+        path = self._resume_path
         if path is None:
             return 0
         self.state = self.checkpoints.load_state(path)
