@@ -37,7 +37,6 @@ def workspace(tmp_path, monkeypatch):
     (data / "wrong_type.jsonl").write_text(json.dumps({"prompt": 3, "response": "y"}) + "\n")
     (data / "empty.jsonl").write_text("")
     (data / "pairs.jsonl").write_text(json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"}) + "\n")
-    output = tmp_path / "out"
     ckpt = tmp_path / "previous" / "checkpoints" / "step-00000005"
     ckpt.mkdir(parents=True)
     (ckpt / "pipeline_state.json").write_text('{"step": 5}')
