@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 # Bump when a generator's output changes, so cached files from older versions are not reused.
-_GENERATOR_VERSION = 1
+_GENERATOR_VERSION = 2
 _OPS: dict[str, tuple[str, Callable[[int, int], int]]] = {
     "add": ("+", operator.add),
     "sub": ("-", operator.sub),
@@ -169,13 +169,16 @@ def preference_pairs(
     """Preference rows ``{"prompt", "chosen", "rejected"}``.
 
     The rule, checkable with :func:`is_correct_arithmetic`: ``chosen`` states the correct answer in
-    ``\\boxed{}``; ``rejected`` either boxes a wrong answer (off by 1-3) or gives the right number unboxed.
+    ``\\boxed{}``; ``rejected`` either boxes a wrong answer (off by 1-3; for comparisons, the other operand) or
+    gives the right number unboxed.
     """
     problems, rng = _draw(n, seed, "preference", split, max_operand, ops)
     rows = []
     for p in problems:
         if rng.random() < 2 / 3:
-            rejected = _answer_text(p.answer + rng.choice([-3, -2, -1, 1, 2, 3]))
+            # A wrong answer: for comparisons the other operand (the natural mistake), else off by 1-3.
+            wrong = p.a + p.b - p.answer if p.symbol in _WORDS else p.answer + rng.choice([-3, -2, -1, 1, 2, 3])
+            rejected = _answer_text(wrong)
         else:
             rejected = f"The answer is {p.answer}."
         rows.append({"prompt": p.prompt, "chosen": _answer_text(p.answer), "rejected": rejected})
