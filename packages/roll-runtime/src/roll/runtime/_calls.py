@@ -107,7 +107,7 @@ def materialize_all(*calls: PendingCall, timeout: float | None = None) -> list[A
     return results
 
 
-def _raise_if_failed(ref: ray.ObjectRef, rank: int, cluster: str, method: str) -> None:
+def _raise_if_failed(ref: ray.ObjectRef, cluster: str, rank: int, method: str) -> None:
     try:
         ray.get(ref, timeout=0)
     except GetTimeoutError:
