@@ -27,7 +27,7 @@ from roll.protocol._columns import (
     concat_columns,
 )
 from roll.protocol._serialization import pack_tensor, unpack_tensor
-from roll.protocol._tensor_ops import cat_rows, take_rows
+from roll.protocol._tensor_ops import cat_rows_many, take_rows
 from roll.protocol.errors import ProtocolError
 
 Index = int | slice | Sequence[int] | np.ndarray | torch.Tensor
@@ -212,18 +212,33 @@ class DataProto:
         if chunks < 1:
             raise ProtocolError(f"chunk() needs chunks >= 1, got {chunks}")
         base, extra = divmod(len(self), chunks)
-        out, start = [], 0
-        for i in range(chunks):
-            size = base + (1 if i < extra else 0)
-            out.append(self.slice(start, start + size))
-            start += size
-        return out
+        return self._split_views([base + (1 if i < extra else 0) for i in range(chunks)])
 
     def split(self, split_size: int) -> list[DataProto]:
         """Consecutive parts of ``split_size`` rows (the last may be smaller). Parts are views."""
         if split_size < 1:
             raise ProtocolError(f"split() needs split_size >= 1, got {split_size}")
-        return [self.slice(i, i + split_size) for i in range(0, len(self), split_size)]
+        full, rest = divmod(len(self), split_size)
+        return self._split_views([split_size] * full + ([rest] if rest else []))
+
+    def _split_views(self, sizes: list[int]) -> list[DataProto]:
+        """Consecutive views of ``sizes[i]`` rows (``sum(sizes) == len(self)``): one split per tensor, and parts that
+        are consistent by construction skip the checks of ``__init__``."""
+        views = {k: v.split(sizes) for k, v in self._batch.items()}
+        device = self._batch.device
+        out, start = [], 0
+        for i, size in enumerate(sizes):
+            batch = _tensordict_unchecked({k: parts[i] for k, parts in views.items()}, size, device)
+            out.append(DataProto._unchecked(batch, self._non_tensor._slice(start, start + size), self.meta_info))
+            start += size
+        return out
+
+    @classmethod
+    def _unchecked(cls, batch: TensorDict, columns: NonTensorBatch, meta_info: dict[str, Any]) -> DataProto:
+        """A DataProto from parts whose lengths and keys already agree (internal fast path)."""
+        out = cls.__new__(cls)
+        out._batch, out._non_tensor, out.meta_info = batch, columns, dict(meta_info)
+        return out
 
     @staticmethod
     def concat(parts: Sequence[DataProto]) -> DataProto:
@@ -245,7 +260,7 @@ class DataProto:
             # Nothing to join: share the storage (only meta_info is normalized below).
             tensors = {k: first._batch[k] for k in tensor_keys}
         else:
-            tensors = {k: cat_rows([p._batch[k] for p in parts]) for k in tensor_keys}
+            tensors = cat_rows_many({k: [p._batch[k] for p in parts] for k in tensor_keys})
         batch = TensorDict(tensors, batch_size=[total]) if tensors else TensorDict({}, batch_size=[total])
         columns = NonTensorBatch._from_columns(
             {k: concat_columns(k, [p._non_tensor.column(k) for p in parts]) for k in column_keys}, total
@@ -461,6 +476,17 @@ def _copy_column(column: Any) -> Any:
 def _rebuild(length: int, tensors: dict[str, tuple], columns: dict[str, Any], meta_info: dict[str, Any]) -> DataProto:
     batch = TensorDict({k: unpack_tensor(*packed) for k, packed in tensors.items()}, batch_size=[length])
     return DataProto(batch, NonTensorBatch._from_columns(columns, length), meta_info)
+
+
+def _tensordict_unchecked(tensors: dict[str, Any], length: int, device: Any) -> TensorDict:
+    """A TensorDict of tensors known to have ``length`` rows. tensordict's private constructor skips the checks that
+    make building many small parts slow; versions without it get the public one."""
+    if _NEW_UNSAFE is not None:
+        return _NEW_UNSAFE(tensors, batch_size=torch.Size([length]), device=device)
+    return TensorDict(tensors, batch_size=[length], device=device)
+
+
+_NEW_UNSAFE = getattr(TensorDict, "_new_unsafe", None)
 
 
 def _tensordict_from(tensors: dict[str, torch.Tensor]) -> TensorDict:
