@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-__all__ = ["cat_rows", "cat_rows_many", "take_rows"]
+__all__ = ["cat_rows_many", "take_rows"]
 
 # numpy has no bfloat16/float8: view such tensors as same-size integers and back.
 _VIEW_AS = {
@@ -50,11 +50,6 @@ def _numpy_view(tensor: torch.Tensor) -> np.ndarray | None:
 
 def _back(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     return torch.from_numpy(array).view(dtype)
-
-
-def cat_rows(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """``torch.cat(tensors)`` along dim 0."""
-    return cat_rows_many({"": tensors})[""]
 
 
 def cat_rows_many(groups: Mapping[str, list[torch.Tensor]]) -> dict[str, torch.Tensor]:
