@@ -268,3 +268,29 @@ def test_concat_and_select_keep_exotic_dtypes_and_fall_back_for_autograd():
         assert joined[key].dtype == dp[key].dtype and torch.equal(joined[key], dp[key])
         assert torch.equal(picked[key], dp[key][[4, 0, 0]])
     assert picked["grad"].requires_grad and torch.equal(picked["grad"], dp["grad"][[4, 0, 0]])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_concat_shares_large_copies_among_threads_and_keeps_every_row(monkeypatch, threads):
+    from roll.protocol import _tensor_ops
+
+    # Make the threaded path run on small data: blocks of a few rows, shared among up to 3 threads.
+    monkeypatch.setattr(_tensor_ops, "PARALLEL_COPY_MIN_BYTES", 0)
+    monkeypatch.setattr(_tensor_ops, "_BLOCK_BYTES", 64)
+    monkeypatch.setattr(_tensor_ops.os, "cpu_count", lambda: 4)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        full = DataProto.from_dict(
+            {
+                "ids": torch.arange(37 * 5).reshape(37, 5),
+                "logp": torch.randn(37, 3, dtype=torch.bfloat16),
+                "flag": torch.arange(37) % 2 == 0,
+            },
+            {"text": [f"row {i}" for i in range(37)]},
+        )
+        parts = [full.slice(0, 1), full.slice(1, 20), full.slice(20, 20), full.slice(20, 37)]
+        joined = DataProto.concat([p.clone() for p in parts])
+    finally:
+        torch.set_num_threads(previous)
+    assert_same_rows(joined, full)
