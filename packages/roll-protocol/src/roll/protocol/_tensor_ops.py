@@ -1,8 +1,8 @@
 """Row gathers and concatenation of CPU tensors through numpy.
 
 numpy allocates large outputs with transparent huge pages (madvise), so filling a fresh 256 MiB buffer takes
-~100 page faults instead of ~65,000. Measured on a 2-core VM: concatenating 256 MiB took 88 ms with numpy vs 618 ms with ``torch.cat``. Tensors
-that numpy cannot view (non-CPU, non-contiguous, or requiring grad) use torch.
+~100 page faults instead of ~65,000. Measured on a 2-core VM: concatenating 256 MiB took 88 ms with numpy vs
+618 ms with ``torch.cat``. Tensors that numpy cannot view (non-CPU, non-contiguous, or requiring grad) use torch.
 
 Concatenating many megabytes is bound by first-touch page faults of the fresh output (the kernel zeroes each page
 before the copy lands on it), not by the copy itself. ``cat_rows_many`` therefore splits large copies into blocks
