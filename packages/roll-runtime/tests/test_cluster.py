@@ -78,6 +78,10 @@ class EchoWorker(Worker):
         return {k: os.environ.get(k) for k in keys}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def threads(self):
+        return torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def fail_on(self, rank: int, exit_process: bool = False):
         if self.rank == rank:
             if exit_process:
@@ -248,6 +252,31 @@ def test_timeout_names_the_pending_ranks(echo):
     ):
         echo.sleep_on(1, 5, timeout=1)
     echo.whoami()  # the cluster stays usable once the slow call ends
+
+
+@pytest.mark.parametrize(
+    ("setting", "world_size", "expected"),
+    [(None, 2, lambda cores: 1), (3, 1, lambda cores: 3), ("all", 1, lambda cores: cores), ("all", 2, None)],
+)
+def test_num_threads_sizes_each_workers_torch_pool(resources, setting, world_size, expected):
+    from roll.runtime._worker import usable_cores
+
+    cores = usable_cores()
+    # 'all' shares the node's cores among the role's workers on it (at least one thread each).
+    want = expected(cores) if expected else max(1, cores // world_size)
+    name = f"threads{world_size}{setting}"
+    cluster = Cluster(name, EchoWorker, resources, WorkerConfig(name=name, world_size=world_size, num_threads=setting))
+    try:
+        assert cluster.threads() == [(want, str(want))] * world_size
+    finally:
+        cluster.shutdown()
+
+
+def test_num_threads_rejects_nonsense():
+    with pytest.raises(ValueError, match="num_threads"):
+        WorkerConfig(name="x", num_threads=0)
+    with pytest.raises(ValueError, match="num_threads"):
+        WorkerConfig(name="x", num_threads="most")
 
 
 def test_dead_workers_raise_worker_lost(resources):

@@ -47,3 +47,35 @@ def test_mock_forward_puts_half_the_mass_on_the_next_token():
         prompts(), lambda micro, logits: {"lp": log_probs_from_logits(logits, (micro.batch["input_ids"] + 1) % 50)}
     )
     torch.testing.assert_close(result["lp"], torch.full((2, 3), torch.log(torch.tensor(0.5)).item()))
+
+
+def test_compacting_drops_columns_that_are_padding_in_every_row():
+    from roll.strategies.generation import compact_generation_padding
+
+    strategy = make_worker().strategy
+    wide = DataProto.from_dict(
+        {
+            "input_ids": torch.tensor([[0, 0, 0, 5, 6], [0, 0, 7, 8, 9]]),
+            "attention_mask": torch.tensor([[0, 0, 0, 1, 1], [0, 0, 1, 1, 1]]),
+        },
+        {"answer": ["a", "b"]},
+    )
+    # Mock response lengths here are 13, 14, 6 and 7 (with EOS; see the mock's docstring), so 6 of 20 response
+    # columns are padding in every row; the widest prompt uses 3 of 5 columns.
+    out = strategy.generate(wide, GenerationConfig(max_new_tokens=20, num_return_sequences=2))
+    out.batch["scores"] = torch.arange(4.0)
+    compact = compact_generation_padding(out)
+    lengths = out["response_mask"].sum(-1)
+    keep = int(lengths.max())
+    assert keep == 14
+    assert compact["prompts"].shape == (4, 3) and compact["responses"].shape == (4, keep)
+    assert compact["input_ids"].shape == (4, 3 + keep)
+    for key in ("input_ids", "attention_mask", "position_ids"):
+        assert torch.equal(compact[key], out[key][:, 2 : 5 + keep]), key
+    for key in ("responses", "response_mask", "rollout_log_probs"):
+        assert torch.equal(compact[key], out[key][:, :keep]), key
+    assert torch.equal(compact["scores"], out["scores"])
+    assert compact["answer"].tolist() == out["answer"].tolist()
+    assert out["response_mask"][:, keep:].sum() == 0 and out["attention_mask"][:, :2].sum() == 0
+    # Nothing to drop: the same object comes back.
+    assert compact_generation_padding(compact) is compact

@@ -158,3 +158,52 @@ def test_lr_schedule_length_counts_every_update():
     # 8 prompts x 2 samples = 16 samples, 4 per update -> 4 updates per epoch, 2 epochs, 10 steps.
     assert config.actor_train.training_args.max_steps == 80
     assert config.actor_infer.generating_args.max_new_tokens == 4
+
+
+@pytest.mark.parametrize(
+    ("overrides", "mini_batches", "expected"),
+    [
+        ({}, 1, False),  # one on-policy step: the training forward is the old policy
+        ({}, 2, True),  # the second mini-batch trains on a policy the first one changed
+        ({"ppo_epochs": 2}, 1, True),
+        ({"tis_cap": 2.0}, 1, True),  # truncated IS compares training-side and rollout log-probs up front
+        ({"reference": ROLE, "add_token_level_kl": True, "init_kl_coef": 0.1}, 1, True),  # KL enters the rewards
+        ({"reference": ROLE, "use_kl_loss": True}, 1, False),  # KL in the loss uses the live log-probs
+        ({"enable_old_logprobs_recompute": True}, 1, True),
+        ({"enable_old_logprobs_recompute": False}, 2, False),
+    ],
+)
+def test_old_log_probs_are_recomputed_only_when_the_update_is_not_on_policy(overrides, mini_batches, expected):
+    assert make_config(**overrides).recompute_old_log_probs(mini_batches) is expected
+
+
+def test_on_policy_loss_without_recompute_equals_the_loss_with_recomputed_old_log_probs():
+    from roll.pipelines.rlvr.workers import ActorWorker
+
+    config = make_config(pg_clip_low=0.2, pg_clip_high=0.28, importance_sampling="sequence", entropy_loss_coef=0.01)
+    worker = ActorWorker(config.actor_train)
+    worker.pipeline_config = config
+    torch.manual_seed(0)
+    prompt, response, vocab = 3, 4, 11
+    logits = torch.randn(4, prompt + response, vocab, requires_grad=True)
+    batch = scored_batch()
+    batch.batch["responses"] = torch.randint(0, vocab, (4, response))
+    batch.batch["advantages"] = torch.randn(4, response) * batch.batch["response_mask"]
+    batch.meta_info.update(global_num_tokens=int(batch.batch["response_mask"].sum()), global_num_seqs=4)
+    with torch.no_grad():
+        # What the recompute pass would have produced: the same weights' log-probs of the responses.
+        predicting = logits[:, prompt - 1 : -1]
+        recomputed = torch.log_softmax(predicting / 1.0, -1).gather(-1, batch.batch["responses"].unsqueeze(-1))
+    batch.batch["old_log_probs"] = recomputed.squeeze(-1)
+
+    loss_recomputed, metrics_recomputed = worker._loss(batch, logits)
+    (grad_recomputed,) = torch.autograd.grad(loss_recomputed, logits)
+    batch.batch["old_log_probs"] = torch.randn(4, response)  # the rollout engine's; must be ignored
+    batch.meta_info["old_log_probs_from_train_forward"] = True
+    loss_on_policy, metrics_on_policy = worker._loss(batch, logits)
+    (grad_on_policy,) = torch.autograd.grad(loss_on_policy, logits)
+
+    torch.testing.assert_close(loss_on_policy, loss_recomputed, atol=1e-6, rtol=0)
+    torch.testing.assert_close(grad_on_policy, grad_recomputed, atol=1e-6, rtol=0)
+    assert metrics_on_policy["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-7)
+    assert "actor/entropy" in metrics_on_policy and "actor/entropy" not in metrics_recomputed

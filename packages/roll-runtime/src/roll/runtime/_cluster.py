@@ -18,7 +18,7 @@ import ray
 from roll.protocol import Execute, RankInfo, Registration, collect_ranks
 from roll.runtime._calls import PendingCall, wait_all
 from roll.runtime._resources import Placement, ResourceManager
-from roll.runtime._worker import ENV_CLUSTER_NAME, Worker, registered_methods
+from roll.runtime._worker import ENV_CLUSTER_NAME, ENV_WORKERS_ON_NODE, Worker, registered_methods
 from roll.runtime.config import WorkerConfig
 from roll.runtime.errors import ConfigError, RpcTimeoutError, WorkerLostError
 
@@ -139,7 +139,11 @@ class Cluster:
             "WORLD_SIZE": str(len(self.placements)),
             "LOCAL_RANK": "0",
             ENV_CLUSTER_NAME: self.name,
+            ENV_WORKERS_ON_NODE: str(sum(p.node_id == placement.node_id for p in self.placements)),
         }
+        threads = self.worker_config.num_threads
+        if isinstance(threads, int):
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
         if placement.local_devices:
             env["CUDA_VISIBLE_DEVICES"] = placement.visible_devices
             # Ray would overwrite CUDA_VISIBLE_DEVICES with the token GPU share it granted; we pin devices ourselves.

@@ -20,6 +20,29 @@ from roll.protocol._dispatch import Dispatch
 from roll.runtime.config import WorkerConfig
 
 ENV_CLUSTER_NAME = "ROLL_CLUSTER_NAME"
+ENV_WORKERS_ON_NODE = "ROLL_WORKERS_ON_NODE"  # how many of this role's workers share this worker's node
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, which containers and ``taskset`` narrow)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _apply_num_threads(setting: int | str | None) -> None:
+    """Size torch's intra-op pool (and OpenMP/MKL's, for libraries loaded later) as the role's config asks."""
+    if setting is None:
+        return  # Ray already set OMP_NUM_THREADS from the worker's logical CPUs
+    if setting == "all":
+        sharing = max(1, int(os.environ.get(ENV_WORKERS_ON_NODE, "1")))
+        threads = max(1, usable_cores() // sharing)
+    else:
+        threads = int(setting)
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    torch = sys.modules.get("torch")
+    if torch is not None:  # imported with the worker's module, so it read the old OMP_NUM_THREADS already
+        torch.set_num_threads(threads)
 
 
 def _release_accelerator_cache() -> None:
@@ -98,6 +121,7 @@ class Worker:
 
     def __init__(self, worker_config: WorkerConfig) -> None:
         self.worker_config = worker_config
+        _apply_num_threads(worker_config.num_threads)
         self.cluster_name = os.environ.get(ENV_CLUSTER_NAME, worker_config.name)
         self.rank = int(os.environ.get("RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))

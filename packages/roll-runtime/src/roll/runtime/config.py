@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import contextvars
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -155,6 +155,14 @@ class WorkerConfig(RollModel):
     num_gpus_per_worker: int = Field(default=1, ge=1, description="Devices each worker owns (e.g. vLLM TP x PP).")
     world_size: int | None = Field(default=None, ge=1, description="Number of workers; derived for GPU roles.")
     num_cpus_per_worker: float = Field(default=0.01, ge=0, description="Logical CPUs Ray reserves per worker.")
+    num_threads: Annotated[int, Field(ge=1)] | Literal["all"] | None = Field(
+        default=None,
+        description=(
+            "torch/OpenMP threads per worker. None: Ray's default (1 unless num_cpus_per_worker >= 2). 'all': the "
+            "worker's usable cores shared among this role's workers on its node, for roles that take turns with "
+            "others (a pipeline's phases) rather than run at the same time."
+        ),
+    )
     strategy_args: Any = Field(default=None, description="Backend selection and settings, opaque to the runtime.")
     system_envs: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for workers.")
     max_concurrency: int | None = Field(default=None, ge=1, description="Concurrent calls per worker actor.")

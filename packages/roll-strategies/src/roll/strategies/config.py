@@ -5,7 +5,7 @@ Only pydantic here: a machine without a backend's library can still validate a c
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -111,6 +111,19 @@ class StrategyWorkerConfig(WorkerConfig):
     strategy_args: StrategyArgs | None = None
     infer_batch_size: int = Field(default=8, ge=1, description="Rows per forward micro-batch when not training.")
     model_update_buffer_size_mb: int = Field(default=256, ge=1, description="Weight-sync bucket size.")
+    num_threads: Annotated[int, Field(ge=1)] | Literal["all", "auto"] | None = Field(
+        default="auto",
+        description=(
+            "torch threads per worker. 'auto': 'all' for CPU roles (no device_mapping), whose phases take turns "
+            "on the machine's cores, and Ray's default (1) for device roles. See WorkerConfig.num_threads."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _resolve_num_threads(self) -> StrategyWorkerConfig:
+        if self.num_threads == "auto":
+            object.__setattr__(self, "num_threads", "all" if self.device_mapping is None else None)
+        return self
 
     @model_validator(mode="after")
     def _check_strategy_config(self) -> StrategyWorkerConfig:

@@ -14,7 +14,7 @@ import torch
 from roll.protocol import DataProto
 from roll.strategies.ops import position_ids_from_attention_mask
 
-__all__ = ["PROMPT_KEYS", "build_generation_output", "prompt_token_lists"]
+__all__ = ["PROMPT_KEYS", "build_generation_output", "compact_generation_padding", "prompt_token_lists"]
 
 # Input tensors that describe the prompt; they are replaced by the prompt+response versions in the output.
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
@@ -76,3 +76,34 @@ def build_generation_output(
         meta_info=dict(batch.meta_info),
     )
     return out.union(extra)
+
+
+def compact_generation_padding(batch: DataProto) -> DataProto:
+    """Drop the columns that are padding in every row: leading prompt columns and trailing response columns.
+
+    Generation pads prompts to a fixed width and responses to ``max_new_tokens``; a batch whose longest prompt
+    or response is shorter would otherwise pay for those columns in every later forward and backward pass. The
+    layout is unchanged (prompts still left-padded, responses right-padded), so it stays valid input for every
+    strategy. Tensors of the layout are sliced (views); other columns are left alone. At least one response
+    column is kept.
+    """
+    data = batch.batch
+    prompt_width, response_width = data["prompts"].shape[1], data["responses"].shape[1]
+    used_prompt = data["attention_mask"][:, :prompt_width].any(0)
+    lead = int(used_prompt.int().argmax()) if bool(used_prompt.any()) else prompt_width
+    used_response = data["response_mask"].any(0)
+    keep = response_width - int(used_response.flip(0).int().argmax()) if bool(used_response.any()) else 0
+    keep = max(1, keep)
+    if lead == 0 and keep == response_width:
+        return batch
+    columns = {}
+    for key in data.keys():
+        value = data[key]
+        if key == "prompts":
+            value = value[:, lead:]
+        elif key in PROMPT_KEYS and value.dim() == 2 and value.shape[1] == prompt_width + response_width:
+            value = value[:, lead : prompt_width + keep]
+        elif key in ("responses", "response_mask", "rollout_log_probs"):
+            value = value[:, :keep]
+        columns[key] = value
+    return DataProto.from_dict(columns, batch.non_tensor_batch, meta_info=dict(batch.meta_info))

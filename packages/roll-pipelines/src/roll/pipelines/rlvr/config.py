@@ -73,8 +73,14 @@ class RLVRConfig(BaseConfig):
     entropy_loss_coef: float = Field(default=0.0, ge=0)
     value_clip: float | None = Field(default=0.5, gt=0)
     critic_warmup: int = Field(default=0, ge=0, description="Steps that train only the critic.")
-    enable_old_logprobs_recompute: bool = Field(
-        default=True, description="Recompute old log-probs with actor_train (False: use the rollout engine's)."
+    enable_old_logprobs_recompute: bool | Literal["auto"] = Field(
+        default="auto",
+        description=(
+            "Recompute old log-probs with actor_train before training (False: use the rollout engine's). 'auto' "
+            "recomputes only when the update is not one on-policy step (ppo_epochs > 1, several mini-batches, "
+            "truncated IS, KL in the reward); otherwise the training forward's own log-probs, detached, are the "
+            "old ones, which is exact and saves a forward pass over the batch."
+        ),
     )
     # --- rollout / inference mismatch ---------------------------------------------------------------------
     tis_cap: float | None = Field(default=None, gt=0, description="Truncated importance sampling cap (None: off).")
@@ -97,6 +103,14 @@ class RLVRConfig(BaseConfig):
     @property
     def kl_in_reward(self) -> bool:
         return self.add_token_level_kl and self.init_kl_coef > 0
+
+    def recompute_old_log_probs(self, num_mini_batches: int) -> bool:
+        """Whether a step with this many mini-batches needs actor_train's log-probs before it trains."""
+        if self.enable_old_logprobs_recompute != "auto":
+            return self.enable_old_logprobs_recompute
+        off_policy = self.ppo_epochs > 1 or num_mini_batches > 1
+        needs_them_first = self.tis_cap is not None or (self.kl_in_reward and self.needs_reference)
+        return off_policy or needs_them_first
 
     @property
     def needs_reference(self) -> bool:

@@ -118,10 +118,18 @@ class RLVRPipeline(BasePipeline):
     # --- one step ---------------------------------------------------------------------------------------
     def _score_with_models(self, batch: DataProto, timer: _Timer) -> None:
         cfg = self.config
+        samples = len(batch)
+        batch.meta_info["num_mini_batches"] = max(1, -(-samples // (cfg.ppo_mini_batch_size or samples)))
+        recompute = cfg.recompute_old_log_probs(batch.meta_info["num_mini_batches"])
+        # Without a recompute in 'auto' mode the update is one on-policy step: the training forward's own
+        # log-probs (detached) are exactly the old policy's, so the loss uses them (ratio 1).
+        batch.meta_info["old_log_probs_from_train_forward"] = (
+            not recompute and cfg.enable_old_logprobs_recompute == "auto"
+        )
         pending = {}
         if self.reference is not None:
             pending["ref"] = self.reference.compute_log_probs(batch, blocking=False)
-        if cfg.enable_old_logprobs_recompute:
+        if recompute:
             pending["old"] = self.actor_train.compute_log_probs(batch, blocking=False)
         if self.critic is not None:
             pending["values"] = self.critic.compute_values(batch, blocking=False)
@@ -138,8 +146,6 @@ class RLVRPipeline(BasePipeline):
 
     def _train(self, batch: DataProto, step: int, timer: _Timer) -> dict[str, Any]:
         cfg = self.config
-        samples = len(batch)
-        batch.meta_info["num_mini_batches"] = max(1, -(-samples // (cfg.ppo_mini_batch_size or samples)))
         batch.meta_info["seed"] = cfg.seed * 100_003 + step
         metrics: dict[str, Any] = {}
         pending = {}

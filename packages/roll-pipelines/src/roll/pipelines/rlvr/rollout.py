@@ -20,6 +20,7 @@ from roll.pipelines.data import PromptCollator, StatefulBatchIterator
 from roll.protocol import DataProto
 from roll.runtime import Cluster, ConfigError
 from roll.strategies import GenerationConfig
+from roll.strategies.generation import compact_generation_padding
 
 __all__ = ["PromptSource", "RolloutResult", "Rollouts", "split_by_domain"]
 
@@ -205,6 +206,9 @@ class Rollouts:
         surplus = max(0, kept_groups - target)
         if surplus:
             batch = batch.slice(0, target * n)
+        # Scoring and training need no column that is padding in every row (prompts are padded to prompt_length,
+        # responses to response_length for generation).
+        batch = compact_generation_padding(batch)
         metrics.update(
             {"rollout/kept_groups": float(min(kept_groups, target)), "rollout/surplus_groups_dropped": float(surplus)}
         )

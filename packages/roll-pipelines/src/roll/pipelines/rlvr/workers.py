@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from roll.pipelines.algorithms import entropy_loss, kl_loss, policy_loss, value_loss
+from roll.pipelines.algorithms import entropy_loss, kl_loss, masked_mean, policy_loss, value_loss
 from roll.protocol import DataProto, Dispatch, register
 from roll.strategies import GenerationConfig, StrategyWorker
 from roll.strategies.ops import entropy_from_logits, log_probs_from_logits
@@ -70,9 +70,11 @@ class ActorWorker(PolicyWorker):
         log_probs = log_probs_from_logits(predicting, data["responses"], _temperature(cfg))
         mask = data["response_mask"]
         counts = {"num_tokens": micro.meta_info["global_num_tokens"], "num_seqs": micro.meta_info["global_num_seqs"]}
+        # One on-policy update without a recompute pass: this forward is the old policy (see RLVRConfig).
+        on_policy = micro.meta_info.get("old_log_probs_from_train_forward", False)
         loss, metrics = policy_loss(
             log_probs,
-            data["old_log_probs"],
+            log_probs.detach() if on_policy else data["old_log_probs"],
             data["advantages"],
             mask,
             clip_low=cfg.pg_clip_low or cfg.pg_clip,
@@ -85,6 +87,10 @@ class ActorWorker(PolicyWorker):
         )
         metrics = {f"actor/{k}": v for k, v in metrics.items()}
         metrics["actor/pg_loss"] = float(loss.detach())
+        if on_policy:  # the recompute pass would have reported it
+            with torch.no_grad():
+                entropy = entropy_from_logits(predicting, _temperature(cfg))
+                metrics["actor/entropy"] = float(masked_mean(entropy, mask))
         if cfg.use_kl_loss and cfg.kl_loss_coef > 0:
             kl = kl_loss(
                 log_probs, data["ref_log_probs"], mask, kind=cfg.kl_penalty, loss_agg_mode=cfg.loss_agg_mode, **counts
@@ -103,7 +109,9 @@ class ActorWorker(PolicyWorker):
     def train_step(self, batch: DataProto) -> DataProto:
         """Needs ``input_ids``, ``attention_mask``, ``position_ids``, ``responses``, ``response_mask`` (loss mask),
         ``old_log_probs``, ``advantages`` (all (B, R) except the first three), optionally ``ref_log_probs`` and
-        ``is_weights``; ``meta_info``: ``num_mini_batches``, ``seed``. Runs ``ppo_epochs`` x mini-batches steps."""
+        ``is_weights``; ``meta_info``: ``num_mini_batches``, ``seed``, and ``old_log_probs_from_train_forward``
+        (one on-policy step: the loss takes its own detached log-probs as the old ones). Runs ``ppo_epochs`` x
+        mini-batches steps."""
         cfg = self.pipeline_config
         batch.meta_info["loss_mask_key"] = "response_mask"
         metrics: dict[str, list[float]] = {}

@@ -1,0 +1,103 @@
+"""The RLVR pipeline end to end on a nano model: FSDP2 training, HF rollouts, weight sync, math rewards.
+
+Two short in-process runs on one private local Ray:
+
+* GRPO with the defaults: one on-policy update per step, so no recompute pass (the training forward supplies the
+  old log-probs), the rollout batch compacted to its used columns, and the engine generating with synced weights.
+* PPO with every optional role: a critic (GAE), a reference with KL in the reward, two epochs of two mini-batches
+  (so old log-probs are recomputed and the second update sees a moved policy) and clip-higher.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roll.pipelines.config import load_config
+from roll.pipelines.launcher import run_config
+from roll.pipelines.tracking import read_metrics
+from roll.runtime.testing import local_ray
+
+ROLE = {"model_name_or_path": "tiny://nano?seed=0", "dtype": "float32"}
+
+
+@pytest.fixture(scope="module")
+def ray_env(tmp_path_factory: pytest.TempPathFactory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ROLL_CACHE_DIR", str(tmp_path_factory.mktemp("roll-cache")))
+        with local_ray(num_cpus=8):
+            yield
+
+
+_RUNS = iter(range(1000))
+
+
+def _run(out: Path, **changes: Any) -> list[dict[str, Any]]:
+    run = next(_RUNS)
+    overrides = {
+        "max_steps": 2,
+        "eval_steps": 0,
+        "save_steps": 0,
+        "export_hf": False,
+        "plots": False,
+        "rollout_batch_size": 4,
+        "response_length": 8,
+        "prompt_length": 48,
+        "val_batch_size": 8,
+        "actor_train.name": f"train-{run}",
+        "actor_train.model_args.model_name_or_path": ROLE["model_name_or_path"],
+        "actor_train.training_args.per_device_train_batch_size": 4,
+        "actor_train.data_args.file_name": "synthetic://arithmetic_prompts?n=64&seed=1&split=train",
+        "actor_train.data_args.eval_file_name": "synthetic://arithmetic_prompts?n=8&seed=1&split=eval",
+        "actor_infer.name": f"infer-{run}",
+        "actor_infer.model_args.model_name_or_path": ROLE["model_name_or_path"],
+        "actor_infer.generating_args.num_return_sequences": 4,
+        "actor_infer.strategy_args.strategy_name": "hf_infer",
+        "actor_infer.strategy_args.strategy_config": "{}",
+        "rewards.math.name": f"reward-{run}",
+        **changes,
+    }
+    config = load_config("rlvr-tiny", [f"output_dir={out}", *(f"{k}={v}" for k, v in overrides.items())])
+    run_config(config)
+    return read_metrics(out / "metrics.jsonl")
+
+
+def test_grpo_on_policy_steps_skip_the_recompute_pass(tmp_path: Path, ray_env: None) -> None:
+    metrics = _run(tmp_path / "grpo")
+    assert [m["step"] for m in metrics] == [0, 1, 2]
+    assert "val/accuracy" in metrics[0] and "val/accuracy" in metrics[-1]  # before training and at the last step
+    for m in metrics[1:]:
+        assert m["rollout/samples"] == 16
+        assert "time/log_probs_s" not in m or m["time/log_probs_s"] < 1.0  # nothing to wait for
+        # The update is one on-policy step: ratio 1 everywhere, so nothing is clipped and the PPO-KL is 0.
+        assert m["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-7)
+        assert m["actor/pg_clipfrac"] == 0.0
+        assert m["actor/entropy"] > 0  # reported by the training forward instead of the recompute pass
+        assert m["actor/grad_norm"] >= 0 and m["time/weight_sync_s"] >= 0
+
+
+def test_ppo_with_critic_reference_and_several_updates(tmp_path: Path, ray_env: None) -> None:
+    run = next(_RUNS)
+    role = {"world_size": 1, "model_args": ROLE, "strategy_args": {"strategy_name": "fsdp2_train"}}
+    metrics = _run(
+        tmp_path / "ppo",
+        adv_estimator="gae",
+        add_token_level_kl=True,
+        init_kl_coef=0.05,
+        ppo_epochs=2,
+        ppo_mini_batch_size=8,
+        pg_clip_low=0.2,
+        pg_clip_high=0.28,
+        reference=str({**role, "name": f"ref-{run}", "strategy_args": {"strategy_name": "hf_infer"}}),
+        critic=str({**role, "name": f"critic-{run}", "model_args": {**ROLE, "model_head": "value"}}),
+    )
+    assert [m["step"] for m in metrics] == [0, 1, 2]
+    # KL to the reference: 0 while the policy is the initial model, positive once it has been updated.
+    assert metrics[1]["actor/kl"] == pytest.approx(0.0, abs=1e-6) and metrics[2]["actor/kl"] > 0
+    for m in metrics[1:]:
+        assert m["time/log_probs_s"] > 0  # old log-probs, reference log-probs and values, together
+        assert "critic/vf_clipfrac" in m and "critic/grad_norm" in m
+        # After the first of four updates the policy has moved: the PPO-KL of the later ones is not 0.
+        assert m["actor/ppo_kl"] != 0.0
