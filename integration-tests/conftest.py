@@ -23,14 +23,20 @@ def _roll(args: list[str], env: dict[str, str], timeout: float = 1800) -> subpro
         [sys.executable, "-m", "roll.pipelines.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
     )
     if done.returncode != 0:
-        raise AssertionError(f"roll {' '.join(args)} exited {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}")
+        raise AssertionError(
+            f"roll {' '.join(args)} exited {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
+        )
     return done
 
 
 def _interrupt_when(args: list[str], env: dict[str, str], ready: Path, timeout: float = 1200) -> int:
     """Start `roll`, send Ctrl-C (SIGINT) once ``ready`` exists, and return its exit code."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "roll.pipelines.cli", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-m", "roll.pipelines.cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     deadline = time.monotonic() + timeout
     while not ready.exists():

@@ -45,7 +45,9 @@ def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(tmp_path, roll
     assert code in (0, 130)
     assert (resumed / "checkpoints" / "step-00000003" / "pipeline_state.json").is_file()
     roll([*common, f"output_dir={resumed}", "resume_from_checkpoint=auto"])
-    assert _without_timing(read_metrics(resumed / "metrics.jsonl")) == _without_timing(read_metrics(straight / "metrics.jsonl"))
+    assert _without_timing(read_metrics(resumed / "metrics.jsonl")) == _without_timing(
+        read_metrics(straight / "metrics.jsonl")
+    )
     a = load_file(straight / "hf_export" / "model.safetensors")
     b = load_file(resumed / "hf_export" / "model.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
