@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from roll.pipelines.config import load_config
-from roll.pipelines.launcher import run_config
+from roll.pipelines.launcher import build_pipeline, run_config
 from roll.pipelines.tracking import read_metrics
 from roll.runtime.testing import local_ray
 
@@ -35,6 +35,11 @@ _RUNS = iter(range(1000))
 
 
 def _run(out: Path, **changes: Any) -> list[dict[str, Any]]:
+    run_config(_config(out, **changes))
+    return read_metrics(out / "metrics.jsonl")
+
+
+def _config(out: Path, **changes: Any) -> Any:
     run = next(_RUNS)
     overrides = {
         "max_steps": 2,
@@ -59,9 +64,7 @@ def _run(out: Path, **changes: Any) -> list[dict[str, Any]]:
         "rewards.math.name": f"reward-{run}",
         **changes,
     }
-    config = load_config("rlvr-tiny", [f"output_dir={out}", *(f"{k}={v}" for k, v in overrides.items())])
-    run_config(config)
-    return read_metrics(out / "metrics.jsonl")
+    return load_config("rlvr-tiny", [f"output_dir={out}", *(f"{k}={v}" for k, v in overrides.items())])
 
 
 def test_grpo_on_policy_steps_skip_the_recompute_pass(tmp_path: Path, ray_env: None) -> None:
@@ -101,3 +104,19 @@ def test_ppo_with_critic_reference_and_several_updates(tmp_path: Path, ray_env: 
         assert "critic/vf_clipfrac" in m and "critic/grad_norm" in m
         # After the first of four updates the policy has moved: the PPO-KL of the later ones is not 0.
         assert m["actor/ppo_kl"] != 0.0
+
+
+def test_an_interrupted_pipeline_stops_its_workers_without_calling_them(
+    tmp_path: Path, ray_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After Ctrl-C a worker may still be in the middle of a long generate or train_step; a call queued behind it
+    # (closing the weight channel) would only return when that ends. The shutdown must not make one.
+    pipeline = build_pipeline(_config(tmp_path / "interrupted"))
+    calls: list[Any] = []
+    for group in pipeline._update_groups:
+        monkeypatch.setattr(group, "close", lambda **kwargs: calls.append(kwargs))
+    clusters = list(pipeline.clusters.values())
+    with pytest.raises(KeyboardInterrupt), pipeline:
+        raise KeyboardInterrupt
+    assert calls == [] and pipeline._update_groups
+    assert all(cluster.workers == [] for cluster in clusters)

@@ -30,6 +30,8 @@ from roll.strategies import ModelUpdateGroup
 __all__ = ["BasePipeline", "set_seed"]
 
 logger = logging.getLogger(__name__)
+# A normal shutdown still closes weight channels politely, but never waits on a stuck worker for long.
+_CLOSE_TIMEOUT_S = 60.0
 
 
 def set_seed(seed: int) -> None:
@@ -209,14 +211,19 @@ class BasePipeline:
     def run(self) -> Any:
         raise NotImplementedError
 
-    def shutdown(self) -> None:
-        """Stop every role and flush tracking; safe to call more than once."""
+    def shutdown(self, graceful: bool = True) -> None:
+        """Stop every role and flush tracking; safe to call more than once.
+
+        ``graceful=False`` (after an error or Ctrl-C) makes no call to the workers: one may still be busy with
+        the interrupted step (generation, training) and would answer only when it ends. Killing the actors
+        releases their weight channels too.
+        """
         if self._closed:
             return
         self._closed = True
-        for group in self._update_groups:
+        for group in self._update_groups if graceful else []:
             try:
-                group.close()
+                group.close(timeout_s=_CLOSE_TIMEOUT_S)
             except Exception as e:  # workers may already be gone after a failure
                 logger.debug("closing %s failed: %s", group.group, e)
         for cluster in self.clusters.values():
@@ -232,5 +239,5 @@ class BasePipeline:
     def __enter__(self) -> BasePipeline:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        self.shutdown(graceful=exc_type is None)

@@ -94,8 +94,10 @@ class ModelUpdateGroup:
             metrics["weight_sync/gbps"] = metrics.get("weight_sync/bytes", 0.0) / seconds / 1e9
         return metrics
 
-    def close(self) -> None:
+    def close(self, timeout_s: float | None = None) -> None:
+        """Tear down the weight channel on both sides; each call waits at most ``timeout_s`` (the roles' own
+        rpc_timeout_s by default): a worker still busy with earlier work only answers once that work is done."""
         if self._ready and self.transport == "collective":
-            self.src.close_weight_channel(self.group)
-            self.dst.close_weight_channel(self.group)
+            self.src.close_weight_channel(self.group, timeout=timeout_s)
+            self.dst.close_weight_channel(self.group, timeout=timeout_s)
         self._ready = False
