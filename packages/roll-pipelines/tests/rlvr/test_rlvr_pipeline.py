@@ -18,17 +18,8 @@ import pytest
 from roll.pipelines.config import load_config
 from roll.pipelines.launcher import build_pipeline, run_config
 from roll.pipelines.tracking import read_metrics
-from roll.runtime.testing import local_ray
 
 ROLE = {"model_name_or_path": "tiny://nano?seed=0", "dtype": "float32"}
-
-
-@pytest.fixture(scope="module")
-def ray_env(tmp_path_factory: pytest.TempPathFactory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ROLL_CACHE_DIR", str(tmp_path_factory.mktemp("roll-cache")))
-        with local_ray(num_cpus=8):
-            yield
 
 
 _RUNS = iter(range(1000))

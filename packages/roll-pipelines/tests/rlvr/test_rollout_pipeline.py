@@ -31,7 +31,6 @@ from roll.pipelines.rlvr.rollout_pipeline import (
 from roll.pipelines.tracking import read_metrics
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
-from roll.runtime.testing import local_ray
 
 PROMPTS, N, BATCH = 32, 4, 8  # the recipe's data, samples per prompt and prompts per batch
 
@@ -142,15 +141,6 @@ def test_writer_appends_batches_and_cuts_back_on_resume(tmp_path: Path) -> None:
 
 
 # --- real runs ----------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def ray_env(tmp_path_factory: pytest.TempPathFactory):
-    """A private local Ray and asset cache shared by this module's runs."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ROLL_CACHE_DIR", str(tmp_path_factory.mktemp("roll-cache")))
-        with local_ray(num_cpus=8):
-            yield
-
-
 _RUNS = iter(range(1000))
 
 

@@ -118,8 +118,6 @@ class RLVRPipeline(BasePipeline):
     # --- one step ---------------------------------------------------------------------------------------
     def _score_with_models(self, batch: DataProto, timer: _Timer) -> None:
         cfg = self.config
-        samples = len(batch)
-        batch.meta_info["num_mini_batches"] = max(1, -(-samples // (cfg.ppo_mini_batch_size or samples)))
         recompute = cfg.recompute_old_log_probs(batch.meta_info["num_mini_batches"])
         # Without a recompute in 'auto' mode the update is one on-policy step: the training forward's own
         # log-probs (detached) are exactly the old policy's, so the loss uses them (ratio 1).
@@ -208,6 +206,8 @@ class RLVRPipeline(BasePipeline):
             metrics.update(self._rollout_metrics(batch))
             if cfg.rollout_dump:
                 self._dump(step, batch)
+            samples = len(batch)
+            batch.meta_info["num_mini_batches"] = max(1, -(-samples // (cfg.ppo_mini_batch_size or samples)))
             self._score_with_models(batch, timer)
             if "entropy" in batch.batch.keys():
                 mask = batch.batch["response_mask"].float()
