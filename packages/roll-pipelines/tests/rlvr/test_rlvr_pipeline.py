@@ -1,11 +1,12 @@
 """The RLVR pipeline end to end on a nano model: FSDP2 training, HF rollouts, weight sync, math rewards.
 
-Two short in-process runs on one private local Ray:
+Short in-process runs on one private local Ray:
 
 * GRPO with the defaults: one on-policy update per step, so no recompute pass (the training forward supplies the
   old log-probs), the rollout batch compacted to its used columns, and the engine generating with synced weights.
 * PPO with every optional role: a critic (GAE), a reference with KL in the reward, two epochs of two mini-batches
   (so old log-probs are recomputed and the second update sees a moved policy) and clip-higher.
+* An interrupted pipeline: its shutdown kills the workers without calling them (one may be mid-step).
 """
 
 from __future__ import annotations

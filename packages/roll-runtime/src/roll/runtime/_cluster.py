@@ -141,9 +141,6 @@ class Cluster:
             ENV_CLUSTER_NAME: self.name,
             ENV_WORKERS_ON_NODE: str(sum(p.node_id == placement.node_id for p in self.placements)),
         }
-        threads = self.worker_config.num_threads
-        if isinstance(threads, int):
-            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
         if placement.local_devices:
             env["CUDA_VISIBLE_DEVICES"] = placement.visible_devices
             # Ray would overwrite CUDA_VISIBLE_DEVICES with the token GPU share it granted; we pin devices ourselves.
