@@ -279,13 +279,26 @@ def test_num_threads_rejects_nonsense():
         WorkerConfig(name="x", num_threads="most")
 
 
+def _kill_and_wait(actor, timeout_s: float = 60.0) -> None:
+    """ray.kill returns before the actor is gone; a call sent meanwhile may still be answered. Wait for death."""
+    ray.kill(actor)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=timeout_s)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the killed actor still answers")
+
+
 def test_dead_workers_raise_worker_lost(resources):
     cluster = Cluster("doomed", EchoWorker, resources, WorkerConfig(name="doomed", world_size=2))
     try:
         with pytest.raises(WorkerLostError) as info:
             cluster.fail_on(1, exit_process=True)
         assert (info.value.cluster, info.value.rank) == ("doomed", 1)
-        ray.kill(cluster.workers[0])
+        _kill_and_wait(cluster.workers[0])
         with pytest.raises(WorkerLostError, match="doomed rank 0 died during whoami"):
             cluster.execute_rank_zero("whoami")
         # Both ranks are dead now; whichever failure is seen first is reported, never a hang.
