@@ -19,7 +19,8 @@ Baselines in the same run: ``np.copyto`` / ``np.concatenate`` / ``torch.cat`` of
 bandwidth), a copying chunk (chunk + clone of each part), verl 0.9.1's DataProto (run as a subprocess in its own
 venv under tools/.cache/venv-verl, created here on first use), and the prompt strings as a numpy object array.
 Minor page faults per operation are reported next to the times: on this kind of VM first-touching a fresh buffer
-costs more than copying into it. A subprocess probe reruns concat / select_idxs / repeat with
+costs more than copying into it. roll's concat reuses the memory of freed outputs (the steady state of a training
+loop); it is also timed with that cache emptied before each call (fresh buffers). A subprocess probe reruns concat / select_idxs / repeat with
 ``THP_MEM_ALLOC_ENABLE=1`` (torch's allocator then asks for transparent huge pages) to show that share.
 
 The last stdout line is ``RESULT {json}``. This file is also the verl side: ``--verl-side`` (run by the main
@@ -227,6 +228,13 @@ def run_ops(impl, raw: dict[str, Any], args: argparse.Namespace, log) -> dict[st
         bounds = np.linspace(0, rows, CHUNKS + 1).astype(int)
         parts = [impl.build(slice_raw(raw, int(a), int(b))) for a, b in itertools.pairwise(bounds)]
         out["concat"] = measure(lambda: DP.concat(parts), reps=reps, warmup=warmup)
+        if impl.name == "roll":
+            # The same with the buffer cache emptied before each call: every output lands on fresh pages.
+            from roll.protocol._tensor_ops import buffer_cache
+
+            out["concat_fresh"] = measure(
+                lambda _: DP.concat(parts), setup=lambda: buffer_cache().clear(), reps=reps, warmup=warmup
+            )
         joined = DP.concat(parts)
         assert len(joined) == rows and torch.equal(joined.batch["input_ids"], raw["tensors"]["input_ids"])
         assert list(joined.non_tensor_batch["prompt"][-2:]) == raw["prompt"][-2:]
@@ -669,7 +677,8 @@ def build_report(
         brow("np.copyto into a pre-faulted buffer (memcpy)", base, ("memcpy", "copyto"), nbytes, True),
         brow(f"np.concatenate of {CHUNKS} parts", base, ("memcpy", "concatenate"), nbytes, True),
         brow(f"torch.cat of the {CHUNKS} parts' tensors (no DataProto)", base, ("memcpy", "torch_cat"), nbytes, True),
-        brow("roll DataProto.concat", roll, ("concat",), nbytes, True),
+        brow("roll DataProto.concat (freed outputs' memory reused)", roll, ("concat",), nbytes, True),
+        brow("roll DataProto.concat, fresh buffers (cache emptied)", roll, ("concat_fresh",), nbytes, True),
     ]
     for op, moved in (("concat", nbytes), ("select_idxs", nbytes // 2), ("repeat", nbytes * REPEAT)):
         if _med(probe, op) is not None:
@@ -757,6 +766,7 @@ def build_report(
             "vs_np_concatenate": _ratio(npcat, concat),
             "vs_torch_cat": _ratio(tcat, concat),
             "with_thp_alloc": _ratio(copyto, _med(probe, "concat")),
+            "fresh_buffers": _ratio(copyto, _med(roll, "concat_fresh")),
         },
         "ray_vs_verl": {
             "ratio": ray_x,

@@ -5,7 +5,8 @@ Here a tensor becomes ``(dtype, shape, PickleBuffer)``: with a ``buffer_callback
 ``pickle.dumps(..., protocol=5, buffer_callback=...)``) the bytes never enter the stream.
 
 A buffer that comes back read-only (Ray's shared-memory store) is copied once on load: torch has no read-only
-tensors, and an in-place edit would otherwise write into an object other readers share.
+tensors, and an in-place edit would otherwise write into an object other readers share. The copy lands in memory
+recycled from batches this process has freed (see ``_tensor_ops.BufferCache``), shared among torch's threads.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from roll.protocol._tensor_ops import buffer_cache, copy_arrays
 
 
 def pack_tensor(tensor: torch.Tensor, protocol: int) -> tuple[torch.dtype, tuple[int, ...], Any]:
@@ -37,9 +40,8 @@ def unpack_tensor(dtype: torch.dtype, shape: tuple[int, ...], payload: Any) -> t
     if view.nbytes == 0:
         return torch.empty(shape, dtype=dtype)
     if view.readonly:
-        # numpy's allocator uses huge pages for large buffers: copying into it is ~4x faster than a bytearray.
-        owned = np.empty(view.nbytes, dtype=np.uint8)
-        owned[:] = np.frombuffer(view, dtype=np.uint8)
+        owned = buffer_cache().empty((view.nbytes,), np.uint8)
+        copy_arrays([(owned, np.frombuffer(view, dtype=np.uint8))])
         flat = torch.from_numpy(owned)
     else:
         flat = torch.frombuffer(payload, dtype=torch.uint8)

@@ -8,19 +8,26 @@ Concatenating many megabytes is bound by first-touch page faults of the fresh ou
 before the copy lands on it), not by the copy itself. ``cat_rows_many`` therefore splits large copies into blocks
 and runs them on up to ``torch.get_num_threads()`` threads, so the faults of different blocks are served by
 different cores. A process limited to one thread (Ray actors get ``OMP_NUM_THREADS=1``) copies serially.
+
+Even spread over cores, zeroing a fresh buffer costs about as much as the copy. Batches of similar shapes are
+concatenated every step (the driver gathering worker outputs), so the memory of large outputs that have been freed
+is kept in ``BufferCache`` and handed to the next output of about the same size, which then costs only the copy.
+At most ``ROLL_BUFFER_CACHE_MB`` (default 1024; 0 turns reuse off) is kept; the oldest buffers go first.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
+import weakref
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 
-__all__ = ["cat_rows_many", "take_rows"]
+__all__ = ["BufferCache", "buffer_cache", "cat_rows_many", "copy_arrays", "take_rows"]
 
 # numpy has no bfloat16/float8: view such tensors as same-size integers and back.
 _VIEW_AS = {
@@ -64,17 +71,115 @@ def cat_rows_many(groups: Mapping[str, list[torch.Tensor]]) -> dict[str, torch.T
         ):
             out[key] = torch.cat(tensors)  # torch promotes dtypes, handles devices and explains bad shapes
             continue
-        joined = np.empty((sum(len(a) for a in arrays), *arrays[0].shape[1:]), dtype=arrays[0].dtype)
+        joined = buffer_cache().empty((sum(len(a) for a in arrays), *arrays[0].shape[1:]), arrays[0].dtype)
         row = 0
         for array in arrays:
             copies.append((joined[row : row + len(array)], array))
             row += len(array)
         out[key] = _back(joined, tensors[0].dtype)
-    _copy_all(copies)
+    copy_arrays(copies)
     return out
 
 
-def _copy_all(copies: list[tuple[np.ndarray, np.ndarray]]) -> None:
+class _Slab:
+    """One reusable buffer (identity equality, so it can sit in a deque)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+
+class BufferCache:
+    """Large uninitialized arrays whose memory is recycled once the array handed out is garbage.
+
+    ``empty(shape, dtype)`` works like ``np.empty``. For outputs of at least ``min_bytes`` it reuses a freed buffer
+    of ``nbytes`` to about ``1.25 * nbytes`` when one is cached, else allocates one a little larger than asked (so a next
+    output slightly longer still fits). When every tensor and array viewing the output is gone, its buffer returns
+    to the cache; beyond ``capacity`` bytes the oldest cached buffers are freed.
+    """
+
+    def __init__(self, capacity: int, min_bytes: int = 8 << 20) -> None:
+        self.capacity = capacity
+        self.min_bytes = min_bytes
+        # Finalizers append here from any thread, possibly while ``empty`` runs; deque appends are atomic.
+        self._free: collections.deque[_Slab] = collections.deque()
+        self._lock = threading.Lock()
+        self.reused = 0
+        self.allocated = 0
+
+    @property
+    def cached_bytes(self) -> int:
+        return sum(slab.array.nbytes for slab in list(self._free))
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if not self.min_bytes <= nbytes <= self.capacity:  # small, or too big to keep afterwards
+            return np.empty(shape, dtype=dtype)
+        slab = self._take(nbytes)
+        if slab is None:
+            slab = _Slab(np.empty(_rounded(nbytes * 17 // 16), dtype=np.uint8))
+            self.allocated += 1
+        else:
+            self.reused += 1
+        out = slab.array[:nbytes].view(dtype).reshape(shape)
+        # ``out`` is what torch.from_numpy keeps alive: it dies with the last tensor or array viewing this memory.
+        weakref.finalize(out, self._give, slab).atexit = False
+        return out
+
+    def clear(self) -> None:
+        """Free every cached buffer."""
+        with self._lock:
+            self._free.clear()
+
+    def _take(self, nbytes: int) -> _Slab | None:
+        with self._lock:
+            most = _rounded(nbytes * 5 // 4)
+            fits = [s for s in list(self._free) if nbytes <= s.array.nbytes <= most]
+            if not fits:
+                return None
+            best = min(fits, key=lambda s: s.array.nbytes)
+            self._free.remove(best)
+            return best
+
+    def _give(self, slab: _Slab) -> None:
+        self._free.append(slab)
+        # A finalizer may run inside ``_take`` on this same thread: never wait for the lock here.
+        if self._lock.acquire(blocking=False):
+            try:
+                while self._free and self.cached_bytes > self.capacity:
+                    self._free.popleft()
+            finally:
+                self._lock.release()
+
+
+def _rounded(nbytes: int) -> int:
+    """Whole huge pages (2 MiB) for large buffers, whole pages below."""
+    page = 2 << 20 if nbytes >= 2 << 20 else 4 << 10
+    return -(-nbytes // page) * page
+
+
+_cache: BufferCache | None = None
+
+
+def buffer_cache() -> BufferCache:
+    """The process-wide cache, sized from ``ROLL_BUFFER_CACHE_MB`` on first use."""
+    global _cache
+    if _cache is None:
+        raw = os.environ.get("ROLL_BUFFER_CACHE_MB", "1024")
+        try:
+            megabytes = int(raw)
+        except ValueError:
+            raise ValueError(
+                f"ROLL_BUFFER_CACHE_MB must be a whole number of MiB (0 turns reuse off), got {raw!r}"
+            ) from None
+        _cache = BufferCache(megabytes << 20)
+    return _cache
+
+
+def copy_arrays(copies: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """``np.copyto(dst, src)`` for every pair; large totals are cut into blocks shared among torch's threads."""
     total = sum(src.nbytes for _, src in copies)
     workers = min(torch.get_num_threads(), os.cpu_count() or 1)
     if workers < 2 or total < PARALLEL_COPY_MIN_BYTES:
