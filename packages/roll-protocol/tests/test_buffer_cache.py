@@ -149,3 +149,17 @@ def test_read_only_buffers_are_copied_into_recycled_memory(cache):
     assert _address(second, "ids") == address
     for key, value in full2.items():
         assert torch.equal(second.batch[key], value)
+
+
+def test_row_gathers_use_recycled_memory_too(cache):
+    full, _ = _parts(0, rows=256)
+    dp = DataProto.from_dict(full)
+    index = np.random.default_rng(0).permutation(256)[:128]
+    first = dp.select_idxs(index)
+    address = _address(first, "ids")
+    del first
+    gc.collect()
+    second = dp.select_idxs(index[::-1].copy())
+    assert _address(second, "ids") == address
+    for key, value in full.items():
+        assert torch.equal(second.batch[key], value[torch.from_numpy(index[::-1].copy())])
