@@ -393,6 +393,25 @@ def test_log_probs_match_hf_infer(name, backends, hf_log_probs):
     torch.testing.assert_close(values, hf_log_probs, **LOG_PROB_TOL)
 
 
+@pytest.mark.parametrize("name", ["hf_infer", "fsdp2_infer", pytest.param("megatron_infer", marks=pytest.mark.gpu)])
+def test_logits_to_keep_gives_the_last_positions(name, backends):
+    """meta_info["logits_to_keep"] = k: functions may get only the last k positions, with the same values."""
+    strategy, keep = backends.get(name), 4
+    full = strategy.forward_step(scoring_batch(), lambda micro, logits: {"logits": logits})["logits"]
+    batch = scoring_batch()
+    batch.meta_info["logits_to_keep"] = keep
+    widths: list[int] = []
+
+    def last_positions(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]:
+        widths.append(logits.shape[1])
+        return {"logits": logits[:, -keep:]}
+
+    kept = strategy.forward_step(batch, last_positions)["logits"]
+    torch.testing.assert_close(kept, full[:, -keep:], **LOGIT_TOL)
+    if name != "megatron_infer":  # transformers models compute the head on those positions only
+        assert set(widths) == {keep}
+
+
 # --- c. train step + weight sync --------------------------------------------------------------------------------
 @pytest.mark.parametrize("transport", ["collective", "object_store"])
 def test_vllm_decodes_the_trained_weights_after_a_weight_sync(transport, clusters, tmp_path):

@@ -8,7 +8,9 @@ Batch conventions every backend follows
 Model inputs (B rows, T positions): ``input_ids`` (int64), ``attention_mask`` (0/1) and optionally
 ``position_ids``; prompts are left-padded, responses right-padded. ``forward_func(micro_batch, logits)`` and
 ``loss_func(micro_batch, logits)`` receive float32 logits of shape (b, T, V) for one micro-batch and must not
-keep them: the strategy frees each micro-batch's logits before the next one.
+keep them: the strategy frees each micro-batch's logits before the next one. A function that reads only the last
+k positions (a response's log-probs) says so with ``batch.meta_info["logits_to_keep"] = k``; a backend may then
+compute and pass only those, (b, k, V), so functions index positions from the end.
 
 ``generate(batch, generation_config)`` takes left-padded prompts (``input_ids``, ``attention_mask``) and
 returns ``num_return_sequences`` rows per prompt (a prompt's samples are consecutive) with:

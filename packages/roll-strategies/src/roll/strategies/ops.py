@@ -7,9 +7,12 @@ row chunks so their temporary (chunk x vocab) buffers stay small.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 __all__ = [
+    "accepts_logits_to_keep",
     "entropy_from_logits",
     "language_model_loss",
     "log_probs_from_logits",
@@ -88,6 +91,15 @@ def topk_logits(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
 def response_logits(logits: torch.Tensor, response_length: int) -> torch.Tensor:
     """The logits that predict the last ``response_length`` tokens of each row: (B, T, V) -> (B, R, V)."""
     return logits[:, -response_length - 1 : -1, :]
+
+
+def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    """Whether ``model(..., logits_to_keep=k)`` computes logits for the last k positions only (transformers'
+    causal LMs do; custom heads may not)."""
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def position_ids_from_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor:

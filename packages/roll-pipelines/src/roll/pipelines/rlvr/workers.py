@@ -55,6 +55,7 @@ class PolicyWorker(StrategyWorker):
                 "entropy": entropy_from_logits(predicting, temperature),
             }
 
+        batch.meta_info["logits_to_keep"] = length + 1  # the positions that predict the response
         out = self.strategy.forward_step(batch, forward)
         return DataProto.from_dict({"log_probs": out["log_probs"], "entropy": out["entropy"]})
 
@@ -114,6 +115,7 @@ class ActorWorker(PolicyWorker):
         mini-batches steps."""
         cfg = self.pipeline_config
         batch.meta_info["loss_mask_key"] = "response_mask"
+        batch.meta_info["logits_to_keep"] = batch.batch["responses"].shape[1] + 1
         metrics: dict[str, list[float]] = {}
         for epoch in range(cfg.ppo_epochs):
             for mini in _mini_batches(
@@ -136,6 +138,7 @@ class CriticWorker(StrategyWorker):
     def compute_values(self, batch: DataProto) -> DataProto:
         """``values`` (B, R)."""
         length = batch.batch["responses"].shape[1]
+        batch.meta_info["logits_to_keep"] = length + 1
         out = self.strategy.forward_step(batch, lambda micro, logits: {"values": self._values(logits, length)})
         return DataProto.from_dict({"values": out["values"]})
 
@@ -145,6 +148,7 @@ class CriticWorker(StrategyWorker):
         cfg = self.pipeline_config
         batch.meta_info["loss_mask_key"] = "response_mask"
         length = batch.batch["responses"].shape[1]
+        batch.meta_info["logits_to_keep"] = length + 1
 
         def loss_func(micro: DataProto, logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             data = micro.batch

@@ -23,7 +23,7 @@ from roll.strategies.fsdp2._checkpoint import export_hf_folder, load_training_st
 from roll.strategies.fsdp2._optim import build_optimizer, build_scheduler
 from roll.strategies.fsdp2._weights import iter_full_weights, load_full_weights
 from roll.strategies.fsdp2.config import Fsdp2Config
-from roll.strategies.ops import packed_attention_mask, position_ids_from_attention_mask
+from roll.strategies.ops import accepts_logits_to_keep, packed_attention_mask, position_ids_from_attention_mask
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +58,7 @@ class _Fsdp2Model(InferenceStrategy):
                 model = _model.apply_lora(model, self.model_args)
             else:
                 logger.info("fsdp2_infer runs the base model; lora_rank=%d is ignored", self.model_args.lora_rank)
+        self._keeps_logits = accepts_logits_to_keep(_model.hf_model(model))
         self.model = _model.shard_model(
             model, self.mesh, self.config, param_dtype=self.compute_dtype, reduce_dtype=reduce_dtype
         )
@@ -96,8 +97,12 @@ class _Fsdp2Model(InferenceStrategy):
         }
 
     def _logits(self, micro: DataProto) -> torch.Tensor:
-        """float32 logits (b, T, V) of one micro-batch."""
-        return self.model(**self._model_inputs(micro), use_cache=False).logits.float()
+        """float32 logits (b, T, V) of one micro-batch, or (b, k, V) when ``meta_info["logits_to_keep"] = k``."""
+        inputs = self._model_inputs(micro)
+        keep = micro.meta_info.get("logits_to_keep")
+        if keep and self._keeps_logits:
+            inputs["logits_to_keep"] = int(keep)  # the head runs on those positions only
+        return self.model(**inputs, use_cache=False).logits.float()
 
     def _dummy_micro(self) -> DataProto:
         """A one-token batch for ranks that ran out of rows but must join the collectives."""

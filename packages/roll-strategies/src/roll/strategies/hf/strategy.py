@@ -34,7 +34,7 @@ from roll.strategies.hf._sampling import (
     cut_responses,
 )
 from roll.strategies.hf.config import HfInferConfig
-from roll.strategies.ops import position_ids_from_attention_mask
+from roll.strategies.ops import accepts_logits_to_keep, position_ids_from_attention_mask
 
 __all__ = ["HfInferStrategy"]
 
@@ -118,8 +118,14 @@ class HfInferStrategy(InferenceStrategy):
                     position_ids = micro.batch["position_ids"]
                 else:
                     position_ids = position_ids_from_attention_mask(attention_mask)
+                keep = micro.meta_info.get("logits_to_keep")
+                extra = {"logits_to_keep": int(keep)} if keep and accepts_logits_to_keep(model) else {}
                 logits = model(
-                    input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    position_ids=position_ids,
+                    use_cache=False,
+                    **extra,
                 ).logits.float()
                 result = forward_func(micro, logits)
                 del logits  # the contract: one micro-batch's logits alive at a time

@@ -34,7 +34,11 @@ class MockInferStrategy(InferenceStrategy):
     def forward_step(self, batch: DataProto, forward_func: ForwardFunc) -> dict[str, torch.Tensor]:
         outputs: dict[str, list[torch.Tensor]] = {}
         for micro in batch.split(self.worker_config.infer_batch_size):
-            for key, value in forward_func(micro, self._logits(micro.batch["input_ids"])).items():
+            input_ids = micro.batch["input_ids"]
+            keep = micro.meta_info.get("logits_to_keep")
+            # Honour logits_to_keep as real backends do, so tests catch functions that index from the start.
+            logits = self._logits(input_ids[:, -int(keep) :] if keep else input_ids)
+            for key, value in forward_func(micro, logits).items():
                 outputs.setdefault(key, []).append(value)
         return {key: torch.cat(values) for key, values in outputs.items()}
 
