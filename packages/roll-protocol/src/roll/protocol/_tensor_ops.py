@@ -98,6 +98,9 @@ class BufferCache:
     of ``nbytes`` to about ``1.25 * nbytes`` when one is cached, else allocates one a little larger than asked (so a next
     output slightly longer still fits). When every tensor and array viewing the output is gone, its buffer returns
     to the cache; beyond ``capacity`` bytes the oldest cached buffers are freed.
+
+    Hand the returned array itself to ``torch.from_numpy`` (a tensor and all its views then keep it alive). numpy
+    slices of it point at the underlying buffer, not at it, so they must not outlive it.
     """
 
     def __init__(self, capacity: int, min_bytes: int = 8 << 20) -> None:
