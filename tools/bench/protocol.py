@@ -20,8 +20,8 @@ bandwidth), a copying chunk (chunk + clone of each part), verl 0.9.1's DataProto
 venv under tools/.cache/venv-verl, created here on first use), and the prompt strings as a numpy object array.
 Minor page faults per operation are reported next to the times: on this kind of VM first-touching a fresh buffer
 costs more than copying into it. roll's concat reuses the memory of freed outputs (the steady state of a training
-loop); it is also timed with that cache emptied before each call (fresh buffers). A subprocess probe reruns concat / select_idxs / repeat with
-``THP_MEM_ALLOC_ENABLE=1`` (torch's allocator then asks for transparent huge pages) to show that share.
+loop); it is also timed with that cache emptied before each call (fresh buffers). A subprocess probe reruns
+concat / select_idxs / repeat with ``THP_MEM_ALLOC_ENABLE=1`` (torch's allocator then asks for transparent huge pages) to show that share.
 
 The last stdout line is ``RESULT {json}``. This file is also the verl side: ``--verl-side`` (run by the main
 process with the verl venv's python) times the same operations on verl's DataProto and prints its own RESULT.

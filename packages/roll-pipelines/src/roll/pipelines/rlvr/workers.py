@@ -14,7 +14,7 @@ import torch
 from roll.pipelines.algorithms import entropy_loss, kl_loss, masked_mean, policy_loss, value_loss
 from roll.protocol import DataProto, Dispatch, register
 from roll.strategies import GenerationConfig, StrategyWorker
-from roll.strategies.ops import entropy_from_logits, log_probs_from_logits
+from roll.strategies.ops import entropy_from_logits, log_probs_from_logits, response_logits
 
 __all__ = ["ActorWorker", "CriticWorker", "InferWorker", "PolicyWorker"]
 
@@ -28,6 +28,13 @@ def _mini_batches(batch: DataProto, count: int, seed: int, epoch: int, rank: int
     """``count`` shuffled parts of the local shard; every rank makes the same number of optimizer steps."""
     order = np.random.default_rng([seed, epoch, rank]).permutation(len(batch))
     return [batch.select_idxs(part) for part in np.array_split(order, count)]
+
+
+def _read_response_logits_only(batch: DataProto) -> int:
+    """Tell the strategy that only the positions ``response_logits`` reads are needed; returns the response length."""
+    length = batch.batch["responses"].shape[1]
+    batch.meta_info["logits_to_keep"] = length + 1  # the last prompt token predicts the first response token
+    return length
 
 
 class InferWorker(StrategyWorker):
@@ -45,17 +52,16 @@ class PolicyWorker(StrategyWorker):
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def compute_log_probs(self, batch: DataProto) -> DataProto:
         """``log_probs`` (B, R) of ``responses`` under the sampling temperature, and their ``entropy`` (B, R)."""
-        length = batch.batch["responses"].shape[1]
+        length = _read_response_logits_only(batch)
         temperature = _temperature(self.pipeline_config)
 
         def forward(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]:
-            predicting = logits[:, -length - 1 : -1]
+            predicting = response_logits(logits, length)
             return {
                 "log_probs": log_probs_from_logits(predicting, micro.batch["responses"], temperature),
                 "entropy": entropy_from_logits(predicting, temperature),
             }
 
-        batch.meta_info["logits_to_keep"] = length + 1  # the positions that predict the response
         out = self.strategy.forward_step(batch, forward)
         return DataProto.from_dict({"log_probs": out["log_probs"], "entropy": out["entropy"]})
 
@@ -66,8 +72,7 @@ class ActorWorker(PolicyWorker):
     def _loss(self, micro: DataProto, logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         cfg = self.pipeline_config
         data = micro.batch
-        length = data["responses"].shape[1]
-        predicting = logits[:, -length - 1 : -1]
+        predicting = response_logits(logits, data["responses"].shape[1])
         log_probs = log_probs_from_logits(predicting, data["responses"], _temperature(cfg))
         mask = data["response_mask"]
         counts = {"num_tokens": micro.meta_info["global_num_tokens"], "num_seqs": micro.meta_info["global_num_seqs"]}
@@ -115,7 +120,7 @@ class ActorWorker(PolicyWorker):
         mini-batches steps."""
         cfg = self.pipeline_config
         batch.meta_info["loss_mask_key"] = "response_mask"
-        batch.meta_info["logits_to_keep"] = batch.batch["responses"].shape[1] + 1
+        _read_response_logits_only(batch)
         metrics: dict[str, list[float]] = {}
         for epoch in range(cfg.ppo_epochs):
             for mini in _mini_batches(
@@ -132,13 +137,12 @@ class CriticWorker(StrategyWorker):
     @staticmethod
     def _values(logits: torch.Tensor, length: int) -> torch.Tensor:
         # The value of the state before response token t sits at the position that predicts t.
-        return logits[:, -length - 1 : -1, 0]
+        return response_logits(logits, length)[..., 0]
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def compute_values(self, batch: DataProto) -> DataProto:
         """``values`` (B, R)."""
-        length = batch.batch["responses"].shape[1]
-        batch.meta_info["logits_to_keep"] = length + 1
+        length = _read_response_logits_only(batch)
         out = self.strategy.forward_step(batch, lambda micro, logits: {"values": self._values(logits, length)})
         return DataProto.from_dict({"values": out["values"]})
 
@@ -147,8 +151,7 @@ class CriticWorker(StrategyWorker):
         """Needs ``responses``, ``response_mask``, ``values`` (old), ``returns``; meta as ActorWorker.train_step."""
         cfg = self.pipeline_config
         batch.meta_info["loss_mask_key"] = "response_mask"
-        length = batch.batch["responses"].shape[1]
-        batch.meta_info["logits_to_keep"] = length + 1
+        length = _read_response_logits_only(batch)
 
         def loss_func(micro: DataProto, logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             data = micro.batch

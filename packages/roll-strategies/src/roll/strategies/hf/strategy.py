@@ -62,6 +62,7 @@ class HfInferStrategy(InferenceStrategy):
     def __init__(self, worker: Any, config: HfInferConfig) -> None:
         super().__init__(worker, config)
         self.model: Any = None
+        self._keeps_logits = False  # whether the loaded model takes logits_to_keep
         self.stop_token_ids: list[int] = []
         self._offloaded = False
 
@@ -75,6 +76,7 @@ class HfInferStrategy(InferenceStrategy):
         dtype = _loading.choose_dtype(self.model_args, self.config, self.device)
         self.tokenizer = _loading.load_tokenizer(self.model_args)
         self.model = _loading.load_model(self.model_args, dtype, self.device)
+        self._keeps_logits = accepts_logits_to_keep(self.model)
         self.stop_token_ids = _loading.stop_token_ids_of(self.tokenizer, self.model)
         # Only special-token ids survive: sampling defaults (and EOS, which generate() gets per call) would
         # otherwise be merged into every request by transformers.
@@ -119,7 +121,7 @@ class HfInferStrategy(InferenceStrategy):
                 else:
                     position_ids = position_ids_from_attention_mask(attention_mask)
                 keep = micro.meta_info.get("logits_to_keep")
-                extra = {"logits_to_keep": int(keep)} if keep and accepts_logits_to_keep(model) else {}
+                extra = {"logits_to_keep": int(keep)} if keep and self._keeps_logits else {}
                 logits = model(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
