@@ -38,6 +38,7 @@ from roll.runtime.testing import ship_module_by_value
 from roll.strategies import (
     STRATEGIES,
     GenerationConfig,
+    LossScale,
     ModelArgs,
     ModelUpdateGroup,
     StrategyArgs,
@@ -223,13 +224,13 @@ def sft_batch(rows: int = 4, length: int = 12, seed: int = 1) -> DataProto:
     loss_mask = torch.ones_like(ids)
     loss_mask[:, 0] = 0  # the first token is never predicted
     data = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone(), "loss_mask": loss_mask}
-    return DataProto.from_dict(data, meta_info={"loss_mask_key": "loss_mask"})
+    return DataProto.from_dict(data)
 
 
-def sft_loss(micro: DataProto, logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token-mean cross-entropy over the whole mini-batch (the global token count comes in meta_info)."""
+def sft_loss(micro: DataProto, logits: torch.Tensor, scale: LossScale) -> tuple[torch.Tensor, dict[str, float]]:
+    """Token-mean cross-entropy over the whole mini-batch (the global token count comes in the LossScale)."""
     labels = micro.batch["labels"].to(logits.device)
-    loss, tokens = language_model_loss(logits, labels, num_tokens=micro.meta_info["global_num_tokens"])
+    loss, tokens = language_model_loss(logits, labels, num_tokens=scale.num_tokens)
     return loss, {"tokens": float(tokens)}
 
 
@@ -243,7 +244,7 @@ class TrainerWorker(StrategyWorker):
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def train(self, data: DataProto) -> dict[str, float]:
-        return self.train_strategy.train_step(data, sft_loss)
+        return self.train_strategy.train_step(data, sft_loss, loss_mask_key="loss_mask")
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def logits(self, data: DataProto) -> DataProto:
@@ -395,18 +396,17 @@ def test_log_probs_match_hf_infer(name, backends, hf_log_probs):
 
 @pytest.mark.parametrize("name", ["hf_infer", "fsdp2_infer", pytest.param("megatron_infer", marks=pytest.mark.gpu)])
 def test_logits_to_keep_gives_the_last_positions(name, backends):
-    """meta_info["logits_to_keep"] = k: functions may get only the last k positions, with the same values."""
+    """logits_to_keep=k: functions may get only the last k positions, with the same values."""
     strategy, keep = backends.get(name), 4
     full = strategy.forward_step(scoring_batch(), lambda micro, logits: {"logits": logits})["logits"]
     batch = scoring_batch()
-    batch.meta_info["logits_to_keep"] = keep
     widths: list[int] = []
 
     def last_positions(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]:
         widths.append(logits.shape[1])
         return {"logits": logits[:, -keep:]}
 
-    kept = strategy.forward_step(batch, last_positions)["logits"]
+    kept = strategy.forward_step(batch, last_positions, logits_to_keep=keep)["logits"]
     torch.testing.assert_close(kept, full[:, -keep:], **LOGIT_TOL)
     if name != "megatron_infer":  # transformers models compute the head on those positions only
         assert set(widths) == {keep}

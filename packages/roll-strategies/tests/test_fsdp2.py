@@ -13,6 +13,7 @@ from roll.protocol import DataProto, Dispatch, register
 from roll.runtime import Cluster, ConfigError
 from roll.runtime.testing import ship_module_by_value
 from roll.strategies import (
+    LossScale,
     ModelArgs,
     StrategyArgs,
     StrategyError,
@@ -46,9 +47,9 @@ def _isolated_process():
 
 
 # --- shared helpers (also used inside the Ray workers) ----------------------------------------------------------
-def sft_loss(micro: DataProto, logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token-mean cross-entropy over the whole mini-batch (the global token count from meta_info)."""
-    loss, tokens = language_model_loss(logits, micro.batch["labels"], num_tokens=micro.meta_info["global_num_tokens"])
+def sft_loss(micro: DataProto, logits: torch.Tensor, scale: LossScale) -> tuple[torch.Tensor, dict[str, float]]:
+    """Token-mean cross-entropy over the whole mini-batch (the global token count from the LossScale)."""
+    loss, tokens = language_model_loss(logits, micro.batch["labels"], num_tokens=scale.num_tokens)
     return loss, {"tokens": float(tokens)}
 
 
@@ -67,7 +68,7 @@ def sft_batch(rows: int, seed: int, length: int = 12) -> DataProto:
     loss_mask = (labels != -100).long()
     loss_mask[:, 0] = 0  # the first token is never predicted
     data = {"input_ids": ids, "attention_mask": mask, "labels": labels, "loss_mask": loss_mask}
-    return DataProto.from_dict(data, meta_info={"loss_mask_key": "loss_mask"})
+    return DataProto.from_dict(data)
 
 
 def worker_config(model: Path, name: str = "actor", *, strategy: str = "fsdp2_train", **overrides: Any):
@@ -126,7 +127,7 @@ def test_training_decreases_the_loss_and_micro_batching_does_not_change_the_step
     batch = sft_batch(4, seed=1)
     strategy = make_strategy(tiny_model, training_args={"per_device_train_batch_size": 4, "learning_rate": 1e-3})
     assert strategy.rank_info.dp_size == 1 and strategy.rank_info.tp_size == 1
-    losses = [strategy.train_step(batch, sft_loss)["loss"] for _ in range(4)]
+    losses = [strategy.train_step(batch, sft_loss, loss_mask_key="loss_mask")["loss"] for _ in range(4)]
     assert losses == sorted(losses, reverse=True) and losses[-1] < losses[0] - 0.2, losses
 
     results = {}
@@ -135,7 +136,7 @@ def test_training_decreases_the_loss_and_micro_batching_does_not_change_the_step
         strategy = make_strategy(
             tiny_model, model_args=model_args, training_args={"per_device_train_batch_size": micro_size}
         )
-        metrics = strategy.train_step(batch, sft_loss)
+        metrics = strategy.train_step(batch, sft_loss, loss_mask_key="loss_mask")
         results[micro_size, checkpointing] = (metrics, weights(strategy))
     (m1, w1), (m4, w4), (m_gc, w_gc) = results.values()
     assert m_gc["loss"] == pytest.approx(m4["loss"], abs=1e-6)
@@ -173,16 +174,16 @@ def test_checkpoint_resumes_bit_exactly(tiny_model, tmp_path):
     batches = [sft_batch(4, seed=s) for s in (1, 2, 3)]
     first = make_strategy(tiny_model, training_args=training)
     for batch in batches[:2]:
-        first.train_step(batch, sft_loss)
+        first.train_step(batch, sft_loss, loss_mask_key="loss_mask")
     first.save_checkpoint(str(tmp_path / "ckpt"))
     saved_rng = torch.get_rng_state()
-    expected_metrics = first.train_step(batches[2], sft_loss)
+    expected_metrics = first.train_step(batches[2], sft_loss, loss_mask_key="loss_mask")
     expected = weights(first)
 
     resumed = make_strategy(tiny_model, training_args=training)
     resumed.load_checkpoint(str(tmp_path / "ckpt"))
     assert torch.equal(torch.get_rng_state(), saved_rng)
-    metrics = resumed.train_step(batches[2], sft_loss)
+    metrics = resumed.train_step(batches[2], sft_loss, loss_mask_key="loss_mask")
     assert metrics == expected_metrics
     got = weights(resumed)
     assert all(torch.equal(got[name], expected[name]) for name in expected)
@@ -194,7 +195,7 @@ def test_export_hf_loads_in_transformers_with_the_same_logits(tiny_model, tmp_pa
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     strategy = make_strategy(tiny_model)
-    strategy.train_step(sft_batch(4, seed=1), sft_loss)
+    strategy.train_step(sft_batch(4, seed=1), sft_loss, loss_mask_key="loss_mask")
     strategy.export_hf(str(tmp_path / "hf"))
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
     assert AutoTokenizer.from_pretrained(tmp_path / "hf").pad_token == "<|pad|>"
@@ -218,7 +219,7 @@ def test_lora_trains_only_adapters_and_exports_merged_base_weights(tiny_model, t
     strategy = make_strategy(tiny_model, model_args=lora, training_args={"learning_rate": 1e-2})
     before = {n: p.full_tensor().clone() for n, p in strategy.model.named_parameters()}
     batch = sft_batch(4, seed=1)
-    losses = [strategy.train_step(batch, sft_loss)["loss"] for _ in range(4)]
+    losses = [strategy.train_step(batch, sft_loss, loss_mask_key="loss_mask")["loss"] for _ in range(4)]
     assert losses[-1] < losses[0] - 0.1, losses
     after = {n: p.full_tensor() for n, p in strategy.model.named_parameters()}
     changed = {n for n in before if not torch.equal(before[n], after[n])}
@@ -254,7 +255,7 @@ def test_infer_strategy_forwards_and_receives_weights(tiny_model):
     before = reference.forward_step(batch, logits_of)["logits"]
     torch.testing.assert_close(before, trainer.forward_step(batch, logits_of)["logits"], **TOL)
 
-    trainer.train_step(sft_batch(4, seed=1), sft_loss)
+    trainer.train_step(sft_batch(4, seed=1), sft_loss, loss_mask_key="loss_mask")
     reference.update_weights(trainer.named_weights())
     after = reference.forward_step(batch, logits_of)["logits"]
     assert not torch.allclose(before, after)
@@ -268,7 +269,7 @@ def test_bf16_compute_keeps_float32_masters_and_syncs_bf16_weights(tiny_model):
         tiny_model, strategy_config={"param_dtype": "bfloat16"}, training_args={"learning_rate": 1e-3}
     )
     batch = sft_batch(4, seed=1)
-    losses = [strategy.train_step(batch, sft_loss)["loss"] for _ in range(3)]
+    losses = [strategy.train_step(batch, sft_loss, loss_mask_key="loss_mask")["loss"] for _ in range(3)]
     assert losses[-1] < losses[0], losses
     assert all(p.dtype == torch.float32 for p in strategy.model.parameters())
     synced = dict(strategy.named_weights())
@@ -281,11 +282,10 @@ def test_bf16_compute_keeps_float32_masters_and_syncs_bf16_weights(tiny_model):
 def test_train_step_explains_a_missing_loss_mask_and_an_empty_batch(tiny_model):
     strategy = make_strategy(tiny_model)
     batch = sft_batch(2, seed=1)
-    batch.meta_info["loss_mask_key"] = "response_mask"
     with pytest.raises(StrategyError, match="response_mask"):
-        strategy.train_step(batch, sft_loss)
+        strategy.train_step(batch, sft_loss, loss_mask_key="response_mask")
     with pytest.raises(StrategyError, match="no rows"):
-        strategy.train_step(sft_batch(2, seed=1)[:0], sft_loss)
+        strategy.train_step(sft_batch(2, seed=1)[:0], sft_loss, loss_mask_key="loss_mask")
     assert strategy.forward_step(sft_batch(2, seed=1)[:0], logits_of) == {}
 
 
@@ -295,7 +295,7 @@ class Fsdp2TestWorker(StrategyWorker):
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def train(self, data: DataProto) -> dict[str, float]:
-        return self.strategy.train_step(data, sft_loss)
+        return self.strategy.train_step(data, sft_loss, loss_mask_key="loss_mask")
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def logits(self, data: DataProto) -> DataProto:
@@ -339,7 +339,7 @@ def test_two_ranks_match_one_rank(two_ranks, tiny_model):
     probe = sft_batch(3, seed=21)
     reference = make_strategy(tiny_model)
     probe_logits = reference.forward_step(probe, logits_of)["logits"]
-    ref_metrics = [reference.train_step(batch, sft_loss) for batch in batches]
+    ref_metrics = [reference.train_step(batch, sft_loss, loss_mask_key="loss_mask") for batch in batches]
 
     two_ranks.restart({})
     assert [info.dp_size for info in two_ranks.rank_infos] == [2, 2]
@@ -378,7 +378,7 @@ def test_hsdp_with_uneven_shards_matches_one_rank(two_ranks, tiny_model):
     """2 replicas x 1 shard; 5 rows split 3 + 2, so rank 1 repeats a micro-batch at weight 0."""
     batches = [sft_batch(8, seed=11), sft_batch(5, seed=14)]
     reference = make_strategy(tiny_model)
-    ref_metrics = [reference.train_step(batch, sft_loss) for batch in batches]
+    ref_metrics = [reference.train_step(batch, sft_loss, loss_mask_key="loss_mask") for batch in batches]
     two_ranks.restart({"fsdp_size": 1})
     for batch, expected in zip(batches, ref_metrics):
         assert two_ranks.train(batch)[0]["loss"] == pytest.approx(expected["loss"], abs=1e-5)

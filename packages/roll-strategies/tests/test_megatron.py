@@ -582,12 +582,10 @@ def test_context_parallel_gather_keeps_only_local_gradients(tmp_path):
 def test_loss_helpers():
     ids = torch.ones(5, 3, dtype=torch.long)
     batch = DataProto.from_dict({"input_ids": ids, "mask": torch.tensor([[1, 1, 0]] * 5)})
-    assert count_loss_tokens(batch) == 5
-    batch.meta_info["loss_mask_key"] = "mask"
-    assert count_loss_tokens(batch) == 10
-    batch.meta_info["loss_mask_key"] = "missing"
+    assert count_loss_tokens(batch, None) == 5
+    assert count_loss_tokens(batch, "mask") == 10
     with pytest.raises(StrategyError, match="missing"):
-        count_loss_tokens(batch)
+        count_loss_tokens(batch, "missing")
     micros = pad_micro_batches(batch, 2)
     assert [(len(m), real) for m, real in micros] == [(2, 2), (2, 2), (2, 1)]
     # Megatron: grad = 1/(dp*cp) * sum over ranks of d(cp * scale * loss / n_micro); with our scale that is the sum.
@@ -666,13 +664,15 @@ def test_gpu_megatron_train_matches_hf(micro_model, tmp_path):
 
     tokens = int((labels[:, 1:] != -100).sum())
     batch.batch["shifted"] = torch.cat([labels[:, 1:] != -100, torch.zeros(4, 1, dtype=torch.bool)], 1).long()
-    batch.meta_info["loss_mask_key"] = "shifted"
 
-    def loss_func(micro, out):
-        return language_model_loss(out, micro.batch["labels"], num_tokens=micro.meta_info["global_num_tokens"])[0], {}
+    def loss_func(micro, out, scale):
+        return language_model_loss(out, micro.batch["labels"], num_tokens=scale.num_tokens)[0], {}
+
+    def train_step():
+        return strategy.train_step(batch, loss_func, loss_mask_key="shifted")
 
     expected_loss = language_model_loss(hf(**inputs).logits.float(), labels.cuda(), num_tokens=tokens)[0]
-    metrics = strategy.train_step(batch, loss_func)
+    metrics = train_step()
     assert metrics["loss"] == pytest.approx(float(expected_loss), rel=1e-3)
     expected_loss.backward()
     norm = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in hf.parameters() if p.grad is not None))
@@ -685,15 +685,15 @@ def test_gpu_megatron_train_matches_hf(micro_model, tmp_path):
     assert all(torch.equal(exported[name], tensor.cpu()) for name, tensor in weights.items())
 
     strategy.save_checkpoint(str(tmp_path / "ckpt"))
-    first = strategy.train_step(batch, loss_func)
+    first = train_step()
     after_first = {name: tensor.cpu().clone() for name, tensor in strategy.named_weights()}
     strategy.load_checkpoint(str(tmp_path / "ckpt"))
-    again = strategy.train_step(batch, loss_func)
+    again = train_step()
     assert first["loss"] == again["loss"]
     assert all(torch.equal(after_first[name], tensor.cpu()) for name, tensor in strategy.named_weights())
     strategy.offload_states()
     strategy.load_states()
-    assert strategy.train_step(batch, loss_func)["loss"] < metrics["loss"]
+    assert train_step()["loss"] < metrics["loss"]
 
 
 @pytest.mark.gpu

@@ -1,9 +1,17 @@
 from __future__ import annotations
 
+import pytest
 import torch
 
 from roll.protocol import DataProto
-from roll.strategies import GenerationConfig, StrategyArgs, StrategyWorker, StrategyWorkerConfig
+from roll.strategies import (
+    GenerationConfig,
+    LossScale,
+    StrategyArgs,
+    StrategyError,
+    StrategyWorker,
+    StrategyWorkerConfig,
+)
 
 
 def make_worker() -> StrategyWorker:
@@ -47,6 +55,33 @@ def test_mock_forward_puts_half_the_mass_on_the_next_token():
         prompts(), lambda micro, logits: {"lp": log_probs_from_logits(logits, (micro.batch["input_ids"] + 1) % 50)}
     )
     torch.testing.assert_close(result["lp"], torch.full((2, 3), torch.log(torch.tensor(0.5)).item()))
+
+
+def test_mock_forward_honours_logits_to_keep_and_rejects_bad_values():
+    strategy = make_worker().strategy
+    widths: list[int] = []
+
+    def forward(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]:
+        widths.append(logits.shape[1])
+        return {"last": logits[:, -1]}
+
+    full = strategy.forward_step(prompts(), forward)["last"]
+    kept = strategy.forward_step(prompts(), forward, logits_to_keep=2)["last"]
+    assert widths == [3, 2]
+    torch.testing.assert_close(kept, full)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(StrategyError, match="logits_to_keep must be a positive number"):
+            strategy.forward_step(prompts(), forward, logits_to_keep=bad)
+
+
+def test_loss_scale_is_checked_where_it_is_made():
+    assert LossScale(num_tokens=0, num_seqs=1).num_tokens == 0  # an all-masked mini-batch is valid
+    with pytest.raises(StrategyError, match="num_seqs must be an integer >= 1"):
+        LossScale(num_tokens=3, num_seqs=0)
+    with pytest.raises(StrategyError, match="num_tokens must be an integer >= 0"):
+        LossScale(num_tokens=-1, num_seqs=2)
+    with pytest.raises(StrategyError, match="num_tokens"):
+        LossScale(num_tokens=2.0, num_seqs=2)  # type: ignore[arg-type]
 
 
 def test_compacting_drops_columns_that_are_padding_in_every_row():

@@ -203,8 +203,8 @@ class ScriptedJudgeStrategy(MockInferStrategy):
 
 class ScriptedJudge(LLMJudgeRewardWorker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
-    def initialize(self, pipeline_config: Any = None) -> None:
-        super().initialize(pipeline_config)
+    def initialize(self, settings: Any = None) -> None:
+        super().initialize(settings)
         self.strategy = ScriptedJudgeStrategy(self, self.strategy.config)
         self.strategy.initialize()
         self.tokenizer = self.strategy.tokenizer

@@ -13,6 +13,7 @@ from roll.pipelines.rlvr.config import RLVRConfig
 from roll.pipelines.rlvr.rollout import PromptSource, Rollouts, _quotas, check_reward_fields
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
+from roll.strategies import LossScale
 
 ROLE = {"model_args": {"model_name_or_path": "tiny://nano"}, "strategy_args": {"strategy_name": "mock_infer"}}
 
@@ -189,18 +190,18 @@ def test_on_policy_loss_without_recompute_equals_the_loss_with_recomputed_old_lo
     batch = scored_batch()
     batch.batch["responses"] = torch.randint(0, vocab, (4, response))
     batch.batch["advantages"] = torch.randn(4, response) * batch.batch["response_mask"]
-    batch.meta_info.update(global_num_tokens=int(batch.batch["response_mask"].sum()), global_num_seqs=4)
+    scale = LossScale(num_tokens=int(batch.batch["response_mask"].sum()), num_seqs=4)
     with torch.no_grad():
         # What the recompute pass would have produced: the same weights' log-probs of the responses.
         predicting = logits[:, prompt - 1 : -1]
         recomputed = torch.log_softmax(predicting / 1.0, -1).gather(-1, batch.batch["responses"].unsqueeze(-1))
     batch.batch["old_log_probs"] = recomputed.squeeze(-1)
 
-    loss_recomputed, metrics_recomputed = worker._loss(batch, logits)
+    loss_recomputed, metrics_recomputed = worker._loss(batch, logits, scale)
     (grad_recomputed,) = torch.autograd.grad(loss_recomputed, logits)
     batch.batch["old_log_probs"] = torch.randn(4, response)  # the rollout engine's; must be ignored
     batch.meta_info["old_log_probs_from_train_forward"] = True
-    loss_on_policy, metrics_on_policy = worker._loss(batch, logits)
+    loss_on_policy, metrics_on_policy = worker._loss(batch, logits, scale)
     (grad_on_policy,) = torch.autograd.grad(loss_on_policy, logits)
 
     torch.testing.assert_close(loss_on_policy, loss_recomputed, atol=1e-6, rtol=0)

@@ -127,7 +127,7 @@ class Worker:
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.rank_info = RankInfo(rank=self.rank, world_size=self.world_size)
-        self.pipeline_config: Any = None
+        self.settings: Any = None
         self.logger = logging.getLogger(f"roll.worker.{self.cluster_name}.{self.rank}")
 
     @property
@@ -135,9 +135,13 @@ class Worker:
         return f"{self.cluster_name}-{self.rank}"
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
-    def initialize(self, pipeline_config: Any = None) -> None:
-        """Set up the role (load models, build strategies, ...). Subclasses call ``super().initialize(...)``."""
-        self.pipeline_config = pipeline_config
+    def initialize(self, settings: Any = None) -> None:
+        """Set up the role (load models, build strategies, ...). Subclasses call ``super().initialize(...)``.
+
+        ``settings``: this role's own typed settings (e.g. its loss hyperparameters, already resolved), never a
+        whole pipeline config; subclasses narrow the type.
+        """
+        self.settings = settings
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
     def get_rank_info(self) -> RankInfo:

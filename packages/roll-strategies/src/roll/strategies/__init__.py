@@ -6,8 +6,16 @@ Backends are chosen by ``strategy_args.strategy_name`` and imported only when us
 
 from __future__ import annotations
 
-from roll.strategies.base import ForwardFunc, InferenceStrategy, LossFunc, OffloadTarget, StrategyError, TrainStrategy
+from roll.strategies.base import InferenceStrategy, TrainStrategy
 from roll.strategies.config import GenerationConfig, ModelArgs, StrategyArgs, StrategyWorkerConfig, TrainingArgs
+from roll.strategies.contract import (
+    ForwardFunc,
+    LossFunc,
+    LossScale,
+    OffloadTarget,
+    StrategyError,
+    check_logits_to_keep,
+)
 from roll.strategies.model_update import ModelUpdateGroup
 from roll.strategies.registry import STRATEGIES, STRATEGY_CONFIGS, create_strategy, validate_strategy_config
 from roll.strategies.worker import StrategyWorker
@@ -21,6 +29,7 @@ __all__ = [
     "GenerationConfig",
     "InferenceStrategy",
     "LossFunc",
+    "LossScale",
     "ModelArgs",
     "ModelUpdateGroup",
     "OffloadTarget",
@@ -30,6 +39,7 @@ __all__ = [
     "StrategyWorkerConfig",
     "TrainStrategy",
     "TrainingArgs",
+    "check_logits_to_keep",
     "create_strategy",
     "validate_strategy_config",
 ]

@@ -1,16 +1,13 @@
 """The Strategy contracts: one model backend behind a stable Worker API.
 
-A Worker says *what* to compute (a forward function, a loss function); its strategy decides *how* on its
-backend (HF, FSDP2, vLLM, SGLang, Megatron). Workers and pipelines never branch on the backend's name.
+A Worker says *what* to compute (a forward function, a loss function) and passes the options that change the
+computation as typed arguments (see :mod:`roll.strategies.contract`); its strategy decides *how* on its backend
+(HF, FSDP2, vLLM, SGLang, Megatron). Workers and pipelines never branch on the backend's name.
 
 Batch conventions every backend follows
 ---------------------------------------
 Model inputs (B rows, T positions): ``input_ids`` (int64), ``attention_mask`` (0/1) and optionally
-``position_ids``; prompts are left-padded, responses right-padded. ``forward_func(micro_batch, logits)`` and
-``loss_func(micro_batch, logits)`` receive float32 logits of shape (b, T, V) for one micro-batch and must not
-keep them: the strategy frees each micro-batch's logits before the next one. A function that reads only the last
-k positions (a response's log-probs) says so with ``batch.meta_info["logits_to_keep"] = k``; a backend may then
-compute and pass only those, (b, k, V), so functions index positions from the end.
+``position_ids``; prompts are left-padded, responses right-padded.
 
 ``generate(batch, generation_config)`` takes left-padded prompts (``input_ids``, ``attention_mask``) and
 returns ``num_return_sequences`` rows per prompt (a prompt's samples are consecutive) with:
@@ -19,55 +16,24 @@ prompts + responses, ``attention_mask``, ``position_ids``, ``response_mask`` (R,
 ``rollout_log_probs`` (R, max_new_tokens; sampled tokens' log-probs under the sampling temperature, 0 on
 padding) and the non-tensor column ``finish_reason`` ("stop" or "length"); every other column of the input
 is repeated alongside.
-
-Training loss normalization
----------------------------
-Before ``train_step`` calls ``loss_func`` it puts into each micro-batch's ``meta_info``:
-``global_num_tokens`` (non-zero entries of ``batch[meta_info["loss_mask_key"]]`` over the whole mini-batch
-on every data-parallel rank) and ``global_num_seqs`` (rows in the whole mini-batch). A loss normalized by
-those counts is the micro-batch's exact share of the mini-batch loss, so results do not depend on how rows
-are split into micro-batches or ranks.
 """
 
 from __future__ import annotations
 
-import enum
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from roll.protocol import DataProto, RankInfo
-from roll.runtime import RollError
+from roll.strategies.config import GenerationConfig, StrategyWorkerConfig
+from roll.strategies.contract import ForwardFunc, LossFunc, OffloadTarget, StrategyError
 
 if TYPE_CHECKING:
     from roll.runtime import RollModel, Worker
-    from roll.strategies.config import GenerationConfig, StrategyWorkerConfig
 
-__all__ = [
-    "ForwardFunc",
-    "InferenceStrategy",
-    "LossFunc",
-    "OffloadTarget",
-    "StrategyError",
-    "TrainStrategy",
-]
-
-ForwardFunc = Callable[[DataProto, torch.Tensor], dict[str, torch.Tensor]]
-LossFunc = Callable[[DataProto, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
-
-
-class StrategyError(RollError):
-    """A strategy was asked for something its backend cannot do, or its backend failed."""
-
-
-class OffloadTarget(str, enum.Enum):
-    """What ``offload_states`` / ``load_states`` move between the device and host memory."""
-
-    MODEL_PARAMS = "model_params"
-    OPTIMIZER_STATES = "optimizer_states"
-    KV_CACHE = "kv_cache"
+__all__ = ["InferenceStrategy", "TrainStrategy"]
 
 
 class InferenceStrategy(ABC):
@@ -98,8 +64,13 @@ class InferenceStrategy(ABC):
 
     # --- compute ----------------------------------------------------------------------------------------
     @abstractmethod
-    def forward_step(self, batch: DataProto, forward_func: ForwardFunc) -> dict[str, torch.Tensor]:
-        """Run the model over ``batch`` in micro-batches without gradients; concatenate ``forward_func`` outputs."""
+    def forward_step(
+        self, batch: DataProto, forward_func: ForwardFunc, *, logits_to_keep: int | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Run the model over ``batch`` in micro-batches without gradients; concatenate ``forward_func`` outputs.
+
+        ``logits_to_keep=k``: ``forward_func`` reads only the last k positions, so a backend may compute those only.
+        """
 
     def generate(self, batch: DataProto, generation_config: GenerationConfig) -> DataProto:
         raise StrategyError(
@@ -128,8 +99,19 @@ class TrainStrategy(InferenceStrategy):
     is_training: ClassVar[bool] = True
 
     @abstractmethod
-    def train_step(self, batch: DataProto, loss_func: LossFunc) -> dict[str, float]:
+    def train_step(
+        self,
+        batch: DataProto,
+        loss_func: LossFunc,
+        *,
+        loss_mask_key: str | None = None,
+        logits_to_keep: int | None = None,
+    ) -> dict[str, float]:
         """One optimizer step over ``batch`` (split into micro-batches of ``per_device_train_batch_size``).
+
+        ``loss_func`` gets each micro-batch with its :class:`~roll.strategies.contract.LossScale`, whose
+        ``num_tokens`` counts the non-zero entries of ``batch[loss_mask_key]`` (rows when None) over the whole
+        mini-batch on every data-parallel rank. ``logits_to_keep`` as in :meth:`forward_step`.
 
         Returns metrics: at least ``loss`` (mini-batch loss over all data-parallel ranks), ``grad_norm``, ``lr``.
         """

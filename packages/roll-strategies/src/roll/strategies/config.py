@@ -9,7 +9,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from roll.runtime import RollModel, WorkerConfig
+from roll.runtime import ConfigError, RollModel, WorkerConfig
+from roll.runtime.config import parse_device_mapping
+from roll.strategies.registry import validate_strategy_config
 
 __all__ = ["GenerationConfig", "ModelArgs", "StrategyArgs", "StrategyWorkerConfig", "TrainingArgs"]
 
@@ -111,31 +113,52 @@ class StrategyWorkerConfig(WorkerConfig):
     strategy_args: StrategyArgs | None = None
     infer_batch_size: int = Field(default=8, ge=1, description="Rows per forward micro-batch when not training.")
     model_update_buffer_size_mb: int = Field(default=256, ge=1, description="Weight-sync bucket size.")
-    num_threads: Annotated[int, Field(ge=1)] | Literal["all", "auto"] | None = Field(
-        default="auto",
+    num_threads: Annotated[int, Field(ge=1)] | Literal["all"] | None = Field(
+        default=None,
         description=(
-            "torch threads per worker. 'auto': 'all' for CPU roles (no device_mapping), whose phases take turns "
-            "on the machine's cores, and Ray's default (1) for device roles. See WorkerConfig.num_threads."
+            "torch threads per worker. Unset or 'auto': 'all' for CPU roles (no device_mapping), whose phases take "
+            "turns on the machine's cores, and Ray's default (null) for device roles. See WorkerConfig.num_threads."
         ),
     )
 
-    @model_validator(mode="after")
-    def _resolve_num_threads(self) -> StrategyWorkerConfig:
-        if self.num_threads == "auto":
-            object.__setattr__(self, "num_threads", "all" if self.device_mapping is None else None)
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_deployment(cls, data: Any) -> Any:
+        """Fill what follows from other fields, before validation: num_threads 'auto', and the devices an
+        inference engine owns per worker (e.g. vLLM's TP x PP), so users set that in one place."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        try:
+            mapping = parse_device_mapping(data.get("device_mapping"))
+        except ValueError:
+            return data  # reported by the field's own validation
+        if data.get("num_threads", "auto") == "auto":
+            data["num_threads"] = "all" if mapping is None else None
+        per_worker = _devices_per_worker(data.get("strategy_args"))
+        if per_worker is not None and mapping is not None:
+            data["num_gpus_per_worker"] = per_worker
+        return data
 
     @model_validator(mode="after")
     def _check_strategy_config(self) -> StrategyWorkerConfig:
         # Validate the backend's settings now (pydantic only, no backend import) so a typo fails at load time.
         if self.strategy_args is not None:
-            from roll.strategies.registry import validate_strategy_config
-
-            validated = validate_strategy_config(self.strategy_args.strategy_name, self.strategy_args.strategy_config)
-            per_worker = getattr(validated, "devices_per_worker", None)
-            if per_worker is not None and self.device_mapping is not None and per_worker != self.num_gpus_per_worker:
-                # Inference engines own several devices (TP x PP); derive it so users set it in one place.
-                object.__setattr__(self, "num_gpus_per_worker", per_worker)
-                object.__setattr__(self, "world_size", None)
-                WorkerConfig._derive_world_size(self)
+            validate_strategy_config(self.strategy_args.strategy_name, self.strategy_args.strategy_config)
         return self
+
+
+def _devices_per_worker(strategy_args: Any) -> int | None:
+    """``devices_per_worker`` of the backend named by raw ``strategy_args``, or None (also when it is invalid)."""
+    if isinstance(strategy_args, StrategyArgs):
+        name, settings = strategy_args.strategy_name, strategy_args.strategy_config
+    elif isinstance(strategy_args, dict) and isinstance(strategy_args.get("strategy_name"), str):
+        name, settings = strategy_args["strategy_name"], strategy_args.get("strategy_config")
+    else:
+        return None
+    try:
+        validated = validate_strategy_config(name, settings if isinstance(settings, dict) else None)
+    except ConfigError:  # the after-validator reports it, with its field path
+        return None
+    per_worker = getattr(validated, "devices_per_worker", None)
+    return per_worker if isinstance(per_worker, int) else None

@@ -13,7 +13,8 @@ import ray
 
 from roll.protocol import Dispatch, register
 from roll.runtime import Worker
-from roll.strategies.base import InferenceStrategy, OffloadTarget, StrategyError, TrainStrategy
+from roll.strategies.base import InferenceStrategy, TrainStrategy
+from roll.strategies.contract import OffloadTarget, StrategyError
 from roll.strategies.registry import create_strategy
 from roll.strategies.weights import WeightChannel, iter_buckets, pack_bucket, unpack_bucket
 
@@ -30,8 +31,8 @@ class StrategyWorker(Worker):
         self._channels: dict[str, WeightChannel] = {}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
-    def initialize(self, pipeline_config: Any = None) -> None:
-        super().initialize(pipeline_config)
+    def initialize(self, settings: Any = None) -> None:
+        super().initialize(settings)
         self.strategy = create_strategy(self)
         self.strategy.initialize()
 

@@ -23,6 +23,7 @@ from roll.pipelines.workers import LogProbWorker
 from roll.pipelines.workers.logprob import sequence_log_prob_forward
 from roll.protocol import DataProto, Dispatch, register
 from roll.runtime import ConfigError
+from roll.strategies import LossScale
 
 __all__ = ["DPOConfig", "DPOPipeline", "DPOWorker", "dpo_metrics"]
 
@@ -70,11 +71,12 @@ class DPOWorker(LogProbWorker):
     def train_step(self, batch: DataProto) -> DataProto:
         if len(batch) % 2:
             raise ConfigError(f"{self.worker_name} got {len(batch)} rows: DPO batches must hold whole pairs")
-        cfg = self.pipeline_config
-        batch.meta_info["loss_mask_key"] = "loss_mask"
+        cfg = self.settings
         forward = sequence_log_prob_forward()
 
-        def loss_func(micro: DataProto, logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        def loss_func(
+            micro: DataProto, logits: torch.Tensor, scale: LossScale
+        ) -> tuple[torch.Tensor, dict[str, float]]:
             policy = forward(micro, logits)["seq_log_prob"]
             reference = micro.batch["ref_seq_log_prob"]
             losses, _, _ = dpo_loss(
@@ -86,11 +88,11 @@ class DPOWorker(LogProbWorker):
                 label_smoothing=cfg.label_smoothing,
                 loss_type=cfg.loss_type,
             )
-            pairs = micro.meta_info["global_num_seqs"] / 2
+            pairs = scale.num_seqs / 2
             stats = dpo_metrics(policy.detach(), reference, cfg.beta, "train/")
             return losses.sum() / pairs, stats
 
-        metrics = self.train_strategy.train_step(batch, loss_func)
+        metrics = self.train_strategy.train_step(batch, loss_func, loss_mask_key="loss_mask")
         return DataProto(meta_info={"metrics": metrics})
 
 

@@ -111,9 +111,9 @@ class RewardWorker(Worker):
         self._configured = False
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
-    def initialize(self, pipeline_config: Any = None) -> None:
+    def initialize(self, settings: Any = None) -> None:
         """Read and validate ``reward_kwargs``, then run :meth:`setup`."""
-        super().initialize(pipeline_config)
+        super().initialize(settings)
         self._configure()
 
     def _configure(self) -> None:

@@ -230,11 +230,11 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
         self.pattern: re.Pattern[str] | None = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
-    def initialize(self, pipeline_config: Any = None) -> None:
+    def initialize(self, settings: Any = None) -> None:
         """Validate ``reward_kwargs`` first (a typo fails before a slow model load), then build the strategy."""
         self._check_role()
         self._configure()
-        super().initialize(pipeline_config)  # RewardWorker -> StrategyWorker: creates and loads the strategy
+        super().initialize(settings)  # RewardWorker -> StrategyWorker: creates and loads the strategy
         self.tokenizer = self.strategy.tokenizer if self.strategy.tokenizer is not None else self._load_tokenizer()
 
     def _check_role(self) -> None:

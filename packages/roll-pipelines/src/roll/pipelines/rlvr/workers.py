@@ -13,7 +13,7 @@ import torch
 
 from roll.pipelines.algorithms import entropy_loss, kl_loss, masked_mean, policy_loss, value_loss
 from roll.protocol import DataProto, Dispatch, register
-from roll.strategies import GenerationConfig, StrategyWorker
+from roll.strategies import GenerationConfig, LossScale, StrategyWorker
 from roll.strategies.ops import entropy_from_logits, log_probs_from_logits, response_logits
 
 __all__ = ["ActorWorker", "CriticWorker", "InferWorker", "PolicyWorker"]
@@ -30,11 +30,13 @@ def _mini_batches(batch: DataProto, count: int, seed: int, epoch: int, rank: int
     return [batch.select_idxs(part) for part in np.array_split(order, count)]
 
 
-def _read_response_logits_only(batch: DataProto) -> int:
-    """Tell the strategy that only the positions ``response_logits`` reads are needed; returns the response length."""
-    length = batch.batch["responses"].shape[1]
-    batch.meta_info["logits_to_keep"] = length + 1  # the last prompt token predicts the first response token
-    return length
+def _response_length(batch: DataProto) -> int:
+    return batch.batch["responses"].shape[1]
+
+
+def _logits_to_keep(length: int) -> int:
+    """The positions ``response_logits`` reads: the last prompt token predicts the first response token."""
+    return length + 1
 
 
 class InferWorker(StrategyWorker):
@@ -52,8 +54,8 @@ class PolicyWorker(StrategyWorker):
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def compute_log_probs(self, batch: DataProto) -> DataProto:
         """``log_probs`` (B, R) of ``responses`` under the sampling temperature, and their ``entropy`` (B, R)."""
-        length = _read_response_logits_only(batch)
-        temperature = _temperature(self.pipeline_config)
+        length = _response_length(batch)
+        temperature = _temperature(self.settings)
 
         def forward(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]:
             predicting = response_logits(logits, length)
@@ -62,20 +64,20 @@ class PolicyWorker(StrategyWorker):
                 "entropy": entropy_from_logits(predicting, temperature),
             }
 
-        out = self.strategy.forward_step(batch, forward)
+        out = self.strategy.forward_step(batch, forward, logits_to_keep=_logits_to_keep(length))
         return DataProto.from_dict({"log_probs": out["log_probs"], "entropy": out["entropy"]})
 
 
 class ActorWorker(PolicyWorker):
     """actor_train: PPO-family policy updates (PPO-clip, clip-higher, dual clip, GSPO, KL loss, entropy, TIS)."""
 
-    def _loss(self, micro: DataProto, logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        cfg = self.pipeline_config
+    def _loss(self, micro: DataProto, logits: torch.Tensor, scale: LossScale) -> tuple[torch.Tensor, dict[str, float]]:
+        cfg = self.settings
         data = micro.batch
         predicting = response_logits(logits, data["responses"].shape[1])
         log_probs = log_probs_from_logits(predicting, data["responses"], _temperature(cfg))
         mask = data["response_mask"]
-        counts = {"num_tokens": micro.meta_info["global_num_tokens"], "num_seqs": micro.meta_info["global_num_seqs"]}
+        counts = {"num_tokens": scale.num_tokens, "num_seqs": scale.num_seqs}
         # One on-policy update without a recompute pass: this forward is the old policy (see RLVRConfig).
         on_policy = micro.meta_info.get("old_log_probs_from_train_forward", False)
         loss, metrics = policy_loss(
@@ -118,15 +120,17 @@ class ActorWorker(PolicyWorker):
         ``is_weights``; ``meta_info``: ``num_mini_batches``, ``seed``, and ``old_log_probs_from_train_forward``
         (one on-policy step: the loss takes its own detached log-probs as the old ones). Runs ``ppo_epochs`` x
         mini-batches steps."""
-        cfg = self.pipeline_config
-        batch.meta_info["loss_mask_key"] = "response_mask"
-        _read_response_logits_only(batch)
+        cfg = self.settings
+        keep = _logits_to_keep(_response_length(batch))
         metrics: dict[str, list[float]] = {}
         for epoch in range(cfg.ppo_epochs):
             for mini in _mini_batches(
                 batch, batch.meta_info["num_mini_batches"], batch.meta_info["seed"], epoch, self.rank
             ):
-                for key, value in self.train_strategy.train_step(mini, self._loss).items():
+                step = self.train_strategy.train_step(
+                    mini, self._loss, loss_mask_key="response_mask", logits_to_keep=keep
+                )
+                for key, value in step.items():
                     metrics.setdefault(key if "/" in key else f"actor/{key}", []).append(value)
         return DataProto(meta_info={"metrics": metrics})
 
@@ -142,18 +146,23 @@ class CriticWorker(StrategyWorker):
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def compute_values(self, batch: DataProto) -> DataProto:
         """``values`` (B, R)."""
-        length = _read_response_logits_only(batch)
-        out = self.strategy.forward_step(batch, lambda micro, logits: {"values": self._values(logits, length)})
+        length = _response_length(batch)
+        out = self.strategy.forward_step(
+            batch,
+            lambda micro, logits: {"values": self._values(logits, length)},
+            logits_to_keep=_logits_to_keep(length),
+        )
         return DataProto.from_dict({"values": out["values"]})
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def train_step(self, batch: DataProto) -> DataProto:
         """Needs ``responses``, ``response_mask``, ``values`` (old), ``returns``; meta as ActorWorker.train_step."""
-        cfg = self.pipeline_config
-        batch.meta_info["loss_mask_key"] = "response_mask"
-        length = _read_response_logits_only(batch)
+        cfg = self.settings
+        length = _response_length(batch)
 
-        def loss_func(micro: DataProto, logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        def loss_func(
+            micro: DataProto, logits: torch.Tensor, scale: LossScale
+        ) -> tuple[torch.Tensor, dict[str, float]]:
             data = micro.batch
             loss, metrics = value_loss(
                 self._values(logits, length),
@@ -162,8 +171,8 @@ class CriticWorker(StrategyWorker):
                 data["response_mask"],
                 clip=cfg.value_clip,
                 loss_agg_mode="token-mean",
-                num_tokens=micro.meta_info["global_num_tokens"],
-                num_seqs=micro.meta_info["global_num_seqs"],
+                num_tokens=scale.num_tokens,
+                num_seqs=scale.num_seqs,
             )
             return loss, {f"critic/{k}": v for k, v in metrics.items()}
 
@@ -172,6 +181,9 @@ class CriticWorker(StrategyWorker):
             for mini in _mini_batches(
                 batch, batch.meta_info["num_mini_batches"], batch.meta_info["seed"], epoch, self.rank
             ):
-                for key, value in self.train_strategy.train_step(mini, loss_func).items():
+                step = self.train_strategy.train_step(
+                    mini, loss_func, loss_mask_key="response_mask", logits_to_keep=_logits_to_keep(length)
+                )
+                for key, value in step.items():
                     metrics.setdefault(key if "/" in key else f"critic/{key}", []).append(value)
         return DataProto(meta_info={"metrics": metrics})

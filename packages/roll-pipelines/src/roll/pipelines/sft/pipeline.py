@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import torch
 from pydantic import Field, model_validator
 
 from roll.pipelines.base import BasePipeline
@@ -17,6 +18,7 @@ from roll.pipelines.data import SFTCollator, StatefulBatchIterator, load_task_ro
 from roll.pipelines.tokenizers import load_tokenizer
 from roll.pipelines.workers import LogProbWorker
 from roll.protocol import DataProto, Dispatch, register
+from roll.strategies import LossScale
 from roll.strategies.ops import language_model_loss
 
 __all__ = ["SFTConfig", "SFTPipeline", "SFTWorker"]
@@ -40,13 +42,12 @@ class SFTConfig(BaseConfig):
 class SFTWorker(LogProbWorker):
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def train_step(self, batch: DataProto) -> DataProto:
-        batch.meta_info["loss_mask_key"] = "loss_mask"
-        metrics = self.train_strategy.train_step(batch, _sft_loss)
+        metrics = self.train_strategy.train_step(batch, _sft_loss, loss_mask_key="loss_mask")
         return DataProto(meta_info={"metrics": metrics})
 
 
-def _sft_loss(micro: DataProto, logits) -> tuple[Any, dict[str, float]]:
-    loss, _ = language_model_loss(logits, micro.batch["labels"], num_tokens=micro.meta_info["global_num_tokens"])
+def _sft_loss(micro: DataProto, logits: torch.Tensor, scale: LossScale) -> tuple[torch.Tensor, dict[str, float]]:
+    loss, _ = language_model_loss(logits, micro.batch["labels"], num_tokens=scale.num_tokens)
     return loss, {}
 
 

@@ -26,7 +26,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from roll.strategies.base import StrategyError
+from roll.strategies.contract import StrategyError
 
 logger = logging.getLogger(__name__)
 

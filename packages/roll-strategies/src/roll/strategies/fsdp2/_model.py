@@ -16,7 +16,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from roll.runtime import ConfigError, MissingExtraError
-from roll.strategies.base import StrategyError
+from roll.strategies.contract import StrategyError
 
 if TYPE_CHECKING:
     from roll.strategies.config import ModelArgs

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from roll.strategies.base import StrategyError
+from roll.strategies.contract import StrategyError
 from roll.strategies.fsdp2._model import hf_model, reshard
 
 __all__ = ["full_tensor", "iter_full_weights", "load_full_weights"]

@@ -17,7 +17,15 @@ import torch
 import torch.distributed as dist
 
 from roll.protocol import DataProto, RankInfo
-from roll.strategies.base import ForwardFunc, InferenceStrategy, LossFunc, OffloadTarget, StrategyError, TrainStrategy
+from roll.strategies.base import InferenceStrategy, TrainStrategy
+from roll.strategies.contract import (
+    ForwardFunc,
+    LossFunc,
+    LossScale,
+    OffloadTarget,
+    StrategyError,
+    check_logits_to_keep,
+)
 from roll.strategies.fsdp2 import _model
 from roll.strategies.fsdp2._checkpoint import export_hf_folder, load_training_state, save_training_state
 from roll.strategies.fsdp2._optim import build_optimizer, build_scheduler
@@ -96,12 +104,11 @@ class _Fsdp2Model(InferenceStrategy):
             "position_ids": positions.to(self.device),
         }
 
-    def _logits(self, micro: DataProto) -> torch.Tensor:
-        """float32 logits (b, T, V) of one micro-batch, or (b, k, V) when ``meta_info["logits_to_keep"] = k``."""
+    def _logits(self, micro: DataProto, keep: int | None) -> torch.Tensor:
+        """float32 logits (b, T, V) of one micro-batch, or (b, k, V) with ``keep=k``."""
         inputs = self._model_inputs(micro)
-        keep = micro.meta_info.get("logits_to_keep")
         if keep and self._keeps_logits:
-            inputs["logits_to_keep"] = int(keep)  # the head runs on those positions only
+            inputs["logits_to_keep"] = keep  # the head runs on those positions only
         return self.model(**inputs, use_cache=False).logits.float()
 
     def _dummy_micro(self) -> DataProto:
@@ -109,17 +116,20 @@ class _Fsdp2Model(InferenceStrategy):
         ids = torch.zeros(1, 1, dtype=torch.long)
         return DataProto.from_dict({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
 
-    def forward_step(self, batch: DataProto, forward_func: ForwardFunc) -> dict[str, torch.Tensor]:
+    def forward_step(
+        self, batch: DataProto, forward_func: ForwardFunc, *, logits_to_keep: int | None = None
+    ) -> dict[str, torch.Tensor]:
         """Micro-batches of ``infer_batch_size`` rows without gradients; outputs concatenated on the CPU."""
+        keep = check_logits_to_keep(logits_to_keep)
         self.model.eval()
         micros = batch.split(self.worker_config.infer_batch_size) if len(batch) else []
         outputs: dict[str, list[torch.Tensor]] = {}
         with torch.no_grad():
             for index in range(self._num_micro_batches(len(micros))):
                 if index >= len(micros):
-                    self._logits(micros[-1] if micros else self._dummy_micro())
+                    self._logits(micros[-1] if micros else self._dummy_micro(), keep)
                     continue
-                logits = self._logits(micros[index])
+                logits = self._logits(micros[index], keep)
                 for key, value in forward_func(micros[index], logits).items():
                     outputs.setdefault(key, []).append(value.detach().cpu())
                 del logits
@@ -170,15 +180,14 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
         self.scheduler = build_scheduler(self.optimizer, args)
 
     # --- compute ----------------------------------------------------------------------------------------
-    def _global_counts(self, batch: DataProto, num_micros: int) -> tuple[int, int, int]:
+    def _global_counts(self, batch: DataProto, num_micros: int, key: str | None) -> tuple[int, int, int]:
         """(global loss tokens, global rows, micro-batches every rank runs); fails on all ranks if one is empty."""
-        key = batch.meta_info.get("loss_mask_key")
         if key is None:
             tokens = len(batch)
         elif key in batch.batch.keys():
             tokens = int((batch.batch[key] != 0).sum())
         else:
-            raise StrategyError(f"meta_info['loss_mask_key']={key!r} is not a tensor of the batch ({batch.keys()})")
+            raise StrategyError(f"loss_mask_key={key!r} is not a tensor of the batch ({batch.keys()})")
         total_tokens, total_rows = self._all_reduce([float(tokens), float(len(batch))], dist.ReduceOp.SUM)
         most_micros, neg_fewest_rows = self._all_reduce([float(num_micros), -float(len(batch))], dist.ReduceOp.MAX)
         if neg_fewest_rows >= 0:
@@ -188,20 +197,27 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
             )
         return int(total_tokens), int(total_rows), int(most_micros)
 
-    def train_step(self, batch: DataProto, loss_func: LossFunc) -> dict[str, float]:
-        """One optimizer step over the local rows of the mini-batch; see the base.py loss-normalization contract."""
+    def train_step(
+        self,
+        batch: DataProto,
+        loss_func: LossFunc,
+        *,
+        loss_mask_key: str | None = None,
+        logits_to_keep: int | None = None,
+    ) -> dict[str, float]:
+        """One optimizer step over the local rows of the mini-batch; see the loss normalization in contract.py."""
+        keep = check_logits_to_keep(logits_to_keep)
         self.model.train()
         args = self.worker_config.training_args
         micros = batch.split(args.per_device_train_batch_size) if len(batch) else []
-        num_tokens, num_seqs, num_steps = self._global_counts(batch, len(micros))
+        num_tokens, num_seqs, num_steps = self._global_counts(batch, len(micros), loss_mask_key)
+        scale = LossScale(num_tokens=num_tokens, num_seqs=num_seqs)
         loss_sum = 0.0
         metric_sums: dict[str, float] = {}
         for index in range(num_steps):
             real = index < len(micros)
             micro = micros[index] if real else micros[-1]
-            micro.meta_info["global_num_tokens"] = num_tokens
-            micro.meta_info["global_num_seqs"] = num_seqs
-            loss, metrics = loss_func(micro, self._logits(micro))
+            loss, metrics = loss_func(micro, self._logits(micro, keep), scale)
             # FSDP averages gradients over the dp group but the loss is already a share of the global loss.
             (loss * (self.dp_size if real else 0.0)).backward()
             if real:

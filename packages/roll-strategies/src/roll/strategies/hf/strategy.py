@@ -22,8 +22,9 @@ from typing import Any
 import torch
 
 from roll.protocol import DataProto
-from roll.strategies.base import ForwardFunc, InferenceStrategy, OffloadTarget, StrategyError
+from roll.strategies.base import InferenceStrategy
 from roll.strategies.config import GenerationConfig
+from roll.strategies.contract import ForwardFunc, OffloadTarget, StrategyError, check_logits_to_keep
 from roll.strategies.generation import build_generation_output
 from roll.strategies.hf import _loading
 from roll.strategies.hf._sampling import (
@@ -107,9 +108,13 @@ class HfInferStrategy(InferenceStrategy):
         return self.model
 
     # --- compute ----------------------------------------------------------------------------------------
-    def forward_step(self, batch: DataProto, forward_func: ForwardFunc) -> dict[str, torch.Tensor]:
+    def forward_step(
+        self, batch: DataProto, forward_func: ForwardFunc, *, logits_to_keep: int | None = None
+    ) -> dict[str, torch.Tensor]:
         """Micro-batches of ``infer_batch_size`` rows; ``forward_func`` gets them on the model's device."""
         model = self._require_ready()
+        keep = check_logits_to_keep(logits_to_keep)
+        extra = {"logits_to_keep": keep} if keep and self._keeps_logits else {}
         outputs: dict[str, list[torch.Tensor]] = {}
         with torch.no_grad():
             for micro in batch.split(self.worker_config.infer_batch_size):
@@ -120,8 +125,6 @@ class HfInferStrategy(InferenceStrategy):
                     position_ids = micro.batch["position_ids"]
                 else:
                     position_ids = position_ids_from_attention_mask(attention_mask)
-                keep = micro.meta_info.get("logits_to_keep")
-                extra = {"logits_to_keep": int(keep)} if keep and self._keeps_logits else {}
                 logits = model(
                     input_ids=input_ids,
                     attention_mask=attention_mask,

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from roll.protocol import DataProto
-from roll.strategies.base import StrategyError
+from roll.strategies.contract import StrategyError
 
 __all__ = [
     "GatherContextParallel",
@@ -150,13 +150,12 @@ class GatherContextParallel(torch.autograd.Function):
         return zigzag_split(grad, ctx.rank, ctx.size).contiguous(), None  # type: ignore[attr-defined]
 
 
-def count_loss_tokens(batch: DataProto) -> int:
-    """Tokens the loss is normalized by: non-zeros of ``meta_info['loss_mask_key']``, or rows if it is unset."""
-    key = batch.meta_info.get("loss_mask_key")
+def count_loss_tokens(batch: DataProto, key: str | None) -> int:
+    """Tokens the loss is normalized by: non-zeros of ``batch[key]``, or rows if ``key`` is None."""
     if key is None:
         return len(batch)
     if batch.batch is None or key not in batch.batch.keys():
-        raise StrategyError(f"meta_info['loss_mask_key']={key!r} is not a tensor of the batch ({batch.keys()})")
+        raise StrategyError(f"loss_mask_key={key!r} is not a tensor of the batch ({batch.keys()})")
     return int((batch.batch[key] != 0).sum())
 
 

@@ -28,8 +28,8 @@ from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from roll.strategies.base import StrategyError
 from roll.strategies.config import TrainingArgs
+from roll.strategies.contract import StrategyError
 from roll.strategies.megatron._hf_io import HfCheckpointReader
 from roll.strategies.megatron._mapping import GptLayout, MegatronMapping, to_global_name
 from roll.strategies.megatron._sharding import shard_tp

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from roll.strategies.base import StrategyError
+from roll.strategies.contract import StrategyError
 
 __all__ = ["HfCheckpointReader", "write_hf_folder"]
 

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 from roll.protocol import RankInfo
 from roll.runtime import ConfigError
-from roll.strategies.base import StrategyError
 from roll.strategies.config import TrainingArgs
+from roll.strategies.contract import StrategyError
 from roll.strategies.megatron._mapping import GptLayout
 from roll.strategies.megatron.config import MegatronConfig
 

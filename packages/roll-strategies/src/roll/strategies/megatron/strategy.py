@@ -28,7 +28,15 @@ from megatron.core.pipeline_parallel import get_forward_backward_func
 
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
-from roll.strategies.base import ForwardFunc, InferenceStrategy, LossFunc, OffloadTarget, StrategyError, TrainStrategy
+from roll.strategies.base import InferenceStrategy, TrainStrategy
+from roll.strategies.contract import (
+    ForwardFunc,
+    LossFunc,
+    LossScale,
+    OffloadTarget,
+    StrategyError,
+    check_logits_to_keep,
+)
 from roll.strategies.megatron import _engine, _state
 from roll.strategies.megatron._batching import (
     GatherContextParallel,
@@ -148,8 +156,15 @@ class _MegatronModel(InferenceStrategy):
         needed = self.config.pipeline_model_parallel_size if self.config.virtual_pipeline_model_parallel_size else 1
         return micros + [(micros[-1][0], 0)] * max(0, needed - len(micros))
 
-    def forward_step(self, batch: DataProto, forward_func: ForwardFunc) -> dict[str, torch.Tensor]:
-        """No-grad micro-batches of ``infer_batch_size`` rows; outputs on the last pipeline stage (else {})."""
+    def forward_step(
+        self, batch: DataProto, forward_func: ForwardFunc, *, logits_to_keep: int | None = None
+    ) -> dict[str, torch.Tensor]:
+        """No-grad micro-batches of ``infer_batch_size`` rows; outputs on the last pipeline stage (else {}).
+
+        Logits always cover every position (``logits_to_keep`` is checked, then allowed by the contract to be
+        ignored): functions index positions from the end.
+        """
+        check_logits_to_keep(logits_to_keep)
         if len(batch) == 0:
             return {}
         for chunk in self.chunks:
@@ -245,10 +260,11 @@ class MegatronTrainStrategy(_MegatronModel, TrainStrategy):
         self.global_step = 0
 
     # --- training -----------------------------------------------------------------------------------------
-    def _global_counts(self, batch: DataProto) -> tuple[int, int]:
-        """(loss tokens, rows) of the mini-batch over all data-parallel replicas; fails everywhere if one is empty."""
+    def _global_counts(self, batch: DataProto, loss_mask_key: str | None) -> LossScale:
+        """Loss tokens and rows of the mini-batch over all data-parallel replicas; fails everywhere if one is empty."""
         group = parallel_state.get_data_parallel_group()
-        sums = torch.tensor([count_loss_tokens(batch), len(batch)], dtype=torch.int64, device=self.device)
+        tokens = count_loss_tokens(batch, loss_mask_key)
+        sums = torch.tensor([tokens, len(batch)], dtype=torch.int64, device=self.device)
         fewest = torch.tensor([len(batch)], dtype=torch.int64, device=self.device)
         dist.all_reduce(sums, group=group)
         dist.all_reduce(fewest, op=dist.ReduceOp.MIN, group=group)
@@ -257,7 +273,7 @@ class MegatronTrainStrategy(_MegatronModel, TrainStrategy):
                 f"train_step got no rows on at least one of {self.rank_info.dp_size} data-parallel replicas; the "
                 "mini-batch must have at least one row per replica"
             )
-        return int(sums[0]), int(sums[1])
+        return LossScale(num_tokens=int(sums[0]), num_seqs=int(sums[1]))
 
     def _train_micro_batches(self, batch: DataProto) -> list[tuple[DataProto, int]]:
         size = self.worker_config.training_args.per_device_train_batch_size
@@ -268,17 +284,25 @@ class MegatronTrainStrategy(_MegatronModel, TrainStrategy):
             )
         return self._with_fillers([(micro, len(micro)) for micro in batch.split(size)])
 
-    def train_step(self, batch: DataProto, loss_func: LossFunc) -> dict[str, float]:
-        """One optimizer step over this replica's rows; see the loss-normalization contract in base.py."""
-        num_tokens, num_seqs = self._global_counts(batch)
+    def train_step(
+        self,
+        batch: DataProto,
+        loss_func: LossFunc,
+        *,
+        loss_mask_key: str | None = None,
+        logits_to_keep: int | None = None,
+    ) -> dict[str, float]:
+        """One optimizer step over this replica's rows; see the loss normalization in contract.py.
+
+        Logits cover every position whatever ``logits_to_keep`` says (see :meth:`forward_step`).
+        """
+        check_logits_to_keep(logits_to_keep)
+        counts = self._global_counts(batch, loss_mask_key)
         micros = self._train_micro_batches(batch)
-        for micro, _ in micros:
-            micro.meta_info["global_num_tokens"] = num_tokens
-            micro.meta_info["global_num_seqs"] = num_seqs
         scale = loss_scale(self.rank_info.dp_size, len(micros))
 
         def reduce(micro: DataProto, prepared: PreparedInputs, real: int, output: torch.Tensor):
-            loss, metrics = loss_func(micro, self._full_logits(output, prepared))
+            loss, metrics = loss_func(micro, self._full_logits(output, prepared), counts)
             if not real:  # a filler micro-batch: runs through the schedule, contributes nothing
                 return loss * 0.0, None
             return loss * scale, (float(loss.detach()), {k: float(v) for k, v in metrics.items()})

@@ -12,8 +12,9 @@ import math
 import torch
 
 from roll.protocol import DataProto
-from roll.strategies.base import ForwardFunc, InferenceStrategy
+from roll.strategies.base import InferenceStrategy
 from roll.strategies.config import GenerationConfig
+from roll.strategies.contract import ForwardFunc, check_logits_to_keep
 from roll.strategies.generation import build_generation_output, prompt_token_lists
 from roll.strategies.mock.config import MockInferConfig
 
@@ -31,13 +32,15 @@ class MockInferStrategy(InferenceStrategy):
         logits.scatter_(-1, ((input_ids + 1) % vocab).unsqueeze(-1), math.log(0.5))
         return logits
 
-    def forward_step(self, batch: DataProto, forward_func: ForwardFunc) -> dict[str, torch.Tensor]:
+    def forward_step(
+        self, batch: DataProto, forward_func: ForwardFunc, *, logits_to_keep: int | None = None
+    ) -> dict[str, torch.Tensor]:
+        keep = check_logits_to_keep(logits_to_keep)
         outputs: dict[str, list[torch.Tensor]] = {}
         for micro in batch.split(self.worker_config.infer_batch_size):
             input_ids = micro.batch["input_ids"]
-            keep = micro.meta_info.get("logits_to_keep")
             # Honour logits_to_keep as real backends do, so tests catch functions that index from the start.
-            logits = self._logits(input_ids[:, -int(keep) :] if keep else input_ids)
+            logits = self._logits(input_ids[:, -keep:] if keep else input_ids)
             for key, value in forward_func(micro, logits).items():
                 outputs.setdefault(key, []).append(value)
         return {key: torch.cat(values) for key, values in outputs.items()}

@@ -13,8 +13,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from roll.runtime import RollModel
-from roll.strategies.base import OffloadTarget, StrategyError
 from roll.strategies.config import GenerationConfig
+from roll.strategies.contract import OffloadTarget, StrategyError
 
 __all__ = [
     "SglangConfig",

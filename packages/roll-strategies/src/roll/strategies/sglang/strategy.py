@@ -22,8 +22,9 @@ import torch
 
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
-from roll.strategies.base import ForwardFunc, InferenceStrategy, OffloadTarget, StrategyError
+from roll.strategies.base import InferenceStrategy
 from roll.strategies.config import GenerationConfig
+from roll.strategies.contract import ForwardFunc, OffloadTarget, StrategyError
 from roll.strategies.generation import build_generation_output, prompt_token_lists
 from roll.strategies.sglang.config import (
     SglangConfig,
@@ -65,7 +66,9 @@ class SglangStrategy(InferenceStrategy):
         logger.info("sglang %s engine ready on %d GPU(s)", getattr(sglang, "__version__", "?"), self.config.tp_size)
 
     # --- compute ------------------------------------------------------------------------------------------
-    def forward_step(self, batch: DataProto, forward_func: ForwardFunc) -> dict[str, torch.Tensor]:
+    def forward_step(
+        self, batch: DataProto, forward_func: ForwardFunc, *, logits_to_keep: int | None = None
+    ) -> dict[str, torch.Tensor]:
         raise StrategyError(
             "sglang generates but does not run forward passes that return logits; compute log-probs with "
             "hf_infer, fsdp2_infer or megatron_infer"

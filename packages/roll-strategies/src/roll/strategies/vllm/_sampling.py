@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from roll.strategies.base import StrategyError
 from roll.strategies.config import GenerationConfig
+from roll.strategies.contract import StrategyError
 
 __all__ = [
     "GeneratedSample",

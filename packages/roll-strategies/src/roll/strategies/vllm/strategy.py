@@ -36,8 +36,9 @@ import torch
 
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
-from roll.strategies.base import ForwardFunc, InferenceStrategy, OffloadTarget, StrategyError
+from roll.strategies.base import InferenceStrategy
 from roll.strategies.config import GenerationConfig
+from roll.strategies.contract import ForwardFunc, OffloadTarget, StrategyError
 from roll.strategies.generation import build_generation_output, prompt_token_lists
 from roll.strategies.vllm import _reload
 from roll.strategies.vllm._sampling import (
@@ -211,7 +212,9 @@ class VllmStrategy(InferenceStrategy):
             out[row, mask[row].cpu()] = torch.tensor(values, dtype=torch.float32)
         return out
 
-    def forward_step(self, batch: DataProto, forward_func: ForwardFunc) -> dict[str, torch.Tensor]:
+    def forward_step(
+        self, batch: DataProto, forward_func: ForwardFunc, *, logits_to_keep: int | None = None
+    ) -> dict[str, torch.Tensor]:
         raise StrategyError(
             "vllm cannot return logits for forward_step: use VllmStrategy.score_tokens(batch) for the log-probs "
             "of given tokens, or an hf_infer / fsdp2_infer role for anything that needs logits"
