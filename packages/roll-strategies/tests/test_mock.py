@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from roll.protocol import DataProto
+from roll.runtime import ConfigError
 from roll.strategies import (
     GenerationConfig,
     LossScale,
@@ -114,3 +115,21 @@ def test_compacting_drops_columns_that_are_padding_in_every_row():
     assert out["response_mask"][:, keep:].sum() == 0 and out["attention_mask"][:, :2].sum() == 0
     # Nothing to drop: the same object comes back.
     assert compact_generation_padding(compact) is compact
+
+
+def test_deployment_fields_are_derived_before_validation():
+    cpu = StrategyWorkerConfig(name="cpu", strategy_args=StrategyArgs(strategy_name="mock_infer"))
+    assert cpu.num_threads == "all" and cpu.world_size == 1  # 'auto' on a CPU role
+    gpu = StrategyWorkerConfig(
+        name="gpu", device_mapping=[0, 1], strategy_args=StrategyArgs(strategy_name="mock_infer")
+    )
+    assert gpu.num_threads is None and gpu.num_gpus_per_worker == 1 and gpu.world_size == 2
+    # Dumped and loaded again, a config is the same (the derived values are plain fields).
+    assert StrategyWorkerConfig.model_validate(gpu.model_dump()) == gpu
+    with pytest.raises(ConfigError, match="num_gpus_per_worker=2 but each mock_infer worker uses 1 device"):
+        StrategyWorkerConfig(
+            name="gpu",
+            device_mapping=[0, 1],
+            num_gpus_per_worker=2,
+            strategy_args=StrategyArgs(strategy_name="mock_infer"),
+        )

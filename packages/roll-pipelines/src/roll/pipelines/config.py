@@ -8,8 +8,9 @@ problem at once, each with its field path, the bad value and how to fix it.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Any, ClassVar, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -19,7 +20,17 @@ from roll.runtime import ConfigError, RollModel
 from roll.runtime.config import validation_error_lines
 from roll.strategies import StrategyWorkerConfig
 
-__all__ = ["BaseConfig", "RoleConfig", "apply_overrides", "load_config", "parse_overrides", "read_yaml"]
+__all__ = [
+    "BaseConfig",
+    "RoleConfig",
+    "apply_overrides",
+    "load_config",
+    "move_flat_keys",
+    "parse_overrides",
+    "raw_section",
+    "raw_value",
+    "read_yaml",
+]
 
 
 class RoleConfig(StrategyWorkerConfig):
@@ -27,9 +38,103 @@ class RoleConfig(StrategyWorkerConfig):
 
     data_args: DataArgs | None = None
 
+    def require_data(self) -> DataArgs:
+        """``data_args``, for a role whose pipeline needs data (its config checks that it is set)."""
+        if self.data_args is None:
+            raise ConfigError(f"{self.name}.data_args is required: set file_name (and eval_file_name)")
+        return self.data_args
+
+
+# --- raw data, before validation ------------------------------------------------------------------------------
+# Derived values are written into the raw data before a config is built, never into a built config. These helpers
+# copy every mapping they hand out, so the caller's data is never changed.
+def _as_mapping(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, BaseModel):
+        return value.model_dump(exclude_unset=True)
+    return dict(value) if isinstance(value, dict) else None
+
+
+def raw_section(data: dict[str, Any], *path: str, create: bool = False) -> dict[str, Any] | None:
+    """The mapping at ``path`` in raw config ``data``, copied into place so it may be changed.
+
+    None when a part of the path is absent (unless ``create``) or is not a mapping: validation reports that.
+    """
+    node = data
+    for key in path:
+        child = _as_mapping(node.get(key)) if key in node else ({} if create else None)
+        if child is None:
+            return None
+        node[key] = child
+        node = child
+    return node
+
+
+def raw_value(data: dict[str, Any], *path: str, default: Any = None) -> Any:
+    """The value at ``path`` in raw config ``data`` (``default`` when absent); never changes ``data``."""
+    node: Any = data
+    for key in path:
+        node = _as_mapping(node)
+        if node is None or key not in node:
+            return default
+        node = node[key]
+    return node
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def field_default(model: type[BaseModel], name: str) -> Any:
+    return model.model_fields[name].get_default(call_default_factory=True)
+
+
+def move_flat_keys(data: dict[str, Any], table: Mapping[str, str], sections: Iterable[str]) -> dict[str, Any]:
+    """Move flat keys (``rollout_batch_size: 8``) to their section paths (``rollout.batch_size``) per ``table``.
+
+    A key that names a section and holds a mapping is that section, not a flat key. A setting given both flat and in
+    its section is an error naming both.
+    """
+    out = dict(data)
+    section_names = set(sections)
+    for flat, path in table.items():
+        if flat not in out or (flat in section_names and isinstance(_as_mapping(out[flat]), dict)):
+            continue
+        value = out.pop(flat)
+        *parents, leaf = path.split(".")
+        node = raw_section(out, *parents, create=True)
+        if node is None:
+            raise ValueError(f"{flat} moves to {path}, but {'.'.join(parents)} is not a section; fix that section")
+        if leaf in node:
+            raise ValueError(f"{flat} and {path} are the same setting and both are set; keep only {path}")
+        node[leaf] = value
+    return out
+
+
+def _role_model(annotation: Any) -> tuple[type[RoleConfig], bool] | None:
+    """(role class, is a dict of roles) for a field annotated with a RoleConfig, an optional one or a dict of them."""
+    if isinstance(annotation, type) and issubclass(annotation, RoleConfig):
+        return annotation, False
+    args = get_args(annotation)
+    if get_origin(annotation) is dict and len(args) == 2:
+        inner = _role_model(args[1])
+        return (inner[0], True) if inner is not None and not inner[1] else None
+    for arg in args:  # Optional[RoleConfig] / RoleConfig | None
+        found = _role_model(arg)
+        if found is not None:
+            return found
+    return None
+
 
 class BaseConfig(RollModel):
-    """Fields every pipeline has. Subclasses add their roles (RoleConfig fields) and algorithm settings."""
+    """Fields every pipeline has. Subclasses add their roles (RoleConfig fields) and sections of algorithm settings.
+
+    Before validation, raw data goes through :meth:`normalize` (flat keys of ``flat_keys`` moved into their
+    sections) and :meth:`derive_defaults` (values that follow from other fields: role names, the pipeline-wide
+    ``system_envs``, LR schedule lengths...). Nothing changes a config after it is built.
+    """
+
+    # flat key -> "section.field": ROLL-style flat settings accepted and moved into their sections
+    flat_keys: ClassVar[Mapping[str, str]] = {}
 
     pipeline_cls: str = Field(description="Pipeline name (sft, dpo, rlvr, rlvr_rollout) or 'package.module:Class'.")
     exp_name: str = "roll"
@@ -49,6 +154,63 @@ class BaseConfig(RollModel):
     export_hf: bool = Field(default=True, description="Save the trained model in HF format at the end.")
     plots: bool = Field(default=True, description="Write plots/*.png of the main curves at the end.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _prepare_raw(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return cls.derive_defaults(cls.normalize(data))
+
+    @classmethod
+    def normalize(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """``data`` with its flat keys moved into their sections (a copy; idempotent)."""
+        return move_flat_keys(data, cls.flat_keys, cls.model_fields)
+
+    @classmethod
+    def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Fill values that follow from other fields into normalized raw ``data`` (a copy; idempotent).
+
+        Here: each role's ``name`` (its field name, ``field_key`` for roles in a dict) and ``system_envs`` (the
+        pipeline's, overridden by the role's own). Subclasses add theirs and call ``super().derive_defaults``.
+        """
+        data = dict(data)
+        shared = _as_mapping(data.get("system_envs")) or {}
+        for field_name, role in cls._raw_roles(data).items():
+            if role.get("name") in (None, "worker"):
+                role["name"] = field_name.replace(".", "_")
+            own = _as_mapping(role.get("system_envs"))
+            if own is not None or shared:
+                role["system_envs"] = {**shared, **(own or {})}
+        return data
+
+    @classmethod
+    def _raw_roles(cls, data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Role sections of raw ``data`` by role name (``field`` or ``field.key``), copied into place."""
+        found: dict[str, dict[str, Any]] = {}
+        for name, info in cls.model_fields.items():
+            kind = _role_model(info.annotation)
+            section = raw_section(data, name) if kind is not None and data.get(name) is not None else None
+            if section is None:
+                continue
+            if not kind[1]:  # type: ignore[index]
+                found[name] = section
+                continue
+            for key in list(section):
+                role = raw_section(section, key)
+                if role is not None:
+                    found[f"{name}.{key}"] = role
+        return found
+
+    @classmethod
+    def fill_schedule_length(cls, data: dict[str, Any], role: str, updates_per_step: Any) -> None:
+        """Give ``role``'s LR schedule its length, unless set: ``max_steps * updates_per_step`` optimizer steps."""
+        max_steps = data.get("max_steps", field_default(cls, "max_steps"))
+        if not (is_int(max_steps) and is_int(updates_per_step)) or raw_section(data, role) is None:
+            return  # validation reports the bad value or the missing role
+        args = raw_section(data, role, "training_args", create=True)
+        if args is not None and args.get("max_steps") is None:
+            args["max_steps"] = max_steps * updates_per_step
+
     @field_validator("track_with", mode="before")
     @classmethod
     def _listify(cls, value: Any) -> Any:
@@ -62,12 +224,7 @@ class BaseConfig(RollModel):
         return value
 
     @model_validator(mode="after")
-    def _name_roles(self) -> BaseConfig:
-        for field_name, role in self.roles().items():
-            if role.name == "worker":
-                object.__setattr__(role, "name", field_name.replace(".", "_"))
-            merged = {**self.system_envs, **role.system_envs}
-            object.__setattr__(role, "system_envs", merged)
+    def _check_role_names(self) -> BaseConfig:
         names = [role.name for role in self.roles().values()]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -77,12 +234,6 @@ class BaseConfig(RollModel):
     @property
     def resolved_output_dir(self) -> Path:
         return Path(self.output_dir.replace("{exp_name}", self.exp_name)).expanduser()
-
-    def fill_training_steps(self, *roles: RoleConfig, updates_per_step: int = 1) -> None:
-        """Give LR schedules their length: optimizer steps = ``max_steps * updates_per_step`` unless set."""
-        for role in roles:
-            if role.training_args.max_steps is None:
-                object.__setattr__(role.training_args, "max_steps", self.max_steps * updates_per_step)
 
     def roles(self) -> dict[str, RoleConfig]:
         """The configured roles by field name; roles in a dict field (e.g. reward domains) as ``field.key``.
@@ -127,8 +278,23 @@ def parse_overrides(overrides: list[str]) -> list[tuple[list[str], Any]]:
     return parsed
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def _override_path(path: list[str], value: Any, flat_keys: Mapping[str, str]) -> list[str]:
+    """The section path an override of a flat key lands on (``rollout_batch_size`` -> ``rollout.batch_size``)."""
+    target = flat_keys[path[0]].split(".") if path[0] in flat_keys else None
+    if target is None:
+        return path
+    if target[0] == path[0] and (len(path) > 1 or isinstance(value, dict)):
+        return path  # the key names its section (dynamic_sampling.enabled=true), not the flat setting
+    return [*target, *path[1:]]
+
+
+def apply_overrides(
+    data: dict[str, Any], overrides: list[str], flat_keys: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``data`` with ``a.b=value`` overrides applied (in place). An override of one of ``flat_keys`` lands on its
+    section path, so ``rollout_batch_size=8`` replaces the file's ``rollout.batch_size``."""
     for path, value in parse_overrides(overrides):
+        path = _override_path(path, value, flat_keys or {})
         node = data
         for part in path[:-1]:
             child = node.get(part)
@@ -161,7 +327,10 @@ def _suggestion(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
         current = _field_model(current.model_fields[part].annotation)
     if current is None:
         return ""
-    close = difflib.get_close_matches(str(loc[-1]), list(current.model_fields), n=1)
+    known = list(current.model_fields)
+    if current is model and isinstance(model, type) and issubclass(model, BaseConfig):
+        known += list(model.flat_keys)  # ROLL-style flat spellings are accepted at the top level too
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
@@ -192,10 +361,17 @@ def load_config(source: str | Path | dict[str, Any], overrides: list[str] | None
         if not path.suffix and not path.exists():
             path = recipe_path(str(source))
         data, label = read_yaml(path), str(path)
-    data = apply_overrides(data, list(overrides or []))
-    if "pipeline_cls" not in data:
+    overrides = list(overrides or [])
+    name = next((value for path, value in parse_overrides(overrides) if path == ["pipeline_cls"]), None)
+    name = name if name is not None else data.get("pipeline_cls")
+    if name is None:
         raise ConfigError(
             f"{label}: pipeline_cls is missing; set it to sft, dpo, rlvr, rlvr_rollout or 'pkg.module:Class'"
         )
-    pipeline_cls = resolve_pipeline(str(data["pipeline_cls"]))
-    return validate_config(pipeline_cls.config_cls, data, label)
+    config_cls: type[BaseConfig] = resolve_pipeline(str(name)).config_cls
+    try:  # flat keys first, so an override of a flat key replaces the file's value of its section field
+        data = config_cls.normalize(data)
+    except ValueError as e:
+        raise ConfigError(f"{label}: {e}") from None
+    data = apply_overrides(data, overrides, config_cls.flat_keys)
+    return validate_config(config_cls, data, label)

@@ -124,8 +124,8 @@ class StrategyWorkerConfig(WorkerConfig):
     @model_validator(mode="before")
     @classmethod
     def _derive_deployment(cls, data: Any) -> Any:
-        """Fill what follows from other fields, before validation: num_threads 'auto', and the devices an
-        inference engine owns per worker (e.g. vLLM's TP x PP), so users set that in one place."""
+        """Fill what follows from other fields, before validation: num_threads 'auto', and, unless given, the devices
+        each worker owns (e.g. vLLM's TP x PP engine), so users set that in one place: the backend's config."""
         if not isinstance(data, dict):
             return data
         data = dict(data)
@@ -136,15 +136,24 @@ class StrategyWorkerConfig(WorkerConfig):
         if data.get("num_threads", "auto") == "auto":
             data["num_threads"] = "all" if mapping is None else None
         per_worker = _devices_per_worker(data.get("strategy_args"))
-        if per_worker is not None and mapping is not None:
+        if per_worker is not None and mapping is not None and data.get("num_gpus_per_worker") is None:
             data["num_gpus_per_worker"] = per_worker
         return data
 
     @model_validator(mode="after")
     def _check_strategy_config(self) -> StrategyWorkerConfig:
         # Validate the backend's settings now (pydantic only, no backend import) so a typo fails at load time.
-        if self.strategy_args is not None:
-            validate_strategy_config(self.strategy_args.strategy_name, self.strategy_args.strategy_config)
+        if self.strategy_args is None:
+            return self
+        name = self.strategy_args.strategy_name
+        validated = validate_strategy_config(name, self.strategy_args.strategy_config)
+        per_worker = getattr(validated, "devices_per_worker", None)
+        if self.device_mapping is not None and per_worker is not None and per_worker != self.num_gpus_per_worker:
+            raise ValueError(
+                f"num_gpus_per_worker={self.num_gpus_per_worker} but each {name} worker uses {per_worker} device(s) "
+                f"(its strategy_config's parallel sizes); remove num_gpus_per_worker (it is derived) or set it to "
+                f"{per_worker}"
+            )
         return self
 
 

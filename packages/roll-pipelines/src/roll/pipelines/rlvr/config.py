@@ -1,15 +1,94 @@
-"""RLVR configuration: roles, reward domains, and every algorithm knob (PPO, GRPO, REINFORCE++, RLOO, GSPO, DAPO)."""
+"""RLVR configuration: roles, reward domains, and the algorithm in sections (PPO, GRPO, REINFORCE++, RLOO, GSPO, DAPO).
+
+Sections: ``rollout`` (what a step generates), ``update`` (how samples become optimizer steps), ``advantage``,
+``kl``, ``policy_loss``, ``value_loss`` (the critic's), ``correction`` (rollout/training mismatch), ``dynamic_sampling``,
+``overlong`` and ``validation``. ROLL's flat keys (``adv_estimator``, ``pg_clip``, ``rollout_batch_size``,
+``dynamic_sampling: true``, ...) are accepted and moved into their sections by :data:`FLAT_KEYS`; a setting given
+both flat and in its section is an error.
+
+Workers get their own resolved settings (:meth:`RLVRConfig.actor_settings` and friends), never this config.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from roll.pipelines.config import BaseConfig, RoleConfig
+from roll.pipelines.config import BaseConfig, RoleConfig, field_default, is_int, raw_section, raw_value
+from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
+from roll.runtime import RollModel
 from roll.strategies import GenerationConfig
 
-__all__ = ["RLVRConfig", "RewardConfig"]
+__all__ = [
+    "FLAT_KEYS",
+    "AdvantageSection",
+    "CorrectionSection",
+    "DynamicSamplingSection",
+    "KLSection",
+    "OverlongSection",
+    "PolicyLossSection",
+    "RLVRConfig",
+    "RewardConfig",
+    "RolloutSection",
+    "UpdateSection",
+    "ValidationSection",
+    "ValueLossSection",
+    "fill_reward_tags",
+    "sync_max_new_tokens",
+]
+
+# ROLL-style flat key -> its section path. Data: a later ROLL-YAML importer extends this table.
+FLAT_KEYS: dict[str, str] = {
+    "rollout_batch_size": "rollout.batch_size",
+    "prompt_length": "rollout.prompt_length",
+    "response_length": "rollout.response_length",
+    "domain_interleave_probs": "rollout.domain_interleave_probs",
+    "model_update_frequency": "rollout.model_update_frequency",
+    "rollout_dump": "rollout.dump",
+    "ppo_epochs": "update.epochs",
+    "ppo_mini_batch_size": "update.mini_batch_size",
+    "critic_warmup": "update.critic_warmup",
+    "adv_estimator": "advantage.estimator",
+    "gamma": "advantage.gamma",
+    "lambd": "advantage.lam",
+    "norm_std": "advantage.norm_std",
+    "reward_norm": "advantage.reward_norm",
+    "reward_clip": "advantage.reward_clip",
+    "whiten_advantages": "advantage.whiten",
+    "advantage_clip": "advantage.clip",
+    "kl_penalty": "kl.penalty",
+    "add_token_level_kl": "kl.in_reward",
+    "use_kl_loss": "kl.use_loss",
+    "init_kl_coef": "kl.init_coef",
+    "kl_ctrl_type": "kl.ctrl_type",
+    "target_kl": "kl.target",
+    "kl_horizon": "kl.horizon",
+    "kl_loss_coef": "kl.loss_coef",
+    "pg_clip": "policy_loss.clip",
+    "pg_clip_low": "policy_loss.clip_low",
+    "pg_clip_high": "policy_loss.clip_high",
+    "dual_clip_loss": "policy_loss.dual_clip",
+    "importance_sampling": "policy_loss.importance_sampling",
+    "loss_agg_mode": "policy_loss.loss_agg_mode",
+    "entropy_loss_coef": "policy_loss.entropy_coef",
+    "value_clip": "value_loss.clip",
+    "tis_cap": "correction.tis_cap",
+    "tis_level": "correction.tis_level",
+    "tis_mode": "correction.tis_mode",
+    "enable_old_logprobs_recompute": "correction.old_log_probs_recompute",
+    "dynamic_sampling": "dynamic_sampling.enabled",
+    "max_num_gen_batches": "dynamic_sampling.max_generation_rounds",
+    "mask_truncated": "overlong.mask_truncated",
+    "overlong_buffer_len": "overlong.buffer_len",
+    "overlong_penalty_factor": "overlong.penalty_factor",
+    "val_batch_size": "validation.batch_size",
+    "val_generating_args": "validation.generating_args",
+}
+
+Estimator = Literal["gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"]
+LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
 class RewardConfig(RoleConfig):
@@ -20,7 +99,170 @@ class RewardConfig(RoleConfig):
     tag_included: list[str] = Field(default_factory=list, description="Sample tags scored here (default: the domain).")
 
 
+class RolloutSection(RollModel):
+    """What one step generates, and how fresh the engine's weights are."""
+
+    batch_size: int = Field(default=64, ge=1, description="Prompts per step; each gets n samples.")
+    prompt_length: int = Field(default=256, ge=1, description="Longest prompt in tokens (longer prompts are dropped).")
+    response_length: int = Field(
+        default=256, ge=1, description="max_new_tokens of rollouts (actor_infer.generating_args.max_new_tokens)."
+    )
+    domain_interleave_probs: dict[str, float] | None = Field(
+        default=None, description="Share of each domain in a rollout batch (default: as sampled from the data)."
+    )
+    model_update_frequency: int = Field(default=1, ge=1, description="Sync actor_train -> actor_infer every N steps.")
+    dump: bool = Field(default=False, description="Write every step's samples to rollouts/step-N.jsonl.")
+
+
+class UpdateSection(RollModel):
+    """How a step's samples become optimizer steps."""
+
+    epochs: int = Field(default=1, ge=1, description="Passes over the step's samples (PPO epochs).")
+    mini_batch_size: int | None = Field(
+        default=None, ge=1, description="Samples per optimizer step (default: the whole rollout batch, one step)."
+    )
+    critic_warmup: int = Field(default=0, ge=0, description="Steps that train only the critic.")
+
+    def num_mini_batches(self, samples: int) -> int:
+        return max(1, -(-samples // (self.mini_batch_size or samples or 1)))
+
+
+class AdvantageSection(RollModel):
+    """Reward shaping before the estimator, the estimator, and what is done to its output."""
+
+    estimator: Estimator = "grpo"
+    gamma: float = Field(default=1.0, ge=0, le=1)
+    lam: float = Field(default=1.0, ge=0, le=1, description="GAE lambda.")
+    norm_std: bool = Field(default=True, description="GRPO: divide by the group std (False: Dr. GRPO style).")
+    reward_norm: Literal["none", "group", "batch"] = Field(
+        default="none", description="Normalize scores before the estimator (GRPO/RLOO normalize by group anyway)."
+    )
+    reward_clip: float | None = Field(default=None, gt=0)
+    whiten: bool = Field(default=False, description="Whiten advantages over the batch.")
+    clip: float | None = Field(default=None, gt=0, description="Clip advantages to [-clip, clip].")
+
+
+class KLSection(RollModel):
+    """KL to the reference policy: as a per-token reward penalty (PPO style) and/or a loss term (GRPO style)."""
+
+    penalty: Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"] = "k3"
+    in_reward: bool = Field(default=False, description="KL as a per-token reward penalty (PPO style).")
+    use_loss: bool = Field(default=False, description="KL as a loss term with loss_coef (GRPO style).")
+    init_coef: float = Field(
+        default=0.05, ge=0, description="Coefficient of the reward penalty (its start if adaptive)."
+    )
+    ctrl_type: Literal["fixed", "adaptive"] = "fixed"
+    target: float | None = Field(default=None, gt=0, description="Adaptive controller: the KL to hold.")
+    horizon: int | None = Field(default=None, ge=1, description="Adaptive controller: samples to adapt over.")
+    loss_coef: float = Field(default=0.001, ge=0)
+
+    @model_validator(mode="after")
+    def _check_controller(self) -> KLSection:
+        if self.ctrl_type == "adaptive" and (self.target is None or self.horizon is None):
+            raise ValueError("kl.ctrl_type=adaptive needs kl.target and kl.horizon (flat: target_kl and kl_horizon)")
+        return self
+
+    @property
+    def in_reward_on(self) -> bool:
+        return self.in_reward and self.init_coef > 0
+
+    @property
+    def loss_on(self) -> bool:
+        return self.use_loss and self.loss_coef > 0
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.in_reward_on or self.loss_on
+
+
+class PolicyLossSection(RollModel):
+    """The PPO-clip family: clip range (clip-higher), dual clip, token or sequence ratios (GSPO), entropy bonus."""
+
+    clip: float = Field(default=0.2, gt=0)
+    clip_low: float | None = Field(default=None, gt=0, description="Default: clip.")
+    clip_high: float | None = Field(default=None, gt=0, description="Default: clip; raise it for clip-higher.")
+    dual_clip: float | None = Field(default=None, gt=1, description="Dual-clip bound c for negative advantages.")
+    importance_sampling: Literal["token", "sequence"] = Field(default="token", description="'sequence' is GSPO.")
+    loss_agg_mode: LossAggMode = "token-mean"
+    entropy_coef: float = Field(default=0.0, ge=0)
+
+
+class ValueLossSection(RollModel):
+    """The critic's clipped value loss."""
+
+    clip: float | None = Field(default=0.5, gt=0, description="None: plain squared error.")
+
+
+class CorrectionSection(RollModel):
+    """Rollout/training mismatch: truncated importance sampling, and where old log-probs come from."""
+
+    tis_cap: float | None = Field(default=None, gt=0, description="Truncated importance sampling cap (None: off).")
+    tis_level: Literal["token", "sequence"] = "token"
+    tis_mode: Literal["truncate", "mask"] = "truncate"
+    old_log_probs_recompute: bool | Literal["auto"] = Field(
+        default="auto",
+        description=(
+            "Recompute old log-probs with actor_train before training (False: use the rollout engine's). 'auto' "
+            "recomputes only when the update is not one on-policy step (update.epochs > 1, several mini-batches, "
+            "truncated IS, KL in the reward); otherwise the training forward's own log-probs, detached, are the "
+            "old ones, which is exact and saves a forward pass over the batch."
+        ),
+    )
+
+
+class DynamicSamplingSection(RollModel):
+    """DAPO-style dynamic sampling: drop groups whose rewards all agree and generate more."""
+
+    enabled: bool = Field(default=False, description="Drop groups whose rewards all agree; refill the batch.")
+    max_generation_rounds: int = Field(default=4, ge=1, description="Generation rounds per step at most.")
+
+
+class OverlongSection(RollModel):
+    """Responses cut at rollout.response_length: leave them out of the loss, or penalize lengths near the limit."""
+
+    mask_truncated: bool = Field(default=False, description="Exclude truncated responses from the loss.")
+    buffer_len: int | None = Field(default=None, ge=1, description="DAPO soft overlong penalty window.")
+    penalty_factor: float = Field(default=1.0, ge=0)
+
+
+class ValidationSection(RollModel):
+    """Validation on held-out prompts (every eval_steps and at the end)."""
+
+    batch_size: int = Field(default=128, ge=1, description="Prompts per validation batch.")
+    generating_args: GenerationConfig | None = Field(
+        default=None, description="Sampling for validation (default: greedy); num_return_sequences k gives pass@k."
+    )
+
+
+# --- derived values, filled into raw data before validation -------------------------------------------------
+def fill_reward_tags(data: dict[str, Any]) -> None:
+    """A reward domain without ``tag_included`` scores the samples tagged with its own name."""
+    rewards = raw_section(data, "rewards")
+    for domain in list(rewards or {}):
+        reward = raw_section(rewards, domain)  # type: ignore[arg-type]
+        if reward is not None and not reward.get("tag_included"):
+            reward["tag_included"] = [domain]
+
+
+def sync_max_new_tokens(data: dict[str, Any], role: str, response_length: Any) -> None:
+    """``role.generating_args.max_new_tokens`` follows ``response_length``; setting both differently is an error."""
+    if not is_int(response_length) or raw_section(data, role) is None:
+        return
+    generation = raw_section(data, role, "generating_args", create=True)
+    if generation is None:
+        return
+    given = generation.get("max_new_tokens")
+    if given is not None and given != response_length:
+        raise ValueError(
+            f"rollout.response_length={response_length} contradicts {role}.generating_args.max_new_tokens={given}; "
+            f"set only one of them"
+        )
+    generation["max_new_tokens"] = response_length
+
+
 class RLVRConfig(BaseConfig):
+    flat_keys: ClassVar[Mapping[str, str]] = FLAT_KEYS
+
     pipeline_cls: str = "rlvr"
     # --- roles ------------------------------------------------------------------------------------------
     actor_train: RoleConfig = Field(description="The trained policy (e.g. fsdp2_train); its data_args hold prompts.")
@@ -28,97 +270,89 @@ class RLVRConfig(BaseConfig):
     reference: RoleConfig | None = Field(
         default=None, description="Frozen reference policy; only created when KL is on."
     )
-    critic: RoleConfig | None = Field(default=None, description="Value model; required by adv_estimator=gae.")
+    critic: RoleConfig | None = Field(default=None, description="Value model; required by advantage.estimator=gae.")
     rewards: dict[str, RewardConfig] = Field(description="Reward domains: {math: {...}, code: {...}}.")
-    domain_interleave_probs: dict[str, float] | None = Field(
-        default=None, description="Share of each domain in a rollout batch (default: as sampled from the data)."
-    )
-    # --- batch sizes ------------------------------------------------------------------------------------
-    rollout_batch_size: int = Field(default=64, ge=1, description="Prompts per step; each gets n samples.")
-    prompt_length: int = Field(default=256, ge=1, description="Longest prompt in tokens (longer prompts are dropped).")
-    response_length: int = Field(default=256, ge=1, description="max_new_tokens of rollouts.")
-    ppo_epochs: int = Field(default=1, ge=1)
-    ppo_mini_batch_size: int | None = Field(
-        default=None, ge=1, description="Samples per optimizer step (default: the whole rollout batch, one step)."
-    )
-    # --- advantages and rewards -------------------------------------------------------------------------
-    adv_estimator: Literal["gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"] = "grpo"
-    gamma: float = Field(default=1.0, ge=0, le=1)
-    lambd: float = Field(default=1.0, ge=0, le=1)
-    norm_std: bool = Field(default=True, description="GRPO: divide by the group std (False: Dr. GRPO style).")
-    reward_norm: Literal["none", "group", "batch"] = Field(
-        default="none", description="Normalize scores before the estimator (GRPO/RLOO normalize by group anyway)."
-    )
-    reward_clip: float | None = Field(default=None, gt=0)
-    whiten_advantages: bool = False
-    advantage_clip: float | None = Field(default=None, gt=0)
-    # --- KL ---------------------------------------------------------------------------------------------
-    kl_penalty: Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"] = "k3"
-    add_token_level_kl: bool = Field(default=False, description="KL as a per-token reward penalty (PPO style).")
-    use_kl_loss: bool = Field(default=False, description="KL as a loss term with kl_loss_coef (GRPO style).")
-    init_kl_coef: float = Field(default=0.05, ge=0)
-    kl_ctrl_type: Literal["fixed", "adaptive"] = "fixed"
-    target_kl: float | None = Field(default=None, gt=0)
-    kl_horizon: int | None = Field(default=None, ge=1)
-    kl_loss_coef: float = Field(default=0.001, ge=0)
-    # --- policy loss ------------------------------------------------------------------------------------
-    pg_clip: float = Field(default=0.2, gt=0)
-    pg_clip_low: float | None = Field(default=None, gt=0, description="Default pg_clip.")
-    pg_clip_high: float | None = Field(default=None, gt=0, description="Default pg_clip; raise it for clip-higher.")
-    dual_clip_loss: float | None = Field(default=None, gt=1, description="Dual-clip bound c for negative advantages.")
-    importance_sampling: Literal["token", "sequence"] = Field(default="token", description="'sequence' is GSPO.")
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
-        "token-mean"
-    )
-    entropy_loss_coef: float = Field(default=0.0, ge=0)
-    value_clip: float | None = Field(default=0.5, gt=0)
-    critic_warmup: int = Field(default=0, ge=0, description="Steps that train only the critic.")
-    enable_old_logprobs_recompute: bool | Literal["auto"] = Field(
-        default="auto",
-        description=(
-            "Recompute old log-probs with actor_train before training (False: use the rollout engine's). 'auto' "
-            "recomputes only when the update is not one on-policy step (ppo_epochs > 1, several mini-batches, "
-            "truncated IS, KL in the reward); otherwise the training forward's own log-probs, detached, are the "
-            "old ones, which is exact and saves a forward pass over the batch."
-        ),
-    )
-    # --- rollout / inference mismatch ---------------------------------------------------------------------
-    tis_cap: float | None = Field(default=None, gt=0, description="Truncated importance sampling cap (None: off).")
-    tis_level: Literal["token", "sequence"] = "token"
-    tis_mode: Literal["truncate", "mask"] = "truncate"
-    # --- DAPO-style dynamic sampling and overlong handling ------------------------------------------------
-    dynamic_sampling: bool = Field(default=False, description="Drop groups whose rewards all agree; refill the batch.")
-    max_num_gen_batches: int = Field(default=4, ge=1, description="Generation rounds per step with dynamic sampling.")
-    mask_truncated: bool = Field(default=False, description="Exclude responses cut at response_length from the loss.")
-    overlong_buffer_len: int | None = Field(default=None, ge=1, description="DAPO soft overlong penalty window.")
-    overlong_penalty_factor: float = Field(default=1.0, ge=0)
-    # --- validation -------------------------------------------------------------------------------------
-    val_batch_size: int = Field(default=128, ge=1)
-    val_generating_args: GenerationConfig | None = Field(
-        default=None, description="Sampling for validation (default: greedy); num_return_sequences k gives pass@k."
-    )
-    model_update_frequency: int = Field(default=1, ge=1, description="Sync actor_train -> actor_infer every N steps.")
-    rollout_dump: bool = Field(default=False, description="Write every step's samples to rollouts/step-N.jsonl.")
+    # --- algorithm --------------------------------------------------------------------------------------
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    update: UpdateSection = Field(default_factory=UpdateSection)
+    advantage: AdvantageSection = Field(default_factory=AdvantageSection)
+    kl: KLSection = Field(default_factory=KLSection)
+    policy_loss: PolicyLossSection = Field(default_factory=PolicyLossSection)
+    value_loss: ValueLossSection = Field(default_factory=ValueLossSection)
+    correction: CorrectionSection = Field(default_factory=CorrectionSection)
+    dynamic_sampling: DynamicSamplingSection = Field(default_factory=DynamicSamplingSection)
+    overlong: OverlongSection = Field(default_factory=OverlongSection)
+    validation: ValidationSection = Field(default_factory=ValidationSection)
 
-    @property
-    def kl_in_reward(self) -> bool:
-        return self.add_token_level_kl and self.init_kl_coef > 0
-
-    def recompute_old_log_probs(self, num_mini_batches: int) -> bool:
-        """Whether a step with this many mini-batches needs actor_train's log-probs before it trains."""
-        if self.enable_old_logprobs_recompute != "auto":
-            return self.enable_old_logprobs_recompute
-        off_policy = self.ppo_epochs > 1 or num_mini_batches > 1
-        needs_them_first = self.tis_cap is not None or (self.kl_in_reward and self.needs_reference)
-        return off_policy or needs_them_first
-
-    @property
-    def needs_reference(self) -> bool:
-        return self.kl_in_reward or (self.use_kl_loss and self.kl_loss_coef > 0)
+    @classmethod
+    def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Reward tags, the rollout budget of ``actor_infer``, and LR schedules that count every update."""
+        data = super().derive_defaults(data)
+        fill_reward_tags(data)
+        response_length = raw_value(
+            data, "rollout", "response_length", default=field_default(RolloutSection, "response_length")
+        )
+        sync_max_new_tokens(data, "actor_infer", response_length)
+        prompts = raw_value(data, "rollout", "batch_size", default=field_default(RolloutSection, "batch_size"))
+        n = raw_value(
+            data,
+            "actor_infer",
+            "generating_args",
+            "num_return_sequences",
+            default=field_default(GenerationConfig, "num_return_sequences"),
+        )
+        mini = raw_value(data, "update", "mini_batch_size")
+        epochs = raw_value(data, "update", "epochs", default=field_default(UpdateSection, "epochs"))
+        if all(is_int(v) and v > 0 for v in (prompts, n, epochs)) and (mini is None or (is_int(mini) and mini > 0)):
+            samples = prompts * n
+            updates = epochs * -(-samples // (mini or samples))
+            for role in ("actor_train", "critic"):
+                cls.fill_schedule_length(data, role, updates)
+        return data
 
     @property
     def group_size(self) -> int:
         return self.actor_infer.generating_args.num_return_sequences
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.kl.needs_reference
+
+    def recompute_old_log_probs(self, num_mini_batches: int) -> bool:
+        """Whether a step with this many mini-batches needs actor_train's log-probs before it trains."""
+        setting = self.correction.old_log_probs_recompute
+        if setting != "auto":
+            return setting
+        off_policy = self.update.epochs > 1 or num_mini_batches > 1
+        needs_them_first = self.correction.tis_cap is not None or self.kl.in_reward_on
+        return off_policy or needs_them_first
+
+    # --- what each worker is told ---------------------------------------------------------------------------
+    @property
+    def sampling_temperature(self) -> float:
+        """The temperature rollouts are sampled at (greedy counts as 1): log-probs are taken at it."""
+        temperature = self.actor_infer.generating_args.temperature
+        return temperature if temperature > 0 else 1.0
+
+    def policy_settings(self) -> PolicySettings:
+        return PolicySettings(temperature=self.sampling_temperature)
+
+    def actor_settings(self) -> ActorSettings:
+        loss = self.policy_loss
+        return ActorSettings(
+            temperature=self.sampling_temperature,
+            clip_low=loss.clip_low or loss.clip,
+            clip_high=loss.clip_high or loss.clip,
+            dual_clip=loss.dual_clip,
+            importance_sampling=loss.importance_sampling,
+            loss_agg_mode=loss.loss_agg_mode,
+            entropy_coef=loss.entropy_coef,
+            kl_loss_coef=self.kl.loss_coef if self.kl.loss_on else 0.0,
+            kl_penalty=self.kl.penalty,
+        )
+
+    def critic_settings(self) -> CriticSettings:
+        return CriticSettings(value_clip=self.value_loss.clip)
 
     @model_validator(mode="after")
     def _check_rlvr(self) -> RLVRConfig:
@@ -127,30 +361,19 @@ class RLVRConfig(BaseConfig):
         if not self.rewards:
             raise ValueError("rewards needs at least one domain, e.g. rewards: {math: {reward_type: math}}")
         if self.needs_reference and self.reference is None:
-            raise ValueError("KL is on (add_token_level_kl or use_kl_loss) but no reference role is configured")
-        if self.adv_estimator == "gae" and self.critic is None:
-            raise ValueError("adv_estimator=gae needs a critic role (model_args.model_head: value)")
-        if self.adv_estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline") and self.group_size < 2:
+            raise ValueError("KL is on (kl.in_reward or kl.use_loss) but no reference role is configured")
+        estimator = self.advantage.estimator
+        if estimator == "gae" and self.critic is None:
+            raise ValueError("advantage.estimator=gae needs a critic role (model_args.model_head: value)")
+        if estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline") and self.group_size < 2:
             raise ValueError(
-                f"adv_estimator={self.adv_estimator} compares samples of one prompt: set "
+                f"advantage.estimator={estimator} compares samples of one prompt: set "
                 f"actor_infer.generating_args.num_return_sequences >= 2"
             )
-        if self.domain_interleave_probs is not None:
-            unknown = sorted(set(self.domain_interleave_probs) - set(self.rewards))
-            if unknown:
-                raise ValueError(
-                    f"domain_interleave_probs names {unknown}, which are not reward domains {sorted(self.rewards)}"
-                )
-        if self.kl_ctrl_type == "adaptive" and (self.target_kl is None or self.kl_horizon is None):
-            raise ValueError("kl_ctrl_type=adaptive needs target_kl and kl_horizon")
-        for domain, reward in self.rewards.items():
-            if not reward.tag_included:
-                object.__setattr__(reward, "tag_included", [domain])
-        object.__setattr__(self.actor_infer.generating_args, "max_new_tokens", self.response_length)
-        samples = self.rollout_batch_size * self.group_size
-        mini = self.ppo_mini_batch_size or samples
-        updates = self.ppo_epochs * -(-samples // mini)
-        self.fill_training_steps(self.actor_train, updates_per_step=updates)
-        if self.critic is not None:
-            self.fill_training_steps(self.critic, updates_per_step=updates)
+        probs = self.rollout.domain_interleave_probs
+        unknown = sorted(set(probs or {}) - set(self.rewards))
+        if unknown:
+            raise ValueError(
+                f"rollout.domain_interleave_probs names {unknown}, which are not reward domains {sorted(self.rewards)}"
+            )
         return self

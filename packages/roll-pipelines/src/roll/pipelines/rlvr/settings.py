@@ -1,0 +1,79 @@
+"""What each RLVR worker is told at ``initialize``: its own settings, resolved from the config, checked here.
+
+A worker never reads the pipeline config or another role's section: :class:`~roll.pipelines.rlvr.config.RLVRConfig`
+builds these (``actor_settings()``, ``policy_settings()``, ``critic_settings()``) with every default and cross-role
+value already resolved (e.g. the sampling temperature, taken from ``actor_infer``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from roll.pipelines.algorithms import LOSS_AGG_MODES
+from roll.runtime import ConfigError
+
+__all__ = ["ActorSettings", "CriticSettings", "PolicySettings"]
+
+
+def _positive(owner: str, name: str, value: float | None, *, above: float = 0.0) -> None:
+    if value is not None and not value > above:
+        raise ConfigError(f"{owner}.{name} must be greater than {above:g}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """A policy that scores responses (the reference): log-probs at the temperature the rollouts were sampled at."""
+
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        _positive("PolicySettings", "temperature", self.temperature)
+
+
+@dataclass(frozen=True)
+class ActorSettings:
+    """The trained policy's loss: PPO-clip family (clip-higher, dual clip, GSPO), KL loss and entropy bonus.
+
+    ``temperature``: that of the rollouts (greedy sampling counts as 1); ``kl_loss_coef`` 0 means no KL loss term.
+    """
+
+    temperature: float = 1.0
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    importance_sampling: Literal["token", "sequence"] = "token"
+    loss_agg_mode: str = "token-mean"
+    entropy_coef: float = 0.0
+    kl_loss_coef: float = 0.0
+    kl_penalty: str = "k3"
+
+    def __post_init__(self) -> None:
+        _positive("ActorSettings", "temperature", self.temperature)
+        _positive("ActorSettings", "clip_low", self.clip_low)
+        _positive("ActorSettings", "clip_high", self.clip_high)
+        _positive("ActorSettings", "dual_clip", self.dual_clip, above=1.0)
+        if self.importance_sampling not in ("token", "sequence"):
+            raise ConfigError(
+                f"ActorSettings.importance_sampling must be 'token' or 'sequence', got {self.importance_sampling!r}"
+            )
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ConfigError(
+                f"ActorSettings.loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}"
+            )
+        if self.entropy_coef < 0 or self.kl_loss_coef < 0:
+            raise ConfigError("ActorSettings.entropy_coef and kl_loss_coef must be >= 0")
+
+    @property
+    def kl_loss_on(self) -> bool:
+        return self.kl_loss_coef > 0
+
+
+@dataclass(frozen=True)
+class CriticSettings:
+    """The value model's loss: clipped value loss (``value_clip`` None: plain squared error)."""
+
+    value_clip: float | None = 0.5
+
+    def __post_init__(self) -> None:
+        _positive("CriticSettings", "value_clip", self.value_clip)

@@ -1,0 +1,44 @@
+"""SFT configuration: the trained role (its data in ``data_args``) and the validation section."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pydantic import Field, model_validator
+
+from roll.pipelines.config import BaseConfig, RoleConfig
+from roll.runtime import RollModel
+
+__all__ = ["FLAT_KEYS", "SFTConfig", "SFTValidationSection"]
+
+FLAT_KEYS: dict[str, str] = {"val_batch_size": "validation.batch_size"}
+
+
+class SFTValidationSection(RollModel):
+    """Validation loss over the whole eval set (every eval_steps and at the end)."""
+
+    batch_size: int = Field(default=64, ge=1, description="Rows per validation batch.")
+
+
+class SFTConfig(BaseConfig):
+    flat_keys: ClassVar[Mapping[str, str]] = FLAT_KEYS
+
+    pipeline_cls: str = "sft"
+    sft_train: RoleConfig = Field(description="The trained model (strategy e.g. fsdp2_train); data in data_args.")
+    validation: SFTValidationSection = Field(default_factory=SFTValidationSection)
+
+    @classmethod
+    def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """The LR schedule runs one optimizer step per pipeline step."""
+        data = super().derive_defaults(data)
+        cls.fill_schedule_length(data, "sft_train", 1)
+        return data
+
+    @model_validator(mode="after")
+    def _check_sft(self) -> SFTConfig:
+        if self.sft_train.data_args is None:
+            raise ValueError("sft_train.data_args is required: set file_name (and eval_file_name for validation)")
+        if self.sft_train.data_args.max_length is None:
+            raise ValueError("sft_train.data_args.max_length is required (longest prompt + response, in tokens)")
+        return self
