@@ -104,6 +104,7 @@ def test_an_interrupted_pipeline_stops_its_workers_without_calling_them(
     # After Ctrl-C a worker may still be in the middle of a long generate or train_step; a call queued behind it
     # (closing the weight channel) would only return when that ends. The shutdown must not make one.
     pipeline = build_pipeline(_config(tmp_path / "interrupted"))
+    pipeline.setup()
     calls: list[Any] = []
     for group in pipeline._update_groups:
         monkeypatch.setattr(group, "close", lambda **kwargs: calls.append(kwargs))

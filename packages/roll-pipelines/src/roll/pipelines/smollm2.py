@@ -25,6 +25,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from roll.pipelines.cache import cache_dir
 from roll.runtime import ConfigError, MissingExtraError
 
 __all__ = ["GGUF_FILE", "PIP_COMMAND", "convert_smollm2", "gguf_path", "main"]
@@ -152,8 +153,6 @@ def cpu_supports_bfloat16() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m roll.pipelines.smollm2 [TARGET] [--dtype bfloat16|float32]``: convert once, print the folder."""
-    from roll.pipelines.assets import cache_dir
-
     parser = argparse.ArgumentParser(prog="python -m roll.pipelines.smollm2", description=__doc__.splitlines()[0])
     parser.add_argument("target", nargs="?", default=None, help="Output folder (default: <roll cache>/smollm2).")
     parser.add_argument("--dtype", choices=_DTYPES, default="bfloat16", help="Saved weight dtype (default bf16).")
