@@ -145,7 +145,7 @@ def test_scores_are_routed_by_tag_and_written_back_in_order():
         ({"use_kl_loss": True}, "no reference role"),
         ({"actor_infer": {**ROLE, "generating_args": {"num_return_sequences": 1}}}, "num_return_sequences >= 2"),
         ({"domain_interleave_probs": {"chess": 1.0}}, "not reward domains"),
-        ({"kl_ctrl_type": "adaptive"}, "needs target_kl and kl_horizon"),
+        ({"kl_ctrl_type": "adaptive"}, "needs kl.target and kl.horizon"),
         ({"rewards": {}}, "at least one domain"),
     ],
 )
@@ -158,7 +158,7 @@ def test_lr_schedule_length_counts_every_update():
     config = make_config(rollout_batch_size=8, ppo_mini_batch_size=4, ppo_epochs=2, max_steps=10)
     # 8 prompts x 2 samples = 16 samples, 4 per update -> 4 updates per epoch, 2 epochs, 10 steps.
     assert config.actor_train.training_args.max_steps == 80
-    assert config.actor_infer.generating_args.max_new_tokens == 4
+    assert config.actor_infer.generating_args.max_new_tokens == config.rollout.response_length == 4
 
 
 @pytest.mark.parametrize(
@@ -179,11 +179,11 @@ def test_old_log_probs_are_recomputed_only_when_the_update_is_not_on_policy(over
 
 
 def test_on_policy_loss_without_recompute_equals_the_loss_with_recomputed_old_log_probs():
-    from roll.pipelines.rlvr.workers import ActorWorker
+    from roll.pipelines.rlvr.workers import actor_loss
 
     config = make_config(pg_clip_low=0.2, pg_clip_high=0.28, importance_sampling="sequence", entropy_loss_coef=0.01)
-    worker = ActorWorker(config.actor_train)
-    worker.pipeline_config = config
+    settings = config.actor_settings()
+    assert (settings.clip_low, settings.clip_high, settings.temperature) == (0.2, 0.28, 1.0)
     torch.manual_seed(0)
     prompt, response, vocab = 3, 4, 11
     logits = torch.randn(4, prompt + response, vocab, requires_grad=True)
@@ -197,11 +197,10 @@ def test_on_policy_loss_without_recompute_equals_the_loss_with_recomputed_old_lo
         recomputed = torch.log_softmax(predicting / 1.0, -1).gather(-1, batch.batch["responses"].unsqueeze(-1))
     batch.batch["old_log_probs"] = recomputed.squeeze(-1)
 
-    loss_recomputed, metrics_recomputed = worker._loss(batch, logits, scale)
+    loss_recomputed, metrics_recomputed = actor_loss(settings, batch, logits, scale, on_policy=False)
     (grad_recomputed,) = torch.autograd.grad(loss_recomputed, logits)
     batch.batch["old_log_probs"] = torch.randn(4, response)  # the rollout engine's; must be ignored
-    batch.meta_info["old_log_probs_from_train_forward"] = True
-    loss_on_policy, metrics_on_policy = worker._loss(batch, logits, scale)
+    loss_on_policy, metrics_on_policy = actor_loss(settings, batch, logits, scale, on_policy=True)
     (grad_on_policy,) = torch.autograd.grad(loss_on_policy, logits)
 
     torch.testing.assert_close(loss_on_policy, loss_recomputed, atol=1e-6, rtol=0)

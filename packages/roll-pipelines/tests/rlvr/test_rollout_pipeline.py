@@ -18,13 +18,13 @@ import pytest
 import torch
 
 from roll.pipelines.config import load_config
-from roll.pipelines.launcher import run_config
+from roll.pipelines.launcher import build_pipeline
 from roll.pipelines.rewards import math_score
-from roll.pipelines.rlvr.rollout_pipeline import (
+from roll.pipelines.rlvr_rollout import (
     ROLLOUT_FIELDS,
     RLVRRolloutConfig,
-    _RolloutWriter,
-    _Totals,
+    RolloutTotals,
+    RolloutWriter,
     read_rollouts,
     rollout_metrics,
 )
@@ -54,13 +54,15 @@ def test_config_defaults_and_roles() -> None:
     config = load_config(_config())
     assert isinstance(config, RLVRRolloutConfig)
     assert config.max_steps is None and config.save_steps == 1 and config.export_hf is False
-    assert config.response_length == config.actor_infer.generating_args.max_new_tokens == 128
+    assert config.rollout.response_length == config.actor_infer.generating_args.max_new_tokens == 128
     assert config.rewards["math"].tag_included == ["math"]
     # Reward domains are roles too: named, given the pipeline's system_envs, and resolved like the others.
     assert list(config.roles()) == ["actor_infer", "rewards.math"]
     assert config.rewards["math"].name == "rewards_math"
     config = load_config(_config(response_length=24))
-    assert config.actor_infer.generating_args.max_new_tokens == 24
+    assert config.actor_infer.generating_args.max_new_tokens == config.rollout.response_length == 24
+    config = load_config(_config(), ["actor_infer.generating_args.max_new_tokens=12"])
+    assert config.rollout.response_length == 12  # the budget can be set on either side
 
 
 @pytest.mark.parametrize(
@@ -110,9 +112,9 @@ def test_batch_metrics_and_totals() -> None:
     assert metrics["rollout/accuracy/math"] == pytest.approx(0.25) and metrics["rollout/score/code"] == 0.25
     assert "rollout/pass@1" not in rollout_metrics(batch, n=1)
 
-    totals = _Totals()
+    totals = RolloutTotals()
     totals.add(batch, n=2)
-    totals = _Totals(json.loads(json.dumps(totals.sums)))  # as restored from a checkpoint
+    totals = RolloutTotals(json.loads(json.dumps(totals.state_dict())))  # as restored from a checkpoint
     totals.add(batch, n=2)
     summary = totals.summary(n=2)
     assert summary["prompts"] == 6 and summary["samples"] == 12 and summary["n"] == 2
@@ -124,14 +126,14 @@ def test_batch_metrics_and_totals() -> None:
 def test_writer_appends_batches_and_cuts_back_on_resume(tmp_path: Path) -> None:
     path = tmp_path / "rollouts.jsonl"
     path.write_text('{"step": 9}\n')  # an earlier, never checkpointed run's rows: a fresh run drops them
-    writer = _RolloutWriter(path, keep_until_step=0)
+    writer = RolloutWriter(path, keep_until_step=0)
     writer.append([{"step": 1, "x": 1}, {"step": 1, "x": 2}])
     writer.append([{"step": 2, "x": 3}])
     writer.close()
     with path.open("a") as sink:  # a crash in the middle of batch 3
         sink.write('{"step": 3, "x": 4}\n{"step": 3, "x"')
     assert [row["x"] for row in read_rollouts(path)] == [1, 2, 3, 4]  # the torn last line is skipped
-    writer = _RolloutWriter(path, keep_until_step=2)  # resuming after the step-2 checkpoint
+    writer = RolloutWriter(path, keep_until_step=2)  # resuming after the step-2 checkpoint
     writer.append([{"step": 3, "x": 5}])
     writer.close()
     assert [row["x"] for row in read_rollouts(path)] == [1, 2, 3, 5]
@@ -145,11 +147,14 @@ _RUNS = iter(range(1000))
 
 
 def _run(out: Path, *overrides: str, recipe: str = "rlvr-rollout-tiny") -> tuple[Any, Any]:
+    """(the pipeline, its summary) of a run of ``recipe``, set up and run as ``roll run`` does."""
     # Unique role names per run: actors of a finished run may not be gone yet when the next run starts.
     run = next(_RUNS)
     names = [f"actor_infer.name=infer-{run}", f"rewards.math.name=reward-{run}"]
-    config = load_config(recipe, [f"output_dir={out}", *names, *overrides])
-    return config, run_config(config)
+    with build_pipeline(load_config(recipe, [f"output_dir={out}", *names, *overrides])) as pipeline:
+        pipeline.setup()
+        summary = pipeline.run()
+    return pipeline, summary
 
 
 def _check_groups(rows: list[dict[str, Any]], n: int) -> None:
@@ -163,14 +168,14 @@ def _check_groups(rows: list[dict[str, Any]], n: int) -> None:
 
 def test_tiny_recipe_rolls_out_every_prompt_once(tmp_path: Path, ray_env: None) -> None:
     out = tmp_path / "run"
-    config, summary = _run(out)
-    assert config.max_steps == PROMPTS // BATCH
+    pipeline, summary = _run(out)
+    assert pipeline.config.max_steps is None and pipeline.max_steps == PROMPTS // BATCH
     rows = read_rollouts(out / "rollouts.jsonl")
     assert len(rows) == PROMPTS * N
     for row in rows:
         assert set(ROLLOUT_FIELDS) | {"ground_truth"} == set(row)
         assert row["tag"] == "math" and row["finish_reason"] in ("stop", "length")
-        assert 0 <= row["response_length"] <= config.response_length
+        assert 0 <= row["response_length"] <= pipeline.config.rollout.response_length
         assert row["score"] in (0.0, 1.0)
         # The worker's verdict is the math scorer's, and the reason agrees with the score.
         assert (row["score"], row["reward_info"]) == math_score(row["response_text"], row["ground_truth"])
@@ -207,9 +212,9 @@ def test_crash_and_resume_continues_without_duplicates(tmp_path: Path, ray_env: 
         sink.write('{"step": 3, "prompt_index": 99}\n{"step": 3, "prom')
     with pytest.raises(ConfigError, match="resume_from_checkpoint=auto"):
         _run(out)  # never silently overwrite an earlier run's rollouts
-    config, summary = _run(out, "resume_from_checkpoint=auto")
+    pipeline, summary = _run(out, "resume_from_checkpoint=auto")
     rows = read_rollouts(out / "rollouts.jsonl")
-    assert config.max_steps == 4 and len(rows) == PROMPTS * N
+    assert pipeline.max_steps == 4 and len(rows) == PROMPTS * N
     assert Counter(row["prompt_index"] for row in rows) == dict.fromkeys(range(PROMPTS), N)
     assert [m["step"] for m in read_metrics(out / "metrics.jsonl")] == [0, 1, 2, 3, 4]
     assert summary["prompts"] == PROMPTS and summary["samples"] == PROMPTS * N  # totals survived the restart
@@ -224,14 +229,14 @@ def test_llm_judge_domain_with_a_tiny_reference(tmp_path: Path, ray_env: None) -
         "strategy_args": {"strategy_name": "mock_infer"},
         "reward_kwargs": {"max_new_tokens": 8, "reason_chars": 0},
     }
-    config, summary = _run(
+    pipeline, summary = _run(
         out,
         "actor_infer.strategy_args={strategy_name: mock_infer}",
         "actor_infer.generating_args.num_return_sequences=2",
         f"rewards={json.dumps({'math': judge})}",
         "max_steps=1",
     )
-    assert Path(config.rewards["math"].model_args.model_name_or_path).is_dir()  # tiny:// was resolved
+    assert Path(pipeline.config.rewards["math"].model_args.model_name_or_path).is_dir()  # tiny:// was resolved
     rows = read_rollouts(out / "rollouts.jsonl")
     assert len(rows) == BATCH * 2
     for row in rows:
@@ -309,7 +314,7 @@ def test_smollm2_conversion_checks_package_contents_and_target(monkeypatch: pyte
 
 def test_grpo_smollm2_recipe_is_a_valid_rlvr_config() -> None:
     config = load_config("grpo-smollm2")
-    assert config.pipeline_cls == "rlvr" and config.adv_estimator == "grpo" and config.group_size >= 2
+    assert config.pipeline_cls == "rlvr" and config.advantage.estimator == "grpo" and config.group_size >= 2
     assert config.actor_infer.strategy_args.strategy_name == "vllm"
     assert config.actor_train.strategy_args.strategy_name == "fsdp2_train"
     assert config.actor_train.model_args.model_name_or_path.startswith("smollm2://")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
-from roll.pipelines.dpo.pipeline import DPOConfig, DPOPipeline, DPOWorker
+from roll.pipelines.dpo.config import DPOConfig, DPOLossSection, DPOValidationSection
+from roll.pipelines.dpo.pipeline import DPOPipeline
+from roll.pipelines.dpo.workers import DPOWorker, dpo_metrics
 
-__all__ = ["DPOConfig", "DPOPipeline", "DPOWorker"]
+__all__ = ["DPOConfig", "DPOLossSection", "DPOPipeline", "DPOValidationSection", "DPOWorker", "dpo_metrics"]

@@ -3,7 +3,7 @@
 Reads ``scores``, ``response_mask``, ``finish_reason``, ``group_index``, ``old_log_probs``, optionally
 ``ref_log_probs``, ``values`` and ``rollout_log_probs``; writes ``token_level_rewards``, ``advantages``,
 ``returns``, the training ``response_mask`` (truncated responses removed when ``mask_truncated``) and
-``is_weights`` (when ``tis_cap`` is set). All maths comes from :mod:`roll.pipelines.algorithms`.
+``is_weights`` (when ``correction.tis_cap`` is set). All maths comes from :mod:`roll.pipelines.algorithms`.
 """
 
 from __future__ import annotations
@@ -21,31 +21,31 @@ from roll.pipelines.algorithms import (
     truncated_importance_weights,
     whiten_and_clip_advantages,
 )
-from roll.pipelines.rlvr.config import RLVRConfig
+from roll.pipelines.rlvr.config import AdvantageSection, RLVRConfig
 from roll.protocol import DataProto
 
 __all__ = ["compute_training_targets"]
 
 
-def _estimator_inputs(config: RLVRConfig, data, scores, token_rewards, mask) -> dict:
-    name = config.adv_estimator
+def _estimator_inputs(advantage: AdvantageSection, data, scores, token_rewards, mask) -> dict:
+    name = advantage.estimator
     if name == "gae":
         return {
             "token_level_rewards": token_rewards,
             "values": data["values"],
             "response_mask": mask,
-            "gamma": config.gamma,
-            "lam": config.lambd,
+            "gamma": advantage.gamma,
+            "lam": advantage.lam,
         }
     if name == "grpo":
         return {
             "scores": scores,
             "response_mask": mask,
             "group_index": data["group_index"],
-            "norm_by_std": config.norm_std,
+            "norm_by_std": advantage.norm_std,
         }
     if name == "reinforce_plus_plus":
-        return {"token_level_rewards": token_rewards, "response_mask": mask, "gamma": config.gamma}
+        return {"token_level_rewards": token_rewards, "response_mask": mask, "gamma": advantage.gamma}
     return {"scores": scores, "response_mask": mask, "group_index": data["group_index"]}
 
 
@@ -59,41 +59,42 @@ def compute_training_targets(batch: DataProto, config: RLVRConfig, kl_coef: floa
     )
     scores = data["scores"].float().clone()
     metrics: dict[str, float] = {}
-    if config.overlong_buffer_len:
+    advantage, overlong, correction = config.advantage, config.overlong, config.correction
+    if overlong.buffer_len:
         penalty = overlong_penalty(
-            lengths, config.response_length, config.overlong_buffer_len, config.overlong_penalty_factor
+            lengths, config.rollout.response_length, overlong.buffer_len, overlong.penalty_factor
         )
         scores = scores + penalty
         metrics["rollout/overlong_penalty"] = float(penalty.mean())
-    scores = clip_rewards(scores, config.reward_clip)
-    scores = normalize_scores(scores, data["group_index"], config.reward_norm)
+    scores = clip_rewards(scores, advantage.reward_clip)
+    scores = normalize_scores(scores, data["group_index"], advantage.reward_norm)
     kl = None
     if "ref_log_probs" in data.keys():
-        kl = kl_penalty(data["old_log_probs"], data["ref_log_probs"], config.kl_penalty)
+        kl = kl_penalty(data["old_log_probs"], data["ref_log_probs"], config.kl.penalty)
         metrics["actor/kl"] = float(masked_mean(kl, response_mask))
-    if config.kl_in_reward and kl is not None:
+    if config.kl.in_reward_on and kl is not None:
         token_rewards = token_level_rewards_from_scores(scores, response_mask, kl=kl, kl_coef=kl_coef)
     else:
         token_rewards = token_level_rewards_from_scores(scores, response_mask)
     loss_mask = response_mask
-    if config.mask_truncated:
+    if overlong.mask_truncated:
         loss_mask = response_mask * (~truncated).float().unsqueeze(-1)
     advantages, returns = compute_advantages(
-        config.adv_estimator, **_estimator_inputs(config, data, scores, token_rewards, response_mask)
+        advantage.estimator, **_estimator_inputs(advantage, data, scores, token_rewards, response_mask)
     )
-    advantages = whiten_and_clip_advantages(advantages, loss_mask, config.whiten_advantages, config.advantage_clip)
+    advantages = whiten_and_clip_advantages(advantages, loss_mask, advantage.whiten, advantage.clip)
     data["token_level_rewards"] = token_rewards
     data["advantages"] = advantages * loss_mask
     data["returns"] = returns
     data["response_mask"] = loss_mask
-    if config.tis_cap is not None:
+    if correction.tis_cap is not None:
         weights, tis_metrics = truncated_importance_weights(
             data["old_log_probs"],
             data["rollout_log_probs"],
             loss_mask,
-            cap=config.tis_cap,
-            level=config.tis_level,
-            mode=config.tis_mode,
+            cap=correction.tis_cap,
+            level=correction.tis_level,
+            mode=correction.tis_mode,
         )
         data["is_weights"] = weights
         metrics.update({f"tis/{k}": v for k, v in tis_metrics.items()})

@@ -7,28 +7,28 @@ One step::
     old_log_probs = actor_train.compute_log_probs(rollouts)      (or the rollout engine's)
     values = critic.compute_values(rollouts)                     for GAE
     advantages = estimator(scores, masks, KL, values)
-    critic.train_step(rollouts); actor_train.train_step(rollouts)
-    model_update(actor_train -> actor_infer)                     every model_update_frequency steps
+    critic.train_step(rollouts, plan); actor_train.train_step(rollouts, plan)
+    model_update(actor_train -> actor_infer)                     every rollout.model_update_frequency steps
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from roll.pipelines.algorithms import make_kl_controller
-from roll.pipelines.base import BasePipeline
-from roll.pipelines.data import PromptCollator, load_task_rows, prepare_examples
+from roll.pipelines.base import BasePipeline, Role
+from roll.pipelines.data import PromptCollator
 from roll.pipelines.rewards import resolve_reward_worker
 from roll.pipelines.rlvr.advantage import compute_training_targets
 from roll.pipelines.rlvr.config import RLVRConfig
 from roll.pipelines.rlvr.rollout import PromptSource, Rollouts, check_reward_fields
 from roll.pipelines.rlvr.validation import validate_policy
 from roll.pipelines.rlvr.workers import ActorWorker, CriticWorker, InferWorker, PolicyWorker
+from roll.pipelines.stages import StepTimer, UpdatePlan, is_eval_step, load_splits
 from roll.pipelines.tokenizers import load_tokenizer
 from roll.protocol import DataProto
 from roll.runtime import materialize_all
@@ -36,70 +36,55 @@ from roll.runtime import materialize_all
 __all__ = ["RLVRPipeline"]
 
 
-class _Timer:
-    def __init__(self) -> None:
-        self.times: dict[str, float] = {}
-
-    def __call__(self, name: str, fn: Callable[[], Any]) -> Any:
-        start = time.perf_counter()
-        try:
-            return fn()
-        finally:
-            self.times[f"time/{name}_s"] = self.times.get(f"time/{name}_s", 0.0) + time.perf_counter() - start
-
-
 class RLVRPipeline(BasePipeline):
     config_cls = RLVRConfig
     config: RLVRConfig
 
-    def prepare_data(self) -> None:
+    def setup(self) -> None:
         cfg = self.config
-        data_args = cfg.actor_train.data_args
+        # 1. data: prompts (checked against what each reward domain needs) before anything starts
+        data_args = cfg.actor_train.require_data()
+        data_args = data_args.model_copy(
+            update={"max_prompt_length": data_args.max_prompt_length or cfg.rollout.prompt_length}
+        )
         self.tokenizer = load_tokenizer(cfg.actor_train.model_args)
-        args = data_args.model_copy(update={"max_prompt_length": data_args.max_prompt_length or cfg.prompt_length})
-        rows = load_task_rows(args, "prompt")
-        self.train_prompts, report = prepare_examples(rows, "prompt", self.tokenizer, args, name="train")
-        self.data_metrics = report.as_metrics("data/train")
-        self.val_prompts = []
-        if data_args.eval_file_name:
-            val_rows = load_task_rows(args, "prompt", split="eval")
-            self.val_prompts, val_report = prepare_examples(val_rows, "prompt", self.tokenizer, args, name="eval")
-            self.data_metrics.update(val_report.as_metrics("data/eval"))
-        workers = {domain: resolve_reward_worker(reward.reward_type) for domain, reward in cfg.rewards.items()}
-        check_reward_fields(self.train_prompts, cfg.rewards, workers)
-        check_reward_fields(self.val_prompts, cfg.rewards, workers)
-        self.collator = PromptCollator(self.tokenizer.pad_token_id, cfg.prompt_length)
+        self.splits = load_splits(data_args, "prompt", self.tokenizer)
+        reward_workers = {domain: resolve_reward_worker(reward.reward_type) for domain, reward in cfg.rewards.items()}
+        check_reward_fields(self.splits.train, cfg.rewards, reward_workers)
+        check_reward_fields(self.splits.eval, cfg.rewards, reward_workers)
+        self.collator = PromptCollator(self.tokenizer.pad_token_id, cfg.rollout.prompt_length)
         self.prompts = PromptSource(
-            self.train_prompts,
+            self.splits.train,
             cfg.rewards,
-            cfg.domain_interleave_probs,
+            cfg.rollout.domain_interleave_probs,
             self.collator,
-            batch_size=cfg.rollout_batch_size,
+            batch_size=cfg.rollout.batch_size,
             seed=data_args.seed,
             shuffle=data_args.shuffle,
         )
-
-    def __init__(self, config: RLVRConfig) -> None:
-        super().__init__(config)
-        roles: dict[str, tuple[Any, Any]] = {
-            "actor_train": (ActorWorker, config.actor_train),
-            "actor_infer": (InferWorker, config.actor_infer),
+        # 2. session; 3. roles, each with its own settings
+        self.open_session()
+        roles = {
+            "actor_train": Role(ActorWorker, cfg.actor_train, cfg.actor_settings()),
+            "actor_infer": Role(InferWorker, cfg.actor_infer),
         }
-        if config.needs_reference:
-            roles["reference"] = (PolicyWorker, config.reference)
-        if config.critic is not None:
-            roles["critic"] = (CriticWorker, config.critic)
-        for domain, reward in config.rewards.items():
-            roles[f"reward/{domain}"] = (resolve_reward_worker(reward.reward_type), reward)
-        clusters = self.create_clusters_parallel(roles)
+        if cfg.needs_reference and cfg.reference is not None:
+            roles["reference"] = Role(PolicyWorker, cfg.reference, cfg.policy_settings())
+        if cfg.critic is not None:
+            roles["critic"] = Role(CriticWorker, cfg.critic, cfg.critic_settings())
+        for domain, reward in cfg.rewards.items():
+            roles[f"reward/{domain}"] = Role(reward_workers[domain], reward)
+        clusters = self.create_clusters(roles)
         self.actor_train, self.actor_infer = clusters["actor_train"], clusters["actor_infer"]
         self.reference = clusters.get("reference")
         self.critic = clusters.get("critic")
-        self.reward_clusters = {d: clusters[f"reward/{d}"] for d in config.rewards}
-        self.rollouts = Rollouts(self.actor_infer, self.reward_clusters, config.rewards, self.tokenizer)
-        self.set_model_update_pair(self.actor_train, self.actor_infer, frequency=config.model_update_frequency)
+        # 4. wiring
+        reward_clusters = {domain: clusters[f"reward/{domain}"] for domain in cfg.rewards}
+        self.rollouts = Rollouts(self.actor_infer, reward_clusters, cfg.rewards, self.tokenizer)
+        self.set_model_update_pair(self.actor_train, self.actor_infer, frequency=cfg.rollout.model_update_frequency)
         self.set_checkpoint_clusters(*[c for c in (self.actor_train, self.critic) if c is not None])
-        self.kl_ctrl = make_kl_controller(config.kl_ctrl_type, config.init_kl_coef, config.target_kl, config.kl_horizon)
+        kl = cfg.kl
+        self.kl_ctrl = make_kl_controller(kl.ctrl_type, kl.init_coef, kl.target, kl.horizon)
 
     # --- state ------------------------------------------------------------------------------------------
     def data_state(self) -> dict[str, Any]:
@@ -116,22 +101,32 @@ class RLVRPipeline(BasePipeline):
             self.kl_ctrl.load_state_dict(state["kl_ctrl"])
 
     # --- one step ---------------------------------------------------------------------------------------
-    def _score_with_models(self, batch: DataProto, timer: _Timer) -> None:
-        cfg = self.config
-        recompute = cfg.recompute_old_log_probs(batch.meta_info["num_mini_batches"])
-        # Without a recompute in 'auto' mode the update is one on-policy step: the training forward's own
-        # log-probs (detached) are exactly the old policy's, so the loss uses them (ratio 1).
-        batch.meta_info["old_log_probs_from_train_forward"] = (
-            not recompute and cfg.enable_old_logprobs_recompute == "auto"
+    def update_plan(self, batch: DataProto, step: int) -> UpdatePlan:
+        """This step's mini-batches and epochs; the seed makes its shuffles differ from other steps'."""
+        update = self.config.update
+        return UpdatePlan(
+            num_mini_batches=update.num_mini_batches(len(batch)),
+            epochs=update.epochs,
+            seed=self.config.seed * 100_003 + step,
         )
+
+    def old_log_probs_from_train_forward(self, plan: UpdatePlan) -> bool:
+        """One on-policy update in 'auto' mode: the training forward's own (detached) log-probs are the old ones,
+        exactly, so no recompute pass is needed (see CorrectionSection.old_log_probs_recompute)."""
+        cfg = self.config
+        auto = cfg.correction.old_log_probs_recompute == "auto"
+        return auto and not cfg.recompute_old_log_probs(plan.num_mini_batches)
+
+    def score_with_models(self, batch: DataProto, plan: UpdatePlan) -> None:
+        """Reference log-probs (KL), old log-probs (a recompute pass, or the engine's) and values (GAE), at once."""
         pending = {}
         if self.reference is not None:
             pending["ref"] = self.reference.compute_log_probs(batch, blocking=False)
-        if recompute:
+        if self.config.recompute_old_log_probs(plan.num_mini_batches):
             pending["old"] = self.actor_train.compute_log_probs(batch, blocking=False)
         if self.critic is not None:
             pending["values"] = self.critic.compute_values(batch, blocking=False)
-        results = dict(zip(pending, timer("log_probs", lambda: materialize_all(*pending.values()))))
+        results = dict(zip(pending, materialize_all(*pending.values())))
         if "ref" in results:
             batch.batch["ref_log_probs"] = results["ref"].batch["log_probs"]
         if "old" in results:
@@ -142,34 +137,65 @@ class RLVRPipeline(BasePipeline):
         if "values" in results:
             batch.batch["values"] = results["values"].batch["values"]
 
-    def _train(self, batch: DataProto, step: int, timer: _Timer) -> dict[str, Any]:
-        cfg = self.config
-        batch.meta_info["seed"] = cfg.seed * 100_003 + step
-        metrics: dict[str, Any] = {}
-        pending = {}
+    def train(self, batch: DataProto, plan: UpdatePlan, step: int) -> dict[str, Any]:
+        """The critic's and (after critic_warmup) the policy's updates, side by side."""
+        pending = []
         if self.critic is not None:
-            pending["critic"] = self.critic.train_step(batch, blocking=False)
-        if step > cfg.critic_warmup:
-            pending["actor"] = self.actor_train.train_step(batch, blocking=False)
-        for result in timer("train", lambda: materialize_all(*pending.values())):
+            pending.append(self.critic.train_step(batch, plan, blocking=False))
+        if step > self.config.update.critic_warmup:
+            on_policy = self.old_log_probs_from_train_forward(plan)
+            pending.append(self.actor_train.train_step(batch, plan, on_policy, blocking=False))
+        metrics: dict[str, Any] = {}
+        for result in materialize_all(*pending):
             metrics.update(result.meta_info.get("metrics", {}))
         return metrics
 
-    def _rollout_metrics(self, batch: DataProto) -> dict[str, float]:
-        data = batch.batch
-        lengths = data["response_mask"].float().sum(-1)
-        scores = data["scores"].float()
-        out = {
-            "rollout/score": float(scores.mean()),
-            "rollout/accuracy": float((scores >= 1.0 - 1e-6).float().mean()),
-            "rollout/response_length": float(lengths.mean()),
-            "rollout/response_length_max": float(lengths.max()),
-            "rollout/samples": float(len(batch)),
-        }
-        for tag in sorted(set(batch.non_tensor_batch["tag"])):
-            rows = torch.tensor([t == tag for t in batch.non_tensor_batch["tag"]])
-            out[f"rollout/score/{tag}"] = float(scores[rows].mean())
-        return out
+    def validate(self) -> dict[str, float]:
+        if not self.splits.eval:
+            return {}
+        return validate_policy(self.rollouts, self.splits.eval, self.collator, self.config)
+
+    def step(self, step: int) -> dict[str, Any]:
+        """One step of the module docstring's algorithm; the engine gets the new weights at its end."""
+        cfg = self.config
+        timer, metrics = StepTimer(), {}
+        started = time.perf_counter()
+        with timer.phase("rollout"):  # generate + rewards (+ dynamic sampling)
+            rollout = self.rollouts.collect(
+                self.prompts,
+                cfg.actor_infer.generating_args,
+                dynamic_sampling=cfg.dynamic_sampling.enabled,
+                max_rounds=cfg.dynamic_sampling.max_generation_rounds,
+            )
+        metrics.update(rollout.metrics)
+        batch = rollout.batch
+        if batch is not None:  # dynamic sampling may keep no informative group
+            metrics.update(rollout_metrics(batch))
+            if cfg.rollout.dump:
+                self._dump(step, batch)
+            plan = self.update_plan(batch, step)
+            with timer.phase("log_probs"):  # reference, old log-probs, values
+                self.score_with_models(batch, plan)
+            metrics.update(entropy_metric(batch))
+            with timer.phase("advantage"):
+                metrics.update(compute_training_targets(batch, cfg, self.kl_ctrl.value))
+            if "actor/kl" in metrics:
+                self.kl_ctrl.update(metrics["actor/kl"], len(batch))
+            with timer.phase("train"):  # critic.train_step, actor_train.train_step
+                metrics.update(self.train(batch, plan, step))
+            elapsed = time.perf_counter() - started
+            tokens = float(batch.batch["response_mask"].sum())
+            metrics["throughput/samples_per_s"] = len(batch) / elapsed
+            metrics["throughput/tokens_per_s"] = tokens / elapsed
+        evaluate = is_eval_step(step, cfg.eval_steps, self.max_steps)
+        with timer.phase("weight_sync"):  # validation must see this step's policy: it forces a sync
+            metrics.update(self.model_update(step, force=evaluate))
+        if evaluate:
+            with timer.phase("validation"):
+                metrics.update(self.validate())
+        metrics.update(timer.times)
+        metrics["time/step_s"] = time.perf_counter() - started
+        return metrics
 
     def _dump(self, step: int, batch: DataProto) -> None:
         folder = self.output_dir / "rollouts"
@@ -180,66 +206,42 @@ class RLVRPipeline(BasePipeline):
                 row = {k: columns[k][i] for k in ("prompt", "response_text", "reward_info", "tag") if k in columns}
                 sink.write(json.dumps({**row, "score": float(batch.batch["scores"][i])}, default=str) + "\n")
 
-    def validate(self) -> dict[str, float]:
-        if not self.val_prompts:
-            return {}
-        return validate_policy(self.rollouts, self.val_prompts, self.collator, self.config)
-
-    def step(self, step: int) -> dict[str, Any]:
-        """Rollout, scoring, advantages and updates of one step; then the engine gets the new weights."""
-        cfg = self.config
-        timer = _Timer()
-        metrics: dict[str, Any] = {}
-        started = time.perf_counter()
-        result = timer(
-            "rollout",
-            lambda: self.rollouts.collect(
-                self.prompts,
-                cfg.actor_infer.generating_args,
-                dynamic_sampling=cfg.dynamic_sampling,
-                max_rounds=cfg.max_num_gen_batches,
-            ),
-        )
-        metrics.update(result.metrics)
-        batch = result.batch
-        if batch is not None:
-            metrics.update(self._rollout_metrics(batch))
-            if cfg.rollout_dump:
-                self._dump(step, batch)
-            samples = len(batch)
-            batch.meta_info["num_mini_batches"] = max(1, -(-samples // (cfg.ppo_mini_batch_size or samples)))
-            self._score_with_models(batch, timer)
-            if "entropy" in batch.batch.keys():
-                mask = batch.batch["response_mask"].float()
-                metrics["actor/entropy"] = float((batch.batch["entropy"] * mask).sum() / mask.sum().clamp(min=1))
-            metrics.update(timer("advantage", lambda: compute_training_targets(batch, cfg, self.kl_ctrl.value)))
-            if "actor/kl" in metrics:
-                self.kl_ctrl.update(metrics["actor/kl"], len(batch))
-            metrics.update(self._train(batch, step, timer))
-            tokens = float(batch.batch["response_mask"].sum())
-            elapsed = time.perf_counter() - started
-            metrics.update(
-                {"throughput/samples_per_s": len(batch) / elapsed, "throughput/tokens_per_s": tokens / elapsed}
-            )
-        evaluate = (cfg.eval_steps and step % cfg.eval_steps == 0) or step == cfg.max_steps
-        # Validation must see this step's policy, so it forces a sync even between update steps.
-        metrics.update(timer("weight_sync", lambda: self.model_update(step, force=bool(evaluate))))
-        if evaluate:
-            metrics.update(timer("validation", self.validate))
-        metrics.update(timer.times)
-        metrics["time/step_s"] = time.perf_counter() - started
-        return metrics
-
     def run(self) -> dict[str, float]:
         start = self.resume()
         last: dict[str, float] = {}
         if start > 0:
             self.model_update(start, force=True)  # the engine restarted with the initial weights
         else:
-            self.log_metrics(0, {**self.validate(), **self.data_metrics})
+            self.log_metrics(0, {**self.validate(), **self.splits.metrics})
         for step in self.steps(start):
             last = self.log_metrics(step, self.step(step))
-            self.do_checkpoint(step, force=step == self.config.max_steps)
+            self.do_checkpoint(step, force=step == self.max_steps)
         if self.config.export_hf:
             self.export_hf(self.actor_train)
         return last
+
+
+def rollout_metrics(batch: DataProto) -> dict[str, float]:
+    """Score, accuracy and lengths of a step's kept samples, overall and per tag."""
+    data = batch.batch
+    lengths = data["response_mask"].float().sum(-1)
+    scores = data["scores"].float()
+    out = {
+        "rollout/score": float(scores.mean()),
+        "rollout/accuracy": float((scores >= 1.0 - 1e-6).float().mean()),
+        "rollout/response_length": float(lengths.mean()),
+        "rollout/response_length_max": float(lengths.max()),
+        "rollout/samples": float(len(batch)),
+    }
+    for tag in sorted(set(batch.non_tensor_batch["tag"])):
+        rows = torch.tensor([t == tag for t in batch.non_tensor_batch["tag"]])
+        out[f"rollout/score/{tag}"] = float(scores[rows].mean())
+    return out
+
+
+def entropy_metric(batch: DataProto) -> dict[str, float]:
+    """The policy's mean token entropy, when a recompute pass measured it."""
+    if "entropy" not in batch.batch.keys():
+        return {}
+    mask = batch.batch["response_mask"].float()
+    return {"actor/entropy": float((batch.batch["entropy"] * mask).sum() / mask.sum().clamp(min=1))}

@@ -8,6 +8,7 @@ import torch
 
 from roll.pipelines.data import PromptCollator
 from roll.pipelines.rlvr.config import RLVRConfig
+from roll.pipelines.stages import batched
 from roll.strategies import GenerationConfig
 
 __all__ = ["validate_policy", "validation_generation_config"]
@@ -16,9 +17,9 @@ CORRECT = 1.0 - 1e-6
 
 
 def validation_generation_config(config: RLVRConfig) -> GenerationConfig:
-    """``val_generating_args`` with the response budget, or greedy decoding by default."""
-    base = config.val_generating_args or GenerationConfig(temperature=0.0, num_return_sequences=1)
-    return base.model_copy(update={"max_new_tokens": config.response_length})
+    """``validation.generating_args`` with the response budget, or greedy decoding by default."""
+    base = config.validation.generating_args or GenerationConfig(temperature=0.0, num_return_sequences=1)
+    return base.model_copy(update={"max_new_tokens": config.rollout.response_length})
 
 
 def validate_policy(
@@ -27,8 +28,8 @@ def validate_policy(
     generation = validation_generation_config(config)
     k = generation.num_return_sequences
     scores, tags = [], []
-    for start in range(0, len(prompts), config.val_batch_size):
-        batch = rollouts.score(rollouts.generate(collator(prompts[start : start + config.val_batch_size]), generation))
+    for prompt_batch in batched(prompts, config.validation.batch_size, collator):
+        batch = rollouts.score(rollouts.generate(prompt_batch, generation))
         scores.append(batch.batch["scores"].float())
         tags += list(batch.non_tensor_batch["tag"])
     score = torch.cat(scores)

@@ -1,33 +1,23 @@
 """The model roles of RLVR: rollout engine, policy (log-probs and PPO-family updates), reference, critic.
 
-Losses are algorithm maths from :mod:`roll.pipelines.algorithms`; strategies only run them. Each role's
-batch fields are listed in the method docstrings (producer and consumers agree on name, dtype and shape).
+Losses are algorithm maths from :mod:`roll.pipelines.algorithms`; strategies only run them. Each worker gets its
+own settings at ``initialize`` (:mod:`roll.pipelines.rlvr.settings`) and its update schedule per call
+(:class:`~roll.pipelines.stages.UpdatePlan`). Each role's batch fields are listed in the method docstrings
+(producer and consumers agree on name, dtype and shape).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
 import torch
 
 from roll.pipelines.algorithms import entropy_loss, kl_loss, masked_mean, policy_loss, value_loss
+from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
+from roll.pipelines.stages import UpdatePlan, run_update
 from roll.protocol import DataProto, Dispatch, register
 from roll.strategies import GenerationConfig, LossScale, StrategyWorker
 from roll.strategies.ops import entropy_from_logits, log_probs_from_logits, response_logits
 
-__all__ = ["ActorWorker", "CriticWorker", "InferWorker", "PolicyWorker"]
-
-
-def _temperature(config: Any) -> float:
-    temperature = config.actor_infer.generating_args.temperature
-    return temperature if temperature > 0 else 1.0
-
-
-def _mini_batches(batch: DataProto, count: int, seed: int, epoch: int, rank: int) -> list[DataProto]:
-    """``count`` shuffled parts of the local shard; every rank makes the same number of optimizer steps."""
-    order = np.random.default_rng([seed, epoch, rank]).permutation(len(batch))
-    return [batch.select_idxs(part) for part in np.array_split(order, count)]
+__all__ = ["ActorWorker", "CriticWorker", "InferWorker", "PolicyWorker", "actor_loss"]
 
 
 def _response_length(batch: DataProto) -> int:
@@ -39,8 +29,60 @@ def _logits_to_keep(length: int) -> int:
     return length + 1
 
 
+def actor_loss(
+    settings: ActorSettings, micro: DataProto, logits: torch.Tensor, scale: LossScale, *, on_policy: bool
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The policy loss of one micro-batch: PPO-clip family + KL loss - entropy bonus, and its metrics.
+
+    ``on_policy``: one on-policy update without a recompute pass, so this forward's own log-probs (detached) are
+    the old policy's and ``old_log_probs`` is not read.
+    """
+    data = micro.batch
+    predicting = response_logits(logits, data["responses"].shape[1])
+    log_probs = log_probs_from_logits(predicting, data["responses"], settings.temperature)
+    mask = data["response_mask"]
+    counts = {"num_tokens": scale.num_tokens, "num_seqs": scale.num_seqs}
+    loss, metrics = policy_loss(
+        log_probs,
+        log_probs.detach() if on_policy else data["old_log_probs"],
+        data["advantages"],
+        mask,
+        clip_low=settings.clip_low,
+        clip_high=settings.clip_high,
+        dual_clip=settings.dual_clip,
+        ratio_level=settings.importance_sampling,
+        loss_agg_mode=settings.loss_agg_mode,
+        is_weights=data["is_weights"] if "is_weights" in data.keys() else None,
+        **counts,
+    )
+    metrics = {f"actor/{k}": v for k, v in metrics.items()}
+    metrics["actor/pg_loss"] = float(loss.detach())
+    if on_policy:  # the recompute pass would have reported it
+        with torch.no_grad():
+            entropy = entropy_from_logits(predicting, settings.temperature)
+            metrics["actor/entropy"] = float(masked_mean(entropy, mask))
+    if settings.kl_loss_on:
+        kl = kl_loss(
+            log_probs,
+            data["ref_log_probs"],
+            mask,
+            kind=settings.kl_penalty,
+            loss_agg_mode=settings.loss_agg_mode,
+            **counts,
+        )
+        loss = loss + settings.kl_loss_coef * kl
+        metrics["actor/kl_loss"] = float(kl.detach())
+    if settings.entropy_coef > 0:
+        bonus = entropy_loss(
+            entropy_from_logits(predicting, settings.temperature), mask, settings.loss_agg_mode, **counts
+        )
+        loss = loss - settings.entropy_coef * bonus
+        metrics["actor/entropy_loss"] = float(bonus.detach())
+    return loss, metrics
+
+
 class InferWorker(StrategyWorker):
-    """actor_infer: samples responses with the rollout engine."""
+    """actor_infer: samples responses with the rollout engine (no settings: sampling comes with each call)."""
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def generate(self, batch: DataProto, generation_config: GenerationConfig) -> DataProto:
@@ -48,14 +90,16 @@ class InferWorker(StrategyWorker):
         return self.strategy.generate(batch, generation_config)
 
 
-class PolicyWorker(StrategyWorker):
-    """A policy that scores responses: the reference, and the base of the trained actor."""
+class _ScoringWorker(StrategyWorker):
+    """Log-probs and entropy of sampled responses at the sampling temperature (``self.temperature``)."""
+
+    temperature: float = 1.0
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def compute_log_probs(self, batch: DataProto) -> DataProto:
         """``log_probs`` (B, R) of ``responses`` under the sampling temperature, and their ``entropy`` (B, R)."""
         length = _response_length(batch)
-        temperature = _temperature(self.settings)
+        temperature = self.temperature
 
         def forward(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]:
             predicting = response_logits(logits, length)
@@ -68,75 +112,62 @@ class PolicyWorker(StrategyWorker):
         return DataProto.from_dict({"log_probs": out["log_probs"], "entropy": out["entropy"]})
 
 
-class ActorWorker(PolicyWorker):
-    """actor_train: PPO-family policy updates (PPO-clip, clip-higher, dual clip, GSPO, KL loss, entropy, TIS)."""
+class PolicyWorker(_ScoringWorker):
+    """A policy that scores responses: the reference. ``initialize(settings)`` takes :class:`PolicySettings`."""
 
-    def _loss(self, micro: DataProto, logits: torch.Tensor, scale: LossScale) -> tuple[torch.Tensor, dict[str, float]]:
-        cfg = self.settings
-        data = micro.batch
-        predicting = response_logits(logits, data["responses"].shape[1])
-        log_probs = log_probs_from_logits(predicting, data["responses"], _temperature(cfg))
-        mask = data["response_mask"]
-        counts = {"num_tokens": scale.num_tokens, "num_seqs": scale.num_seqs}
-        # One on-policy update without a recompute pass: this forward is the old policy (see RLVRConfig).
-        on_policy = micro.meta_info.get("old_log_probs_from_train_forward", False)
-        loss, metrics = policy_loss(
-            log_probs,
-            log_probs.detach() if on_policy else data["old_log_probs"],
-            data["advantages"],
-            mask,
-            clip_low=cfg.pg_clip_low or cfg.pg_clip,
-            clip_high=cfg.pg_clip_high or cfg.pg_clip,
-            dual_clip=cfg.dual_clip_loss,
-            ratio_level=cfg.importance_sampling,
-            loss_agg_mode=cfg.loss_agg_mode,
-            is_weights=data["is_weights"] if "is_weights" in data.keys() else None,
-            **counts,
-        )
-        metrics = {f"actor/{k}": v for k, v in metrics.items()}
-        metrics["actor/pg_loss"] = float(loss.detach())
-        if on_policy:  # the recompute pass would have reported it
-            with torch.no_grad():
-                entropy = entropy_from_logits(predicting, _temperature(cfg))
-                metrics["actor/entropy"] = float(masked_mean(entropy, mask))
-        if cfg.use_kl_loss and cfg.kl_loss_coef > 0:
-            kl = kl_loss(
-                log_probs, data["ref_log_probs"], mask, kind=cfg.kl_penalty, loss_agg_mode=cfg.loss_agg_mode, **counts
-            )
-            loss = loss + cfg.kl_loss_coef * kl
-            metrics["actor/kl_loss"] = float(kl.detach())
-        if cfg.entropy_loss_coef > 0:
-            entropy = entropy_loss(
-                entropy_from_logits(predicting, _temperature(cfg)), mask, cfg.loss_agg_mode, **counts
-            )
-            loss = loss - cfg.entropy_loss_coef * entropy
-            metrics["actor/entropy_loss"] = float(entropy.detach())
-        return loss, metrics
+    settings: PolicySettings
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
+    def initialize(self, settings: PolicySettings | None = None) -> None:
+        settings = settings or PolicySettings()
+        self.temperature = settings.temperature
+        super().initialize(settings)
+
+
+class ActorWorker(_ScoringWorker):
+    """actor_train: PPO-family policy updates (PPO-clip, clip-higher, dual clip, GSPO, KL loss, entropy, TIS).
+
+    ``initialize(settings)`` takes :class:`ActorSettings`.
+    """
+
+    settings: ActorSettings
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
+    def initialize(self, settings: ActorSettings | None = None) -> None:
+        settings = settings or ActorSettings()
+        self.temperature = settings.temperature
+        super().initialize(settings)
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
-    def train_step(self, batch: DataProto) -> DataProto:
+    def train_step(
+        self, batch: DataProto, plan: UpdatePlan, old_log_probs_from_train_forward: bool = False
+    ) -> DataProto:
         """Needs ``input_ids``, ``attention_mask``, ``position_ids``, ``responses``, ``response_mask`` (loss mask),
-        ``old_log_probs``, ``advantages`` (all (B, R) except the first three), optionally ``ref_log_probs`` and
-        ``is_weights``; ``meta_info``: ``num_mini_batches``, ``seed``, and ``old_log_probs_from_train_forward``
-        (one on-policy step: the loss takes its own detached log-probs as the old ones). Runs ``ppo_epochs`` x
-        mini-batches steps."""
-        cfg = self.settings
+        ``old_log_probs`` (unless ``old_log_probs_from_train_forward``: one on-policy step, whose loss takes its own
+        detached log-probs as the old ones), ``advantages`` (all (B, R) except the first three), optionally
+        ``ref_log_probs`` and ``is_weights``. Runs ``plan.epochs`` x ``plan.num_mini_batches`` optimizer steps."""
         keep = _logits_to_keep(_response_length(batch))
-        metrics: dict[str, list[float]] = {}
-        for epoch in range(cfg.ppo_epochs):
-            for mini in _mini_batches(
-                batch, batch.meta_info["num_mini_batches"], batch.meta_info["seed"], epoch, self.rank
-            ):
-                step = self.train_strategy.train_step(
-                    mini, self._loss, loss_mask_key="response_mask", logits_to_keep=keep
-                )
-                for key, value in step.items():
-                    metrics.setdefault(key if "/" in key else f"actor/{key}", []).append(value)
-        return DataProto(meta_info={"metrics": metrics})
+
+        def loss(micro: DataProto, logits: torch.Tensor, scale: LossScale) -> tuple[torch.Tensor, dict[str, float]]:
+            return actor_loss(self.settings, micro, logits, scale, on_policy=old_log_probs_from_train_forward)
+
+        def step(mini: DataProto) -> dict[str, float]:
+            return self.train_strategy.train_step(mini, loss, loss_mask_key="response_mask", logits_to_keep=keep)
+
+        return DataProto(meta_info={"metrics": run_update(batch, plan, self.rank, step, prefix="actor")})
 
 
 class CriticWorker(StrategyWorker):
-    """critic: a value model (model_args.model_head: value) trained with clipped value loss."""
+    """critic: a value model (model_args.model_head: value) trained with clipped value loss.
+
+    ``initialize(settings)`` takes :class:`CriticSettings`.
+    """
+
+    settings: CriticSettings
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
+    def initialize(self, settings: CriticSettings | None = None) -> None:
+        super().initialize(settings or CriticSettings())
 
     @staticmethod
     def _values(logits: torch.Tensor, length: int) -> torch.Tensor:
@@ -155,35 +186,28 @@ class CriticWorker(StrategyWorker):
         return DataProto.from_dict({"values": out["values"]})
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
-    def train_step(self, batch: DataProto) -> DataProto:
-        """Needs ``responses``, ``response_mask``, ``values`` (old), ``returns``; meta as ActorWorker.train_step."""
-        cfg = self.settings
+    def train_step(self, batch: DataProto, plan: UpdatePlan) -> DataProto:
+        """Needs ``responses``, ``response_mask``, ``values`` (old), ``returns``; the schedule as ActorWorker's."""
         length = _response_length(batch)
+        clip = self.settings.value_clip
 
-        def loss_func(
-            micro: DataProto, logits: torch.Tensor, scale: LossScale
-        ) -> tuple[torch.Tensor, dict[str, float]]:
+        def loss(micro: DataProto, logits: torch.Tensor, scale: LossScale) -> tuple[torch.Tensor, dict[str, float]]:
             data = micro.batch
-            loss, metrics = value_loss(
+            value, metrics = value_loss(
                 self._values(logits, length),
                 data["values"],
                 data["returns"],
                 data["response_mask"],
-                clip=cfg.value_clip,
+                clip=clip,
                 loss_agg_mode="token-mean",
                 num_tokens=scale.num_tokens,
                 num_seqs=scale.num_seqs,
             )
-            return loss, {f"critic/{k}": v for k, v in metrics.items()}
+            return value, {f"critic/{k}": v for k, v in metrics.items()}
 
-        metrics: dict[str, list[float]] = {}
-        for epoch in range(cfg.ppo_epochs):
-            for mini in _mini_batches(
-                batch, batch.meta_info["num_mini_batches"], batch.meta_info["seed"], epoch, self.rank
-            ):
-                step = self.train_strategy.train_step(
-                    mini, loss_func, loss_mask_key="response_mask", logits_to_keep=_logits_to_keep(length)
-                )
-                for key, value in step.items():
-                    metrics.setdefault(key if "/" in key else f"critic/{key}", []).append(value)
-        return DataProto(meta_info={"metrics": metrics})
+        def step(mini: DataProto) -> dict[str, float]:
+            return self.train_strategy.train_step(
+                mini, loss, loss_mask_key="response_mask", logits_to_keep=_logits_to_keep(length)
+            )
+
+        return DataProto(meta_info={"metrics": run_update(batch, plan, self.rank, step, prefix="critic")})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
-from roll.pipelines.sft.pipeline import SFTConfig, SFTPipeline, SFTWorker
+from roll.pipelines.sft.config import SFTConfig, SFTValidationSection
+from roll.pipelines.sft.pipeline import SFTPipeline
+from roll.pipelines.sft.workers import SFTWorker, sft_loss
 
-__all__ = ["SFTConfig", "SFTPipeline", "SFTWorker"]
+__all__ = ["SFTConfig", "SFTPipeline", "SFTValidationSection", "SFTWorker", "sft_loss"]
