@@ -28,11 +28,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psutil
 import torch
 import trl
-from _common import emit_result
 from datasets import Dataset
 from transformers import AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
@@ -40,6 +38,7 @@ from trl import GRPOConfig, GRPOTrainer
 from roll.pipelines.data import DataArgs, encode_prompt
 from roll.pipelines.data.templates import has_chat_template, render_chat
 from roll.pipelines.rewards.math import math_score
+from tools.bench._report import emit_result
 
 CORRECT = 1.0 - 1e-6  # roll's validation threshold (roll.pipelines.rlvr.validation)
 

@@ -22,17 +22,17 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ray
 import torch
-from _common import emit_result, freeze_heap, gc_disabled, measure, peak_rss_mib, summarize
 from verl import DataProto
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+
+from tools.bench._measure import freeze_heap, gc_disabled, measure, peak_rss_mib, summarize
+from tools.bench._report import emit_result
 
 
 class VerlBenchWorker(Worker):

@@ -53,30 +53,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import ray
 import torch
-from _common import (
-    CACHE_DIR,
-    emit_result,
-    ensure_venv,
-    environment,
-    fmt_bytes,
-    fmt_seconds,
-    freeze_heap,
-    gc_disabled,
-    peak_rss_mib,
-    run_json_subprocess,
-    summarize,
-    table,
-)
 
 import roll.runtime
 from roll.runtime import Cluster, DataProto, Dispatch, ResourceManager, Worker, WorkerConfig, register
+from tools.bench import CACHE_DIR
+from tools.bench._measure import environment, freeze_heap, gc_disabled, peak_rss_mib, summarize
+from tools.bench._report import add_report_arguments, emit_result, fmt_bytes, fmt_seconds, table
+from tools.bench._sides import ensure_venv, module_command, run_json_subprocess
 
-VERL_SIDE = Path(__file__).resolve().parent / "_verl_dispatch_side.py"
 RAY_CPUS = 32  # logical CPUs of the embedded Ray: room for 8 + 8 small actors
 TARGET_VS_RAW = 1.25  # roll median <= 1.25 x raw Ray median at every point
 TARGET_VS_VERL = 1.0  # roll median <= verl median at every point
@@ -292,8 +280,7 @@ def run_verl(args: argparse.Namespace, payloads: dict[str, int], log) -> dict[st
     except Exception as e:
         return {"error": f"could not create the verl venv at {venv}: {e}"}
     cmd = [
-        str(py),
-        str(VERL_SIDE),
+        *module_command(py, "_verl_dispatch_side"),
         *("--workers", *map(str, args.workers)),
         *("--payloads", json.dumps(payloads), "--rows", str(args.rows)),
         *("--reps", str(args.reps), "--reps-noop", str(args.reps_noop), "--reps-large", str(args.reps_large_verl)),
@@ -416,6 +403,7 @@ def _drop_raw_times(value: Any) -> Any:
 # --- main -----------------------------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    add_report_arguments(p)
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8], help="worker counts N")
     p.add_argument("--payloads", nargs="+", default=None, help=f"identity payloads (default {' '.join(FULL_PAYLOADS)})")
     p.add_argument("--rows", type=int, default=64, help="rows of the batch (a multiple of every N)")
@@ -574,7 +562,7 @@ def main(argv: list[str] | None = None) -> None:
         "peak_rss_mib": peak_rss_mib(),
         "wall_s": time.perf_counter() - wall0,
     }
-    emit_result(result if args.raw_times else _drop_raw_times(result))
+    emit_result(result if args.raw_times else _drop_raw_times(result), args.result_file)
 
 
 if __name__ == "__main__":

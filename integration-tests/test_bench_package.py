@@ -1,0 +1,46 @@
+"""tools/bench is a package: every benchmark runs as ``python -m tools.bench.<name>`` with no sys.path edits, and
+reporting (tables, the RESULT line, a result file) is shared, separate from measuring."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools.bench._report import emit_result, table
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHES = sorted(p.stem for p in (REPO / "tools" / "bench").glob("[!_]*.py"))
+
+
+def test_the_benchmarks_are_found():
+    assert {"protocol", "dispatch", "strategies", "rlvr_vs_trl"} <= set(BENCHES)
+
+
+@pytest.mark.parametrize("name", BENCHES)
+def test_every_benchmark_runs_as_a_module(name: str):
+    done = subprocess.run(
+        [sys.executable, "-m", f"tools.bench.{name}", "--help"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "--result-file" in done.stdout
+
+
+def test_no_benchmark_edits_sys_path():
+    edits = re.compile(r"sys\.path\.(insert|append|extend)\(")
+    offenders = [p.name for p in (REPO / "tools" / "bench").glob("*.py") if edits.search(p.read_text())]
+    assert offenders == []
+
+
+def test_the_result_line_and_file_agree(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    result = {"benchmark": "x", "ratio": 1.25, "path": tmp_path}
+    emit_result(result, tmp_path / "out" / "result.json")
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("RESULT ")
+    assert json.loads(line[len("RESULT ") :]) == json.loads((tmp_path / "out" / "result.json").read_text())
+    assert json.loads((tmp_path / "out" / "result.json").read_text())["path"] == str(tmp_path)
+    assert table([["a", 1.5]], ["name", "value"]).splitlines() == ["name  value", "----  -----", "a       1.5"]

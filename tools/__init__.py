@@ -1,0 +1,1 @@
+"""Repository tools (not shipped in any distribution): ``python -m tools.bench.<name>`` runs a benchmark."""
