@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from roll.pipelines.config import load_config
 from roll.pipelines.launcher import build_pipeline
@@ -170,6 +171,10 @@ def test_tiny_recipe_rolls_out_every_prompt_once(tmp_path: Path, ray_env: None) 
     out = tmp_path / "run"
     pipeline, summary = _run(out)
     assert pipeline.config.max_steps is None and pipeline.max_steps == PROMPTS // BATCH
+    # config.yaml holds the run's (asset-resolved) config in sections, and loads back to the same config.
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["rollout"] == {"batch_size": BATCH, "prompt_length": 64, "response_length": 16}
+    assert "rollout_batch_size" not in saved and load_config(out / "config.yaml") == pipeline.config
     rows = read_rollouts(out / "rollouts.jsonl")
     assert len(rows) == PROMPTS * N
     for row in rows:

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from roll.pipelines.workers.logprob import LogProbWorker, sequence_log_prob_forward, token_log_prob_forward
+from roll.pipelines.workers.logprob import LogProbWorker, sequence_log_prob_forward
 
-__all__ = ["LogProbWorker", "sequence_log_prob_forward", "token_log_prob_forward"]
+__all__ = ["LogProbWorker", "sequence_log_prob_forward"]

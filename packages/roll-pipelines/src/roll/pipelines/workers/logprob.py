@@ -8,7 +8,7 @@ from roll.protocol import DataProto, Dispatch, register
 from roll.strategies import StrategyWorker
 from roll.strategies.ops import log_probs_from_logits
 
-__all__ = ["LogProbWorker", "sequence_log_prob_forward", "token_log_prob_forward"]
+__all__ = ["LogProbWorker", "sequence_log_prob_forward"]
 
 
 def _target_log_probs(micro: DataProto, logits: torch.Tensor, mask_key: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -25,16 +25,6 @@ def sequence_log_prob_forward(mask_key: str = "loss_mask"):
     def forward(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]:
         log_probs, mask = _target_log_probs(micro, logits, mask_key)
         return {"seq_log_prob": (log_probs * mask).sum(-1), "num_target_tokens": mask.sum(-1)}
-
-    return forward
-
-
-def token_log_prob_forward(response_length: int, temperature: float = 1.0):
-    """forward_func giving log-probs of the last ``response_length`` tokens of each row (RL convention)."""
-
-    def forward(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]:
-        responses = micro.batch["input_ids"][:, -response_length:]
-        return {"log_probs": log_probs_from_logits(logits[:, -response_length - 1 : -1], responses, temperature)}
 
     return forward
 
