@@ -159,6 +159,7 @@ class StrategyWorkerConfig(WorkerConfig):
 
 def _devices_per_worker(strategy_args: Any) -> int | None:
     """``devices_per_worker`` of the backend named by raw ``strategy_args``, or None (also when it is invalid)."""
+    settings: Any
     if isinstance(strategy_args, StrategyArgs):
         name, settings = strategy_args.strategy_name, strategy_args.strategy_config
     elif isinstance(strategy_args, dict) and isinstance(strategy_args.get("strategy_name"), str):

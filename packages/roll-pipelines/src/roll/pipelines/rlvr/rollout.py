@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,7 @@ def _quotas(total: int, probs: dict[str, float]) -> dict[str, int]:
     return out
 
 
-def split_by_domain(examples: list[dict[str, Any]], rewards: dict[str, Any]) -> dict[str, list[int]]:
+def split_by_domain(examples: Sequence[Mapping[str, Any]], rewards: dict[str, Any]) -> dict[str, list[int]]:
     """Example indices per reward domain by tag; an example whose tag no domain accepts is an error."""
     owner = {tag: domain for domain, cfg in rewards.items() for tag in cfg.tag_included}
     out: dict[str, list[int]] = {domain: [] for domain in rewards}
@@ -53,7 +54,7 @@ def split_by_domain(examples: list[dict[str, Any]], rewards: dict[str, Any]) -> 
 
 
 def check_reward_fields(
-    examples: list[dict[str, Any]],
+    examples: Sequence[Mapping[str, Any]],
     rewards: dict[str, Any],
     worker_classes: dict[str, Any],
     data_field: str = "actor_train.data_args",
@@ -76,7 +77,7 @@ class PromptSource:
 
     def __init__(
         self,
-        examples: list[dict[str, Any]],
+        examples: Sequence[Mapping[str, Any]],
         rewards: dict[str, Any],
         probs: dict[str, float] | None,
         collator: PromptCollator,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -23,7 +24,7 @@ def validation_generation_config(config: RLVRConfig) -> GenerationConfig:
 
 
 def validate_policy(
-    rollouts: Any, prompts: list[dict[str, Any]], collator: PromptCollator, config: RLVRConfig
+    rollouts: Any, prompts: Sequence[Mapping[str, Any]], collator: PromptCollator, config: RLVRConfig
 ) -> dict[str, float]:
     generation = validation_generation_config(config)
     k = generation.num_return_sequences
