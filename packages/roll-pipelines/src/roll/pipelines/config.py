@@ -16,6 +16,8 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from roll.pipelines.data import DataArgs
+from roll.pipelines.recipes import recipe_path
+from roll.pipelines.registry import resolve_pipeline
 from roll.runtime import ConfigError, RollModel
 from roll.runtime.config import validation_error_lines
 from roll.strategies import StrategyWorkerConfig
@@ -351,9 +353,6 @@ def validate_config(config_cls: type[BaseConfig], data: dict[str, Any], source: 
 
 def load_config(source: str | Path | dict[str, Any], overrides: list[str] | None = None) -> BaseConfig:
     """Load a YAML file, a built-in recipe name or a dict; apply overrides; validate with the pipeline's config."""
-    from roll.pipelines.recipes import recipe_path
-    from roll.pipelines.registry import resolve_pipeline
-
     if isinstance(source, dict):
         data, label = dict(source), "<dict>"
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from roll.runtime import ConfigError, Registry
+from roll.runtime import ConfigError, Registry, import_target
 
 __all__ = ["PIPELINES", "resolve_pipeline"]
 
@@ -20,8 +20,6 @@ def resolve_pipeline(name: str) -> Any:
     if name in PIPELINES:
         cls = PIPELINES.get(name)
     elif ":" in name or "." in name:
-        from roll.runtime import import_target
-
         try:
             cls = import_target(name)
         except (ImportError, AttributeError) as e:
