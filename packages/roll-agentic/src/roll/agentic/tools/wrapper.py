@@ -51,6 +51,10 @@ class ToolEnvWrapper(Env):
         metrics = dict(info.get("metrics") or {})
         metrics.update(tool_use_counter=self.tool_use_counter, tool_success_counter=self.tool_success_counter)
         info["metrics"] = metrics
+        # The counters are running totals: an episode's value is the last one, not the mean over turns.
+        modes = dict(info.get("metrics_agg_mode") or {})
+        modes.update(tool_use_counter="last", tool_success_counter="last")
+        info["metrics_agg_mode"] = modes
         return info
 
     def reset(self, seed: int | None = None) -> ResetOutput:
