@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import sys
 from typing import Any
 
 from roll.agentic.env.base import EnvLike
@@ -35,6 +36,8 @@ def _importable(path: str) -> bool:
     module = path.split(":", 1)[0] if ":" in path else path.rpartition(".")[0]
     if not module:
         return False
+    if module.split(".")[0] in sys.modules:  # already loaded (also covers __main__, which has no spec)
+        return True
     try:
         return importlib.util.find_spec(module.split(".")[0]) is not None
     except (ImportError, ValueError):

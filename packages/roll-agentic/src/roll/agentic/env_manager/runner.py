@@ -1,7 +1,7 @@
 """Calling an environment safely from an event loop: off-loop, with a timeout, with faults turned into reasons.
 
-An env's ``reset``/``step`` is ordinary blocking Python. :class:`EnvRunner` runs each call on a daemon thread and
-waits for it with ``step_timeout_s``; an env that raises, hangs or answers in the wrong shape ends the episode
+An env's ``reset``/``step`` is ordinary blocking Python. :class:`EnvRunner` runs each call on the env's own daemon
+thread and waits for it with ``step_timeout_s``; an env that raises, hangs or answers in the wrong shape ends the episode
 with an :class:`EnvFault` whose ``reason`` is ``env_error``, ``env_timeout`` or ``env_malformed``. The env instance
 is then discarded (its state is unknown, and a hung call may still be running) and a fresh one is built for the
 next episode.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -30,30 +31,51 @@ class EnvFault(Exception):
         self.reason = reason
 
 
-def _run_in_thread(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-    """Run ``fn`` on a new daemon thread (a hung env must not keep the process alive at exit)."""
-    future: asyncio.Future[Any] = loop.create_future()
+class _CallThread:
+    """A daemon thread that runs one env's calls in order (starting a thread per call costs milliseconds).
 
-    def deliver(ok: bool, value: Any) -> None:
-        if future.done():  # the caller stopped waiting (timeout)
-            return
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
+    A hung env must not keep the process alive at exit, hence a daemon thread rather than an executor's worker.
+    """
 
-    def target() -> None:
-        try:
-            result = fn(*args)
-        except BaseException as e:  # handed to the awaiting coroutine, which decides what it means
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Callable[..., None]] | None]
+        self._queue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="roll-env-calls", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, args, deliver = item
+            try:
+                result = fn(*args)
+            except BaseException as e:  # handed to the awaiting coroutine, which decides what it means
+                deliver(False, e)
+            else:
+                deliver(True, result)
+
+    def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            if future.done():  # the caller stopped waiting (timeout)
+                return
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+        def deliver(ok: bool, value: Any) -> None:
             with contextlib.suppress(RuntimeError):  # the loop may be closed by then
-                loop.call_soon_threadsafe(deliver, False, e)
-            return
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(deliver, True, result)
+                loop.call_soon_threadsafe(settle, ok, value)
 
-    threading.Thread(target=target, name="roll-env-call", daemon=True).start()
-    return future
+        self._queue.put((fn, args, deliver))
+        return future
+
+    def stop(self) -> None:
+        """Let the thread end after its current call (a hung call keeps it alive; it is a daemon)."""
+        self._queue.put(None)
 
 
 def _close_quietly(close: Callable[[], Any]) -> None:
@@ -79,12 +101,16 @@ class EnvRunner:
         self.lock, self.limiter = lock, limiter
         self.env: EnvLike | None = make()  # eager: a bad env_config fails at initialize, not mid-rollout
         self.rebuilds = 0
+        self._thread: _CallThread | None = None
 
     @property
     def serialized(self) -> bool:
         return self.lock is not None
 
     def _discard(self) -> None:
+        if self._thread is not None:  # it may be stuck in the env: the next call gets a fresh thread
+            self._thread.stop()
+            self._thread = None
         env, self.env = self.env, None
         close = getattr(env, "close", None)
         if callable(close):
@@ -104,7 +130,9 @@ class EnvRunner:
         env = self._ensure()
         loop = asyncio.get_running_loop()
         async with self.limiter or contextlib.nullcontext(), self.lock or contextlib.nullcontext():
-            future = _run_in_thread(loop, getattr(env, method), *args)
+            if self._thread is None:
+                self._thread = _CallThread()
+            future = self._thread.submit(loop, getattr(env, method), *args)
             try:
                 return await asyncio.wait_for(future, self.timeout_s)
             except asyncio.TimeoutError:
