@@ -35,6 +35,13 @@ def _text_of(result: Any) -> str:
     return "\n".join(parts)
 
 
+def _schema_of(tool: Any) -> dict[str, Any]:
+    schema = getattr(tool, "input_schema", None)
+    if schema is None:
+        schema = getattr(tool, "inputSchema", None)  # the mcp 1.x spelling
+    return dict(schema or {"type": "object", "properties": {}})
+
+
 class MCPTool(Tool):
     """Every tool the server lists (or only ``tool_names``), each callable by its MCP name."""
 
@@ -80,9 +87,7 @@ class MCPTool(Tool):
                 await session.initialize()
                 listed = await session.list_tools()
                 self._session = session
-                ready.set_result(
-                    [ToolSpec(t.name, t.description or "", dict(t.input_schema or {})) for t in listed.tools]
-                )
+                ready.set_result([ToolSpec(t.name, t.description or "", _schema_of(t)) for t in listed.tools])
                 await self._stop.wait()
         except BaseException as e:
             if not ready.done():
@@ -109,7 +114,10 @@ class MCPTool(Tool):
             return ToolResult(False, f"the tool {name!r} did not answer within {self.timeout_s:g} s")
         except Exception as e:  # a protocol or transport failure is a failed call, not a crash of the episode
             return ToolResult(False, f"the tool {name!r} failed: {type(e).__name__}: {e}")
-        return ToolResult(not bool(getattr(result, "is_error", False)), _text_of(result))
+        failed = getattr(result, "is_error", None)
+        if failed is None:
+            failed = getattr(result, "isError", False)  # the mcp 1.x spelling
+        return ToolResult(not bool(failed), _text_of(result))
 
     def close(self) -> None:
         """Stop the session and the server process, then the background loop. Safe to call twice."""
