@@ -56,6 +56,8 @@ def test_batch_of_whole_groups_with_shared_seeds(tokenizer) -> None:
     assert all(len(p) == 1 for p in prompts.values()) and len({next(iter(p)) for p in prompts.values()}) == 6
     assert out.metrics["rollout/groups_kept"] == 6 and out.metrics["rollout/episodes"] == 18
     assert {"rollout/success", "rollout/format", "rollout/FL/success", "rollout/SK/format"} <= set(out.metrics)
+    # Rows come in launch order (the first round of groups 0..3 first), whatever order the rounds finished in.
+    assert batch.non_tensor_batch["group_id"].tolist()[:12] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
     tags = Counter(batch.non_tensor_batch["tag"].tolist())
     assert tags["FL"] + tags["SK"] == 18 and tags["FL"] % 3 == 0
     scheduler.close()

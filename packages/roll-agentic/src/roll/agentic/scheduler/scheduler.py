@@ -48,6 +48,8 @@ class RolloutBatch:
 class _Round:
     plan: GroupPlan
     episode_id: int
+    launch: int
+    """Launch order within the call: kept rounds are batched in this order, not in (timing-dependent) finish order."""
     results: list[EpisodeResult]
 
 
@@ -96,14 +98,18 @@ class RolloutScheduler:
         tokenizer: Any,
         client: PolicyClient,
         *,
-        generation_config: GenerationConfig,
         sequence_length: int,
+        generation_config: GenerationConfig | None = None,
         mode: Mode = "train",
         seed: int = 0,
         **kwargs: Any,
     ) -> RolloutScheduler:
-        """Every env in this process (tests, benchmarks, small runs)."""
+        """Every env in this process (tests, benchmarks, small runs).
+
+        ``generation_config`` defaults to ``config.generating_args`` (then to GenerationConfig's defaults).
+        """
         check_custom_envs(config, custom_envs)
+        generation_config = generation_config or config.generating_args or GenerationConfig()
         tokenizer = load_tokenizer(tokenizer)
         pool = EnvPool(
             custom_envs, tokenizer, client, generation_config=generation_config, sequence_length=sequence_length
@@ -119,15 +125,16 @@ class RolloutScheduler:
         tokenizer: Any,
         client: PolicyClient,
         *,
-        generation_config: GenerationConfig,
         sequence_length: int,
         resource_manager: ResourceManager,
+        generation_config: GenerationConfig | None = None,
         mode: Mode = "train",
         seed: int = 0,
         **kwargs: Any,
     ) -> RolloutScheduler:
         """Envs on ``config.world_size`` EnvironmentWorker actors (``client`` must be picklable)."""
         check_custom_envs(config, custom_envs)
+        generation_config = generation_config or config.generating_args or GenerationConfig()
         tok = load_tokenizer(tokenizer)
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         setup = EnvWorkerSetup(
@@ -191,14 +198,14 @@ class RolloutScheduler:
             return plan
         return None
 
-    async def _play(self, plan: GroupPlan, episode_id: int) -> _Round:
+    async def _play(self, plan: GroupPlan, episode_id: int, launch: int) -> _Round:
         seed = episode_seed(self.seed, plan.group_id, episode_id)
         tasks = []
         for env_id in plan.env_ids:
             traj_group_id, traj_id = episode_ids(plan.tag, plan.group_id, episode_id, seed, env_id)
             task = EpisodeTask(env_id, plan.group_id, plan.tag, episode_id, seed, traj_group_id, traj_id)
             tasks.append(self.executor.run(task))
-        return _Round(plan, episode_id, list(await asyncio.gather(*tasks)))
+        return _Round(plan, episode_id, launch, list(await asyncio.gather(*tasks)))
 
     def _judge(self, round_: _Round) -> str:
         if self.mode == "val":
@@ -225,8 +232,9 @@ class RolloutScheduler:
                     episode_id = self._next_episode[plan.group_id]
                     self._next_episode[plan.group_id] += 1
                     rounds[plan.group_id] += 1
+                    launch = counts["groups_launched"]
                     counts["groups_launched"] += 1
-                    running[asyncio.ensure_future(self._play(plan, episode_id))] = plan.group_id
+                    running[asyncio.ensure_future(self._play(plan, episode_id, launch))] = plan.group_id
                 if not running:
                     break
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -246,6 +254,7 @@ class RolloutScheduler:
                 future.cancel()
         counts["episodes"] = len(played)
         counts["env_faults"] = sum(r.faulted for r in played)
+        kept.sort(key=lambda r: r.launch)
         return kept, played, counts
 
     def close(self) -> None:
