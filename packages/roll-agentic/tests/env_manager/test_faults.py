@@ -30,6 +30,8 @@ class FlakyEnv:
         if self.episodes == 1 and type(self).created == 1:
             if self.mode == "raises":
                 raise ValueError("bad action handling")
+            if self.mode == "exits":
+                raise SystemExit(3)
             if self.mode == "hangs":
                 self.release.wait(5)
             if self.mode == "garbage":
@@ -45,6 +47,7 @@ class FlakyEnv:
     ("mode", "reason"),
     [
         ("raises", "env_error"),
+        ("exits", "env_error"),
         ("hangs", "env_timeout"),
         ("garbage", "env_malformed"),
         ("nan_reward", "env_malformed"),

@@ -8,8 +8,10 @@ import pytest
 import ray
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.env_manager import EpisodeTask
 from roll.agentic.policy import LatencyModel, MockPolicyClient, RandomActionPolicy
 from roll.agentic.scheduler import RolloutScheduler
+from roll.runtime import WorkerError
 from roll.strategies import GenerationConfig
 
 ENVS = {
@@ -55,6 +57,13 @@ def test_workers_play_the_same_episodes_as_in_process(tokenizer, resources, loca
         out = scheduler.get_batch(12)
         assert _rows(out) == local_rows
         assert out.metrics["rollout/workers_alive"] == 2 and out.metrics["rollout/worker_deaths"] == 0
+        # A bug inside a worker (here: a tag it was never given) stops the rollout with an error naming the worker.
+        scheduler.executor.owner[999] = 0
+        bad = EpisodeTask(999, 0, "Nope", 0, 1, "Nope_0_0_1", "Nope_0_0_1_999")
+        loop = asyncio.new_event_loop()
+        with pytest.raises(WorkerError, match=r"env_ray rank 0 failed in run_episode\(Nope_0_0_1_999\)"):
+            loop.run_until_complete(scheduler.executor.run(bad))
+        loop.close()
     finally:
         scheduler.close()
 

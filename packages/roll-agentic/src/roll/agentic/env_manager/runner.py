@@ -138,7 +138,7 @@ class EnvRunner:
             except asyncio.TimeoutError:
                 self._discard()
                 raise EnvFault("env_timeout", f"{method}() did not return within {self.timeout_s:g} s") from None
-            except Exception as e:
+            except (Exception, SystemExit) as e:  # an env calling sys.exit() is an env error too
                 self._discard()
                 raise EnvFault("env_error", f"{method}() raised {type(e).__name__}: {e}") from e
 

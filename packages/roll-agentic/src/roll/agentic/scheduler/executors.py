@@ -12,13 +12,13 @@ import logging
 from typing import Any, Protocol
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 
 from roll.agentic.config import EnvManagerConfig
 from roll.agentic.env_manager import EpisodeResult, EpisodeTask
 from roll.agentic.pool import EnvPool, EnvSlot
 from roll.agentic.worker import EnvWorkerSetup
-from roll.runtime import Cluster, ResourceManager, RollError
+from roll.runtime import Cluster, ResourceManager, RollError, WorkerError
 
 __all__ = ["EpisodeExecutor", "LocalExecutor", "RayExecutor"]
 
@@ -103,6 +103,8 @@ class RayExecutor:
             except RayActorError:
                 self.episodes_rerun += 1
                 self._lose(rank)
+            except RayTaskError as e:  # a bug in the worker, not a fault of the env: stop, naming where it happened
+                raise WorkerError(self.cluster.name, rank, f"run_episode({task.traj_id})", str(e)) from None
 
     def stats(self) -> dict[str, float]:
         return {"workers_alive": float(len(self.alive)), "worker_deaths": float(self.worker_deaths),
