@@ -167,9 +167,6 @@ class Worker:
     def _roll_set_env(self, env: dict[str, str]) -> None:
         os.environ.update(env)
 
-    def _roll_ready(self) -> int:
-        return os.getpid()
-
 
 def registered_methods(worker_cls: type) -> dict[str, Any]:
     """Every ``@register``-ed method of a Worker class (including inherited ones), by name."""
