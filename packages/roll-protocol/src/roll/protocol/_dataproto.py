@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
 
@@ -67,7 +67,13 @@ def _make_batch(tensors_by_key: dict[str, Any], length: int) -> TensorSection:
     """The tensor section holding ``tensors_by_key`` (all with ``length`` rows)."""
     if not tensors_by_key:
         return NoTensors(length)
-    return tensors("DataProto tensors").TensorDict(tensors_by_key, batch_size=[length])
+    batch: TensorDict = tensors("DataProto tensors").TensorDict(tensors_by_key, batch_size=[length])
+    return batch
+
+
+def _tensor_keys(batch: TensorSection) -> list[str]:
+    """The tensor keys (DataProto's keys are plain strings; TensorDict's type allows nested tuples)."""
+    return cast("list[str]", list(batch.keys()))
 
 
 def _as_list(keys: str | Iterable[str] | None) -> list[str] | None:
@@ -103,14 +109,20 @@ class DataProto:
         meta_info: dict[str, Any] | None = None,
     ) -> None:
         self.meta_info: dict[str, Any] = dict(meta_info) if meta_info else {}
-        if batch is not None and not (type(batch) is NoTensors or is_tensordict(batch)):
-            assert isinstance(batch, Mapping)  # for the type checker; anything else fails in tensordict_from
-            batch = tensors("DataProto tensors").tensordict_from(dict(batch)) if batch else None
-        if batch is not None and len(batch.batch_size) != 1:
+        section: TensorSection | None
+        if batch is None or type(batch) is NoTensors or is_tensordict(batch):
+            section = batch
+        elif isinstance(batch, Mapping):
+            section = tensors("DataProto tensors").tensordict_from(dict(batch)) if batch else None
+        else:
             raise ProtocolError(
-                f"DataProto.batch must have exactly one batch dimension, got batch_size {batch.batch_size}"
+                f"DataProto batch must be a TensorDict or a dict of tensors, got {type(batch).__name__}"
             )
-        length = None if batch is None else int(batch.batch_size[0])
+        if section is not None and len(section.batch_size) != 1:
+            raise ProtocolError(
+                f"DataProto.batch must have exactly one batch dimension, got batch_size {section.batch_size}"
+            )
+        length = None if section is None else int(section.batch_size[0])
         if isinstance(non_tensor_batch, NonTensorBatch):
             columns = non_tensor_batch
             if length is not None and len(columns) and columns.num_rows != length:
@@ -120,10 +132,10 @@ class DataProto:
             columns = NonTensorBatch(length=length)
             for key, values in (non_tensor_batch or {}).items():
                 columns[key] = values
-        if batch is None:
-            batch = NoTensors(columns.num_rows or 0)
-        columns._length = int(batch.batch_size[0])
-        self._batch: TensorSection = batch
+        if section is None:
+            section = NoTensors(columns.num_rows or 0)
+        columns._length = int(section.batch_size[0])
+        self._batch: TensorSection = section
         self._non_tensor = columns
         self._check_disjoint()
 
@@ -152,11 +164,11 @@ class DataProto:
         batch = self._batch
         if type(batch) is NoTensors:
             batch = self._batch = tensors("DataProto.batch").TensorDict({}, batch_size=[len(self)])
-        return batch  # type: ignore[return-value]  # a TensorDict once the NoTensors stand-in is replaced
+        return cast("TensorDict", batch)
 
     @batch.setter
     def batch(self, value: TensorDict | Mapping[str, torch.Tensor]) -> None:
-        td = value if is_tensordict(value) else tensors("DataProto.batch").tensordict_from(dict(value))
+        td: TensorDict = value if is_tensordict(value) else tensors("DataProto.batch").tensordict_from(dict(value))
         if len(td.batch_size) != 1:
             raise ProtocolError(
                 f"DataProto.batch must have exactly one batch dimension, got batch_size {td.batch_size}"
@@ -185,7 +197,7 @@ class DataProto:
         return key in self._batch.keys() or key in self._non_tensor
 
     def keys(self) -> list[str]:
-        return list(self._batch.keys()) + list(self._non_tensor)
+        return _tensor_keys(self._batch) + list(self._non_tensor)
 
     def __repr__(self) -> str:
         shapes = {k: (tuple(v.shape), str(v.dtype).replace("torch.", "")) for k, v in self._batch.items()}
@@ -294,7 +306,7 @@ class DataProto:
         if not parts:
             raise ProtocolError("concat() needs at least one DataProto")
         first = parts[0]
-        tensor_keys = list(first._batch.keys())
+        tensor_keys = _tensor_keys(first._batch)
         column_keys = list(first._non_tensor)
         for i, part in enumerate(parts[1:], start=1):
             if sorted(part._batch.keys()) != sorted(tensor_keys) or sorted(part._non_tensor) != sorted(column_keys):
@@ -366,10 +378,10 @@ class DataProto:
         tensor_keys = _as_list(batch_keys)
         column_keys = _as_list(non_tensor_batch_keys)
         meta_keys = _as_list(meta_info_keys)
-        self._check_keys(tensor_keys, list(self._batch.keys()), "tensor")
+        self._check_keys(tensor_keys, _tensor_keys(self._batch), "tensor")
         self._check_keys(column_keys, list(self._non_tensor), "non-tensor")
         self._check_keys(meta_keys, list(self.meta_info), "meta_info")
-        keys = list(self._batch.keys()) if tensor_keys is None else tensor_keys
+        keys = _tensor_keys(self._batch) if tensor_keys is None else tensor_keys
         batch = _make_batch({k: self.batch[k] for k in keys}, len(self))
         columns = self._non_tensor._select(list(self._non_tensor) if column_keys is None else column_keys)
         meta = dict(self.meta_info) if meta_keys is None else {k: self.meta_info[k] for k in meta_keys}

@@ -19,7 +19,7 @@ from typing import Any, Final
 import numpy as np
 
 from roll.protocol._dataproto import DataProto
-from roll.protocol._optional import is_tensor
+from roll.protocol._optional import is_tensor, tensors
 from roll.protocol._rank_info import RankInfo
 from roll.protocol.errors import ProtocolError
 
@@ -98,7 +98,7 @@ def split_for_dp(value: Any, dp_size: int) -> list[Any] | None:
     if isinstance(value, DataProto):
         return value.chunk(dp_size)
     if is_tensor(value):
-        return list(value.split(_split_sizes(value.shape[0], dp_size)))
+        return list(tensors("splitting a tensor").torch.split(value, _split_sizes(value.shape[0], dp_size)))
     if isinstance(value, np.ndarray):
         return np.array_split(value, dp_size)
     if isinstance(value, (list, tuple)):

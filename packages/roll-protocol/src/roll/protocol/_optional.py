@@ -9,21 +9,26 @@ from __future__ import annotations
 
 import sys
 from types import ModuleType
+from typing import TYPE_CHECKING, TypeGuard
 
 from roll.protocol.errors import MissingExtraError
+
+if TYPE_CHECKING:
+    import torch
+    from tensordict import TensorDict
 
 __all__ = ["has_tensor_extra", "is_tensor", "is_tensordict", "tensors"]
 
 _tensors: ModuleType | None = None
 
 
-def is_tensor(value: object) -> bool:
+def is_tensor(value: object) -> TypeGuard[torch.Tensor]:
     """``isinstance(value, torch.Tensor)``, without importing torch."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def is_tensordict(value: object) -> bool:
+def is_tensordict(value: object) -> TypeGuard[TensorDict]:
     """``isinstance(value, tensordict.TensorDict)``, without importing tensordict."""
     module = sys.modules.get("tensordict")
     return module is not None and isinstance(value, module.TensorDict)

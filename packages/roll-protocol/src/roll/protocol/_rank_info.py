@@ -17,8 +17,9 @@ class RankInfo:
 
     rank: int = 0
     world_size: int = 1
-    dp_rank: int | None = None
-    dp_size: int | None = None
+    # Left out (None), they default to rank / world_size; __post_init__ resolves them, so they are always ints.
+    dp_rank: int = None  # type: ignore[assignment]
+    dp_size: int = None  # type: ignore[assignment]
     tp_rank: int = 0
     tp_size: int = 1
     pp_rank: int = 0

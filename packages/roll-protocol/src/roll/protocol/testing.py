@@ -24,7 +24,9 @@ def assert_dataproto_equal(actual: DataProto, expected: DataProto, *, check_meta
     assert sorted(actual.keys()) == sorted(expected.keys()), (
         f"keys differ: {sorted(actual.keys())} != {sorted(expected.keys())}"
     )
-    for key in expected._batch.keys():
+    for key in expected.keys():
+        if key in expected.non_tensor_batch:
+            continue
         a, e = actual[key], expected[key]
         assert a.dtype == e.dtype, f"tensor {key!r}: dtype {a.dtype} != {e.dtype}"
         assert a.shape == e.shape, f"tensor {key!r}: shape {tuple(a.shape)} != {tuple(e.shape)}"

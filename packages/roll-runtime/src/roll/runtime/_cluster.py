@@ -23,7 +23,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
 import ray
 from ray import ObjectRef
@@ -63,36 +63,42 @@ class MethodProxy(Generic[P]):
     :meth:`submit` is the non-blocking call with arguments a type checker can check.
     """
 
-    def __init__(self, cluster: Cluster[Any], name: str, registration: Registration, timeout: float | None = None):
+    def __init__(
+        self,
+        cluster: Cluster[Any],
+        name: str,
+        registration: Registration,
+        timeout: float | None = None,
+        *,
+        doc: str | None = None,
+        signature: inspect.Signature | None = None,
+    ) -> None:
         self._cluster = cluster
         self._name = name
         self._timeout = timeout
         self.registration = registration
+        # What help() and inspect.signature() show: the worker method's own.
+        self.__name__ = name
+        self.__doc__ = doc
+        self.__signature__ = signature
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
-        blocking = kwargs.pop("blocking", True)
-        timeout = kwargs.pop("timeout", self._timeout)
+        blocking = cast(bool, kwargs.pop("blocking", True))
+        timeout = cast("float | None", kwargs.pop("timeout", self._timeout))
         return self._cluster._call(self._name, self.registration, args, kwargs, blocking=blocking, timeout=timeout)
 
     def submit(self, *args: P.args, **kwargs: P.kwargs) -> PendingCall:
         """Start the call on every rank and return at once; wait with ``.materialize()``."""
-        return self._cluster._call(self._name, self.registration, args, kwargs, blocking=False, timeout=self._timeout)  # type: ignore[no-any-return]
+        pending: PendingCall = self._cluster._call(
+            self._name, self.registration, args, kwargs, blocking=False, timeout=self._timeout
+        )
+        return pending
 
     def with_timeout(self, timeout: float) -> MethodProxy[P]:
         """The same method with its own timeout in seconds instead of the role's ``rpc_timeout_s``."""
-        return MethodProxy(self._cluster, self._name, self.registration, timeout)
-
-    @property
-    def __name__(self) -> str:  # type: ignore[override]
-        return self._name
-
-    @property
-    def __doc__(self) -> str | None:  # type: ignore[override]
-        return getattr(getattr(self._cluster.worker_cls, self._name, None), "__doc__", None)
-
-    @property
-    def __signature__(self) -> inspect.Signature:
-        return _proxy_signature(getattr(self._cluster.worker_cls, self._name))
+        return MethodProxy(
+            self._cluster, self._name, self.registration, timeout, doc=self.__doc__, signature=self.__signature__
+        )
 
     def __repr__(self) -> str:
         return f"<{self._cluster.name}.{self._name} {self.registration.dispatch_mode!r}>"
@@ -116,7 +122,7 @@ class RemoteMethod:
     def __get__(self, cluster: Cluster[Any] | None, owner: type) -> RemoteMethod | MethodProxy[...]:
         if cluster is None:
             return self
-        return MethodProxy(cluster, self.name, self.registration)
+        return MethodProxy(cluster, self.name, self.registration, doc=self.__doc__, signature=self.__signature__)
 
     def __repr__(self) -> str:
         return f"<remote method {self.name} {self.registration.dispatch_mode!r}>"
@@ -187,7 +193,7 @@ class _Actors:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.workers: list[ActorHandle] = []
+        self.workers: list[ActorHandle[Any]] = []
         self.master: tuple[str, int] | None = None
 
     def release(self) -> None:
@@ -243,7 +249,7 @@ class Cluster(Generic[W]):
 
     # --- resource handling ------------------------------------------------------------------------------
     @property
-    def workers(self) -> list[ActorHandle]:
+    def workers(self) -> list[ActorHandle[Any]]:
         """The actor handles, by rank (empty once shut down)."""
         return self._actors.workers
 
@@ -273,7 +279,10 @@ class Cluster(Generic[W]):
                 f"{fn!r} is not a registered method of {self.worker_cls.__qualname__}; "
                 f"registered: {sorted(self._registrations)}"
             )
-        return MethodProxy(self, name, self._registrations[name])
+        method = getattr(self.worker_cls, name)
+        return MethodProxy(
+            self, name, self._registrations[name], doc=method.__doc__, signature=_proxy_signature(method)
+        )
 
     # --- topology ---------------------------------------------------------------------------------------
     @property
@@ -333,7 +342,7 @@ class Cluster(Generic[W]):
         env.update(self.worker_config.system_envs)
         return env
 
-    def _spawn(self, placement: Placement, max_concurrency: int) -> ActorHandle:
+    def _spawn(self, placement: Placement, max_concurrency: int) -> ActorHandle[Any]:
         options = dict(placement.actor_options)
         options.update(
             name=f"{self.name}-{placement.rank}",
@@ -341,7 +350,8 @@ class Cluster(Generic[W]):
             runtime_env={"env_vars": self._actor_env(placement)},
         )
         try:
-            return ray.remote(self.worker_cls).options(**options).remote(self.worker_config)
+            actor_cls: Any = ray.remote(self.worker_cls)  # ray's types do not follow options(**dict)
+            return cast("ActorHandle[Any]", actor_cls.options(**options).remote(self.worker_config))
         except ValueError as e:
             if "already taken" in str(e) or "already exists" in str(e):
                 raise ConfigError(
@@ -383,7 +393,7 @@ class Cluster(Generic[W]):
                 raise WorkerLostError(self.name, e.rank, "__init__", f"{e.remote_traceback} {hint}") from None
             raise  # the worker's constructor failed: its own error says why
 
-    def _claim(self, address: str, port: int, first: ActorHandle, timeout_s: float) -> tuple[str, int]:
+    def _claim(self, address: str, port: int, first: ActorHandle[Any], timeout_s: float) -> tuple[str, int]:
         # Ports picked concurrently by different clusters on one node could collide; keep them unique per driver.
         for _ in range(16):
             with _claimed_lock:
