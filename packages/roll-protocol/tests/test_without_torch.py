@@ -6,6 +6,7 @@ importing torch or tensordict fails as in an environment without the ``roll-prot
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -49,7 +50,11 @@ assert [len(args[0]) for args, _ in shards] == [3, 2]
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+    # The child sees the modules this process sees, however the test runner laid them out (venv, Pants sandbox).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 def test_non_tensor_dataprotos_never_import_torch():

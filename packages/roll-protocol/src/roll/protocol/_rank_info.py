@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from roll.protocol.errors import ProtocolError
 
@@ -58,6 +58,3 @@ class RankInfo:
     def is_dispatch_first_rank(self) -> bool:
         """True for the rank that receives the data under DP_MP_DISPATCH_FIRST (tp 0, cp 0, pp 0)."""
         return self.tp_rank == 0 and self.cp_rank == 0 and self.pp_rank == 0
-
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)

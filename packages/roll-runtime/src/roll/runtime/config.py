@@ -215,10 +215,6 @@ class WorkerConfig(RollModel):
         object.__setattr__(self, "world_size", derived)
         return self
 
-    @property
-    def uses_devices(self) -> bool:
-        return self.device_mapping is not None
-
     def devices_of(self, rank: int) -> list[int]:
         """Global device ids owned by ``rank`` (consecutive groups of ``num_gpus_per_worker``)."""
         if self.device_mapping is None:
