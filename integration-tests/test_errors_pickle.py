@@ -102,6 +102,8 @@ def test_the_walk_finds_the_error_types_of_every_layer():
         "roll.runtime.errors.RpcTimeoutError",
         "roll.strategies.base.StrategyError",
         "roll.pipelines.data.errors.DataError",
+        "roll.agentic.env.base.EnvOutputError",
+        "roll.agentic.scheduler.executors.AllWorkersLostError",
     }
     assert expected <= names, (sorted(expected - names), IMPORT_FAILURES)
 

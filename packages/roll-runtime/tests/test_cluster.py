@@ -210,12 +210,17 @@ def test_registered_methods_are_visible_to_introspection(echo):
     assert "shards_seen" in repr(type(echo).shards_seen)
 
 
-def _alive(actor) -> bool:
-    try:
-        ray.get(actor.__ray_ready__.remote(), timeout=30)
-        return True
-    except ray.exceptions.RayActorError:
-        return False
+def _dies(actor, timeout_s: float = 60.0) -> bool:
+    """Whether the actor is gone within ``timeout_s`` (a kill takes effect asynchronously: a call sent right after
+    it may still be answered)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=timeout_s)
+        except ray.exceptions.RayActorError:
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def test_a_dropped_cluster_frees_its_actors_and_names_without_the_garbage_collector(resources):
@@ -226,7 +231,7 @@ def test_a_dropped_cluster_frees_its_actors_and_names_without_the_garbage_collec
     gone = weakref.ref(cluster)
     del cluster  # no gc.collect(): nothing may hold the cluster in a cycle
     assert gone() is None
-    assert not any(_alive(a) for a in actors)
+    assert all(_dies(a) for a in actors)
     again = Cluster("dropped", EchoWorker, resources, config)
     try:
         assert again.whoami() == [0, 1]
@@ -234,12 +239,24 @@ def test_a_dropped_cluster_frees_its_actors_and_names_without_the_garbage_collec
         again.shutdown()
 
 
+def test_a_pickled_cluster_is_a_view_that_does_not_own_the_actors(echo):
+    import pickle
+
+    copy = ray.cloudpickle.loads(ray.cloudpickle.dumps(echo))
+    assert type(copy) is type(echo) and copy.whoami() == [0, 1, 2]
+    assert "tag_rows" in dir(copy)
+    del copy  # dropping a copy (as a worker does with a cluster it was handed) leaves the actors running
+    assert echo.whoami() == [0, 1, 2]
+    assert pickle.loads(pickle.dumps(echo)).representative() == "rank 0"
+    assert echo.whoami() == [0, 1, 2]
+
+
 def test_a_cluster_is_a_context_manager_and_a_shut_down_one_refuses_calls(resources):
     config = WorkerConfig(name="scoped", world_size=2)
     with Cluster("scoped", EchoWorker, resources, config) as cluster:
         assert cluster.whoami() == [0, 1]
         actors = list(cluster.workers)
-    assert cluster.workers == [] and not any(_alive(a) for a in actors)
+    assert cluster.workers == [] and all(_dies(a) for a in actors)
     with pytest.raises(WorkerLostError, match="scoped rank 0 died during whoami\\(\\): the cluster was shut down"):
         cluster.whoami()
     cluster.shutdown()  # twice is fine

@@ -118,7 +118,7 @@ class Cluster(Generic[W]):
         self._registrations = registered_methods(self.worker_cls)
         self.placements = resource_manager.allocate(worker_config)
         self._actors = _Actors(name)
-        self._finalizer = weakref.finalize(self, self._actors.release)
+        self._finalizer: weakref.finalize[[], Cluster[Any]] | None = weakref.finalize(self, self._actors.release)
         self._finalizer.atexit = False  # at interpreter exit Ray stops the driver's actors itself
         self._rank_infos: list[RankInfo] = []
         self._topology_refs: list[ObjectRef[Any]] | None = None
@@ -390,6 +390,20 @@ class Cluster(Generic[W]):
 
     def __repr__(self) -> str:
         return f"Cluster(name={self.name!r}, worker_cls={self.worker_cls.__qualname__}, world_size={self.world_size})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A cluster handed to another process (e.g. as an argument of a worker call) is a view of the same actors:
+        # it can call them, and shutdown() on it stops them, but dropping the copy does not (only the original's
+        # owner decides that).
+        state = {k: v for k, v in self.__dict__.items() if k != "_finalizer"}
+        return _restore, (type(self).__dict__.get("_roll_base", type(self)), self.worker_cls, state)
+
+
+def _restore(base: type[Cluster[Any]], worker_cls: type[Worker], state: dict[str, Any]) -> Cluster[Any]:
+    cluster: Cluster[Any] = object.__new__(class_for(base, worker_cls))
+    cluster.__dict__.update(state)
+    cluster._finalizer = None
+    return cluster
 
 
 def _rendezvous_address(worker: Worker) -> tuple[str, int]:
