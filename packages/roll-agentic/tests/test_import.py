@@ -1,10 +1,19 @@
-"""roll-agentic is a skeleton until its issue lands: it imports and sits on top of roll.pipelines."""
+"""The package imports without optional extras and exports its public API."""
 
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 
 
-def test_package_imports():
+def test_public_names_resolve() -> None:
     module = importlib.import_module("roll.agentic")
-    assert module.__all__ == []
+    missing = [name for name in module.__all__ if not hasattr(module, name)]
+    assert not missing and {"RolloutScheduler", "PolicyClient", "EnvironmentWorker", "make_env"} <= set(module.__all__)
+
+
+def test_import_does_not_load_optional_extras() -> None:
+    code = "import sys, roll.agentic; print(sorted(m for m in ('gem', 'mcp') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "[]"

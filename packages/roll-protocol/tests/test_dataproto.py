@@ -239,21 +239,6 @@ def test_clone_is_deep_and_to_moves(mixed):
     assert mixed.to("cpu") is mixed
 
 
-def test_materialize_concat_accepts_results_and_materializable_objects(mixed):
-    class Pending:
-        def __init__(self, parts):
-            self.parts = parts
-
-        def materialize(self, timeout):
-            return self.parts
-
-    parts = mixed.chunk(2)
-    assert_same_rows(DataProto.materialize_concat(parts), mixed)
-    assert_same_rows(DataProto.materialize_concat(Pending(parts)), mixed)
-    with pytest.raises(ProtocolError, match="expects DataProto"):
-        DataProto.materialize_concat([1, 2])
-
-
 def test_concat_and_select_keep_exotic_dtypes_and_fall_back_for_autograd():
     dp = DataProto.from_dict(
         {

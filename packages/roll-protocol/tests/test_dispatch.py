@@ -112,15 +112,28 @@ def test_custom_modes_register_once_and_unknown_modes_list_the_known_ones():
         return sum(outputs)
 
     mode = register_dispatch_mode("TEST_REVERSED_SUM", dispatch_reversed, collect_sum)
-    assert Dispatch.TEST_REVERSED_SUM is mode and Dispatch["TEST_REVERSED_SUM"] is mode
+    assert Dispatch.get("TEST_REVERSED_SUM") is mode and resolve_dispatch_mode("TEST_REVERSED_SUM") is mode
+    assert "TEST_REVERSED_SUM" in Dispatch.names() and not hasattr(Dispatch, "TEST_REVERSED_SUM")
     assert mode.dispatch((), {}, dp_ranks(3)) == [((2,), {}), ((1,), {}), ((0,), {})]
     assert mode.collect([1, 2, 3], dp_ranks(3)) == 6
     with pytest.raises(ProtocolError, match="already registered"):
         register_dispatch_mode("TEST_REVERSED_SUM", dispatch_reversed, collect_sum)
     with pytest.raises(ProtocolError, match=r"unknown dispatch mode 'NOPE'; known modes: \[.*'DP_MP_COMPUTE'"):
         resolve_dispatch_mode("NOPE")
-    with pytest.raises(AttributeError, match="known modes"):
-        _ = Dispatch.NOPE
+    with pytest.raises(ProtocolError, match="unknown dispatch mode 'NOPE'"):
+        Dispatch.get("NOPE")
+    with pytest.raises(ProtocolError, match="already registered"):
+        register_dispatch_mode("ONE_TO_ALL", dispatch_reversed, collect_sum)
+
+
+def test_builtin_modes_are_plain_typed_constants():
+    builtins = ["ALL_TO_ALL", "DP_MP_COMPUTE", "DP_MP_DISPATCH_FIRST", "ONE_TO_ALL", "ONE_TO_ALL_ONE"]
+    for name in builtins:
+        mode = vars(Dispatch)[name]  # a class attribute, not produced by a metaclass hook
+        assert mode is Dispatch.get(name) and mode.name == name and repr(mode) == f"Dispatch.{name}"
+    assert type(Dispatch) is type
+    with pytest.raises(TypeError, match="namespace"):
+        Dispatch()
 
 
 def test_register_records_the_contract_for_sync_and_async_methods():

@@ -1,7 +1,8 @@
 """A non-model roll application: filter a text corpus on several CPU workers.
 
 Pipeline -> Cluster -> Worker, no Strategy: each worker tokenizes its shard of a batch and decides which
-documents to keep; the driver streams batches through the cluster and writes the kept documents.
+documents to keep; the driver streams batches through the cluster and writes the kept documents. It needs only
+roll-runtime (no torch): the batches hold non-tensor columns.
 
     python packages/roll-runtime/examples/text_filter.py --docs 5000 --workers 4 --output kept.jsonl
 """
@@ -16,7 +17,7 @@ import string
 import time
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from roll.runtime import Cluster, DataProto, Dispatch, ResourceManager, RollModel, Worker, WorkerConfig, init, register
 
@@ -53,8 +54,8 @@ class TextFilterWorker(Worker):
             words.append(n_words)
             keep.append(not reason)
             reasons.append(reason)
-        data.batch["num_words"] = torch.tensor(words, dtype=torch.int64)
-        data.batch["keep"] = torch.tensor(keep, dtype=torch.bool)
+        data.non_tensor_batch["num_words"] = np.array(words, dtype=np.int64)
+        data.non_tensor_batch["keep"] = np.array(keep, dtype=bool)
         data.non_tensor_batch["drop_reason"] = reasons
         data.meta_info["metrics"] = {"kept": sum(keep), "seen": len(keep)}
         return data
@@ -66,6 +67,8 @@ class TextFilterPipeline:
         self.resource_manager = ResourceManager()
         config = WorkerConfig(name="text_filter", worker_cls=TextFilterWorker, world_size=num_workers)
         self.filter = Cluster(config.name, TextFilterWorker, self.resource_manager, config)
+        # Typed handle: a type checker checks process()'s arguments against TextFilterWorker.process.
+        self.process = self.filter.method(TextFilterWorker.process)
         self.filter.initialize(rules.model_dump())
 
     def run(self, documents: list[str], batch_size: int, output: Path) -> dict[str, int]:
@@ -73,7 +76,7 @@ class TextFilterPipeline:
         with output.open("w") as sink:
             for start in range(0, len(documents), batch_size):
                 batch = DataProto.from_dict(non_tensors={"text": documents[start : start + batch_size]})
-                result = self.filter.process(batch)
+                result = self.process(batch)
                 for text, keep, reason in zip(result["text"], result["keep"].tolist(), result["drop_reason"]):
                     counts["seen"] += 1
                     if keep:

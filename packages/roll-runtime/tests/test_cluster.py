@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import time
+import weakref
 
 import pytest
 import ray
@@ -17,12 +19,14 @@ from roll.runtime import (
     Dispatch,
     Execute,
     PendingCall,
+    ProtocolError,
     RankInfo,
     RpcTimeoutError,
     Worker,
     WorkerConfig,
     WorkerError,
     WorkerLostError,
+    materialize_concat,
     register,
 )
 from roll.runtime.testing import ship_module_by_value
@@ -170,8 +174,94 @@ def test_non_blocking_calls_return_pending_results(echo):
     assert isinstance(pending, PendingCall)
     assert ray.get(pending) == [0, 1, 2]
     data = DataProto.from_dict({"row": torch.arange(5)})
-    result = DataProto.materialize_concat(echo.tag_rows(data, blocking=False))
+    result = materialize_concat(echo.tag_rows(data, blocking=False))
     assert result["row"].tolist() == [0, 1, 2, 3, 4]
+    # Several calls, plain ObjectRefs and finished results, concatenated in order.
+    halves = data.chunk(2)
+    second = echo.tag_rows(halves[1])
+    mixed = [echo.tag_rows(halves[0], blocking=False), ray.put(second), second]
+    assert materialize_concat(mixed)["row"].tolist() == [0, 1, 2, 3, 4, 3, 4]
+    with pytest.raises(ProtocolError, match="expects DataProto results, got int"):
+        materialize_concat(echo.whoami(blocking=False))
+
+
+def test_typed_method_handles_check_against_the_worker_class(echo):
+    tag_rows = echo.method(EchoWorker.tag_rows)
+    assert tag_rows(DataProto.from_dict({"row": torch.arange(3)}))["by_rank"].tolist() == [0, 1, 2]
+    pending = echo.method(EchoWorker.whoami).submit()
+    assert isinstance(pending, PendingCall) and pending.materialize() == [0, 1, 2]
+    with pytest.raises(RpcTimeoutError, match="within 1 s"):
+        echo.method(EchoWorker.sleep_on).with_timeout(1)(1, 5)
+    with pytest.raises(ConfigError, match="not a registered method of EchoWorker"):
+        echo.method(EchoWorker.__init__)
+
+
+def test_registered_methods_are_visible_to_introspection(echo):
+    assert isinstance(echo, Cluster) and type(echo) is not Cluster
+    assert type(echo).__name__ == "Cluster[EchoWorker]"
+    assert {"tag_rows", "whoami", "initialize", "get_rank_info"} <= set(dir(echo))
+    assert "fail_on" in dir(type(echo))  # on the class, not set on the instance
+    assert "tag_rows" not in vars(echo)
+    signature = inspect.signature(echo.fail_on)
+    assert list(signature.parameters) == ["rank", "exit_process", "blocking", "timeout"]
+    assert signature.parameters["blocking"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert echo.fail_on.__name__ == "fail_on"
+    assert type(echo).sleep_on.registration.dispatch_mode is Dispatch.ONE_TO_ALL
+    assert "shards_seen" in repr(type(echo).shards_seen)
+
+
+def _dies(actor, timeout_s: float = 60.0) -> bool:
+    """Whether the actor is gone within ``timeout_s`` (a kill takes effect asynchronously: a call sent right after
+    it may still be answered)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=timeout_s)
+        except ray.exceptions.RayActorError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_dropped_cluster_frees_its_actors_and_names_without_the_garbage_collector(resources):
+    config = WorkerConfig(name="dropped", world_size=2)
+    cluster = Cluster("dropped", EchoWorker, resources, config)
+    assert cluster.whoami() == [0, 1]
+    actors = list(cluster.workers)
+    gone = weakref.ref(cluster)
+    del cluster  # no gc.collect(): nothing may hold the cluster in a cycle
+    assert gone() is None
+    assert all(_dies(a) for a in actors)
+    again = Cluster("dropped", EchoWorker, resources, config)
+    try:
+        assert again.whoami() == [0, 1]
+    finally:
+        again.shutdown()
+
+
+def test_a_pickled_cluster_is_a_view_that_does_not_own_the_actors(echo):
+    import pickle
+
+    copy = ray.cloudpickle.loads(ray.cloudpickle.dumps(echo))
+    assert type(copy) is type(echo) and copy.whoami() == [0, 1, 2]
+    assert "tag_rows" in dir(copy)
+    del copy  # dropping a copy (as a worker does with a cluster it was handed) leaves the actors running
+    assert echo.whoami() == [0, 1, 2]
+    assert pickle.loads(pickle.dumps(echo)).representative() == "rank 0"
+    assert echo.whoami() == [0, 1, 2]
+
+
+def test_a_cluster_is_a_context_manager_and_a_shut_down_one_refuses_calls(resources):
+    config = WorkerConfig(name="scoped", world_size=2)
+    with Cluster("scoped", EchoWorker, resources, config) as cluster:
+        assert cluster.whoami() == [0, 1]
+        actors = list(cluster.workers)
+    assert cluster.workers == [] and all(_dies(a) for a in actors)
+    with pytest.raises(WorkerLostError, match="scoped rank 0 died during whoami\\(\\): the cluster was shut down"):
+        cluster.whoami()
+    cluster.shutdown()  # twice is fine
+    with Cluster("scoped", EchoWorker, resources, config) as again:  # the name is free again
+        assert again.whoami() == [0, 1]
 
 
 def test_workers_get_rank_env_rendezvous_and_system_envs(echo, resources):

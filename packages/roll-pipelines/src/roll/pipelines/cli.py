@@ -11,11 +11,11 @@ import argparse
 import logging
 import sys
 
-from roll.runtime import RollError
+from roll.runtime import ConfigError, RollError, WorkerError
 
 __all__ = ["main"]
 
-EXIT_CONFIG = 2
+EXIT_CONFIG = ConfigError.exit_code  # a config, data or environment problem the user fixes (RollError.exit_code)
 EXIT_INTERRUPTED = 130
 
 
@@ -77,8 +77,21 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted: workers stopped; the last checkpoint (if any) is intact", file=sys.stderr)
         return EXIT_INTERRUPTED
     except RollError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_CONFIG if type(e).__name__ in ("ConfigError", "DataError", "MissingExtraError") else 1
+        message, code = describe_error(e, verbose=args.verbose)
+        print(f"error: {message}", file=sys.stderr)
+        return code
+
+
+def describe_error(error: RollError, verbose: bool = False) -> tuple[str, int]:
+    """What the console shows for an error that ended a command, and the exit code its type gives.
+
+    A worker that raised a roll error on purpose (a missing extra, a bad config value) is reported with that error's
+    own message and exit code; its remote traceback is noise to a user and is shown only with ``--verbose``.
+    """
+    if isinstance(error, WorkerError) and isinstance(error.cause, RollError):
+        message = error.summary + (f"\nworker traceback:\n{error.remote_traceback}" if verbose else "")
+        return message, error.cause.exit_code
+    return str(error), error.exit_code
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """roll.protocol: the data contract (DataProto) and the dispatch contract (Dispatch, RankInfo, register).
 
-Depends only on numpy, torch, tensordict and pyarrow, so any process can exchange batches with roll's workers.
+Depends only on numpy and pyarrow, so any process can exchange batches with roll's workers. Tensor columns need
+torch and tensordict, the ``roll-protocol[torch]`` extra; torch is imported only once a tensor is involved.
 """
 
 from __future__ import annotations
 
 from roll.protocol._columns import NonTensorBatch
-from roll.protocol._dataproto import DataProto
+from roll.protocol._dataproto import DataProto, NoTensors
 from roll.protocol._dispatch import (
     CollectFn,
     Dispatch,
@@ -19,10 +20,11 @@ from roll.protocol._dispatch import (
     resolve_dispatch_mode,
     split_for_dp,
 )
+from roll.protocol._optional import has_tensor_extra
 from roll.protocol._padding import pad_dataproto_to_divisor, unpad_dataproto
 from roll.protocol._rank_info import RankInfo
 from roll.protocol._register import Registration, get_registration, register
-from roll.protocol.errors import ProtocolError, RollError
+from roll.protocol.errors import MissingExtraError, ProtocolError, RollError
 
 __version__ = "0.1.0"
 
@@ -33,6 +35,8 @@ __all__ = [
     "DispatchFn",
     "DispatchMode",
     "Execute",
+    "MissingExtraError",
+    "NoTensors",
     "NonTensorBatch",
     "ProtocolError",
     "RankInfo",
@@ -41,6 +45,7 @@ __all__ = [
     "collect_ranks",
     "combine_outputs",
     "get_registration",
+    "has_tensor_extra",
     "pad_dataproto_to_divisor",
     "register",
     "register_dispatch_mode",

@@ -15,15 +15,16 @@ assign a new array to change a column, because an in-place edit of a converted a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 
 from roll.protocol.errors import ProtocolError
 
-Column = pa.ChunkedArray | np.ndarray
+# pyarrow ships no type information: for type checkers a ChunkedArray is Any.
+Column: TypeAlias = "pa.ChunkedArray | np.ndarray"
 
 
 def _contains_struct(type_: pa.DataType) -> bool:
@@ -93,13 +94,13 @@ def column_to_numpy(column: Column) -> np.ndarray:
     if isinstance(column, np.ndarray):
         return column
     type_ = column.type
-    if (
-        pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_boolean(type_)
-    ) and column.null_count == 0:
-        return column.to_numpy()
-    if pa.types.is_string(type_) or pa.types.is_large_string(type_):
-        return column.to_numpy()
-    return _object_array(column.to_pylist())
+    numeric = pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_boolean(type_)
+    array: np.ndarray
+    if (numeric and column.null_count == 0) or pa.types.is_string(type_) or pa.types.is_large_string(type_):
+        array = column.to_numpy()
+    else:
+        array = _object_array(column.to_pylist())
+    return array
 
 
 def slice_column(column: Column, start: int, stop: int) -> Column:
@@ -117,17 +118,18 @@ def take_column(column: Column, indices: np.ndarray) -> Column:
 def concat_columns(key: str, parts: Sequence[Column]) -> Column:
     """Concatenate one column across parts: zero-copy chunk chaining for Arrow, ``np.concatenate`` otherwise."""
     if all(isinstance(p, pa.ChunkedArray) for p in parts):
-        types = {p.type for p in parts if p.type != pa.null()}
+        arrow: list[Any] = list(parts)  # pa.ChunkedArray (pyarrow has no type information)
+        types = {p.type for p in arrow if p.type != pa.null()}
         if len(types) <= 1:
             target = types.pop() if types else pa.null()
-            chunks = [c if c.type == target else c.cast(target) for p in parts for c in p.chunks]
+            chunks = [c if c.type == target else c.cast(target) for p in arrow for c in p.chunks]
             return pa.chunked_array(chunks, type=target)
         try:
             unified = pa.unify_schemas([pa.schema([(key, t)]) for t in types], promote_options="permissive")
             target = unified.field(key).type
-            return pa.chunked_array([c.cast(target) for p in parts for c in p.chunks], type=target)
+            return pa.chunked_array([c.cast(target) for p in arrow for c in p.chunks], type=target)
         except (pa.ArrowException, TypeError):
-            return _object_array([v for p in parts for v in p.to_pylist()])
+            return _object_array([v for p in arrow for v in p.to_pylist()])
     if all(isinstance(p, np.ndarray) and p.dtype != object for p in parts):
         shapes = {p.shape[1:] for p in parts}
         if len(shapes) == 1:
@@ -150,7 +152,7 @@ def compact_column(column: Column) -> Column:
 
 def columns_equal(a: Column, b: Column) -> bool:
     if isinstance(a, pa.ChunkedArray) and isinstance(b, pa.ChunkedArray):
-        return a.type == b.type and a.equals(b)
+        return bool(a.type == b.type and a.equals(b))
     left, right = column_to_numpy(a), column_to_numpy(b)
     if left.shape != right.shape:
         return False
@@ -267,7 +269,7 @@ class NonTensorBatch(MutableMapping[str, np.ndarray]):
         """``"arrow"``, ``"numpy"`` or ``"object"``: how a column is stored (useful in tests and debugging)."""
         return _describe(self._columns[key])
 
-    def _map(self, fn, length: int) -> NonTensorBatch:
+    def _map(self, fn: Callable[[Column], Column], length: int) -> NonTensorBatch:
         return NonTensorBatch._from_columns({k: fn(c) for k, c in self._columns.items()}, length)
 
     def _slice(self, start: int, stop: int) -> NonTensorBatch:

@@ -4,7 +4,11 @@ Three parts that always agree on length:
 
 * ``batch``: a TensorDict with exactly one batch dimension (token ids, masks, log-probs, ...);
 * ``non_tensor_batch``: Arrow-backed columns (prompt text, nested records, ...), read as numpy arrays;
-* ``meta_info``: a dict of control values and metrics, not split by rows.
+* ``meta_info``: a dict of metrics and user-level data, not split by rows.
+
+The tensor section needs torch and tensordict (``pip install 'roll-protocol[torch]'``). Without them a DataProto
+holds non-tensor columns and meta_info, and torch is imported only when a tensor is involved: a DataProto without
+tensors keeps just its row count there (``NoTensors``) until ``.batch`` is asked for.
 
 Row operations that can be views are views (``chunk``, ``split``, ``slice``); operations that must gather rows
 copy exactly once (``select_idxs``, ``repeat``, ``concat``).
@@ -14,23 +18,62 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
-import torch
-from tensordict import TensorDict
 
 from roll.protocol._columns import (
+    Column,
     NonTensorBatch,
     columns_equal,
     compact_column,
     concat_columns,
 )
-from roll.protocol._serialization import pack_tensor, unpack_tensor
-from roll.protocol._tensor_ops import cat_rows_many, take_rows
+from roll.protocol._optional import is_tensor, is_tensordict, tensors
 from roll.protocol.errors import ProtocolError
 
-Index = int | slice | Sequence[int] | np.ndarray | torch.Tensor
+if TYPE_CHECKING:
+    import torch
+    from tensordict import TensorDict
+
+    Index: TypeAlias = int | slice | Sequence[int] | np.ndarray | torch.Tensor
+    TensorSection: TypeAlias = "TensorDict | NoTensors"
+
+
+class NoTensors:
+    """The tensor section of a DataProto without tensors: only its row count, no torch needed.
+
+    Offers the few TensorDict members DataProto reads (``batch_size``, ``keys``, ``items``, ``device``).
+    """
+
+    __slots__ = ("batch_size",)
+
+    device = None
+
+    def __init__(self, length: int) -> None:
+        self.batch_size = (length,)
+
+    def keys(self) -> list[str]:
+        return []
+
+    def items(self) -> list[tuple[str, Any]]:
+        return []
+
+    def __repr__(self) -> str:
+        return f"NoTensors(rows={self.batch_size[0]})"
+
+
+def _make_batch(tensors_by_key: dict[str, Any], length: int) -> TensorSection:
+    """The tensor section holding ``tensors_by_key`` (all with ``length`` rows)."""
+    if not tensors_by_key:
+        return NoTensors(length)
+    batch: TensorDict = tensors("DataProto tensors").TensorDict(tensors_by_key, batch_size=[length])
+    return batch
+
+
+def _tensor_keys(batch: TensorSection) -> list[str]:
+    """The tensor keys (DataProto's keys are plain strings; TensorDict's type allows nested tuples)."""
+    return cast("list[str]", list(batch.keys()))
 
 
 def _as_list(keys: str | Iterable[str] | None) -> list[str] | None:
@@ -61,18 +104,25 @@ class DataProto:
 
     def __init__(
         self,
-        batch: TensorDict | Mapping[str, torch.Tensor] | None = None,
+        batch: TensorDict | NoTensors | Mapping[str, torch.Tensor] | None = None,
         non_tensor_batch: NonTensorBatch | Mapping[str, Any] | None = None,
         meta_info: dict[str, Any] | None = None,
     ) -> None:
         self.meta_info: dict[str, Any] = dict(meta_info) if meta_info else {}
-        if batch is not None and not isinstance(batch, TensorDict):
-            batch = _tensordict_from(dict(batch)) if batch else None
-        if batch is not None and len(batch.batch_size) != 1:
+        section: TensorSection | None
+        if batch is None or type(batch) is NoTensors or is_tensordict(batch):
+            section = batch
+        elif isinstance(batch, Mapping):
+            section = tensors("DataProto tensors").tensordict_from(dict(batch)) if batch else None
+        else:
             raise ProtocolError(
-                f"DataProto.batch must have exactly one batch dimension, got batch_size {batch.batch_size}"
+                f"DataProto batch must be a TensorDict or a dict of tensors, got {type(batch).__name__}"
             )
-        length = None if batch is None else int(batch.batch_size[0])
+        if section is not None and len(section.batch_size) != 1:
+            raise ProtocolError(
+                f"DataProto.batch must have exactly one batch dimension, got batch_size {section.batch_size}"
+            )
+        length = None if section is None else int(section.batch_size[0])
         if isinstance(non_tensor_batch, NonTensorBatch):
             columns = non_tensor_batch
             if length is not None and len(columns) and columns.num_rows != length:
@@ -82,10 +132,10 @@ class DataProto:
             columns = NonTensorBatch(length=length)
             for key, values in (non_tensor_batch or {}).items():
                 columns[key] = values
-        if batch is None:
-            batch = TensorDict({}, batch_size=[columns.num_rows or 0])
-        columns._length = int(batch.batch_size[0])
-        self._batch = batch
+        if section is None:
+            section = NoTensors(columns.num_rows or 0)
+        columns._length = int(section.batch_size[0])
+        self._batch: TensorSection = section
         self._non_tensor = columns
         self._check_disjoint()
 
@@ -98,24 +148,27 @@ class DataProto:
         meta_info: dict[str, Any] | None = None,
     ) -> DataProto:
         """Build from tensors (one batch dimension, equal lengths) and non-tensor columns of the same length."""
-        batch = _tensordict_from(dict(tensors)) if tensors else None
-        return cls(batch, dict(non_tensors or {}), meta_info)
+        return cls(dict(tensors) if tensors else None, dict(non_tensors or {}), meta_info)
 
     @classmethod
     def from_single_dict(cls, data: Mapping[str, Any], meta_info: dict[str, Any] | None = None) -> DataProto:
         """Build from one dict: tensors go to ``batch``, everything else (arrays, lists) to ``non_tensor_batch``."""
-        tensors = {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
-        others = {k: v for k, v in data.items() if not isinstance(v, torch.Tensor)}
-        return cls.from_dict(tensors, others, meta_info)
+        tensor_values = {k: v for k, v in data.items() if is_tensor(v)}
+        others = {k: v for k, v in data.items() if not is_tensor(v)}
+        return cls.from_dict(tensor_values, others, meta_info)
 
     # --- basic protocol ---------------------------------------------------------------------------------
     @property
     def batch(self) -> TensorDict:
-        return self._batch
+        """The tensors, as a TensorDict with one batch dimension (needs ``roll-protocol[torch]``)."""
+        batch = self._batch
+        if type(batch) is NoTensors:
+            batch = self._batch = tensors("DataProto.batch").TensorDict({}, batch_size=[len(self)])
+        return cast("TensorDict", batch)
 
     @batch.setter
     def batch(self, value: TensorDict | Mapping[str, torch.Tensor]) -> None:
-        td = value if isinstance(value, TensorDict) else _tensordict_from(dict(value))
+        td: TensorDict = value if is_tensordict(value) else tensors("DataProto.batch").tensordict_from(dict(value))
         if len(td.batch_size) != 1:
             raise ProtocolError(
                 f"DataProto.batch must have exactly one batch dimension, got batch_size {td.batch_size}"
@@ -144,19 +197,17 @@ class DataProto:
         return key in self._batch.keys() or key in self._non_tensor
 
     def keys(self) -> list[str]:
-        return list(self._batch.keys()) + list(self._non_tensor)
+        return _tensor_keys(self._batch) + list(self._non_tensor)
 
     def __repr__(self) -> str:
-        tensors = {k: (tuple(v.shape), str(v.dtype).replace("torch.", "")) for k, v in self._batch.items()}
+        shapes = {k: (tuple(v.shape), str(v.dtype).replace("torch.", "")) for k, v in self._batch.items()}
         columns = {k: self._non_tensor.storage_kind(k) for k in self._non_tensor}
-        return (
-            f"DataProto(rows={len(self)}, tensors={tensors}, non_tensors={columns}, meta_info={list(self.meta_info)})"
-        )
+        return f"DataProto(rows={len(self)}, tensors={shapes}, non_tensors={columns}, meta_info={list(self.meta_info)})"
 
     def __getitem__(self, item: Index | str) -> Any:
         if isinstance(item, str):
             if item in self._batch.keys():
-                return self._batch[item]
+                return self.batch[item]
             if item in self._non_tensor:
                 return self._non_tensor[item]
             raise KeyError(f"{item!r} is neither a tensor nor a non-tensor key; keys: {self.keys()}")
@@ -172,11 +223,11 @@ class DataProto:
         return self.select_idxs(item)
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if isinstance(value, torch.Tensor):
+        if is_tensor(value):
             if key in self._non_tensor:
                 raise ProtocolError(f"{key!r} is already a non-tensor column; delete it before storing a tensor")
             self._check_column_length(key, value.shape[0] if value.dim() else -1, len(self))
-            self._batch[key] = value
+            self.batch[key] = value
         else:
             if key in self._batch.keys():
                 raise ProtocolError(f"{key!r} is already a tensor; delete it before storing a non-tensor column")
@@ -185,7 +236,7 @@ class DataProto:
 
     def __delitem__(self, key: str) -> None:
         if key in self._batch.keys():
-            del self._batch[key]
+            del self.batch[key]
         elif key in self._non_tensor:
             del self._non_tensor[key]
         else:
@@ -198,14 +249,18 @@ class DataProto:
         if step != 1:
             return self.select_idxs(np.arange(start, end, step))
         end = max(start, end)
-        batch = self._batch[start:end] if len(self._batch.keys()) else TensorDict({}, batch_size=[end - start])
+        batch = self.batch[start:end] if self._batch.keys() else NoTensors(end - start)
         return DataProto(batch, self._non_tensor._slice(start, end), self.meta_info)
 
     def select_idxs(self, idxs: Sequence[int] | Sequence[bool] | np.ndarray | torch.Tensor) -> DataProto:
         """Rows by integer indices (any order, repeats allowed) or by a boolean mask of length ``len(self)``."""
         index = _normalize_index(idxs, len(self))
-        batch = TensorDict({k: take_rows(v, index) for k, v in self._batch.items()}, batch_size=[len(index)])
-        return DataProto(batch, self._non_tensor._take(index), self.meta_info)
+        if self._batch.keys():
+            take_rows = tensors("DataProto.select_idxs").take_rows
+            gathered = {k: take_rows(v, index) for k, v in self._batch.items()}
+        else:
+            gathered = {}
+        return DataProto(_make_batch(gathered, len(index)), self._non_tensor._take(index), self.meta_info)
 
     def chunk(self, chunks: int) -> list[DataProto]:
         """Split into ``chunks`` parts with sizes as ``np.array_split`` gives (uneven allowed). Parts are views."""
@@ -225,16 +280,19 @@ class DataProto:
         """Consecutive views of ``sizes[i]`` rows (``sum(sizes) == len(self)``): one split per tensor, and parts that
         are consistent by construction skip the checks of ``__init__``."""
         views = {k: v.split(sizes) for k, v in self._batch.items()}
+        unchecked = tensors("DataProto.chunk").tensordict_unchecked if views else None
         device = self._batch.device
         out, start = [], 0
         for i, size in enumerate(sizes):
-            batch = _tensordict_unchecked({k: parts[i] for k, parts in views.items()}, size, device)
+            batch = (
+                NoTensors(size) if unchecked is None else unchecked({k: p[i] for k, p in views.items()}, size, device)
+            )
             out.append(DataProto._unchecked(batch, self._non_tensor._slice(start, start + size), self.meta_info))
             start += size
         return out
 
     @classmethod
-    def _unchecked(cls, batch: TensorDict, columns: NonTensorBatch, meta_info: dict[str, Any]) -> DataProto:
+    def _unchecked(cls, batch: TensorSection, columns: NonTensorBatch, meta_info: dict[str, Any]) -> DataProto:
         """A DataProto from parts whose lengths and keys already agree (internal fast path)."""
         out = cls.__new__(cls)
         out._batch, out._non_tensor, out.meta_info = batch, columns, dict(meta_info)
@@ -248,7 +306,7 @@ class DataProto:
         if not parts:
             raise ProtocolError("concat() needs at least one DataProto")
         first = parts[0]
-        tensor_keys = list(first._batch.keys())
+        tensor_keys = _tensor_keys(first._batch)
         column_keys = list(first._non_tensor)
         for i, part in enumerate(parts[1:], start=1):
             if sorted(part._batch.keys()) != sorted(tensor_keys) or sorted(part._non_tensor) != sorted(column_keys):
@@ -256,12 +314,15 @@ class DataProto:
                     f"concat(): part {i} has keys {sorted(part.keys())} but part 0 has {sorted(first.keys())}"
                 )
         total = sum(len(p) for p in parts)
-        if len(parts) == 1:
+        if not tensor_keys:
+            joined: dict[str, Any] = {}
+        elif len(parts) == 1:
             # Nothing to join: share the storage (only meta_info is normalized below).
-            tensors = {k: first._batch[k] for k in tensor_keys}
+            joined = {k: first.batch[k] for k in tensor_keys}
         else:
-            tensors = cat_rows_many({k: [p._batch[k] for p in parts] for k in tensor_keys})
-        batch = TensorDict(tensors, batch_size=[total]) if tensors else TensorDict({}, batch_size=[total])
+            cat_rows_many = tensors("DataProto.concat").cat_rows_many
+            joined = cat_rows_many({k: [p.batch[k] for p in parts] for k in tensor_keys})
+        batch = _make_batch(joined, total)
         columns = NonTensorBatch._from_columns(
             {k: concat_columns(k, [p._non_tensor.column(k) for p in parts]) for k in column_keys}, total
         )
@@ -291,7 +352,7 @@ class DataProto:
     def group_by(self, key: str) -> dict[Any, DataProto]:
         """Split rows by the value of one column (tensor of one value per row, or non-tensor), in first-seen order."""
         values = self[key]
-        if isinstance(values, torch.Tensor):
+        if is_tensor(values):
             if values.dim() != 1:
                 raise ProtocolError(
                     f"group_by({key!r}) needs one value per row, got a tensor of shape {tuple(values.shape)}"
@@ -317,11 +378,11 @@ class DataProto:
         tensor_keys = _as_list(batch_keys)
         column_keys = _as_list(non_tensor_batch_keys)
         meta_keys = _as_list(meta_info_keys)
-        self._check_keys(tensor_keys, list(self._batch.keys()), "tensor")
+        self._check_keys(tensor_keys, _tensor_keys(self._batch), "tensor")
         self._check_keys(column_keys, list(self._non_tensor), "non-tensor")
         self._check_keys(meta_keys, list(self.meta_info), "meta_info")
-        keys = list(self._batch.keys()) if tensor_keys is None else tensor_keys
-        batch = TensorDict({k: self._batch[k] for k in keys}, batch_size=[len(self)])
+        keys = _tensor_keys(self._batch) if tensor_keys is None else tensor_keys
+        batch = _make_batch({k: self.batch[k] for k in keys}, len(self))
         columns = self._non_tensor._select(list(self._non_tensor) if column_keys is None else column_keys)
         meta = dict(self.meta_info) if meta_keys is None else {k: self.meta_info[k] for k in meta_keys}
         out = DataProto(batch, columns, meta)
@@ -339,7 +400,7 @@ class DataProto:
         meta_keys = _as_list(meta_info_keys) or []
         out = self.select(tensor_keys, column_keys, meta_keys)
         for key in tensor_keys:
-            del self._batch[key]
+            del self.batch[key]
         for key in column_keys:
             del self._non_tensor[key]
         for key in meta_keys:
@@ -355,7 +416,7 @@ class DataProto:
             if after in self and after != before:
                 raise ProtocolError(f"rename(): {after!r} already exists")
             if before in self._batch.keys():
-                self._batch.rename_key_(before, after)
+                self.batch.rename_key_(before, after)
             elif before in self._non_tensor:
                 column = self._non_tensor.column(before)
                 del self._non_tensor[before]
@@ -372,11 +433,10 @@ class DataProto:
             if key in self._non_tensor:
                 raise ProtocolError(f"union(): {key!r} is a tensor in one DataProto and a non-tensor in the other")
             if key in self._batch.keys():
-                mine = self._batch[key]
-                if mine.shape != tensor.shape or mine.dtype != tensor.dtype or not torch.equal(mine, tensor):
+                if not tensors("DataProto.union").tensors_equal(self.batch[key], tensor):
                     raise ProtocolError(f"union(): tensor {key!r} differs between the two DataProtos")
             else:
-                self._batch[key] = tensor
+                self.batch[key] = tensor
         for key in other._non_tensor:
             if key in self._batch.keys():
                 raise ProtocolError(f"union(): {key!r} is a tensor in one DataProto and a non-tensor in the other")
@@ -395,8 +455,9 @@ class DataProto:
     # --- devices, copies, iteration ---------------------------------------------------------------------
     def to(self, device: str | torch.device) -> DataProto:
         """Move tensors (and tensors in meta_info) to ``device`` in place; returns self."""
-        self._batch = self._batch.to(device)
-        self.meta_info = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self.meta_info.items()}
+        if self._batch.keys():
+            self._batch = self.batch.to(device)
+        self.meta_info = {k: v.to(device) if is_tensor(v) else v for k, v in self.meta_info.items()}
         return self
 
     def clone(self) -> DataProto:
@@ -404,7 +465,7 @@ class DataProto:
 
         Arrow columns are immutable, so they are shared (compacted to this DataProto's rows), not copied.
         """
-        batch = TensorDict({k: v.clone() for k, v in self._batch.items()}, batch_size=[len(self)])
+        batch = _make_batch({k: v.clone() for k, v in self._batch.items()}, len(self))
         columns = NonTensorBatch._from_columns(
             {k: _copy_column(self._non_tensor.column(k)) for k in self._non_tensor}, len(self)
         )
@@ -425,27 +486,14 @@ class DataProto:
             for start in range(0, len(self), mini_batch_size):
                 yield self.select_idxs(order[start : start + mini_batch_size])
 
-    @staticmethod
-    def materialize_concat(refs_or_results: Any, timeout: float | None = None) -> DataProto:
-        """Wait for the results of a non-blocking cluster call (or a list of Ray ObjectRefs / DataProtos) and
-        concatenate them in order.
-
-        An object with a ``materialize(timeout)`` method (what roll.runtime's non-blocking calls return) resolves
-        itself, turning remote failures into errors that name the worker. Plain ObjectRefs go through ``ray.get``.
-        """
-        results = _materialize(refs_or_results, timeout)
-        if isinstance(results, DataProto):
-            return results
-        if not isinstance(results, list) or not all(isinstance(r, DataProto) for r in results):
-            kinds = sorted({type(r).__name__ for r in results}) if isinstance(results, list) else type(results).__name__
-            raise ProtocolError(f"materialize_concat() expects DataProto results, got {kinds}")
-        return DataProto.concat(results)
-
     # --- pickling ---------------------------------------------------------------------------------------
-    def __reduce_ex__(self, protocol: int):
-        tensors = {k: pack_tensor(v, protocol) for k, v in self._batch.items()}
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        packed = {}
+        if self._batch.keys():
+            pack_tensor = tensors("pickling a DataProto").pack_tensor
+            packed = {k: pack_tensor(v, protocol) for k, v in self._batch.items()}
         columns = {k: compact_column(self._non_tensor.column(k)) for k in self._non_tensor}
-        return _rebuild, (len(self), tensors, columns, self.meta_info)
+        return _rebuild, (len(self), packed, columns, self.meta_info)
 
     # --- internal checks --------------------------------------------------------------------------------
     @staticmethod
@@ -467,50 +515,25 @@ class DataProto:
             raise ProtocolError(f"keys {sorted(both)} are both tensors and non-tensor columns")
 
 
-def _copy_column(column: Any) -> Any:
+def _copy_column(column: Column) -> Column:
     if isinstance(column, np.ndarray):
         return copy.deepcopy(column)
     return compact_column(column)
 
 
-def _rebuild(length: int, tensors: dict[str, tuple], columns: dict[str, Any], meta_info: dict[str, Any]) -> DataProto:
-    batch = TensorDict({k: unpack_tensor(*packed) for k, packed in tensors.items()}, batch_size=[length])
+def _rebuild(
+    length: int, packed: dict[str, tuple[Any, ...]], columns: dict[str, Column], meta_info: dict[str, Any]
+) -> DataProto:
+    if packed:
+        unpack_tensor = tensors("unpickling a DataProto with tensors").unpack_tensor
+        batch = _make_batch({k: unpack_tensor(*args) for k, args in packed.items()}, length)
+    else:
+        batch = NoTensors(length)
     return DataProto(batch, NonTensorBatch._from_columns(columns, length), meta_info)
 
 
-def _tensordict_unchecked(tensors: dict[str, Any], length: int, device: Any) -> TensorDict:
-    """A TensorDict of tensors known to have ``length`` rows. tensordict's private constructor skips the checks that
-    make building many small parts slow; versions without it get the public one."""
-    if _NEW_UNSAFE is not None:
-        return _NEW_UNSAFE(tensors, batch_size=torch.Size([length]), device=device)
-    return TensorDict(tensors, batch_size=[length], device=device)
-
-
-_NEW_UNSAFE = getattr(TensorDict, "_new_unsafe", None)
-
-
-def _tensordict_from(tensors: dict[str, torch.Tensor]) -> TensorDict:
-    if not tensors:
-        return TensorDict({}, batch_size=[0])
-    lengths = {}
-    for key, value in tensors.items():
-        if not isinstance(value, torch.Tensor):
-            raise ProtocolError(f"batch[{key!r}] must be a torch.Tensor, got {type(value).__name__}")
-        if value.dim() == 0:
-            raise ProtocolError(f"batch[{key!r}] is a scalar tensor; tensors need a leading batch dimension")
-        lengths[key] = value.shape[0]
-    first_key = next(iter(lengths))
-    for key, n in lengths.items():
-        if n != lengths[first_key]:
-            raise ProtocolError(
-                f"tensor {key!r} has {n} rows but {first_key!r} has {lengths[first_key]}; all tensors need the same "
-                f"leading (batch) dimension"
-            )
-    return TensorDict(tensors, batch_size=[lengths[first_key]])
-
-
 def _normalize_index(idxs: Any, length: int) -> np.ndarray:
-    if isinstance(idxs, torch.Tensor):
+    if is_tensor(idxs):
         idxs = idxs.cpu().numpy()
     index = np.asarray(idxs)
     if index.dtype == bool:
@@ -534,29 +557,11 @@ def _normalize_index(idxs: Any, length: int) -> np.ndarray:
 def _meta_equal(a: Any, b: Any) -> bool:
     if a is b:
         return True
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if is_tensor(a) or is_tensor(b):
+        return is_tensor(a) and is_tensor(b) and bool(tensors("DataProto.union").torch.equal(a, b))
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return bool(np.array_equal(a, b))
     try:
         return bool(a == b)
     except (ValueError, TypeError):
         return False
-
-
-def _materialize(obj: Any, timeout: float | None) -> Any:
-    materialize = getattr(obj, "materialize", None)
-    if callable(materialize):
-        return materialize(timeout)
-    if not isinstance(obj, (list, tuple)):
-        return obj
-    items = list(obj)
-    if any(type(item).__name__ == "ObjectRef" for item in items):
-        import ray  # pants: no-infer-dep (only for plain ObjectRefs; the package does not depend on ray)
-
-        items = ray.get(items, timeout=timeout)
-    out: list[Any] = []
-    for item in items:
-        resolved = _materialize(item, timeout)
-        out.extend(resolved if isinstance(resolved, list) else [resolved])
-    return out

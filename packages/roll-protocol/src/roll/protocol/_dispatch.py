@@ -12,14 +12,14 @@ them the *same Python object*; the runtime puts each distinct object into the ob
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
-import torch
 
 from roll.protocol._dataproto import DataProto
+from roll.protocol._optional import is_tensor, tensors
 from roll.protocol._rank_info import RankInfo
 from roll.protocol.errors import ProtocolError
 
@@ -31,7 +31,8 @@ CollectFn = Callable[[list[Any], Sequence[RankInfo]], Any]
 
 @dataclass(frozen=True)
 class DispatchMode:
-    """A named (dispatch_fn, collect_fn) pair. Obtain built-in ones as ``Dispatch.DP_MP_COMPUTE``."""
+    """A named (dispatch_fn, collect_fn) pair: built-in ones are the constants of :class:`Dispatch`, others come
+    from :func:`register_dispatch_mode`."""
 
     name: str
     dispatch_fn: DispatchFn
@@ -53,30 +54,6 @@ class DispatchMode:
 _MODES: dict[str, DispatchMode] = {}
 
 
-class _DispatchNamespace(type):
-    """Lets registered modes appear as ``Dispatch.NAME``, including modes registered later by users."""
-
-    def __getattr__(cls, name: str) -> DispatchMode:
-        try:
-            return _MODES[name]
-        except KeyError:
-            raise AttributeError(f"no dispatch mode {name!r}; known modes: {sorted(_MODES)}") from None
-
-    def __getitem__(cls, name: str) -> DispatchMode:
-        return resolve_dispatch_mode(name)
-
-    def __iter__(cls) -> Iterator[DispatchMode]:
-        return iter(list(_MODES.values()))
-
-    def __contains__(cls, name: object) -> bool:
-        return name in _MODES or name in _MODES.values()
-
-
-class Dispatch(metaclass=_DispatchNamespace):
-    """Namespace of dispatch modes: ``ONE_TO_ALL``, ``ONE_TO_ALL_ONE``, ``ALL_TO_ALL``, ``DP_MP_COMPUTE``,
-    ``DP_MP_DISPATCH_FIRST`` and any added with :func:`register_dispatch_mode`."""
-
-
 class Execute(enum.Enum):
     """Which ranks run a call: all of them, or rank 0 only."""
 
@@ -85,7 +62,9 @@ class Execute(enum.Enum):
 
 
 def register_dispatch_mode(name: str, dispatch_fn: DispatchFn, collect_fn: CollectFn) -> DispatchMode:
-    """Add a dispatch mode; it becomes ``Dispatch.<name>``. Names are unique: re-registering one is an error."""
+    """Add a dispatch mode and return it. Keep the returned mode as a constant of your own (it is what
+    ``@register(dispatch_mode=...)`` takes); it is also found by name (``register(dispatch_mode="NAME")``,
+    :meth:`Dispatch.get`). Names are unique: re-registering one is an error."""
     if not name.isidentifier():
         raise ProtocolError(f"dispatch mode name {name!r} must be a Python identifier")
     if name in _MODES:
@@ -118,8 +97,8 @@ def split_for_dp(value: Any, dp_size: int) -> list[Any] | None:
     """
     if isinstance(value, DataProto):
         return value.chunk(dp_size)
-    if isinstance(value, torch.Tensor):
-        return list(torch.split(value, _split_sizes(value.shape[0], dp_size)))
+    if is_tensor(value):
+        return list(tensors("splitting a tensor").torch.split(value, _split_sizes(value.shape[0], dp_size)))
     if isinstance(value, np.ndarray):
         return np.array_split(value, dp_size)
     if isinstance(value, (list, tuple)):
@@ -222,7 +201,7 @@ def _placeholder(shard: Any) -> Any:
     """What a non-first rank receives under DP_MP_DISPATCH_FIRST: an empty shard of the same kind."""
     if isinstance(shard, DataProto):
         return DataProto(meta_info=dict(shard.meta_info))
-    if isinstance(shard, torch.Tensor):
+    if is_tensor(shard):
         return shard[:0]
     return type(shard)()
 
@@ -250,8 +229,38 @@ def collect_ranks(mode: DispatchMode, rank_infos: Sequence[RankInfo]) -> list[in
     return list(range(len(rank_infos)))
 
 
-register_dispatch_mode("ONE_TO_ALL", _one_to_all, _collect_all)
-register_dispatch_mode("ONE_TO_ALL_ONE", _one_to_all, _collect_rank_zero)
-register_dispatch_mode("ALL_TO_ALL", _all_to_all, _collect_all)
-register_dispatch_mode("DP_MP_COMPUTE", _dp_mp_compute, _collect_dp_mp)
-register_dispatch_mode("DP_MP_DISPATCH_FIRST", _dp_mp_dispatch_first, _collect_dp_mp)
+class Dispatch:
+    """The built-in dispatch modes, as typed constants.
+
+    * ``ONE_TO_ALL``: every rank gets the same arguments; the result is the list of every rank's output.
+    * ``ONE_TO_ALL_ONE``: as ONE_TO_ALL, but only rank 0's output is returned.
+    * ``ALL_TO_ALL``: every argument is a list with one item per rank; the result is the list of outputs.
+    * ``DP_MP_COMPUTE``: DataProtos, tensors, arrays and lists are split by data-parallel rank and replicated inside
+      each model-parallel group; outputs of the collect ranks (tp 0, cp 0, last pipeline stage) are combined.
+    * ``DP_MP_DISPATCH_FIRST``: as DP_MP_COMPUTE, but only the first rank of each group (tp 0, cp 0, pp 0) gets the
+      data; the others get an empty shard of the same kind.
+
+    Modes added with :func:`register_dispatch_mode` are not attributes of this class (type checkers could not see
+    them): keep the mode it returns, or look it up with ``Dispatch.get(name)``.
+    """
+
+    ONE_TO_ALL: Final[DispatchMode] = register_dispatch_mode("ONE_TO_ALL", _one_to_all, _collect_all)
+    ONE_TO_ALL_ONE: Final[DispatchMode] = register_dispatch_mode("ONE_TO_ALL_ONE", _one_to_all, _collect_rank_zero)
+    ALL_TO_ALL: Final[DispatchMode] = register_dispatch_mode("ALL_TO_ALL", _all_to_all, _collect_all)
+    DP_MP_COMPUTE: Final[DispatchMode] = register_dispatch_mode("DP_MP_COMPUTE", _dp_mp_compute, _collect_dp_mp)
+    DP_MP_DISPATCH_FIRST: Final[DispatchMode] = register_dispatch_mode(
+        "DP_MP_DISPATCH_FIRST", _dp_mp_dispatch_first, _collect_dp_mp
+    )
+
+    def __init__(self) -> None:
+        raise TypeError("Dispatch is a namespace of constants; use Dispatch.ONE_TO_ALL, Dispatch.get(name), ...")
+
+    @staticmethod
+    def get(name: str) -> DispatchMode:
+        """The mode registered as ``name`` (built-in or user-registered); unknown names list the known ones."""
+        return resolve_dispatch_mode(name)
+
+    @staticmethod
+    def names() -> list[str]:
+        """Every registered mode's name, sorted."""
+        return sorted(_MODES)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from roll.protocol.errors import ProtocolError
 
@@ -17,8 +17,9 @@ class RankInfo:
 
     rank: int = 0
     world_size: int = 1
-    dp_rank: int | None = None
-    dp_size: int | None = None
+    # Left out (None), they default to rank / world_size; __post_init__ resolves them, so they are always ints.
+    dp_rank: int = None  # type: ignore[assignment]
+    dp_size: int = None  # type: ignore[assignment]
     tp_rank: int = 0
     tp_size: int = 1
     pp_rank: int = 0
@@ -57,6 +58,3 @@ class RankInfo:
     def is_dispatch_first_rank(self) -> bool:
         """True for the rank that receives the data under DP_MP_DISPATCH_FIRST (tp 0, cp 0, pp 0)."""
         return self.tp_rank == 0 and self.cp_rank == 0 and self.pp_rank == 0
-
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)

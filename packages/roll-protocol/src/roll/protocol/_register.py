@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from roll.protocol._dispatch import Dispatch, DispatchMode, Execute, resolve_dispatch_mode
 from roll.protocol.errors import ProtocolError
@@ -26,6 +26,15 @@ class Registration:
     is_async: bool
 
 
+@overload
+def register(dispatch_mode: F, /) -> F: ...
+@overload
+def register(
+    dispatch_mode: DispatchMode | str = ...,
+    execute_mode: Execute = ...,
+    clear_cache: bool = ...,
+    prefetch: bool = ...,
+) -> Callable[[F], F]: ...
 def register(
     dispatch_mode: DispatchMode | str | Callable[..., Any] = Dispatch.ONE_TO_ALL,
     execute_mode: Execute = Execute.ALL,

@@ -30,7 +30,7 @@ def pack_tensor(tensor: torch.Tensor, protocol: int) -> tuple[torch.dtype, tuple
         return tensor.dtype, shape, b""
     raw = tensor.reshape(-1).view(torch.uint8).numpy()
     if protocol >= 5:
-        return tensor.dtype, shape, pickle.PickleBuffer(raw)
+        return tensor.dtype, shape, pickle.PickleBuffer(raw)  # type: ignore[arg-type]  # numpy declares the buffer protocol for 3.12+ only
     # bytes: one copy here; unpack_tensor makes the one copy a writable tensor needs.
     return tensor.dtype, shape, raw.tobytes()
 

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
+from numpy.typing import DTypeLike
 
 __all__ = ["BufferCache", "buffer_cache", "cat_rows_many", "copy_arrays", "take_rows"]
 
@@ -64,9 +65,9 @@ def cat_rows_many(groups: Mapping[str, list[torch.Tensor]]) -> dict[str, torch.T
     out: dict[str, torch.Tensor] = {}
     copies: list[tuple[np.ndarray, np.ndarray]] = []
     for key, tensors in groups.items():
-        arrays = [_numpy_view(t) for t in tensors]
+        arrays = [a for a in map(_numpy_view, tensors) if a is not None]
         if (
-            any(a is None for a in arrays)
+            len(arrays) != len(tensors)
             or len({t.dtype for t in tensors}) != 1
             or len({a.shape[1:] for a in arrays}) != 1
         ):
@@ -116,7 +117,7 @@ class BufferCache:
     def cached_bytes(self) -> int:
         return sum(slab.array.nbytes for slab in list(self._free))
 
-    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    def empty(self, shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if not self.min_bytes <= nbytes <= self.capacity:  # small, or too big to keep afterwards
@@ -192,7 +193,9 @@ def copy_arrays(copies: list[tuple[np.ndarray, np.ndarray]]) -> None:
         return
     blocks = [block for dst, src in copies for block in _blocks(dst, src)]
     # Contiguous runs of blocks of about equal bytes: each thread writes one region of each output.
-    share, runs, run, filled = total / workers, [], [], 0
+    share, filled = total / workers, 0
+    runs: list[list[tuple[np.ndarray, np.ndarray]]] = []
+    run: list[tuple[np.ndarray, np.ndarray]] = []
     for dst, src in blocks:
         run.append((dst, src))
         filled += src.nbytes

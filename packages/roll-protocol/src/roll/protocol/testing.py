@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 
 from roll.protocol._dataproto import DataProto
+from roll.protocol._optional import is_tensor, tensors
 
 
 def column_values(dp: DataProto, key: str) -> list[Any]:
     """One key's values as plain Python lists (tensors via ``tolist``, numpy values unwrapped)."""
     values = dp[key]
-    if isinstance(values, torch.Tensor):
-        return values.tolist()
+    if is_tensor(values):
+        return list(values.tolist())
     return [v.tolist() if isinstance(v, np.ndarray) else v for v in values.tolist()]
 
 
@@ -24,11 +24,13 @@ def assert_dataproto_equal(actual: DataProto, expected: DataProto, *, check_meta
     assert sorted(actual.keys()) == sorted(expected.keys()), (
         f"keys differ: {sorted(actual.keys())} != {sorted(expected.keys())}"
     )
-    for key in expected.batch.keys():
-        a, e = actual.batch[key], expected.batch[key]
+    for key in expected.keys():
+        if key in expected.non_tensor_batch:
+            continue
+        a, e = actual[key], expected[key]
         assert a.dtype == e.dtype, f"tensor {key!r}: dtype {a.dtype} != {e.dtype}"
         assert a.shape == e.shape, f"tensor {key!r}: shape {tuple(a.shape)} != {tuple(e.shape)}"
-        assert torch.equal(a, e), f"tensor {key!r}: values differ"
+        assert tensors("assert_dataproto_equal").torch.equal(a, e), f"tensor {key!r}: values differ"
     for key in expected.non_tensor_batch:
         assert column_values(actual, key) == column_values(expected, key), f"column {key!r}: values differ"
     if check_meta:

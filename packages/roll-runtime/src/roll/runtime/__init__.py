@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from roll.protocol import DataProto, Dispatch, Execute, RankInfo, register
 from roll.runtime._bootstrap import RayInfo, init, shutdown
-from roll.runtime._calls import PendingCall, materialize_all
-from roll.runtime._cluster import Cluster, MethodProxy, resolve_class
+from roll.runtime._calls import PendingCall, materialize_all, materialize_concat
+from roll.runtime._cluster import Cluster, MethodProxy, RemoteMethod
 from roll.runtime._resources import NodeInfo, Placement, ResourceManager
 from roll.runtime._worker import Worker
 from roll.runtime.config import RollModel, WorkerConfig, parse_device_mapping
@@ -40,6 +40,7 @@ __all__ = [
     "RankInfo",
     "RayInfo",
     "Registry",
+    "RemoteMethod",
     "ResourceManager",
     "RollError",
     "RollModel",
@@ -51,8 +52,8 @@ __all__ = [
     "import_target",
     "init",
     "materialize_all",
+    "materialize_concat",
     "parse_device_mapping",
     "register",
-    "resolve_class",
     "shutdown",
 ]

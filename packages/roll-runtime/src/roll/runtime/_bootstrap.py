@@ -60,6 +60,8 @@ def init(
             # file it would write to the home directory surprises users. The variable must exist before ray.init.
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
             ray.init(
+                # "local": a new private instance even when another Ray runs on this machine (Ray would join it).
+                address="local",
                 num_cpus=_local_cpus(num_cpus),
                 num_gpus=num_gpus,
                 namespace=namespace,

@@ -3,26 +3,46 @@
 ``cluster.train_step(batch)`` runs the worker method ``train_step`` on every rank according to its
 ``@register`` contract (dispatch, execution, collection) and blocks for the collected result;
 ``cluster.train_step(batch, blocking=False)`` returns a :class:`PendingCall` instead.
+
+A Cluster owns its actors like a file owns its descriptor: ``shutdown()``, leaving a ``with Cluster(...)`` block, or
+dropping the last reference to it kills them and frees their names (no reference cycle keeps a dropped cluster
+alive until the garbage collector runs).
+
+Registered methods are attributes of the cluster's class: ``Cluster(name, EchoWorker, ...)`` is an instance of a
+subclass made once per worker class, with one :class:`RemoteMethod` descriptor per registered method, so ``dir()``,
+``help()`` and ``inspect.signature`` show them. For type checkers ``Cluster`` is generic in its worker class:
+``cluster.method(EchoWorker.tag_rows)`` is a :class:`MethodProxy` whose arguments are checked against the worker
+method's; plain attribute calls (``cluster.tag_rows(...)``) type-check too, with unchecked arguments.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
-from collections.abc import Sequence
-from typing import Any
+import weakref
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, cast
 
 import ray
+from ray import ObjectRef
+from ray.actor import ActorHandle
 
-from roll.protocol import Execute, RankInfo, Registration, collect_ranks
+from roll.protocol import Execute, RankInfo, Registration, collect_ranks, get_registration
 from roll.runtime._calls import PendingCall, wait_all
+from roll.runtime._methods import MethodProxy, RemoteMethod, class_for, proxy_signature
 from roll.runtime._resources import Placement, ResourceManager
 from roll.runtime._worker import ENV_CLUSTER_NAME, ENV_WORKERS_ON_NODE, Worker, registered_methods
 from roll.runtime.config import WorkerConfig
 from roll.runtime.errors import ConfigError, RpcTimeoutError, WorkerLostError
+from roll.runtime.registry import import_target
+
+__all__ = ["Cluster", "MethodProxy", "RemoteMethod"]
 
 logger = logging.getLogger(__name__)
+
+W = TypeVar("W", bound=Worker)
+P = ParamSpec("P")
 
 # Methods after which a worker's RankInfo may have changed (a strategy sets its real topology there).
 _TOPOLOGY_METHODS = frozenset({"initialize"})
@@ -33,63 +53,112 @@ _claimed_ports: set[tuple[str, int]] = set()
 _claimed_lock = threading.Lock()
 
 
-def resolve_class(target: type | str) -> type:
-    """A class from itself or from ``"pkg.module.Class"`` / ``"pkg.module:Class"``."""
-    if isinstance(target, type):
-        return target
-    module_name, _, attr = target.replace(":", ".").rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-        return getattr(module, attr)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"worker_cls {target!r} cannot be imported ({e}); check the dotted path") from e
+def _resolve_worker_cls(name: str, target: type[Worker] | str) -> type[Worker]:
+    if isinstance(target, str):
+        try:
+            target = import_target(target)
+        except (ImportError, AttributeError, ConfigError) as e:
+            raise ConfigError(f"{name}.worker_cls {target!r} cannot be imported ({e}); check the dotted path") from e
+    if not (isinstance(target, type) and issubclass(target, Worker)):
+        shown = target.__qualname__ if isinstance(target, type) else repr(target)
+        raise ConfigError(f"{name}.worker_cls {shown} must subclass roll.runtime.Worker")
+    return target
 
 
-class MethodProxy:
-    """Calls one registered worker method on the cluster. Reserved keyword arguments: ``blocking``, ``timeout``."""
+class _Actors:
+    """What a cluster must give back when it goes: its actors and its rendezvous port. Shared by the cluster and
+    its finalizer (which must not reference the cluster itself)."""
 
-    def __init__(self, cluster: Cluster, name: str, registration: Registration, doc: str | None) -> None:
-        self._cluster = cluster
-        self._name = name
-        self.registration = registration
-        self.__name__ = name
-        self.__doc__ = doc
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.workers: list[ActorHandle[Any]] = []
+        self.master: tuple[str, int] | None = None
 
-    def __call__(self, *args: Any, blocking: bool = True, timeout: float | None = None, **kwargs: Any) -> Any:
-        return self._cluster._call(self._name, self.registration, args, kwargs, blocking=blocking, timeout=timeout)
+    def release(self) -> None:
+        workers, self.workers = self.workers, []
+        for worker in workers:
+            try:
+                ray.kill(worker, no_restart=True)
+            except Exception as e:  # an actor that is already gone is the goal, not a failure
+                logger.debug("killing %s failed: %s", self.name, e)
+        if self.master is not None:
+            with _claimed_lock:
+                _claimed_ports.discard(self.master)
+            self.master = None
 
-    def __repr__(self) -> str:
-        return f"<{self._cluster.name}.{self._name} {self.registration.dispatch_mode!r}>"
 
+class Cluster(Generic[W]):
+    """One role: ``world_size`` Worker actors placed by a ResourceManager, with a proxy per registered method.
 
-class Cluster:
-    """One role: ``world_size`` Worker actors placed by a ResourceManager, with a proxy per registered method."""
+    Use it as a context manager (``with Cluster(...) as cluster:``) or call :meth:`shutdown`; a cluster that is
+    dropped also frees its actors and their names.
+    """
+
+    if TYPE_CHECKING:
+        # Registered methods are descriptors of the per-worker-class subclass; type checkers see them as proxies
+        # with unchecked arguments. Use ``cluster.method(Worker.fn)`` for checked ones.
+        def __getattr__(self, name: str) -> MethodProxy[...]: ...
+
+    def __new__(cls, name: str, worker_cls: type[W] | str, *args: Any, **kwargs: Any) -> Cluster[W]:
+        base = cls.__dict__.get("_roll_base", cls)  # a per-worker-class subclass knows the class it was made from
+        return super().__new__(class_for(base, _resolve_worker_cls(name, worker_cls)))
 
     def __init__(
         self,
         name: str,
-        worker_cls: type[Worker] | str,
+        worker_cls: type[W] | str,
         resource_manager: ResourceManager,
         worker_config: WorkerConfig,
     ) -> None:
         self.name = name
         self.worker_config = worker_config
-        self.worker_cls = resolve_class(worker_cls)
-        if not issubclass(self.worker_cls, Worker):
-            raise ConfigError(f"{name}.worker_cls {self.worker_cls.__qualname__} must subclass roll.runtime.Worker")
+        self.worker_cls: type[W] = _resolve_worker_cls(name, worker_cls)  # type: ignore[assignment]
         self.resource_manager = resource_manager
         self.timeout_s = worker_config.rpc_timeout_s
         self._registrations = registered_methods(self.worker_cls)
         self.placements = resource_manager.allocate(worker_config)
-        self._master: tuple[str, int] | None = None
-        self.workers: list[ray.actor.ActorHandle] = []
+        self._actors = _Actors(name)
+        self._finalizer: weakref.finalize[[], Cluster[Any]] | None = weakref.finalize(self, self._actors.release)
+        self._finalizer.atexit = False  # at interpreter exit Ray stops the driver's actors itself
         self._rank_infos: list[RankInfo] = []
-        self._topology_refs: list[ray.ObjectRef] | None = None
+        self._topology_refs: list[ObjectRef[Any]] | None = None
         self.last_call_stats: dict[str, int] = {}
         self._create_workers()
-        for method, registration in self._registrations.items():
-            doc = getattr(getattr(self.worker_cls, method), "__doc__", None)
-            setattr(self, method, MethodProxy(self, method, registration, doc))
+
+    # --- resource handling ------------------------------------------------------------------------------
+    @property
+    def workers(self) -> list[ActorHandle[Any]]:
+        """The actor handles, by rank (empty once shut down)."""
+        return self._actors.workers
+
+    @property
+    def _master(self) -> tuple[str, int] | None:
+        return self._actors.master
+
+    def shutdown(self) -> None:
+        """Stop every worker actor of this role and free their names. Safe to call twice."""
+        self._actors.release()
+
+    def __enter__(self) -> Cluster[W]:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.shutdown()
+
+    def method(self, fn: Callable[Concatenate[W, P], Any]) -> MethodProxy[P]:
+        """The proxy of a registered method, named by the worker class's own function: ``cluster.method(
+        EchoWorker.tag_rows)``. Type checkers then check the call's arguments against ``tag_rows``'s."""
+        name = getattr(fn, "__name__", None)
+        registration = get_registration(fn)
+        if name is None or registration is None or name not in self._registrations:
+            raise ConfigError(
+                f"{fn!r} is not a registered method of {self.worker_cls.__qualname__}; "
+                f"registered: {sorted(self._registrations)}"
+            )
+        method = getattr(self.worker_cls, name)
+        return MethodProxy(self, name, self._registrations[name], doc=method.__doc__, signature=proxy_signature(method))
 
     # --- topology ---------------------------------------------------------------------------------------
     @property
@@ -123,7 +192,8 @@ class Cluster:
     @property
     def master_address(self) -> tuple[str, int]:
         """(MASTER_ADDR, MASTER_PORT) of this role's torch.distributed rendezvous."""
-        assert self._master is not None
+        if self._master is None:
+            raise ConfigError(f"cluster {self.name!r} is shut down; it has no rendezvous address")
         return self._master
 
     def _fetch_rank_infos(self) -> list[RankInfo]:
@@ -148,7 +218,7 @@ class Cluster:
         env.update(self.worker_config.system_envs)
         return env
 
-    def _spawn(self, placement: Placement, max_concurrency: int) -> ray.actor.ActorHandle:
+    def _spawn(self, placement: Placement, max_concurrency: int) -> ActorHandle[Any]:
         options = dict(placement.actor_options)
         options.update(
             name=f"{self.name}-{placement.rank}",
@@ -156,7 +226,8 @@ class Cluster:
             runtime_env={"env_vars": self._actor_env(placement)},
         )
         try:
-            return ray.remote(self.worker_cls).options(**options).remote(self.worker_config)
+            actor_cls: Any = ray.remote(self.worker_cls)  # ray's types do not follow options(**dict)
+            return cast("ActorHandle[Any]", actor_cls.options(**options).remote(self.worker_config))
         except ValueError as e:
             if "already taken" in str(e) or "already exists" in str(e):
                 raise ConfigError(
@@ -171,18 +242,19 @@ class Cluster:
         start_timeout = self.worker_config.start_timeout_s
         try:
             # All actors start in parallel; the rendezvous address is pushed to them before any call is made.
-            self.workers = [self._spawn(p, max_concurrency) for p in self.placements]
+            for placement in self.placements:
+                self._actors.workers.append(self._spawn(placement, max_concurrency))
             first = self.workers[0]
             address, port = self._wait_start([first.__ray_call__.remote(_rendezvous_address)], start_timeout)[0]
-            self._master = self._claim(address, port, first, start_timeout)
-            master_env = {"MASTER_ADDR": self._master[0], "MASTER_PORT": str(self._master[1])}
+            master = self._actors.master = self._claim(address, port, first, start_timeout)
+            master_env = {"MASTER_ADDR": master[0], "MASTER_PORT": str(master[1])}
             self._wait_start([w._roll_set_env.remote(master_env) for w in self.workers], start_timeout)
             self._rank_infos = self._fetch_rank_infos()
         except BaseException:
             self.shutdown()
             raise
 
-    def _wait_start(self, refs: list[ray.ObjectRef], timeout_s: float) -> list[Any]:
+    def _wait_start(self, refs: list[ObjectRef[Any]], timeout_s: float) -> list[Any]:
         try:
             return wait_all(refs, list(range(len(refs))), cluster=self.name, method="__init__", timeout_s=timeout_s)
         except (RpcTimeoutError, WorkerLostError) as e:
@@ -197,7 +269,7 @@ class Cluster:
                 raise WorkerLostError(self.name, e.rank, "__init__", f"{e.remote_traceback} {hint}") from None
             raise  # the worker's constructor failed: its own error says why
 
-    def _claim(self, address: str, port: int, first: ray.actor.ActorHandle, timeout_s: float) -> tuple[str, int]:
+    def _claim(self, address: str, port: int, first: ActorHandle[Any], timeout_s: float) -> tuple[str, int]:
         # Ports picked concurrently by different clusters on one node could collide; keep them unique per driver.
         for _ in range(16):
             with _claimed_lock:
@@ -218,6 +290,8 @@ class Cluster:
         blocking: bool,
         timeout: float | None,
     ) -> Any:
+        if not self.workers:
+            raise WorkerLostError(self.name, 0, method, "the cluster was shut down")
         infos = self.rank_infos
         mode = registration.dispatch_mode
         per_rank = mode.dispatch(args, kwargs, infos)
@@ -249,6 +323,7 @@ class Cluster:
                 cluster=self.name,
                 method=method,
                 timeout_s=timeout_s,
+                owner=self,
             )
         outputs = wait_all(refs, ranks, cluster=self.name, method=method, timeout_s=timeout_s)
         if method in _TOPOLOGY_METHODS:
@@ -256,7 +331,9 @@ class Cluster:
             self._rank_infos = self._fetch_rank_infos()
         return collect(outputs)
 
-    def _share_repeated_args(self, per_rank: list[tuple[tuple, dict]]) -> list[tuple[tuple, dict]]:
+    def _share_repeated_args(
+        self, per_rank: list[tuple[tuple[Any, ...], dict[str, Any]]]
+    ) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         """Put each non-trivial object that several ranks receive into the object store once, and pass the ref."""
         counts: dict[int, int] = {}
         for args, kwargs in per_rank:
@@ -267,7 +344,7 @@ class Cluster:
         self.last_call_stats = {"object_store_puts": 0}
         if not shared:
             return per_rank
-        refs: dict[int, ray.ObjectRef] = {}
+        refs: dict[int, ObjectRef[Any]] = {}
 
         def swap(value: Any) -> Any:
             key = id(value)
@@ -289,7 +366,14 @@ class Cluster:
         if not blocking:
             ranks = list(range(len(refs)))
             return PendingCall(
-                refs, refs, ranks, list, cluster=self.name, method=method, timeout_s=timeout or self.timeout_s
+                refs,
+                refs,
+                ranks,
+                list,
+                cluster=self.name,
+                method=method,
+                timeout_s=timeout or self.timeout_s,
+                owner=self,
             )
         return wait_all(
             refs, list(range(len(refs))), cluster=self.name, method=method, timeout_s=timeout or self.timeout_s
@@ -304,25 +388,23 @@ class Cluster:
             return ref
         return wait_all([ref], [0], cluster=self.name, method=method, timeout_s=timeout or self.timeout_s)[0]
 
-    def shutdown(self) -> None:
-        """Stop every worker actor of this role. Safe to call twice."""
-        for worker in self.workers:
-            try:
-                ray.kill(worker, no_restart=True)
-            except Exception as e:  # an actor that is already gone is the goal, not a failure
-                logger.debug("killing %s failed: %s", self.name, e)
-        self.workers = []
-        if self._master is not None:
-            with _claimed_lock:
-                _claimed_ports.discard(self._master)
-
     def __repr__(self) -> str:
         return f"Cluster(name={self.name!r}, worker_cls={self.worker_cls.__qualname__}, world_size={self.world_size})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A cluster handed to another process (e.g. as an argument of a worker call) is a view of the same actors:
+        # it can call them, and shutdown() on it stops them, but dropping the copy does not (only the original's
+        # owner decides that).
+        state = {k: v for k, v in self.__dict__.items() if k != "_finalizer"}
+        return _restore, (type(self).__dict__.get("_roll_base", type(self)), self.worker_cls, state)
+
+
+def _restore(base: type[Cluster[Any]], worker_cls: type[Worker], state: dict[str, Any]) -> Cluster[Any]:
+    cluster: Cluster[Any] = object.__new__(class_for(base, worker_cls))
+    cluster.__dict__.update(state)
+    cluster._finalizer = None
+    return cluster
 
 
 def _rendezvous_address(worker: Worker) -> tuple[str, int]:
     return worker._roll_node_address(), worker._roll_free_port()
-
-
-def cluster_names(clusters: Sequence[Cluster]) -> list[str]:
-    return [c.name for c in clusters]

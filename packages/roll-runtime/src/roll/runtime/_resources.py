@@ -177,11 +177,11 @@ class ResourceManager:
         return Placement(rank, node_rank, node.node_id, node.ip, (), (), options)
 
     def _node_group(self, node_rank: int) -> PlacementGroup:
-        group = self._groups.get(node_rank)
-        if group is not None:
-            return group
+        reserved = self._groups.get(node_rank)
+        if reserved is not None:
+            return reserved
         node = self.gpu_nodes[node_rank]
-        group = placement_group(
+        group: PlacementGroup = placement_group(
             [{"GPU": float(self.num_gpus_per_node)}],
             strategy="STRICT_PACK",
             _soft_target_node_id=node.node_id,

@@ -71,7 +71,7 @@ def _wrap_registered(fn: Any) -> Any:
     if getattr(fn, "__roll_wrapped__", False):
         return fn
 
-    def before(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def before(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         if registration.prefetch:
             return _resolve_nested_refs(args), _resolve_nested_refs(kwargs)
         return args, kwargs
@@ -79,7 +79,7 @@ def _wrap_registered(fn: Any) -> Any:
     if registration.is_async:
 
         @functools.wraps(fn)
-        async def async_wrapper(self, *args: Any, **kwargs: Any) -> Any:
+        async def async_wrapper(self: Worker, *args: Any, **kwargs: Any) -> Any:
             args, kwargs = before(args, kwargs)
             try:
                 return await fn(self, *args, **kwargs)
@@ -91,7 +91,7 @@ def _wrap_registered(fn: Any) -> Any:
     else:
 
         @functools.wraps(fn)
-        def sync_wrapper(self, *args: Any, **kwargs: Any) -> Any:
+        def sync_wrapper(self: Worker, *args: Any, **kwargs: Any) -> Any:
             args, kwargs = before(args, kwargs)
             try:
                 return fn(self, *args, **kwargs)
@@ -161,7 +161,8 @@ class Worker:
         """This worker's reachable IP, used by rank 0 as MASTER_ADDR."""
         import ray
 
-        return ray.util.get_node_ip_address()
+        address: str = ray.util.get_node_ip_address()
+        return address
 
     def _roll_free_port(self) -> int:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -170,9 +171,6 @@ class Worker:
 
     def _roll_set_env(self, env: dict[str, str]) -> None:
         os.environ.update(env)
-
-    def _roll_ready(self) -> int:
-        return os.getpid()
 
 
 def registered_methods(worker_cls: type) -> dict[str, Any]:

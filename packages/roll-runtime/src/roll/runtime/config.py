@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import ast
 import contextvars
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from roll.runtime.errors import ConfigError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["RollModel", "WorkerConfig", "format_validation_error", "parse_device_mapping", "validation_error_lines"]
 
@@ -71,7 +74,7 @@ class RollModel(BaseModel):
             _DEPTH.reset(token)
 
     @classmethod
-    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any):  # type: ignore[override]
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Self:
         token = _DEPTH.set(_DEPTH.get() + 1)
         try:
             return super().model_validate(obj, *args, **kwargs)
@@ -211,10 +214,6 @@ class WorkerConfig(RollModel):
             )
         object.__setattr__(self, "world_size", derived)
         return self
-
-    @property
-    def uses_devices(self) -> bool:
-        return self.device_mapping is not None
 
     def devices_of(self, rank: int) -> list[int]:
         """Global device ids owned by ``rank`` (consecutive groups of ``num_gpus_per_worker``)."""

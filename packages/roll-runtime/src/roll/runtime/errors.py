@@ -1,12 +1,15 @@
 """roll's error types above the protocol layer.
 
-``RollError`` and ``ProtocolError`` live in ``roll.protocol`` (the lowest layer) and are re-exported here so
-applications can import the whole hierarchy from one place.
+``RollError``, ``ProtocolError`` and ``MissingExtraError`` live in ``roll.protocol`` (the lowest layer) and are
+re-exported here so applications can import the whole hierarchy from one place. Every error pickles with its message
+and fields (see ``roll.protocol.errors``), so a worker's error reaches the driver intact.
 """
 
 from __future__ import annotations
 
-from roll.protocol.errors import ProtocolError, RollError
+from typing import ClassVar
+
+from roll.protocol.errors import MissingExtraError, ProtocolError, RollError
 
 __all__ = [
     "ConfigError",
@@ -22,31 +25,28 @@ __all__ = [
 class ConfigError(RollError, ValueError):
     """A configuration value is invalid. The message names the field, the bad value and how to fix it."""
 
-
-class MissingExtraError(RollError, ImportError):
-    """An optional backend was selected but its library is not installed.
-
-    The message carries the exact ``pip install`` command that adds it.
-    """
-
-    def __init__(self, feature: str, package: str, extra: str, *, cause: str | None = None) -> None:
-        self.feature = feature
-        self.pip_command = f"pip install '{package}[{extra}]'"
-        detail = f" ({cause})" if cause else ""
-        super().__init__(
-            f"{feature} needs an optional dependency that is not installed{detail}. Install it with: {self.pip_command}"
-        )
+    exit_code: ClassVar[int] = 2
 
 
 class WorkerError(RollError):
-    """A registered method raised inside a worker. Names the cluster, rank and method, and carries the remote traceback."""
+    """A registered method raised inside a worker. Names the cluster, rank and method, and carries the remote
+    traceback and, when the worker raised a roll error, that error itself as ``cause`` (its own message and hint)."""
 
-    def __init__(self, cluster: str, rank: int, method: str, remote_traceback: str) -> None:
+    def __init__(
+        self, cluster: str, rank: int, method: str, remote_traceback: str, cause: BaseException | None = None
+    ) -> None:
         self.cluster = cluster
         self.rank = rank
         self.method = method
         self.remote_traceback = remote_traceback
+        self.cause = cause
         super().__init__(f"{cluster} rank {rank} failed in {method}():\n{remote_traceback}")
+
+    @property
+    def summary(self) -> str:
+        """One line for a console: where it failed and the worker's own message when it raised a roll error."""
+        where = f"{self.cluster} rank {self.rank} failed in {self.method}()"
+        return f"{where}: {self.cause}" if isinstance(self.cause, RollError) else str(self)
 
 
 class WorkerLostError(WorkerError):
@@ -54,6 +54,7 @@ class WorkerLostError(WorkerError):
 
     def __init__(self, cluster: str, rank: int, method: str, reason: str) -> None:
         super().__init__(cluster, rank, method, reason)
+        self.reason = reason
         self.args = (f"{cluster} rank {rank} died during {method}(): {reason}",)
 
 
@@ -67,6 +68,7 @@ class RpcTimeoutError(RollError, TimeoutError):
         self.method = method
         self.pending_ranks = pending_ranks
         self.timeout_s = timeout_s
+        self.hint = hint
         advice = hint or "raise rpc_timeout_s in the role's config if the work is legitimately slow"
         super().__init__(
             f"{cluster}.{method}() did not finish within {timeout_s:g} s; ranks still running: {pending_ranks}. {advice}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from roll.runtime.errors import ConfigError, MissingExtraError
 
@@ -92,7 +92,7 @@ class Registry(Generic[T]):
         if not entry.resolved:
             entry.target = self._resolve(name, entry)
             entry.resolved = True
-        return entry.target
+        return cast("T", entry.target)
 
     def _resolve(self, name: str, entry: _Entry) -> Any:
         try:

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Iterator
 from types import ModuleType
+from typing import Any
 
 import ray
 
@@ -14,7 +15,7 @@ from roll.runtime._bootstrap import RayInfo, init, shutdown
 
 
 @contextlib.contextmanager
-def local_ray(num_cpus: int = 32, **kwargs) -> Iterator[RayInfo]:
+def local_ray(num_cpus: int = 32, **kwargs: Any) -> Iterator[RayInfo]:
     """A private local Ray for a test session: auth off, many logical CPUs so many small actors fit."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     already = ray.is_initialized()

@@ -1,5 +1,6 @@
 """roll's algorithm maths as pure functions on tensors: masked reductions, KL estimators and controllers,
-reward shaping, advantage estimators, policy/value/KL/entropy losses, importance weights and DPO.
+reward shaping, advantage estimators, policy/value/KL/entropy losses, importance weights, DPO and the agentic
+(multi-turn) estimators: reward normalisation by grouping, step returns, GiGPO, step_reinforce, agentic_reinforce.
 
 Conventions: token-level tensors are (batch, response_len) with a right-padded ``response_mask`` (bool or float,
 non-zero = valid); response-level tensors are (batch,); groups of samples of one prompt are given by a (batch,)
@@ -19,6 +20,21 @@ from roll.pipelines.algorithms.advantages import (
     reinforce_plus_plus_baseline_advantages,
     rloo_advantages,
     whiten_and_clip_advantages,
+)
+from roll.pipelines.algorithms.agentic import (
+    NORM_TYPES,
+    REWARD_NORM_METHODS,
+    GigpoRewards,
+    agentic_reinforce_advantages,
+    gigpo_rewards,
+    grouped_reward_norm,
+    labels_to_index,
+    reinforce_returns,
+    reward_norm_types,
+    segment_masked_mean,
+    state_group_index,
+    step_discounted_returns,
+    step_reinforce_rewards,
 )
 from roll.pipelines.algorithms.dpo import DPO_LOSS_TYPES, dpo_loss, sequence_log_probs
 from roll.pipelines.algorithms.kl import (
@@ -53,17 +69,24 @@ __all__ = [
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
     "NORMALIZE_MODES",
+    "NORM_TYPES",
+    "REWARD_NORM_METHODS",
     "AdaptiveKLController",
     "FixedKLController",
+    "GigpoRewards",
+    "agentic_reinforce_advantages",
     "aggregate_loss",
     "clip_rewards",
     "compute_advantages",
     "dpo_loss",
     "entropy_loss",
     "gae_advantages",
+    "gigpo_rewards",
+    "grouped_reward_norm",
     "grpo_advantages",
     "kl_loss",
     "kl_penalty",
+    "labels_to_index",
     "make_kl_controller",
     "masked_mean",
     "masked_sum",
@@ -75,8 +98,14 @@ __all__ = [
     "policy_loss",
     "reinforce_plus_plus_advantages",
     "reinforce_plus_plus_baseline_advantages",
+    "reinforce_returns",
+    "reward_norm_types",
     "rloo_advantages",
+    "segment_masked_mean",
     "sequence_log_probs",
+    "state_group_index",
+    "step_discounted_returns",
+    "step_reinforce_rewards",
     "token_level_rewards_from_scores",
     "truncated_importance_weights",
     "value_loss",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from roll.runtime.errors import RollError
 
@@ -17,6 +17,8 @@ class DataError(RollError, ValueError):
     and says how to fix it, e.g. ``"train.jsonl row 17: missing key 'response' (keys: prompt, answer); set
     data_args.response_key or fix the row"``.
     """
+
+    exit_code: ClassVar[int] = 2
 
 
 def row_location(source: str, index: int | None) -> str:

@@ -1,0 +1,223 @@
+"""Configuration of agentic rollouts, with ROLL's key names.
+
+* ``custom_envs: {tag: CustomEnvConfig}``: what each env tag is (env type and its ``env_config``), its turn and
+  token limits, prompt templates and env manager (trajectory-wise ``traj`` or step-wise ``step``).
+* ``train_env_manager`` / ``val_env_manager``: :class:`EnvManagerConfig`, the EnvironmentWorker role:
+  ``num_env_groups`` groups of ``group_size`` envs sharing a seed, spread over ``tags`` by
+  ``num_groups_partition``, ``max_env_num_per_worker`` envs per worker.
+* ``reward_normalization``: :class:`RewardNormalizationConfig` (``grouping`` column and ``method``).
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from roll.runtime import RollModel, WorkerConfig
+from roll.strategies import GenerationConfig
+
+__all__ = [
+    "DEFAULT_AGENT_TEMPLATE",
+    "DEFAULT_STEP_AGENT_TEMPLATE",
+    "DEFAULT_SYSTEM_TEMPLATE",
+    "ENV_MANAGER_ALIASES",
+    "CustomEnvConfig",
+    "EnvManagerConfig",
+    "RewardNormalizationConfig",
+    "ToolConfig",
+    "ToolWrapperConfig",
+]
+
+DEFAULT_SYSTEM_TEMPLATE = (
+    "You're a helpful assistant. You are a good game player. You are aiming to get high reward in the game."
+)
+DEFAULT_AGENT_TEMPLATE = (
+    "Turn {turn_idx}:\nObservation:\n{observation}\nYou have {actions_left} actions left. "
+    "Answer in the format <answer>[your action]</answer>, in at most {max_response_length} tokens.\n"
+    "Decide the next action:"
+)
+DEFAULT_STEP_AGENT_TEMPLATE = (
+    "## Env Instruction: {env_instruction}\n\n## State Description:\nPrior to this step, you have completed "
+    "{step_count} steps. Recent history (the last {history_length} observations and your responses):\n"
+    "[{history}]\n\nCurrent State:\nYou are at step {current_step}. Your current observation is: "
+    "[{current_observation}]\n\nAnswer in the format <answer>[your action]</answer>, in at most "
+    "{max_response_length} tokens. Decide the next action:"
+)
+# Fields each manager fills in its templates (any subset may be used).
+TRAJ_TEMPLATE_FIELDS = {"observation", "turn_idx", "actions_left", "max_response_length", "suffix"}
+STEP_TEMPLATE_FIELDS = {
+    "env_instruction",
+    "history",
+    "history_length",
+    "step_count",
+    "current_step",
+    "current_observation",
+    "max_response_length",
+    "suffix",
+}
+# ROLL's env manager class paths, accepted as they appear in ROLL YAML files.
+ENV_MANAGER_ALIASES = {
+    "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager": "traj",
+    "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager": "step",
+}
+# ROLL's column names for reward_normalization.grouping -> ours (we name per-row columns in the singular, like RLVR).
+GROUPING_ALIASES = {"tags": "tag", "env_ids": "env_id", "group_ids": "group_id"}
+ROLL_GROUP_FILTER = "roll.pipeline.agentic.agentic_pipeline.GroupFilter"
+ROLL_ENV_WORKER = "roll.pipeline.agentic.environment_worker.EnvironmentWorker"
+
+
+def template_fields(template: str) -> set[str]:
+    """The ``{name}`` fields of a ``str.format`` template."""
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
+class ToolConfig(RollModel):
+    tool_id: str = Field(description="A registered tool: python_code, search, mcp, or your own.")
+    tool_args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolWrapperConfig(RollModel):
+    """ROLL's ``tool_wrapper``: tools added to an env (see roll.agentic.tools.ToolEnvWrapper)."""
+
+    wrapper_args: dict[str, Any] = Field(
+        default_factory=dict, description="tool_reward, tool_success_reward, max_tool_uses."
+    )
+    tool_configs: list[ToolConfig] = Field(default_factory=list)
+
+
+class CustomEnvConfig(RollModel):
+    """One env tag of ``custom_envs``."""
+
+    env_type: str = Field(description="frozen_lake, sokoban, arithmetic, tool_math, a GEM id, or 'pkg.mod:MyEnv'.")
+    env_config: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the env.")
+    max_steps: int = Field(default=10, ge=1, description="Most turns (actions) per episode.")
+    max_tokens_per_step: int = Field(default=128, ge=1, description="Most generated tokens per turn.")
+    max_tokens_per_traj: int | None = Field(
+        default=None, ge=1, description="Most generated tokens per episode, all turns together (None: no limit)."
+    )
+    env_manager_cls: str = Field(default="traj", description="'traj', 'step', or an import path of a manager class.")
+    history_length: int = Field(default=5, ge=0, description="Step-wise: past turns shown in each prompt.")
+    agent_system_template: str | None = Field(default=DEFAULT_SYSTEM_TEMPLATE)
+    agent_template: str | None = Field(default=None, description="Per-turn user message (default per manager).")
+    use_thread_lock: bool = Field(default=False, description="Never run two calls of this tag's envs at once.")
+    max_env_step_concurrent: int = Field(default=0, ge=0, description="Most concurrent env calls per worker (0: any).")
+    step_timeout_s: float = Field(default=60.0, gt=0, description="reset()/step() taking longer ends the episode.")
+    tool_wrapper: ToolWrapperConfig | None = None
+    agent_runner_cls: str | None = Field(default=None, description="Not supported; accepted as null for ROLL YAML.")
+
+    @field_validator("env_manager_cls")
+    @classmethod
+    def _alias(cls, value: str) -> str:
+        return ENV_MANAGER_ALIASES.get(value, value)
+
+    @field_validator("agent_runner_cls")
+    @classmethod
+    def _no_runner(cls, value: str | None) -> str | None:
+        if value is not None:
+            raise ValueError("agent runners are not supported; remove agent_runner_cls (or set it to null)")
+        return value
+
+    @model_validator(mode="after")
+    def _check_templates(self) -> CustomEnvConfig:
+        step_wise = self.env_manager_cls == "step"
+        if self.agent_template is None:
+            default = DEFAULT_STEP_AGENT_TEMPLATE if step_wise else DEFAULT_AGENT_TEMPLATE
+            object.__setattr__(self, "agent_template", default)
+        if self.env_manager_cls in ("traj", "step"):
+            allowed = STEP_TEMPLATE_FIELDS if step_wise else TRAJ_TEMPLATE_FIELDS
+            unknown = sorted(template_fields(self.agent_template or "") - allowed)
+            if unknown:
+                raise ValueError(
+                    f"agent_template uses fields {unknown} that the {self.env_manager_cls} manager does not fill; "
+                    f"available: {sorted(allowed)}"
+                )
+        return self
+
+
+class EnvManagerConfig(WorkerConfig):
+    """The EnvironmentWorker role of one scheduler (train or val): env groups, tags and workers.
+
+    ``world_size`` is derived: ``ceil(num_env_groups * group_size / max_env_num_per_worker)``.
+    """
+
+    name: str = "train_env"
+    worker_cls: Any = Field(default="roll.agentic.worker.EnvironmentWorker")
+    num_env_groups: int = Field(default=1, ge=1, description="Groups of envs; a group's envs share one seed.")
+    group_size: int = Field(default=1, ge=1, description="Envs (episodes) per group: GRPO's group.")
+    tags: list[str] = Field(default_factory=list, description="custom_envs tags run by this manager.")
+    num_groups_partition: list[int] | None = Field(
+        default=None, description="Groups per tag (default: num_env_groups split evenly over tags)."
+    )
+    max_env_num_per_worker: int = Field(default=0, ge=0, description="Envs per EnvironmentWorker (0: all in one).")
+    max_traj_per_env: int = Field(
+        default=-1, description="Most episodes an env runs per batch request (-1: as many as needed)."
+    )
+    group_filter_cls: str = Field(
+        default="roll.agentic.scheduler.filters.GroupFilter",
+        description="Class with filter(group_id, episode_id, episodes) -> True to drop the group.",
+    )
+    generating_args: GenerationConfig | None = Field(default=None, description="Sampling of this manager's turns.")
+
+    @field_validator("worker_cls", mode="before")
+    @classmethod
+    def _roll_worker(cls, value: Any) -> Any:
+        return "roll.agentic.worker.EnvironmentWorker" if value == ROLL_ENV_WORKER else value
+
+    @field_validator("group_filter_cls")
+    @classmethod
+    def _roll_filter(cls, value: str) -> str:
+        return "roll.agentic.scheduler.filters.GroupFilter" if value == ROLL_GROUP_FILTER else value
+
+    @model_validator(mode="after")
+    def _derive(self) -> EnvManagerConfig:
+        if not self.tags:
+            raise ValueError(f"{self.name}: tags is empty; list the custom_envs tags this manager runs")
+        if self.num_groups_partition is None:
+            base, extra = divmod(self.num_env_groups, len(self.tags))
+            partition = [base + (1 if i < extra else 0) for i in range(len(self.tags))]
+            object.__setattr__(self, "num_groups_partition", partition)
+        partition = self.num_groups_partition or []
+        if len(partition) != len(self.tags) or sum(partition) != self.num_env_groups or min(partition) < 0:
+            raise ValueError(
+                f"{self.name}: num_groups_partition {partition} must give one count >= 0 per tag {self.tags} "
+                f"summing to num_env_groups={self.num_env_groups}"
+            )
+        total = self.num_env_groups * self.group_size
+        per_worker = self.max_env_num_per_worker or total
+        object.__setattr__(self, "max_env_num_per_worker", per_worker)
+        object.__setattr__(self, "world_size", -(-total // per_worker))
+        if self.generating_args is not None and self.generating_args.num_return_sequences != 1:
+            raise ValueError(f"{self.name}.generating_args.num_return_sequences must be 1 (one response per turn)")
+        return self
+
+    @property
+    def num_envs(self) -> int:
+        return self.num_env_groups * self.group_size
+
+
+class RewardNormalizationConfig(RollModel):
+    """ROLL's ``reward_normalization``: statistics per ``grouping`` column; ``method`` derives the mean/std types
+    unless ``norm_mean_type``/``norm_std_type`` are set (see roll.pipelines.algorithms.grouped_reward_norm)."""
+
+    grouping: str = Field(default="batch", description="'batch', or a column: traj_group_id, tag, ...")
+    method: Literal["identity", "mean", "mean_std", "asym_clip"] = "identity"
+    norm_mean_type: Literal["batch", "group"] | None = None
+    norm_std_type: Literal["batch", "group"] | None = None
+
+    @field_validator("grouping")
+    @classmethod
+    def _alias(cls, value: str) -> str:
+        return GROUPING_ALIASES.get(value, value)
+
+    @model_validator(mode="after")
+    def _derive(self) -> RewardNormalizationConfig:
+        from roll.pipelines.algorithms import reward_norm_types
+
+        mean_type, std_type = reward_norm_types(self.method, self.grouping)
+        if self.norm_mean_type is None:
+            object.__setattr__(self, "norm_mean_type", mean_type)
+        if self.norm_std_type is None:
+            object.__setattr__(self, "norm_std_type", std_type)
+        return self

@@ -1,0 +1,125 @@
+"""The environment contract: GEM's text API, seeded and deterministic.
+
+An environment is any object with::
+
+    reset(seed: int | None = None) -> (observation: str, info: dict)
+    step(action: str) -> (observation: str, reward: float, terminated: bool, truncated: bool, info: dict)
+
+(``close()`` is optional). Classes from the ``gem-llm`` package satisfy it as they are; :class:`Env` is a
+convenience base for our own. Equal seeds must give equal episodes for equal actions: GRPO-style groups rely on
+every member starting from the same state.
+
+``info`` keys the env managers read (all optional):
+
+* ``success`` (bool): the task is solved (the metric ``val/success`` is built from it; for ROLL-style envs it may
+  also sit in ``info["metrics"]["success"]``).
+* ``action_is_valid`` (bool): the response parsed into an action (``val/format``); an unparsable action should
+  earn the env's ``format_penalty``.
+* ``env_instruction`` (str, on reset): rules of the game, shown once at the start of the conversation.
+* ``use_tool`` (bool, on step): the observation is a tool result (rendered as a ``tool`` message).
+* ``metrics`` (dict[str, float]): extra per-step numbers averaged into the episode's metrics.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from abc import ABC, abstractmethod
+from typing import Any, Protocol, runtime_checkable
+
+from roll.runtime import RollError
+
+__all__ = [
+    "Env",
+    "EnvLike",
+    "EnvOutputError",
+    "ResetOutput",
+    "StepOutput",
+    "check_reset_output",
+    "check_step_output",
+    "info_flag",
+]
+
+ResetOutput = tuple[str, dict[str, Any]]
+StepOutput = tuple[str, float, bool, bool, dict[str, Any]]
+
+
+@runtime_checkable
+class EnvLike(Protocol):
+    """Structural type of an environment (GEM's API)."""
+
+    def reset(self, seed: int | None = None) -> ResetOutput: ...
+
+    def step(self, action: str) -> StepOutput: ...
+
+
+class Env(ABC):
+    """Base class for roll's text environments."""
+
+    #: True when the env draws from process-global RNGs (``random``, ``np.random``) after seeding them, as GEM's
+    #: envs do: the env managers then never run two of its calls at once, so concurrent episodes stay seeded.
+    uses_global_rng: bool = False
+
+    @abstractmethod
+    def reset(self, seed: int | None = None) -> ResetOutput:
+        """Start an episode; the same ``seed`` always gives the same initial state."""
+
+    @abstractmethod
+    def step(self, action: str) -> StepOutput:
+        """Apply the model's response (raw text) and return the next observation, reward and end flags."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (subprocesses, connections)."""
+
+
+class EnvOutputError(RollError):
+    """An environment returned something that is not GEM's ``(obs, info)`` / ``(obs, r, term, trunc, info)``."""
+
+
+def _check_info(info: Any, where: str) -> dict[str, Any]:
+    if info is None:
+        return {}
+    if not isinstance(info, dict):
+        raise EnvOutputError(f"{where}: info must be a dict, got {type(info).__name__}")
+    return info
+
+
+def check_reset_output(output: Any) -> ResetOutput:
+    """``(observation, info)`` from ``reset``, or :class:`EnvOutputError` saying what is wrong."""
+    if not isinstance(output, tuple) or len(output) != 2:
+        raise EnvOutputError(f"reset() must return (observation, info), got {_describe(output)}")
+    observation, info = output
+    if not isinstance(observation, str):
+        raise EnvOutputError(f"reset(): the observation must be text, got {type(observation).__name__}")
+    return observation, _check_info(info, "reset()")
+
+
+def check_step_output(output: Any) -> StepOutput:
+    """``(observation, reward, terminated, truncated, info)`` from ``step``, normalised to Python types."""
+    if not isinstance(output, tuple) or len(output) != 5:
+        raise EnvOutputError(
+            f"step() must return (observation, reward, terminated, truncated, info), got {_describe(output)}"
+        )
+    observation, reward, terminated, truncated, info = output
+    if not isinstance(observation, str):
+        raise EnvOutputError(f"step(): the observation must be text, got {type(observation).__name__}")
+    if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(float(reward)):
+        raise EnvOutputError(f"step(): the reward must be a finite number, got {reward!r}")
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(flag, bool | int) and type(flag).__name__ != "bool_":
+            raise EnvOutputError(f"step(): {name} must be a bool, got {flag!r}")
+    return observation, float(reward), bool(terminated), bool(truncated), _check_info(info, "step()")
+
+
+def info_flag(info: dict[str, Any], key: str) -> bool | None:
+    """``info[key]``, falling back to ROLL's ``info["metrics"][key]``; ``None`` when the env does not say."""
+    value = info.get(key)
+    if value is None and isinstance(info.get("metrics"), dict):
+        value = info["metrics"].get(key)
+    return None if value is None else bool(value)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)} items"
+    return type(value).__name__

@@ -1,0 +1,187 @@
+"""FrozenLake as a text game: walk from the start to the goal without falling into a hole.
+
+Maps are random and always solvable (a hole-free 4-connected path joins start and goal); the map, and on
+slippery ice every slip, come from the episode's seed, so an episode is a pure function of (seed, actions).
+Slippery ice follows gymnasium's rule: the intended move with probability 1/3, each perpendicular one with 1/3.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import Any
+
+from roll.agentic.env.base import Env, ResetOutput, StepOutput
+from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
+from roll.runtime import ConfigError
+
+__all__ = ["FrozenLakeEnv", "generate_frozen_lake_map", "shortest_path"]
+
+Cell = tuple[int, int]
+_SAMPLER = random.Random()
+_MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
+_PERPENDICULAR = {"Left": ("Up", "Down"), "Right": ("Up", "Down"), "Up": ("Left", "Right"), "Down": ("Left", "Right")}
+# Symbols of the rendered grid: ROLL's defaults.
+GRID_LOOKUP = {0: "P", 1: "_", 2: "O", 3: "G", 4: "X", 5: "√"}
+GRID_VOCAB = {"P": "player", "_": "empty", "O": "hole", "G": "goal", "X": "player in hole", "√": "player on goal"}
+INSTRUCTION = (
+    "You are solving the FrozenLake puzzle. Avoid the holes and reach the goal. "
+    "The answer must be one action per turn, in the format <answer>Right</answer>."
+)
+
+
+def shortest_path(board: list[str], start: Cell, goal: Cell) -> list[str] | None:
+    """Actions of a shortest hole-free path from ``start`` to ``goal`` on ``board`` ("F", "H", "S", "G" rows)."""
+    size = len(board)
+    previous: dict[Cell, tuple[Cell, str] | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        cell = queue.popleft()
+        if cell == goal:
+            path = []
+            while previous[cell] is not None:
+                cell, action = previous[cell]  # type: ignore[misc]
+                path.append(action)
+            return path[::-1]
+        for action, (dr, dc) in _MOVES.items():
+            nxt = (cell[0] + dr, cell[1] + dc)
+            if 0 <= nxt[0] < size and 0 <= nxt[1] < size and nxt not in previous and board[nxt[0]][nxt[1]] != "H":
+                previous[nxt] = (cell, action)
+                queue.append(nxt)
+    return None
+
+
+def generate_frozen_lake_map(size: int, p: float, rng: random.Random) -> list[str]:
+    """A solvable ``size`` x ``size`` board: each cell frozen with probability ``p``, random start and goal."""
+    while True:
+        board = [["F" if rng.random() < p else "H" for _ in range(size)] for _ in range(size)]
+        start = (rng.randrange(size), rng.randrange(size))
+        goal = (rng.randrange(size), rng.randrange(size))
+        if start == goal:
+            continue
+        board[start[0]][start[1]], board[goal[0]][goal[1]] = "S", "G"
+        rows = ["".join(row) for row in board]
+        if shortest_path(rows, start, goal) is not None:
+            return rows
+
+
+class FrozenLakeEnv(Env):
+    """FrozenLake with ROLL's configuration keys (``size``, ``p``, ``is_slippery``, ``map_seed``, ``max_steps``,
+    ``format_penalty``, ``action_pattern``, ``grid_lookup``, ``grid_vocab``, ``env_instruction``).
+
+    Reward 1 on reaching the goal, 0 otherwise, ``format_penalty`` for a response without a valid action (the
+    player does not move). Falling into a hole or reaching the goal terminates; ``max_steps`` actions truncate.
+    """
+
+    ACTIONS = ("Left", "Down", "Right", "Up")
+
+    def __init__(
+        self,
+        size: int = 4,
+        p: float = 0.8,
+        is_slippery: bool = False,
+        map_seed: int | None = None,
+        max_steps: int = 20,
+        format_penalty: float = 0.0,
+        action_pattern: str = ACTION_PATTERN,
+        grid_lookup: dict[int, str] | None = None,
+        grid_vocab: dict[str, str] | None = None,
+        env_instruction: str | None = None,
+        render_mode: str = "text",
+    ) -> None:
+        if size < 2:
+            raise ConfigError(f"frozen_lake size={size} is too small; use size >= 2")
+        if not 0 < p <= 1:
+            raise ConfigError(f"frozen_lake p={p} is not valid; it is the probability of a frozen cell, in (0, 1]")
+        if render_mode != "text":
+            raise ConfigError(f"frozen_lake render_mode={render_mode!r}: only 'text' is supported")
+        self.size, self.p, self.is_slippery = size, p, is_slippery
+        self.map_seed, self.max_steps, self.format_penalty = map_seed, max_steps, format_penalty
+        self.action_pattern = action_pattern
+        self.grid_lookup = {int(k): v for k, v in (grid_lookup or GRID_LOOKUP).items()}
+        self.grid_vocab = dict(grid_vocab or GRID_VOCAB)
+        self.env_instruction = env_instruction or INSTRUCTION
+        self.board: list[str] = []
+        self.player: Cell = (0, 0)
+        self.goal: Cell = (0, 0)
+        self.steps = 0
+        self._rng = random.Random(0)
+
+    # --- state ------------------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> ResetOutput:
+        self._rng = random.Random(seed)
+        map_rng = random.Random(self.map_seed) if self.map_seed is not None else self._rng
+        self.board = generate_frozen_lake_map(self.size, self.p, map_rng)
+        self.player = self._find("S")
+        self.goal = self._find("G")
+        self.steps = 0
+        return self.render(), {"env_instruction": self.instructions(), "success": False}
+
+    def _find(self, symbol: str) -> Cell:
+        for r, row in enumerate(self.board):
+            if symbol in row:
+                return r, row.index(symbol)
+        raise AssertionError(f"no {symbol} on the board")  # generate_frozen_lake_map always places S and G
+
+    def _cell(self, cell: Cell) -> str:
+        return self.board[cell[0]][cell[1]]
+
+    @property
+    def success(self) -> bool:
+        return self.player == self.goal
+
+    def solution(self) -> list[str]:
+        """A shortest action sequence from the current position (non-slippery ice reaches the goal with it)."""
+        path = shortest_path(self.board, self.player, self.goal)
+        return path or []
+
+    # --- dynamics ---------------------------------------------------------------------------------------
+    def _move(self, action: str) -> None:
+        if self.is_slippery:
+            action = self._rng.choice((action, *_PERPENDICULAR[action]))
+        dr, dc = _MOVES[action]
+        row = min(max(self.player[0] + dr, 0), self.size - 1)
+        col = min(max(self.player[1] + dc, 0), self.size - 1)
+        self.player = (row, col)
+
+    def step(self, action: str) -> StepOutput:
+        self.steps += 1
+        parsed = parse_action(action, self.action_pattern, self.ACTIONS)
+        info: dict[str, Any] = {"action_is_valid": parsed.valid, "action_content": parsed.content}
+        if not parsed.valid:
+            reward, terminated, effective = self.format_penalty, False, False
+        else:
+            before = self.player
+            self._move(parsed.action)  # type: ignore[arg-type]
+            effective = self.player != before
+            fell = self._cell(self.player) == "H"
+            reward, terminated = (1.0 if self.success else 0.0), self.success or fell
+        truncated = not terminated and self.steps >= self.max_steps
+        info.update(success=self.success, action_is_effective=effective)
+        info["metrics"] = {"action_is_valid": float(parsed.valid), "action_is_effective": float(effective)}
+        return self.render(), reward, terminated, truncated, info
+
+    # --- text -------------------------------------------------------------------------------------------
+    def render(self) -> str:
+        rows = []
+        for r, row in enumerate(self.board):
+            cells = []
+            for c, symbol in enumerate(row):
+                if (r, c) == self.player:
+                    code = 4 if symbol == "H" else 5 if symbol == "G" else 0
+                else:
+                    code = {"H": 2, "G": 3}.get(symbol, 1)
+                cells.append(self.grid_lookup.get(code, "?"))
+            rows.append("".join(cells))
+        return "\n".join(rows)
+
+    def instructions(self) -> str:
+        vocab = ", ".join(f"{k}: {v}" for k, v in self.grid_vocab.items())
+        return (
+            f"{self.env_instruction}\nThe meaning of each symbol in the state is:\n{vocab}"
+            f"\nYour available actions are:\n{', '.join(self.ACTIONS)}"
+        )
+
+    def sample_random_action(self) -> str:
+        # A separate generator: sampling must not shift the episode's own (seeded) slips.
+        return f"<answer>{_SAMPLER.choice(self.ACTIONS)}</answer>"

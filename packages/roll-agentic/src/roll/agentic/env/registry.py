@@ -1,0 +1,107 @@
+"""Environment types by name (``env_type`` in a ``custom_envs`` entry), resolved lazily.
+
+``make_env(env_type, **env_config)`` accepts:
+
+* a registered name: ``frozen_lake``, ``sokoban``, ``arithmetic``, ``tool_math``, or one added with
+  :func:`register_env` (or the ``roll.agentic.envs`` entry-point group);
+* ``"gem:<id>"`` or a bare GEM id such as ``game:GuessTheNumber-v0-easy`` (needs ``roll-agentic[gem]``);
+* a user's own class or factory by import path, ``"my_pkg.envs:MyEnv"`` or ``"my_pkg.envs.MyEnv"``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from typing import Any
+
+from roll.agentic.env.base import EnvLike
+from roll.runtime import ConfigError, Registry, import_target
+
+__all__ = ["ENVS", "make_env", "register_env", "resolve_env_factory"]
+
+ENVS: Registry[Any] = Registry("environment", entry_point_group="roll.agentic.envs")
+ENVS.register("frozen_lake", "roll.agentic.env.frozen_lake:FrozenLakeEnv")
+ENVS.register("sokoban", "roll.agentic.env.sokoban:SokobanEnv")
+ENVS.register("arithmetic", "roll.agentic.env.math_tool:ArithmeticEnv")
+ENVS.register("tool_math", "roll.agentic.env.math_tool:make_tool_math_env")
+
+
+def register_env(name: str, target: str | Any, *, package: str | None = None, extra: str | None = None) -> None:
+    """Register an env class or factory (or its lazy ``"module:attr"`` path) as ``env_type`` ``name``."""
+    ENVS.register(name, target, package=package, extra=extra)
+
+
+def _importable(path: str) -> bool:
+    module = path.split(":", 1)[0] if ":" in path else path.rpartition(".")[0]
+    if not module:
+        return False
+    if module.split(".")[0] in sys.modules:  # already loaded (also covers __main__, which has no spec)
+        return True
+    try:
+        return importlib.util.find_spec(module.split(".")[0]) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _gem_factory(env_id: str) -> Any:
+    from functools import partial
+
+    from roll.agentic.env.gem import GemEnv
+
+    return partial(GemEnv, env_id)
+
+
+def _gem_knows(env_id: str) -> bool:
+    try:
+        from roll.agentic.env.gem import gem_env_ids
+
+        return env_id in gem_env_ids()
+    except ImportError:
+        return False
+
+
+def resolve_env_factory(env_type: str) -> Any:
+    """The class or factory that :func:`make_env` calls for ``env_type``."""
+    if env_type in ENVS:
+        return ENVS.get(env_type)
+    if env_type.startswith("gem:"):
+        return _gem_factory(env_type[len("gem:") :])
+    if _importable(env_type):
+        try:
+            return import_target(env_type)
+        except (ImportError, AttributeError) as e:
+            # GEM ids look like paths ("math:GSM8K" would name the stdlib's math module).
+            if _gem_knows(env_type):
+                return _gem_factory(env_type)
+            raise ConfigError(f"env_type {env_type!r} cannot be imported ({e}); check the path") from e
+    if _gem_knows(env_type):
+        return _gem_factory(env_type)
+    raise ConfigError(
+        f"unknown env_type {env_type!r}; use a registered name ({', '.join(ENVS.names())}), a GEM id as "
+        f"'gem:<id>' (pip install 'roll-agentic[gem]'), or an import path 'my_package.module:MyEnv'"
+    )
+
+
+def make_env(env_type: str, **env_config: Any) -> EnvLike:
+    """Build one environment; bad ``env_config`` keys raise a ConfigError that lists the accepted ones."""
+    factory = resolve_env_factory(env_type)
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(**env_config)
+        except TypeError as e:
+            accepted = [n for n, p in signature.parameters.items() if p.kind is not p.VAR_KEYWORD]
+            raise ConfigError(
+                f"env_config for env_type {env_type!r} does not fit ({e}); accepted keys: {accepted}"
+            ) from None
+    env = factory(**env_config)
+    if not isinstance(env, EnvLike):
+        raise ConfigError(
+            f"env_type {env_type!r} built a {type(env).__name__}, which has no reset(seed)/step(action); "
+            f"environments follow GEM's API (see roll.agentic.env.base)"
+        )
+    return env

@@ -1,0 +1,249 @@
+"""Env managers: play one environment's episodes against a PolicyClient and lay them out as training samples.
+
+One manager owns one env instance (one "env slot"); :meth:`EnvManager.run_episode` plays a whole episode:
+reset with the task's seed, then per turn build the prompt, send one request, step the env with the decoded
+response, until the env ends the episode or a limit does. Subclasses decide the prompt of each turn and the
+sample layout (:mod:`.traj`: one row per episode; :mod:`.step`: one row per turn).
+
+Why an episode ended (``end_reason``): ``terminated``/``truncated`` (the env said so), ``max_steps`` (turn limit),
+``context_limit`` (the next turn would not fit in ``sequence_length``), ``token_limit`` (``max_tokens_per_traj``
+spent), ``aborted`` (the policy server dropped a request), or an env fault (``env_error``, ``env_timeout``,
+``env_malformed``). Faulted and aborted episodes yield no samples; everything else does.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from roll.agentic.config import CustomEnvConfig
+from roll.agentic.env.base import info_flag
+from roll.agentic.env_manager.chat import ChatFormatter
+from roll.agentic.env_manager.runner import FAULT_REASONS, EnvFault, EnvRunner
+from roll.agentic.policy.protocol import GenerateRequest, PolicyClient
+from roll.protocol import DataProto
+from roll.strategies import GenerationConfig
+
+__all__ = ["EnvManager", "EpisodeResult", "EpisodeState", "EpisodeTask", "Turn"]
+
+
+@dataclass(frozen=True)
+class EpisodeTask:
+    """One episode to play: which env slot, which seed, and its ids (all members of a group share the seed)."""
+
+    env_id: int
+    group_id: int
+    tag: str
+    episode_id: int
+    seed: int
+    traj_group_id: str
+    traj_id: str
+
+
+@dataclass
+class Turn:
+    prompt_ids: list[int]
+    """Tokens added before this turn's response (trajectory-wise: the continuation; step-wise: the whole prompt)."""
+    response_ids: list[int]
+    log_probs: list[float]
+    finish_reason: str
+    policy_version: int
+    observation: str
+    """The observation the model acted on."""
+    response_text: str
+    reward: float = 0.0
+    action_valid: bool | None = None
+    next_is_tool_result: bool = False
+    metrics: dict[str, float] = field(default_factory=dict)
+    state_hash: str = ""
+
+
+@dataclass
+class EpisodeState:
+    task: EpisodeTask
+    observation: str = ""
+    instruction: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+    turns: list[Turn] = field(default_factory=list)
+    context: list[int] = field(default_factory=list)
+    """Trajectory-wise: every token of the conversation so far."""
+    generated: int = 0
+
+
+@dataclass
+class EpisodeResult:
+    """How an episode went, and its samples (``batch``; ``None`` for faulted, aborted or empty episodes)."""
+
+    task: EpisodeTask
+    end_reason: str
+    num_turns: int
+    success: bool
+    episode_score: float
+    format_ratio: float | None
+    """Share of turns whose action parsed (``None``: the env does not report ``action_is_valid``)."""
+    batch: DataProto | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str = ""
+
+    @property
+    def faulted(self) -> bool:
+        return self.end_reason in FAULT_REASONS
+
+
+def _aggregate(turns: list[Turn], modes: dict[str, str]) -> dict[str, float]:
+    """Per-episode values of the env's step metrics: mean by default, or ``modes[key]`` in last/sum/max/min."""
+    values: dict[str, list[float]] = {}
+    for turn in turns:
+        for key, value in turn.metrics.items():
+            if isinstance(value, bool | int | float) and math.isfinite(float(value)):
+                values.setdefault(key, []).append(float(value))
+    reducers = {"last": lambda v: v[-1], "sum": sum, "max": max, "min": min}
+    return {key: reducers.get(modes.get(key, "mean"), lambda v: sum(v) / len(v))(v) for key, v in values.items()}
+
+
+class EnvManager(ABC):
+    """Plays episodes of one env slot. Subclasses implement :meth:`build_prompt` and :meth:`formulate`."""
+
+    def __init__(
+        self,
+        *,
+        tag: str,
+        spec: CustomEnvConfig,
+        runner: EnvRunner,
+        formatter: ChatFormatter,
+        client: PolicyClient,
+        generation_config: GenerationConfig,
+        sequence_length: int,
+        pad_token_id: int,
+    ) -> None:
+        self.tag, self.spec, self.runner, self.formatter = tag, spec, runner, formatter
+        self.client, self.generation_config = client, generation_config
+        self.sequence_length, self.pad_token_id = sequence_length, pad_token_id
+
+    # --- subclass hooks ---------------------------------------------------------------------------------
+    @abstractmethod
+    def build_prompt(self, state: EpisodeState) -> tuple[list[int], list[int]]:
+        """``(turn_prompt_ids, model_input_ids)`` for the next turn (see :attr:`Turn.prompt_ids`)."""
+
+    @abstractmethod
+    def formulate(self, state: EpisodeState, result: EpisodeResult) -> DataProto:
+        """The samples of a finished episode."""
+
+    def observe(self, state: EpisodeState, turn: Turn) -> None:  # noqa: B027 - optional hook
+        """Called after each turn is recorded (trajectory-wise managers extend the context)."""
+
+    # --- episode loop -----------------------------------------------------------------------------------
+    def _budget(self, state: EpisodeState, context_length: int) -> tuple[int, str]:
+        room = self.sequence_length - context_length
+        if room <= 0:
+            return 0, "context_limit"
+        budget = min(self.spec.max_tokens_per_step, self.generation_config.max_new_tokens, room)
+        if self.spec.max_tokens_per_traj is not None:
+            left = self.spec.max_tokens_per_traj - state.generated
+            if left <= 0:
+                return 0, "token_limit"
+            budget = min(budget, left)
+        return budget, ""
+
+    async def run_episode(self, task: EpisodeTask) -> EpisodeResult:
+        state = EpisodeState(task)
+        try:
+            state.observation, state.info = await self.runner.reset(task.seed)
+        except EnvFault as fault:
+            return self._finish(state, fault.reason, str(fault))
+        state.instruction = str(state.info.get("env_instruction", "") or "")
+        reason = "max_steps"
+        while len(state.turns) < self.spec.max_steps:
+            turn_prompt, model_input = self.build_prompt(state)
+            budget, limit = self._budget(state, len(model_input))
+            if limit:
+                reason = limit
+                break
+            request = GenerateRequest(
+                request_id=f"{task.traj_id}/{len(state.turns)}",
+                prompt_ids=model_input,
+                generation_config=self.generation_config.model_copy(update={"max_new_tokens": budget}),
+                meta={"env_id": task.env_id, "group_id": task.group_id, "tag": task.tag, "traj_id": task.traj_id},
+            )
+            result = await self.client.generate(request)
+            if result.finish_reason == "abort" or not result.token_ids:
+                reason = "aborted"
+                break
+            log_probs = list(result.log_probs) if result.log_probs is not None else [0.0] * len(result.token_ids)
+            turn = Turn(
+                turn_prompt,
+                list(result.token_ids),
+                log_probs,
+                result.finish_reason,
+                result.policy_version,
+                state.observation,
+                self.formatter.decode(result.token_ids),
+            )
+            state.generated += len(turn.response_ids)
+            try:
+                observation, reward, terminated, truncated, info = await self.runner.step(turn.response_text)
+            except EnvFault as fault:
+                state.turns.append(turn)
+                return self._finish(state, fault.reason, str(fault))
+            turn.reward, turn.action_valid = reward, info_flag(info, "action_is_valid")
+            turn.next_is_tool_result = bool(info.get("use_tool", False))
+            turn.metrics = dict(info.get("metrics") or {})
+            state.turns.append(turn)
+            self.observe(state, turn)
+            state.observation, state.info = observation, info
+            if terminated or truncated:
+                reason = "terminated" if terminated else "truncated"
+                break
+        return self._finish(state, reason)
+
+    def _finish(self, state: EpisodeState, reason: str, error: str = "") -> EpisodeResult:
+        turns = state.turns
+        valid = [t.action_valid for t in turns if t.action_valid is not None]
+        success = bool(info_flag(state.info, "success")) if turns and reason not in FAULT_REASONS else False
+        result = EpisodeResult(
+            task=state.task,
+            end_reason=reason,
+            num_turns=len(turns),
+            success=success,
+            episode_score=float(sum(t.reward for t in turns)),
+            format_ratio=(sum(valid) / len(valid)) if valid else None,
+            batch=None,
+            error=error,
+        )
+        metrics = _aggregate(turns, dict(state.info.get("metrics_agg_mode") or {}))
+        metrics.update(
+            success=float(success),
+            num_turns=float(len(turns)),
+            episode_score=result.episode_score,
+            generated_tokens=float(state.generated),
+        )
+        if result.format_ratio is not None:
+            metrics["format"] = result.format_ratio
+        result.metrics = metrics
+        if turns and reason not in FAULT_REASONS and reason != "aborted":
+            result.batch = self.formulate(state, result)
+        return result
+
+    # --- shared helpers for subclasses ------------------------------------------------------------------
+    def common_columns(self, state: EpisodeState, result: EpisodeResult, rows: int) -> dict[str, list[Any]]:
+        task = state.task
+        versions = [t.policy_version for t in state.turns]
+        per_row = {
+            "traj_id": task.traj_id,
+            "traj_group_id": task.traj_group_id,
+            "tag": task.tag,
+            "env_id": task.env_id,
+            "group_id": task.group_id,
+            "episode_id": task.episode_id,
+            "episode_scores": result.episode_score,
+            "success": result.success,
+            "end_reason": result.end_reason,
+            "num_turns": result.num_turns,
+            "policy_version": min(versions) if versions else 0,
+        }
+        return {key: [value] * rows for key, value in per_row.items()}
+
+    def close(self) -> None:
+        self.runner.close()

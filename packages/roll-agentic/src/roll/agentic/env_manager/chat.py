@@ -1,0 +1,79 @@
+"""Token ids of a multi-turn chat, built one turn at a time with the tokenizer's chat template.
+
+A trajectory's tokens are the model's own sampled tokens plus, between its turns, the template's text for the
+next messages. :class:`ChatFormatter` renders only the *new* messages: it renders an anchor conversation with and
+without them and keeps the difference, so the sampled assistant tokens are never re-tokenized (re-tokenizing can
+change ids and would break the log-probs recorded at sampling time). What the template puts after an assistant
+message (e.g. ``<|im_end|>\\n``) is added as a bridge, minus the EOS token the model already produced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roll.runtime import ConfigError
+
+__all__ = ["ChatFormatter", "render_template"]
+
+Message = dict[str, str]
+_ANCHOR: list[Message] = [
+    {"role": "system", "content": "roll-anchor-system"},
+    {"role": "user", "content": "roll-anchor-user"},
+    {"role": "assistant", "content": "roll-anchor-assistant"},
+]
+
+
+def render_template(template: str, **values: Any) -> str:
+    """``template.format(...)`` with only the fields it names (the templates are checked when configs load)."""
+    from roll.agentic.config import template_fields
+
+    return template.format(**{name: values[name] for name in template_fields(template) if name in values})
+
+
+class ChatFormatter:
+    """Renders chat messages to token ids with ``tokenizer``'s chat template, incrementally."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ConfigError("the tokenizer has no chat_template; agentic rollouts need a chat model's tokenizer")
+        self.tokenizer = tokenizer
+        eos = tokenizer.eos_token_id
+        if eos is None:
+            raise ConfigError("the tokenizer has no eos_token_id")
+        self.eos_token_id = int(eos)
+        self.eos_text = tokenizer.convert_ids_to_tokens(self.eos_token_id)
+        anchor = self._render(_ANCHOR, generation_prompt=False)
+        content = _ANCHOR[-1]["content"]
+        if content not in anchor:
+            raise ConfigError("the chat template drops assistant content; it cannot render multi-turn conversations")
+        suffix = anchor[anchor.rindex(content) + len(content) :]
+        # After the model's own EOS only the rest of the template's suffix is missing (e.g. "\n" after <|im_end|>).
+        after_eos = suffix[len(self.eos_text) :] if suffix.startswith(self.eos_text) else suffix
+        self.bridge_after_stop = self.encode(after_eos)
+        self.bridge_after_cut = self.encode(suffix)
+        self._anchor_text = anchor
+
+    def _render(self, messages: list[Message], generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def first_turn(self, messages: list[Message]) -> list[int]:
+        """Ids of a conversation's opening messages, ending with the assistant generation prompt."""
+        return self.encode(self._render(messages, generation_prompt=True))
+
+    def next_turn(self, messages: list[Message], previous_response: list[int]) -> list[int]:
+        """Ids that follow the previous assistant response: the end of its turn, ``messages``, generation prompt."""
+        full = self._render([*_ANCHOR, *messages], generation_prompt=True)
+        if not full.startswith(self._anchor_text):
+            raise ConfigError(
+                "the chat template renders earlier messages differently once more follow; multi-turn token "
+                "layouts need a template whose rendering only appends"
+            )
+        ended = bool(previous_response) and previous_response[-1] == self.eos_token_id
+        bridge = self.bridge_after_stop if ended else self.bridge_after_cut
+        return bridge + self.encode(full[len(self._anchor_text) :])

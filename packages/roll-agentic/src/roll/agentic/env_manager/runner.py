@@ -1,0 +1,162 @@
+"""Calling an environment safely from an event loop: off-loop, with a timeout, with faults turned into reasons.
+
+An env's ``reset``/``step`` is ordinary blocking Python. :class:`EnvRunner` runs each call on the env's own daemon
+thread and waits for it with ``step_timeout_s``; an env that raises, hangs or answers in the wrong shape ends the episode
+with an :class:`EnvFault` whose ``reason`` is ``env_error``, ``env_timeout`` or ``env_malformed``. The env instance
+is then discarded (its state is unknown, and a hung call may still be running) and a fresh one is built for the
+next episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from roll.agentic.env.base import EnvLike, EnvOutputError, check_reset_output, check_step_output
+
+__all__ = ["FAULT_REASONS", "EnvFault", "EnvRunner"]
+
+FAULT_REASONS = ("env_error", "env_timeout", "env_malformed")
+
+
+class EnvFault(Exception):
+    """An environment call failed; ``reason`` is one of :data:`FAULT_REASONS`."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class _CallThread:
+    """A daemon thread that runs one env's calls in order (starting a thread per call costs milliseconds).
+
+    A hung env must not keep the process alive at exit, hence a daemon thread rather than an executor's worker.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Callable[..., None]] | None]
+        self._queue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="roll-env-calls", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, args, deliver = item
+            try:
+                result = fn(*args)
+            except BaseException as e:  # handed to the awaiting coroutine, which decides what it means
+                deliver(False, e)
+            else:
+                deliver(True, result)
+
+    def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            if future.done():  # the caller stopped waiting (timeout)
+                return
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+        def deliver(ok: bool, value: Any) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop may be closed by then
+                loop.call_soon_threadsafe(settle, ok, value)
+
+        self._queue.put((fn, args, deliver))
+        return future
+
+    def stop(self) -> None:
+        """Let the thread end after its current call (a hung call keeps it alive; it is a daemon)."""
+        self._queue.put(None)
+
+
+def _close_quietly(close: Callable[[], Any]) -> None:
+    with contextlib.suppress(Exception):  # a broken env failing to close changes nothing: it is dropped anyway
+        close()
+
+
+class EnvRunner:
+    """Owns one environment (built by ``make``) and runs its calls with ``timeout_s``.
+
+    ``lock`` (shared by envs that must not run at once, e.g. ones drawing from global RNGs) and ``limiter`` (a cap
+    on concurrent env calls) are held for the duration of a call.
+    """
+
+    def __init__(
+        self,
+        make: Callable[[], EnvLike],
+        timeout_s: float,
+        lock: asyncio.Lock | None = None,
+        limiter: asyncio.Semaphore | None = None,
+    ) -> None:
+        self.make, self.timeout_s = make, timeout_s
+        self.lock, self.limiter = lock, limiter
+        self.env: EnvLike | None = make()  # eager: a bad env_config fails at initialize, not mid-rollout
+        self.rebuilds = 0
+        self._thread: _CallThread | None = None
+
+    @property
+    def serialized(self) -> bool:
+        return self.lock is not None
+
+    def _discard(self) -> None:
+        if self._thread is not None:  # it may be stuck in the env: the next call gets a fresh thread
+            self._thread.stop()
+            self._thread = None
+        env, self.env = self.env, None
+        close = getattr(env, "close", None)
+        if callable(close):
+            # Closing a hung env could hang as well: do it on its own daemon thread and do not wait.
+            threading.Thread(target=_close_quietly, args=(close,), name="roll-env-close", daemon=True).start()
+
+    def _ensure(self) -> EnvLike:
+        if self.env is None:
+            try:
+                self.env = self.make()
+            except Exception as e:
+                raise EnvFault("env_error", f"rebuilding the env failed: {type(e).__name__}: {e}") from e
+            self.rebuilds += 1
+        return self.env
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        env = self._ensure()
+        loop = asyncio.get_running_loop()
+        async with self.limiter or contextlib.nullcontext(), self.lock or contextlib.nullcontext():
+            if self._thread is None:
+                self._thread = _CallThread()
+            future = self._thread.submit(loop, getattr(env, method), *args)
+            try:
+                return await asyncio.wait_for(future, self.timeout_s)
+            except asyncio.TimeoutError:
+                self._discard()
+                raise EnvFault("env_timeout", f"{method}() did not return within {self.timeout_s:g} s") from None
+            except (Exception, SystemExit) as e:  # an env calling sys.exit() is an env error too
+                self._discard()
+                raise EnvFault("env_error", f"{method}() raised {type(e).__name__}: {e}") from e
+
+    async def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        output = await self._call("reset", seed)
+        try:
+            return check_reset_output(output)
+        except EnvOutputError as e:
+            self._discard()
+            raise EnvFault("env_malformed", str(e)) from e
+
+    async def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        output = await self._call("step", action)
+        try:
+            return check_step_output(output)
+        except EnvOutputError as e:
+            self._discard()
+            raise EnvFault("env_malformed", str(e)) from e
+
+    def close(self) -> None:
+        self._discard()

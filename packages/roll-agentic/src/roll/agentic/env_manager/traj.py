@@ -1,0 +1,69 @@
+"""Trajectory-wise samples: a whole multi-turn conversation is one row.
+
+The prompt is the opening (system message, instruction and first observation); the response is every assistant
+turn with the environment's messages in between. The loss mask covers assistant tokens only; ``scores`` is the
+episode score (the sum of step rewards), which the reward code puts on the row's last token. Per-step rewards are
+kept in the non-tensor column ``step_scores``.
+"""
+
+from __future__ import annotations
+
+from roll.agentic.env_manager.base import EnvManager, EpisodeResult, EpisodeState, Turn
+from roll.agentic.env_manager.chat import render_template
+from roll.agentic.env_manager.samples import SampleRow, rows_to_batch
+from roll.protocol import DataProto
+
+__all__ = ["TrajEnvManager"]
+
+
+class TrajEnvManager(EnvManager):
+    """One conversation per episode; each turn's prompt continues the previous one token for token."""
+
+    def _user_message(self, state: EpisodeState) -> str:
+        turn = len(state.turns)
+        return render_template(
+            self.spec.agent_template or "",
+            observation=state.observation,
+            turn_idx=turn + 1,
+            actions_left=self.spec.max_steps - turn,
+            max_response_length=self.spec.max_tokens_per_step,
+            suffix=str(state.info.get("suffix", "") or ""),
+        )
+
+    def build_prompt(self, state: EpisodeState) -> tuple[list[int], list[int]]:
+        if not state.turns:
+            messages = []
+            if self.spec.agent_system_template is not None:
+                messages.append({"role": "system", "content": self.spec.agent_system_template})
+            opening = f"{state.instruction}\n" if state.instruction else ""
+            messages.append({"role": "user", "content": opening + self._user_message(state)})
+            prompt = self.formatter.first_turn(messages)
+            return prompt, prompt
+        last = state.turns[-1]
+        if last.next_is_tool_result:
+            message = {"role": "tool", "content": state.observation}
+        else:
+            message = {"role": "user", "content": self._user_message(state)}
+        prompt = self.formatter.next_turn([message], last.response_ids)
+        return prompt, state.context + prompt
+
+    def observe(self, state: EpisodeState, turn: Turn) -> None:
+        state.context.extend(turn.prompt_ids)
+        state.context.extend(turn.response_ids)
+
+    def formulate(self, state: EpisodeState, result: EpisodeResult) -> DataProto:
+        turns = state.turns
+        response, mask, log_probs = [], [], []
+        for i, turn in enumerate(turns):
+            if i > 0:  # the environment's message between two assistant turns: attended, not trained on
+                response += turn.prompt_ids
+                mask += [0] * len(turn.prompt_ids)
+                log_probs += [0.0] * len(turn.prompt_ids)
+            response += turn.response_ids
+            mask += [1] * len(turn.response_ids)
+            log_probs += turn.log_probs
+        row = SampleRow(turns[0].prompt_ids, response, mask, log_probs, result.episode_score)
+        columns = self.common_columns(state, result, 1)
+        columns["step_scores"] = [[t.reward for t in turns]]
+        columns["finish_reason"] = [turns[-1].finish_reason]
+        return rows_to_batch([row], columns, self.pad_token_id)

@@ -1,0 +1,33 @@
+"""The policy side of rollouts: the per-request protocol, a latency-modelled mock, and adapters to roll clusters."""
+
+from __future__ import annotations
+
+from roll.agentic.policy.cluster import ClusterPolicyClient, prompts_to_batch
+from roll.agentic.policy.mock import (
+    LatencyModel,
+    MockPolicyClient,
+    MockStats,
+    RandomActionPolicy,
+    ScriptedPolicy,
+    TextPolicy,
+)
+from roll.agentic.policy.protocol import FinishReason, GenerateRequest, GenerateResult, PolicyClient
+from roll.agentic.policy.remote import PolicyServer, RemotePolicyClient, serve_policy
+
+__all__ = [
+    "ClusterPolicyClient",
+    "FinishReason",
+    "GenerateRequest",
+    "GenerateResult",
+    "LatencyModel",
+    "MockPolicyClient",
+    "MockStats",
+    "PolicyClient",
+    "PolicyServer",
+    "RandomActionPolicy",
+    "RemotePolicyClient",
+    "ScriptedPolicy",
+    "TextPolicy",
+    "prompts_to_batch",
+    "serve_policy",
+]

@@ -1,0 +1,54 @@
+"""How environments reach the policy: one request per turn, answered as soon as the engine is done with it.
+
+Env managers never batch: each conversation sends its turn when it is ready and awaits the answer, so generation
+of one env overlaps the stepping of others. Whatever serves the requests (a latency-modelled mock, a batching
+adapter over an inference Cluster, a per-request engine client) implements :class:`PolicyClient`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from roll.strategies import GenerationConfig
+
+__all__ = ["FinishReason", "GenerateRequest", "GenerateResult", "PolicyClient"]
+
+FinishReason = Literal["stop", "length", "abort"]
+"""``stop``: the model ended its turn (EOS or a stop condition); ``length``: ``max_new_tokens`` was reached;
+``abort``: the server gave up on the request (e.g. a weight sync interrupted it); its tokens must not be used."""
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One turn to generate."""
+
+    request_id: str
+    """Unique per request (env managers use ``"{traj_id}/{turn}"``); a deterministic mock seeds from it."""
+    prompt_ids: list[int]
+    """The whole model input: every token of the conversation so far, ending with the generation prompt."""
+    generation_config: GenerationConfig
+    """Sampling settings; ``max_new_tokens`` is already capped for this turn, ``num_return_sequences`` is 1."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Routing hints, not used for sampling: ``env_id``, ``group_id``, ``traj_id``, ``tag``."""
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    """The sampled continuation of one request."""
+
+    request_id: str
+    token_ids: list[int]
+    """Exactly the sampled tokens, including the final EOS when the model stopped on it."""
+    log_probs: list[float] | None
+    """Log-probability of each sampled token under the sampling distribution (``None``: not available)."""
+    finish_reason: FinishReason
+    policy_version: int = 0
+    """Version of the weights that generated it (the count of weight syncs), for staleness accounting."""
+
+
+@runtime_checkable
+class PolicyClient(Protocol):
+    """Anything that answers one generation request at a time, concurrently with others."""
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult: ...

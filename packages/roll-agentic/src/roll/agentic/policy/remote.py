@@ -1,0 +1,49 @@
+"""One policy client shared by many processes: host it in a Ray actor, reach it with :class:`RemotePolicyClient`.
+
+Used when EnvironmentWorkers should pool their requests into one queue (e.g. one :class:`ClusterPolicyClient`
+batching for all of them) instead of each holding its own client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from roll.agentic.policy.protocol import GenerateRequest, GenerateResult, PolicyClient
+
+__all__ = ["PolicyServer", "RemotePolicyClient", "serve_policy"]
+
+
+class PolicyServer:
+    """Ray actor body: forwards every request to the hosted client on the actor's event loop."""
+
+    def __init__(self, client: PolicyClient) -> None:
+        self.client = client
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        return await self.client.generate(request)
+
+    def set_policy_version(self, version: int) -> None:
+        setter = getattr(self.client, "set_policy_version", None)
+        if setter is None:
+            raise TypeError(f"{type(self.client).__name__} has no set_policy_version")
+        setter(version)
+
+
+def serve_policy(client: PolicyClient, *, name: str | None = None, max_concurrency: int = 10_000) -> Any:
+    """Start a PolicyServer actor hosting ``client`` (shipped by pickling) and return its handle."""
+    options: dict[str, Any] = {"max_concurrency": max_concurrency, "num_cpus": 0}
+    if name is not None:
+        options["name"] = name
+    return ray.remote(PolicyServer).options(**options).remote(client)
+
+
+class RemotePolicyClient:
+    """A PolicyClient that forwards to a PolicyServer actor; picklable, so it can be handed to workers."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        return await self.server.generate.remote(request)

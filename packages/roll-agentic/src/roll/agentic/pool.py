@@ -1,0 +1,116 @@
+"""EnvPool: the env managers of one process, keyed by env slot, run concurrently on one event loop.
+
+The EnvironmentWorker actor wraps a pool; tests and benchmarks use one directly. A slot runs one episode at a
+time; episodes of different slots interleave freely (each awaits the policy and its env calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from roll.agentic.config import CustomEnvConfig
+from roll.agentic.env import make_env
+from roll.agentic.env.base import EnvLike
+from roll.agentic.env_manager import ENV_MANAGERS, ChatFormatter, EnvManager, EnvRunner, EpisodeResult, EpisodeTask
+from roll.agentic.policy.protocol import PolicyClient
+from roll.agentic.tools import tool_wrapper
+from roll.runtime import ConfigError, import_target
+from roll.strategies import GenerationConfig
+
+__all__ = ["EnvPool", "EnvSlot", "build_env"]
+
+
+@dataclass(frozen=True)
+class EnvSlot:
+    """One env instance of a rollout: its global id, its group and its tag."""
+
+    env_id: int
+    group_id: int
+    tag: str
+
+
+def build_env(spec: CustomEnvConfig) -> EnvLike:
+    """The env of a ``custom_envs`` entry, with its tools when ``tool_wrapper`` is set."""
+    env = make_env(spec.env_type, **spec.env_config)
+    if spec.tool_wrapper is not None:
+        configs = [c.model_dump() for c in spec.tool_wrapper.tool_configs]
+        env = tool_wrapper(env, dict(spec.tool_wrapper.wrapper_args), configs)
+    return env
+
+
+def manager_class(name: str) -> type[EnvManager]:
+    cls = ENV_MANAGERS.get(name) if name in ENV_MANAGERS or "." not in name else import_target(name)
+    if not (isinstance(cls, type) and issubclass(cls, EnvManager)):
+        raise ConfigError(f"env_manager_cls {name!r} is not an EnvManager subclass")
+    return cls
+
+
+class EnvPool:
+    """Env managers for the slots given to :meth:`add_slots`, sharing a tokenizer, a client and limits."""
+
+    def __init__(
+        self,
+        custom_envs: dict[str, CustomEnvConfig],
+        tokenizer: Any,
+        client: PolicyClient,
+        *,
+        generation_config: GenerationConfig,
+        sequence_length: int,
+    ) -> None:
+        self.custom_envs, self.client = custom_envs, client
+        self.generation_config, self.sequence_length = generation_config, sequence_length
+        self.formatter = ChatFormatter(tokenizer)
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_token_id = int(pad if pad is not None else tokenizer.eos_token_id)
+        self.managers: dict[int, EnvManager] = {}
+        self.slots: dict[int, EnvSlot] = {}
+        self._busy: dict[int, asyncio.Lock] = {}
+        # Envs drawing from process-global RNGs (or tags with use_thread_lock) take turns on this lock.
+        self._serial_lock = asyncio.Lock()
+        self._limiters: dict[str, asyncio.Semaphore] = {}
+
+    def _spec(self, tag: str) -> CustomEnvConfig:
+        if tag not in self.custom_envs:
+            raise ConfigError(f"env tag {tag!r} is not in custom_envs ({sorted(self.custom_envs)})")
+        return self.custom_envs[tag]
+
+    def _make_manager(self, slot: EnvSlot) -> EnvManager:
+        spec = self._spec(slot.tag)
+        limiter = None
+        if spec.max_env_step_concurrent > 0:
+            limiter = self._limiters.setdefault(slot.tag, asyncio.Semaphore(spec.max_env_step_concurrent))
+        runner = EnvRunner(lambda: build_env(spec), spec.step_timeout_s, limiter=limiter)
+        if spec.use_thread_lock or getattr(runner.env, "uses_global_rng", False):
+            runner.lock = self._serial_lock
+        return manager_class(spec.env_manager_cls)(
+            tag=slot.tag,
+            spec=spec,
+            runner=runner,
+            formatter=self.formatter,
+            client=self.client,
+            generation_config=self.generation_config,
+            sequence_length=self.sequence_length,
+            pad_token_id=self.pad_token_id,
+        )
+
+    def add_slots(self, slots: list[EnvSlot]) -> None:
+        """Build the envs of ``slots`` (slots already present are kept as they are)."""
+        for slot in slots:
+            if slot.env_id not in self.managers:
+                self.managers[slot.env_id] = self._make_manager(slot)
+                self.slots[slot.env_id] = slot
+                self._busy[slot.env_id] = asyncio.Lock()
+
+    async def run_episode(self, task: EpisodeTask) -> EpisodeResult:
+        """Play ``task`` on its slot's env (built now if the slot is new here, e.g. moved from a dead worker)."""
+        if task.env_id not in self.managers:
+            self.add_slots([EnvSlot(task.env_id, task.group_id, task.tag)])
+        async with self._busy[task.env_id]:
+            return await self.managers[task.env_id].run_episode(task)
+
+    def close(self) -> None:
+        for manager in self.managers.values():
+            manager.close()
+        self.managers.clear()

@@ -1,0 +1,264 @@
+"""RolloutScheduler: plays groups of episodes until a batch of ``rollout_batch_size`` trajectories is ready.
+
+Each env group plays rounds; in a round all ``group_size`` envs of the group play the same seed. Groups run
+concurrently (as many as the batch still needs), so a group that finishes early frees its slots for the next
+round at once. When a round is done, training mode checks it: a round with a faulted or aborted episode is
+dropped (``groups_faulted``), the ``group_filter_cls`` may drop it (``groups_filtered``), and a replacement round
+is started, up to ``max_launch_factor`` times the groups needed. Validation mode keeps every round (faulted
+episodes count as failures) and replays the same seeds on every call, so validations are comparable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.env_manager import EpisodeResult, EpisodeTask, concat_samples
+from roll.agentic.policy.protocol import PolicyClient
+from roll.agentic.pool import EnvPool
+from roll.agentic.scheduler.executors import EpisodeExecutor, LocalExecutor, RayExecutor
+from roll.agentic.scheduler.metrics import summarize_episodes
+from roll.agentic.scheduler.plan import GroupPlan, episode_ids, episode_seed, plan_groups, slots_by_rank
+from roll.agentic.worker import EnvWorkerSetup, load_tokenizer
+from roll.protocol import DataProto
+from roll.runtime import ConfigError, ResourceManager, import_target
+from roll.strategies import GenerationConfig
+
+__all__ = ["RolloutBatch", "RolloutScheduler", "check_custom_envs"]
+
+logger = logging.getLogger(__name__)
+Mode = Literal["train", "val"]
+
+
+@dataclass
+class RolloutBatch:
+    """One ``get_batch``: the samples of the kept rounds, every episode played, and metrics."""
+
+    batch: DataProto | None
+    episodes: list[EpisodeResult] = field(default_factory=list)
+    """Every episode played in this call, kept or not (dropped ones without their samples)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Round:
+    plan: GroupPlan
+    episode_id: int
+    launch: int
+    """Launch order within the call: kept rounds are batched in this order, not in (timing-dependent) finish order."""
+    results: list[EpisodeResult]
+
+
+def check_custom_envs(config: EnvManagerConfig, custom_envs: dict[str, CustomEnvConfig]) -> None:
+    """Every tag of ``config`` is defined, and all use one sample layout (rows of one batch must match)."""
+    missing = sorted(set(config.tags) - set(custom_envs))
+    if missing:
+        raise ConfigError(f"{config.name}.tags {missing} are not defined in custom_envs ({sorted(custom_envs)})")
+    layouts = {custom_envs[tag].env_manager_cls for tag in config.tags}
+    if len(layouts) > 1:
+        raise ConfigError(
+            f"{config.name}.tags mix env managers {sorted(layouts)}; one batch needs one sample layout: "
+            f"use the same env_manager_cls for all tags of a manager"
+        )
+
+
+class RolloutScheduler:
+    """Groups, seeds, filters and batch assembly over an :class:`EpisodeExecutor` (local or Ray)."""
+
+    def __init__(
+        self,
+        config: EnvManagerConfig,
+        executor: EpisodeExecutor,
+        *,
+        pad_token_id: int,
+        mode: Mode = "train",
+        seed: int = 0,
+        max_launch_factor: int = 4,
+    ) -> None:
+        if mode not in ("train", "val"):
+            raise ConfigError(f"scheduler mode must be 'train' or 'val', got {mode!r}")
+        self.config, self.executor, self.pad_token_id = config, executor, pad_token_id
+        self.mode, self.seed, self.max_launch_factor = mode, seed, max_launch_factor
+        self.groups = plan_groups(config)
+        self.group_filter = import_target(config.group_filter_cls)(config, mode)
+        self._next_episode = [0] * len(self.groups)
+        self._cursor = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # --- construction -----------------------------------------------------------------------------------
+    @classmethod
+    def local(
+        cls,
+        config: EnvManagerConfig,
+        custom_envs: dict[str, CustomEnvConfig],
+        tokenizer: Any,
+        client: PolicyClient,
+        *,
+        sequence_length: int,
+        generation_config: GenerationConfig | None = None,
+        mode: Mode = "train",
+        seed: int = 0,
+        **kwargs: Any,
+    ) -> RolloutScheduler:
+        """Every env in this process (tests, benchmarks, small runs).
+
+        ``generation_config`` defaults to ``config.generating_args`` (then to GenerationConfig's defaults).
+        """
+        check_custom_envs(config, custom_envs)
+        generation_config = generation_config or config.generating_args or GenerationConfig()
+        tokenizer = load_tokenizer(tokenizer)
+        pool = EnvPool(
+            custom_envs, tokenizer, client, generation_config=generation_config, sequence_length=sequence_length
+        )
+        slots = [slot for plan in plan_groups(config) for slot in plan.slots()]
+        return cls(config, LocalExecutor(pool, slots), pad_token_id=pool.pad_token_id, mode=mode, seed=seed, **kwargs)
+
+    @classmethod
+    def on_ray(
+        cls,
+        config: EnvManagerConfig,
+        custom_envs: dict[str, CustomEnvConfig],
+        tokenizer: Any,
+        client: PolicyClient,
+        *,
+        sequence_length: int,
+        resource_manager: ResourceManager,
+        generation_config: GenerationConfig | None = None,
+        mode: Mode = "train",
+        seed: int = 0,
+        **kwargs: Any,
+    ) -> RolloutScheduler:
+        """Envs on ``config.world_size`` EnvironmentWorker actors (``client`` must be picklable)."""
+        check_custom_envs(config, custom_envs)
+        generation_config = generation_config or config.generating_args or GenerationConfig()
+        tok = load_tokenizer(tokenizer)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        setup = EnvWorkerSetup(
+            custom_envs={tag: custom_envs[tag] for tag in config.tags},
+            tokenizer=tokenizer,
+            client=client,
+            generation_config=generation_config,
+            sequence_length=sequence_length,
+            slots=slots_by_rank(config, plan_groups(config)),
+        )
+        executor = RayExecutor.create(config, resource_manager, setup)
+        return cls(config, executor, pad_token_id=int(pad), mode=mode, seed=seed, **kwargs)
+
+    # --- batches ----------------------------------------------------------------------------------------
+    def get_batch(self, batch_size: int | None = None, global_step: int = 0) -> RolloutBatch:
+        """``batch_size`` trajectories (a multiple of ``group_size``); ``None`` plays every group once."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(self.aget_batch(batch_size, global_step))
+
+    async def aget_batch(self, batch_size: int | None = None, global_step: int = 0) -> RolloutBatch:
+        needed = self._groups_needed(batch_size)
+        if self.mode == "val":
+            self._next_episode = [0] * len(self.groups)  # the same seeds at every validation
+        kept, played, counts = await self._collect(needed)
+        batches = [r.batch for round_ in kept for r in round_.results if r.batch is not None]
+        batch = concat_samples(batches, self.pad_token_id) if batches else None
+        prefix = "val" if self.mode == "val" else "rollout"
+        metrics = summarize_episodes(played, prefix)
+        metrics.update({f"{prefix}/{key}": float(value) for key, value in counts.items()})
+        metrics.update({f"{prefix}/{key}": value for key, value in self.executor.stats().items()})
+        if len(kept) < needed:
+            logger.warning("%s: kept %d of %d groups (%s)", self.config.name, len(kept), needed, dict(counts))
+        return RolloutBatch(batch, played, metrics)
+
+    def _groups_needed(self, batch_size: int | None) -> int:
+        size = self.config.group_size
+        if batch_size is None:
+            return len(self.groups)
+        if batch_size < size or batch_size % size:
+            raise ConfigError(
+                f"batch size {batch_size} must be a positive multiple of {self.config.name}.group_size={size}: "
+                f"rollouts come in whole groups"
+            )
+        needed = batch_size // size
+        cap = self.config.max_traj_per_env
+        if cap > 0 and needed > cap * len(self.groups):
+            raise ConfigError(
+                f"{needed} groups are needed but {len(self.groups)} groups x max_traj_per_env={cap} allow only "
+                f"{cap * len(self.groups)}; raise max_traj_per_env or num_env_groups"
+            )
+        return needed
+
+    def _next_free(self, busy: set[int], rounds: Counter[int]) -> GroupPlan | None:
+        cap = self.config.max_traj_per_env
+        for offset in range(len(self.groups)):
+            plan = self.groups[(self._cursor + offset) % len(self.groups)]
+            if plan.group_id in busy or (cap > 0 and rounds[plan.group_id] >= cap):
+                continue
+            self._cursor = (self._cursor + offset + 1) % len(self.groups)
+            return plan
+        return None
+
+    async def _play(self, plan: GroupPlan, episode_id: int, launch: int) -> _Round:
+        seed = episode_seed(self.seed, plan.group_id, episode_id)
+        tasks = []
+        for env_id in plan.env_ids:
+            traj_group_id, traj_id = episode_ids(plan.tag, plan.group_id, episode_id, seed, env_id)
+            task = EpisodeTask(env_id, plan.group_id, plan.tag, episode_id, seed, traj_group_id, traj_id)
+            tasks.append(self.executor.run(task))
+        return _Round(plan, episode_id, launch, list(await asyncio.gather(*tasks)))
+
+    def _judge(self, round_: _Round) -> str:
+        if self.mode == "val":
+            return "groups_kept"
+        if any(r.batch is None for r in round_.results):
+            return "groups_faulted"
+        if self.group_filter.filter(round_.plan.group_id, round_.episode_id, round_.results):
+            return "groups_filtered"
+        return "groups_kept"
+
+    async def _collect(self, needed: int) -> tuple[list[_Round], list[EpisodeResult], Counter[str]]:
+        kept: list[_Round] = []
+        played: list[EpisodeResult] = []
+        counts: Counter[str] = Counter()
+        running: dict[asyncio.Future[_Round], int] = {}
+        rounds: Counter[int] = Counter()
+        cap = needed if self.mode == "val" else needed * self.max_launch_factor
+        try:
+            while len(kept) < needed:
+                while len(kept) + len(running) < needed and counts["groups_launched"] < cap:
+                    plan = self._next_free(set(running.values()), rounds)
+                    if plan is None:
+                        break
+                    episode_id = self._next_episode[plan.group_id]
+                    self._next_episode[plan.group_id] += 1
+                    rounds[plan.group_id] += 1
+                    launch = counts["groups_launched"]
+                    counts["groups_launched"] += 1
+                    running[asyncio.ensure_future(self._play(plan, episode_id, launch))] = plan.group_id
+                if not running:
+                    break
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for future in done:
+                    del running[future]
+                    round_ = future.result()
+                    played.extend(round_.results)
+                    verdict = self._judge(round_)
+                    counts[verdict] += 1
+                    if verdict == "groups_kept":
+                        kept.append(round_)
+                    else:
+                        for result in round_.results:
+                            result.batch = None  # dropped: keep the summary, free the tensors
+        finally:
+            for future in running:  # only on error: do not leave episodes running unobserved
+                future.cancel()
+        counts["episodes"] = len(played)
+        counts["env_faults"] = sum(r.faulted for r in played)
+        kept.sort(key=lambda r: r.launch)
+        return kept, played, counts
+
+    def close(self) -> None:
+        self.executor.close()
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None

@@ -1,0 +1,24 @@
+"""Tools for agentic environments: a registry, the Hermes/Qwen tool-call format, and built-in tools."""
+
+from __future__ import annotations
+
+from roll.agentic.tools.base import Tool, ToolResult, ToolSpec, describe_tools
+from roll.agentic.tools.parsing import ParsedToolCalls, ToolCall, format_tool_call, parse_tool_calls
+from roll.agentic.tools.registry import TOOLS, make_tool, register_tool
+from roll.agentic.tools.wrapper import ToolEnvWrapper, tool_wrapper
+
+__all__ = [
+    "TOOLS",
+    "ParsedToolCalls",
+    "Tool",
+    "ToolCall",
+    "ToolEnvWrapper",
+    "ToolResult",
+    "ToolSpec",
+    "describe_tools",
+    "format_tool_call",
+    "make_tool",
+    "parse_tool_calls",
+    "register_tool",
+    "tool_wrapper",
+]

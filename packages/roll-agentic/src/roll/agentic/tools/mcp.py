@@ -1,0 +1,133 @@
+"""``mcp``: the tools of a Model Context Protocol server, started as a subprocess and spoken to over stdio.
+
+Needs ``pip install 'roll-agentic[mcp]'`` (the ``mcp`` SDK). The session lives on a private event loop in a
+background thread, so the synchronous :meth:`MCPTool.call` (made from an env's ``step``) can use it; one server
+process serves every call of the tool instance until :meth:`MCPTool.close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+from typing import Any
+
+from roll.agentic.tools.base import Tool, ToolResult, ToolSpec
+from roll.runtime import ConfigError, MissingExtraError
+
+__all__ = ["MCPTool"]
+
+
+def _import_mcp() -> Any:
+    try:
+        import mcp
+    except ModuleNotFoundError as e:
+        raise MissingExtraError("the mcp tool", "roll-agentic", "mcp", cause=str(e)) from e
+    return mcp
+
+
+def _text_of(result: Any) -> str:
+    parts = []
+    for item in getattr(result, "content", None) or []:
+        text = getattr(item, "text", None)
+        parts.append(text if isinstance(text, str) else f"[{getattr(item, 'type', type(item).__name__)} content]")
+    return "\n".join(parts)
+
+
+def _schema_of(tool: Any) -> dict[str, Any]:
+    schema = getattr(tool, "input_schema", None)
+    if schema is None:
+        schema = getattr(tool, "inputSchema", None)  # the mcp 1.x spelling
+    return dict(schema or {"type": "object", "properties": {}})
+
+
+class MCPTool(Tool):
+    """Every tool the server lists (or only ``tool_names``), each callable by its MCP name."""
+
+    def __init__(
+        self,
+        command: str,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        tool_names: list[str] | None = None,
+        timeout_s: float = 30.0,
+        startup_timeout_s: float = 60.0,
+    ) -> None:
+        mcp = _import_mcp()
+        self._params = mcp.StdioServerParameters(command=command, args=list(args or []), env=env, cwd=cwd)
+        self.timeout_s = timeout_s
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="roll-mcp-client", daemon=True)
+        self._thread.start()
+        self._session: Any = None
+        self._stop: asyncio.Event | None = None
+        ready: concurrent.futures.Future[list[ToolSpec]] = concurrent.futures.Future()
+        self._served = asyncio.run_coroutine_threadsafe(self._serve(ready), self._loop)
+        try:
+            specs = ready.result(timeout=startup_timeout_s)
+        except BaseException as e:
+            self.close()
+            raise ConfigError(f"the MCP server {command} {' '.join(args or [])} did not start: {e}") from e
+        if tool_names is not None:
+            missing = sorted(set(tool_names) - {s.name for s in specs})
+            if missing:
+                self.close()
+                raise ConfigError(f"the MCP server has no tools {missing}; it offers {[s.name for s in specs]}")
+            specs = [s for s in specs if s.name in tool_names]
+        self._specs = specs
+
+    async def _serve(self, ready: concurrent.futures.Future[list[ToolSpec]]) -> None:
+        """Open the session, publish the tool list, and hold the session open until close()."""
+        mcp = _import_mcp()
+        self._stop = asyncio.Event()
+        try:
+            async with mcp.stdio_client(self._params) as (read, write), mcp.ClientSession(read, write) as session:
+                await session.initialize()
+                listed = await session.list_tools()
+                self._session = session
+                ready.set_result([ToolSpec(t.name, t.description or "", _schema_of(t)) for t in listed.tools])
+                await self._stop.wait()
+        except BaseException as e:
+            if not ready.done():
+                ready.set_exception(e)
+            if not isinstance(e, Exception):
+                raise
+        finally:
+            self._session = None
+
+    def specs(self) -> list[ToolSpec]:
+        return list(self._specs)
+
+    def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        if name not in {s.name for s in self._specs}:
+            return ToolResult(False, f"unknown tool {name!r}")
+        session = self._session
+        if session is None:
+            return ToolResult(False, "the MCP server is not running")
+        future = asyncio.run_coroutine_threadsafe(session.call_tool(name, arguments), self._loop)
+        try:
+            result = future.result(timeout=self.timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return ToolResult(False, f"the tool {name!r} did not answer within {self.timeout_s:g} s")
+        except Exception as e:  # a protocol or transport failure is a failed call, not a crash of the episode
+            return ToolResult(False, f"the tool {name!r} failed: {type(e).__name__}: {e}")
+        failed = getattr(result, "is_error", None)
+        if failed is None:
+            failed = getattr(result, "isError", False)  # the mcp 1.x spelling
+        return ToolResult(not bool(failed), _text_of(result))
+
+    def close(self) -> None:
+        """Stop the session and the server process, then the background loop. Safe to call twice."""
+        if self._loop.is_closed():
+            return
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        with contextlib.suppress(Exception):  # the server may already be gone; closing is best effort
+            self._served.result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()

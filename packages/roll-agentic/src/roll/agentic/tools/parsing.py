@@ -1,0 +1,74 @@
+"""Tool calls in the Hermes/Qwen format: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
+
+A response may hold several calls. A call whose JSON does not parse, or lacks a name, is reported as an error
+(the model gets told, and the wrapper counts it as a failed call) rather than ignored. An unclosed final
+``<tool_call>`` (generation stopped at the token limit) is parsed up to the end of the text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ParsedToolCalls", "ToolCall", "format_tool_call", "parse_tool_calls"]
+
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ParsedToolCalls:
+    calls: list[ToolCall] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    """One message per ``<tool_call>`` block that could not be read."""
+
+    @property
+    def present(self) -> bool:
+        """The response tried to call a tool (well-formed or not)."""
+        return bool(self.calls or self.errors)
+
+
+def _parse_block(body: str) -> ToolCall | str:
+    try:
+        payload = json.loads(body.strip())
+    except json.JSONDecodeError as e:
+        return f"the tool call is not valid JSON ({e.msg} at position {e.pos})"
+    if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"]:
+        return 'the tool call must be a JSON object with a "name" string'
+    arguments = payload.get("arguments", {})
+    if isinstance(arguments, str):  # some models emit the arguments as a JSON string
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            return f'the "arguments" of tool {payload["name"]!r} are not a JSON object'
+    if not isinstance(arguments, dict):
+        return f'the "arguments" of tool {payload["name"]!r} must be a JSON object'
+    return ToolCall(payload["name"], arguments)
+
+
+def parse_tool_calls(text: str) -> ParsedToolCalls:
+    """Every ``<tool_call>`` block of ``text``, in order."""
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    if _OPEN not in text:
+        return ParsedToolCalls(calls, errors)
+    for match in _BLOCK.finditer(text):
+        parsed = _parse_block(match.group(1))
+        if isinstance(parsed, ToolCall):
+            calls.append(parsed)
+        else:
+            errors.append(parsed)
+    return ParsedToolCalls(calls, errors)
+
+
+def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
+    """The text of one call, as a model should write it."""
+    return f"{_OPEN}{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}{_CLOSE}"

@@ -1,0 +1,152 @@
+"""``search``: look documents up with a pluggable backend; the built-in one is an offline BM25 index of a file.
+
+Backends follow :class:`SearchBackend` (``search(query, top_k) -> list[SearchHit]``). ``backend="bm25"`` (the
+default) reads ``corpus_path``: a ``.jsonl`` file of objects with ``text`` (or ``contents``), optional ``title``
+and ``id``, or any other text file with one document per non-empty line. Any other ``backend`` value is an import
+path (``"my_pkg.search:Engine"``) of a class built with ``backend_kwargs``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from roll.agentic.tools.base import Tool, ToolResult, ToolSpec
+from roll.runtime import ConfigError, import_target
+
+__all__ = ["BM25Index", "SearchBackend", "SearchHit", "SearchTool", "load_documents"]
+
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+def _tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text.lower())
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    doc_id: str
+    title: str
+    text: str
+    score: float
+
+
+@runtime_checkable
+class SearchBackend(Protocol):
+    def search(self, query: str, top_k: int) -> list[SearchHit]: ...
+
+
+def load_documents(path: str | Path) -> list[dict[str, str]]:
+    """Documents of a ``.jsonl`` or plain-text corpus file as ``{"id", "title", "text"}`` dicts."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"search corpus_path {str(path)!r} is not a file")
+    docs = []
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            if path.suffix == ".jsonl":
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"{path}:{line_no}: not a JSON object ({e.msg})") from None
+                text = row.get("text", row.get("contents")) if isinstance(row, dict) else None
+                if not isinstance(text, str):
+                    raise ConfigError(f'{path}:{line_no}: needs a "text" (or "contents") string field')
+                docs.append({"id": str(row.get("id", len(docs))), "title": str(row.get("title", "")), "text": text})
+            else:
+                docs.append({"id": str(len(docs)), "title": "", "text": line.strip()})
+    if not docs:
+        raise ConfigError(f"search corpus {str(path)!r} has no documents")
+    return docs
+
+
+class BM25Index:
+    """Okapi BM25 (``k1``, ``b``) over lower-cased word tokens of each document's title and text."""
+
+    def __init__(self, documents: list[dict[str, str]], k1: float = 1.5, b: float = 0.75) -> None:
+        self.documents, self.k1, self.b = documents, k1, b
+        self.term_freqs = [Counter(_tokens(f"{d.get('title', '')} {d['text']}")) for d in documents]
+        self.lengths = [sum(tf.values()) for tf in self.term_freqs]
+        self.avg_length = sum(self.lengths) / max(1, len(self.lengths))
+        doc_freq: Counter[str] = Counter()
+        for tf in self.term_freqs:
+            doc_freq.update(tf.keys())
+        n = len(documents)
+        self.idf = {term: math.log(1 + (n - df + 0.5) / (df + 0.5)) for term, df in doc_freq.items()}
+        self.postings: dict[str, list[int]] = {}
+        for i, tf in enumerate(self.term_freqs):
+            for term in tf:
+                self.postings.setdefault(term, []).append(i)
+
+    @classmethod
+    def from_file(cls, path: str | Path, **kwargs: Any) -> BM25Index:
+        return cls(load_documents(path), **kwargs)
+
+    def search(self, query: str, top_k: int) -> list[SearchHit]:
+        scores: dict[int, float] = {}
+        for term in set(_tokens(query)):
+            idf = self.idf.get(term)
+            if idf is None:
+                continue
+            for i in self.postings[term]:
+                tf = self.term_freqs[i][term]
+                norm = tf + self.k1 * (1 - self.b + self.b * self.lengths[i] / self.avg_length)
+                scores[i] = scores.get(i, 0.0) + idf * tf * (self.k1 + 1) / norm
+        best = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:top_k]
+        return [
+            SearchHit(self.documents[i]["id"], self.documents[i].get("title", ""), self.documents[i]["text"], score)
+            for i, score in best
+        ]
+
+
+class SearchTool(Tool):
+    """One function, ``search(query)``, returning the ``top_k`` best passages."""
+
+    def __init__(
+        self,
+        corpus_path: str | None = None,
+        backend: str = "bm25",
+        backend_kwargs: dict[str, Any] | None = None,
+        top_k: int = 3,
+        max_chars_per_hit: int = 500,
+        name: str = "search",
+    ) -> None:
+        if top_k < 1:
+            raise ConfigError(f"search top_k={top_k} must be >= 1")
+        self.name, self.top_k, self.max_chars_per_hit = name, top_k, max_chars_per_hit
+        if backend == "bm25":
+            if corpus_path is None:
+                raise ConfigError("the search tool's bm25 backend needs corpus_path (a .jsonl or text file)")
+            self.backend: SearchBackend = BM25Index.from_file(corpus_path, **(backend_kwargs or {}))
+        else:
+            self.backend = import_target(backend)(**(backend_kwargs or {}))
+            if not isinstance(self.backend, SearchBackend):
+                raise ConfigError(f"search backend {backend!r} has no search(query, top_k) method")
+
+    def specs(self) -> list[ToolSpec]:
+        parameters = {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "What to look for."}},
+            "required": ["query"],
+        }
+        return [ToolSpec(self.name, "Search the document collection and return the best passages.", parameters)]
+
+    def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        query = arguments.get("query")
+        if not isinstance(query, str) or not query.strip():
+            return ToolResult(False, 'search needs a non-empty "query" string argument')
+        hits = self.backend.search(query, self.top_k)
+        if not hits:
+            return ToolResult(True, "No results.")
+        lines = []
+        for rank, hit in enumerate(hits, start=1):
+            text = hit.text[: self.max_chars_per_hit]
+            lines.append(f"[{rank}] {hit.title}: {text}" if hit.title else f"[{rank}] {text}")
+        return ToolResult(True, "\n".join(lines))

@@ -1,0 +1,116 @@
+"""ToolEnvWrapper: give any environment tools, and count how often they are called and succeed.
+
+On reset the tools' instruction is appended to the first observation. On each step a response holding
+``<tool_call>`` blocks is answered by the tools (the episode goes on; the observation is the results, and
+``info["use_tool"]`` is True, so the env manager renders it as a ``tool`` message); any other response goes to
+the wrapped environment. ``info["metrics"]`` carries ``tool_use_counter`` and ``tool_success_counter`` (calls and
+successful calls so far in the episode); ``tool_reward``/``tool_success_reward`` optionally reward calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roll.agentic.env.base import Env, EnvLike, ResetOutput, StepOutput, check_reset_output, check_step_output
+from roll.agentic.tools.base import Tool, ToolResult, describe_tools
+from roll.agentic.tools.parsing import parse_tool_calls
+from roll.agentic.tools.registry import make_tool
+from roll.runtime import ConfigError
+
+__all__ = ["ToolEnvWrapper", "tool_wrapper"]
+
+
+class ToolEnvWrapper(Env):
+    """Wraps ``env`` with ``tools``; at most ``max_tool_uses`` calls per episode are executed."""
+
+    def __init__(
+        self,
+        env: EnvLike,
+        tools: list[Tool],
+        tool_reward: float = 0.0,
+        tool_success_reward: float = 0.0,
+        max_tool_uses: int | None = 10,
+    ) -> None:
+        self.env, self.tools = env, tools
+        self.tool_reward, self.tool_success_reward = tool_reward, tool_success_reward
+        self.max_tool_uses = max_tool_uses
+        self._by_name: dict[str, Tool] = {}
+        for tool in tools:
+            for spec in tool.specs():
+                if spec.name in self._by_name:
+                    raise ConfigError(f"two tools offer a function named {spec.name!r}; tool names must be unique")
+                self._by_name[spec.name] = tool
+        self.uses_global_rng = bool(getattr(env, "uses_global_rng", False))
+        self.tool_use_counter = 0
+        self.tool_success_counter = 0
+
+    def instruction(self) -> str:
+        return describe_tools([spec for tool in self.tools for spec in tool.specs()])
+
+    def _metrics(self, info: dict[str, Any]) -> dict[str, Any]:
+        metrics = dict(info.get("metrics") or {})
+        metrics.update(tool_use_counter=self.tool_use_counter, tool_success_counter=self.tool_success_counter)
+        info["metrics"] = metrics
+        # The counters are running totals: an episode's value is the last one, not the mean over turns.
+        modes = dict(info.get("metrics_agg_mode") or {})
+        modes.update(tool_use_counter="last", tool_success_counter="last")
+        info["metrics_agg_mode"] = modes
+        return info
+
+    def reset(self, seed: int | None = None) -> ResetOutput:
+        self.tool_use_counter = self.tool_success_counter = 0
+        observation, info = check_reset_output(self.env.reset(seed=seed))
+        info["use_tool"] = False
+        return f"{observation}\n{self.instruction()}", self._metrics(info)
+
+    def _run(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        tool = self._by_name.get(name)
+        if tool is None:
+            return ToolResult(False, f"unknown tool {name!r}; available: {sorted(self._by_name)}")
+        return tool.call(name, arguments)
+
+    def step(self, action: str) -> StepOutput:
+        parsed = parse_tool_calls(action)
+        budget_left = self.max_tool_uses is None or self.tool_use_counter < self.max_tool_uses
+        if not parsed.present or not budget_left:
+            observation, reward, terminated, truncated, info = check_step_output(self.env.step(action))
+            info["use_tool"] = False
+            return observation, reward, terminated, truncated, self._metrics(info)
+        outputs, reward = [], 0.0
+        for error in parsed.errors:
+            self.tool_use_counter += 1
+            reward += self.tool_reward
+            outputs.append(f"Tool call failed: {error}")
+        for call in parsed.calls:
+            if self.max_tool_uses is not None and self.tool_use_counter >= self.max_tool_uses:
+                outputs.append("Tool budget used up: give your final answer.")
+                break
+            self.tool_use_counter += 1
+            reward += self.tool_reward
+            result = self._run(call.name, call.arguments)
+            if result.ok:
+                self.tool_success_counter += 1
+                reward += self.tool_success_reward
+            outputs.append(
+                f"{call.name} result:\n{result.output}" if result.ok else f"{call.name} failed: {result.output}"
+            )
+        info: dict[str, Any] = {"use_tool": True, "success": False}
+        return "\n".join(outputs), reward, False, False, self._metrics(info)
+
+    def close(self) -> None:
+        for tool in self.tools:
+            tool.close()
+        close = getattr(self.env, "close", None)
+        if callable(close):
+            close()
+
+
+def tool_wrapper(env: EnvLike, wrapper_args: dict[str, Any], tool_configs: list[dict[str, Any]]) -> ToolEnvWrapper:
+    """Build the wrapper from ROLL's ``tool_wrapper`` config: ``tool_configs: [{tool_id, tool_args}]``."""
+    tools = []
+    for i, config in enumerate(tool_configs):
+        unknown = sorted(set(config) - {"tool_id", "tool_args"})
+        if "tool_id" not in config or unknown:
+            raise ConfigError(f"tool_configs[{i}] needs 'tool_id' (and optional 'tool_args'); unknown keys {unknown}")
+        tools.append(make_tool(config["tool_id"], **(config.get("tool_args") or {})))
+    return ToolEnvWrapper(env, tools, **wrapper_args)

@@ -1,0 +1,36 @@
+"""Shared fixtures: a tiny local tokenizer (no hub) and one Ray session for the tests that need actors."""
+
+from __future__ import annotations
+
+import pytest
+
+from roll.strategies.testing import default_corpus, make_tokenizer
+
+# Text of the games, so the tiny BPE tokenizer encodes observations and actions in few tokens.
+_AGENTIC_TEXT = [
+    "<answer>Up</answer> <answer>Down</answer> <answer>Left</answer> <answer>Right</answer>",
+    "<think>the goal is near</think> Turn 1: Observation: You have 3 actions left. Decide the next action:",
+    '<tool_call>{"name": "python_code", "arguments": {"code": "print(1 + 2)"}}</tool_call>',
+    "P___ _O__ __G_ #### #_X_# #O_P# What is 12 * 34?",
+]
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """A byte-level BPE tokenizer (vocab 512) with ChatML special tokens and chat template."""
+    return make_tokenizer(default_corpus(0, 400) + _AGENTIC_TEXT * 50, 512)
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    from roll.runtime.testing import local_ray
+
+    with local_ray(num_cpus=32) as info:
+        yield info
+
+
+@pytest.fixture(scope="session")
+def resources(ray_session):
+    from roll.runtime import ResourceManager
+
+    return ResourceManager()

@@ -1,0 +1,47 @@
+"""The arithmetic env: seeded questions, exact answers, format penalty, and the tool_math wrapper."""
+
+from __future__ import annotations
+
+from roll.agentic.env import ArithmeticEnv, make_env
+from roll.agentic.tools import ToolEnvWrapper, format_tool_call
+
+
+def test_questions_are_seeded_and_answers_exact() -> None:
+    env = ArithmeticEnv(digits=2, num_operands=3, operators="+*")
+    question, info = env.reset(seed=4)
+    assert question == ArithmeticEnv(digits=2, num_operands=3, operators="+*").reset(seed=4)[0]
+    a, op1, b, op2, c = question.removeprefix("What is ").removesuffix("?").split()
+    values = {"+": lambda x, y: x + y, "*": lambda x, y: x * y}
+    expected = (
+        values[op1](int(a), values[op2](int(b), int(c)))
+        if op2 == "*"
+        else values[op2](values[op1](int(a), int(b)), int(c))
+    )
+    assert info["answer"] == expected
+    _observation, reward, terminated, _truncated, info = env.step(f"<answer>{expected}</answer>")
+    assert (reward, terminated, info["success"]) == (1.0, True, True)
+
+
+def test_wrong_answer_and_format_penalty() -> None:
+    env = ArithmeticEnv(format_penalty=-0.05, max_steps=2)
+    _, info = env.reset(seed=1)
+    _, reward, terminated, truncated, step_info = env.step("I think it is big")
+    assert (reward, terminated, truncated, step_info["action_is_valid"]) == (-0.05, False, False, False)
+    _observation, reward, terminated, truncated, step_info = env.step(f"<answer>{info['answer'] + 1}</answer>")
+    assert (reward, terminated, step_info["success"]) == (0.0, True, False)
+
+
+def test_tool_math_env_runs_python_in_the_sandbox() -> None:
+    env = make_env("tool_math", digits=3, operators="*")
+    assert isinstance(env, ToolEnvWrapper)
+    question, info = env.reset(seed=9)
+    assert "python_code" in question and "<tool_call>" in question
+    expression = question.splitlines()[0].removeprefix("What is ").removesuffix("?")
+    observation, _reward, terminated, _truncated, step_info = env.step(
+        format_tool_call("python_code", {"code": f"print({expression})"})
+    )
+    assert not terminated and step_info["use_tool"] is True
+    assert observation.strip().endswith(str(info["answer"]))
+    assert step_info["metrics"] == {"tool_use_counter": 1, "tool_success_counter": 1}
+    *_, terminated, _, step_info = env.step(f"<answer>{info['answer']}</answer>")
+    assert terminated and step_info["success"] and step_info["metrics"]["tool_use_counter"] == 1

@@ -1,0 +1,86 @@
+"""make_env: registered names, user classes by import path, GEM ids, and clear errors."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from roll.agentic.env import ENVS, FrozenLakeEnv, make_env, register_env
+from roll.runtime import ConfigError
+
+
+class CountdownEnv:
+    """A user's env that does not inherit from roll's base class: counts down from the seed."""
+
+    def __init__(self, start: int = 3) -> None:
+        self.start, self.value = start, start
+
+    def reset(self, seed=None):
+        self.value = self.start + (seed or 0) % 3
+        return f"value {self.value}", {}
+
+    def step(self, action):
+        self.value -= 1
+        return f"value {self.value}", float(self.value == 0), self.value == 0, False, {"success": self.value == 0}
+
+
+def test_builtin_names() -> None:
+    assert {"frozen_lake", "sokoban", "arithmetic", "tool_math"} <= set(ENVS.names())
+    assert isinstance(make_env("frozen_lake", size=3), FrozenLakeEnv)
+
+
+def test_user_env_by_import_path() -> None:
+    env = make_env(f"{__name__}:CountdownEnv", start=2)
+    assert env.reset(seed=1) == ("value 3", {})
+    env_dotted = make_env(f"{__name__}.CountdownEnv")
+    assert isinstance(env_dotted, sys.modules[__name__].CountdownEnv)
+
+
+def test_register_env_and_duplicate() -> None:
+    register_env("countdown_test", CountdownEnv)
+    assert isinstance(make_env("countdown_test"), CountdownEnv)
+    with pytest.raises(ConfigError, match="already registered"):
+        register_env("countdown_test", CountdownEnv)
+
+
+def test_bad_env_config_lists_accepted_keys() -> None:
+    with pytest.raises(ConfigError, match="accepted keys: .*'size'"):
+        make_env("frozen_lake", sizee=4)
+
+
+def test_unknown_env_type() -> None:
+    with pytest.raises(ConfigError, match="unknown env_type 'frozen_lak'.*frozen_lake"):
+        make_env("frozen_lak")
+
+
+def test_not_an_env() -> None:
+    with pytest.raises(ConfigError, match="no reset"):
+        make_env("collections:OrderedDict")
+
+
+def test_gem_env_by_id() -> None:
+    pytest.importorskip("gem")
+    env = make_env("game:GuessTheNumber-v0-easy")
+    prefixed = make_env("gem:game:GuessTheNumber-v0-easy")
+    first, _ = env.reset(seed=7)
+    assert prefixed.reset(seed=7)[0] == first and "Guess The Number" in first
+    assert env.uses_global_rng
+    # Binary search always finds the number within the easy game's budget; success is derived from the reward.
+    low, high = 1, 10
+    for _ in range(10):
+        guess = (low + high) // 2
+        observation, reward, terminated, _truncated, info = env.step(f"\\boxed{{{guess}}}")
+        if terminated:
+            break
+        if "higher" in observation:
+            low = guess + 1
+        else:
+            high = guess - 1
+    assert terminated and reward == 1.0 and info["success"] is True
+
+
+def test_gem_unknown_id() -> None:
+    pytest.importorskip("gem")
+    with pytest.raises(ConfigError, match="unknown GEM env id"):
+        make_env("gem:game:NoSuchGame-v0")

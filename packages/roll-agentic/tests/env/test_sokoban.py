@@ -1,0 +1,76 @@
+"""Sokoban: generated rooms are solvable, rewards follow gym-sokoban, rendering follows the grid vocab."""
+
+from __future__ import annotations
+
+import pytest
+
+from roll.agentic.env import SokobanEnv
+from roll.agentic.env.sokoban_gen import WALL, Room, solve
+
+
+def _answer(action: str) -> str:
+    return f"<answer>{action}</answer>"
+
+
+@pytest.mark.parametrize(("dim_room", "num_boxes", "search_depth"), [((6, 6), 1, 30), ((7, 7), 2, 10)])
+def test_rooms_are_solvable_and_solution_succeeds(dim_room, num_boxes, search_depth) -> None:
+    env = SokobanEnv(dim_room=dim_room, num_boxes=num_boxes, search_depth=search_depth, max_steps=200)
+    for seed in range(15):
+        observation, info = env.reset(seed=seed)
+        room = env.room
+        assert len(room.boxes) == num_boxes and not room.boxes <= room.targets  # at least one box to push
+        assert observation.count("\n") == dim_room[0] - 1 and all(
+            len(row) == dim_room[1] for row in observation.split("\n")
+        )
+        assert all(v == WALL for v in room.fixed[0]) and all(row[0] == WALL for row in room.fixed)
+        plan = env.solution()
+        assert plan is not None and 0 < len(plan) <= search_depth
+        total = 0.0
+        for action in plan:
+            observation, reward, terminated, truncated, info = env.step(_answer(action))
+            total += reward
+        assert terminated and not truncated and info["success"]
+        # -0.1 per move, +1 per box landing on a target, +10 at the end (pushes off targets cancel their +1).
+        assert total >= 10.0 + 1.0 * 1 - 0.1 * len(plan) - 1e-9
+
+
+def test_seeded_rooms_are_reproducible() -> None:
+    a, b = SokobanEnv(), SokobanEnv()
+    assert a.reset(seed=11)[0] == b.reset(seed=11)[0]
+    assert a.reset(seed=11)[0] != a.reset(seed=12)[0]
+
+
+def test_push_rewards_and_blocked_moves() -> None:
+    # A corridor: player, box, target in a row. Pushing right puts the box on the target.
+    fixed = ((0, 0, 0, 0, 0, 0), (0, 1, 1, 1, 2, 0), (0, 0, 0, 0, 0, 0))
+    env = SokobanEnv(dim_room=(3, 6), max_steps=10)
+    env.room = Room(fixed, frozenset({(1, 3)}), (1, 2))
+    env.boxes, env.player, env.steps = env.room.boxes, env.room.player, 0
+    assert env.render() == "######\n#_PXO#\n######"
+    observation, reward, _, _, info = env.step(_answer("Up"))  # into a wall: nothing moves
+    assert reward == pytest.approx(-0.1) and not info["action_is_effective"] and observation == env.render()
+    observation, reward, terminated, _truncated, info = env.step(_answer("Right"))
+    assert observation == "######\n#__P√#\n######"
+    assert reward == pytest.approx(-0.1 + 1.0 + 10.0) and terminated and info["success"]
+
+
+def test_invalid_action_costs_step_and_format_penalty() -> None:
+    env = SokobanEnv(format_penalty=-0.15)
+    before, _ = env.reset(seed=0)
+    observation, reward, _terminated, _truncated, info = env.step("push it")
+    assert observation == before and reward == pytest.approx(-0.25) and not info["action_is_valid"]
+
+
+def test_grid_vocab_override() -> None:
+    lookup = {0: "W", 1: ".", 2: "G", 3: "C", 4: "B", 5: "A", 6: "@"}
+    env = SokobanEnv(grid_lookup=lookup, grid_vocab={"W": "wall"})
+    observation, info = env.reset(seed=3)
+    assert set(observation.replace("\n", "")) <= set("W.GCBA@") and "W: wall" in info["env_instruction"]
+
+
+def test_solver_reports_unsolvable() -> None:
+    fixed = ((0, 0, 0, 0), (0, 1, 2, 0), (0, 0, 0, 0))
+    # The box sits in a corner next to no target it can reach: the player cannot get behind it.
+    room = Room(((0, 0, 0, 0, 0), (0, 1, 1, 2, 0), (0, 0, 0, 0, 0)), frozenset({(1, 1)}), (1, 2))
+    assert solve(room) is None
+    assert solve(Room(fixed, frozenset({(1, 2)}), (1, 1))) == []

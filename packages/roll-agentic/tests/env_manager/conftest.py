@@ -1,0 +1,65 @@
+"""Helpers to play single episodes with an EnvPool and a scripted mock policy."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from roll.agentic.config import CustomEnvConfig
+from roll.agentic.env_manager import EpisodeResult, EpisodeTask
+from roll.agentic.policy import GenerateRequest, GenerateResult, MockPolicyClient, ScriptedPolicy
+from roll.agentic.pool import EnvPool
+from roll.strategies import GenerationConfig
+
+
+class RecordingClient:
+    """Wraps a client and keeps every request it served."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.requests: list[GenerateRequest] = []
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        self.requests.append(request)
+        return await self.inner.generate(request)
+
+
+@pytest.fixture
+def scripted(tokenizer):
+    """``scripted(responses) -> RecordingClient``: responses from a list (in order) or a function of the prompt."""
+
+    def make(responses) -> RecordingClient:
+        return RecordingClient(MockPolicyClient(tokenizer, ScriptedPolicy(responses)))
+
+    return make
+
+
+@pytest.fixture
+def play(tokenizer):
+    """``play(spec, client, seed=0, sequence_length=4096, episodes=1) -> list[EpisodeResult]`` on one env slot."""
+
+    def run(
+        spec: CustomEnvConfig, client, seed: int = 0, sequence_length: int = 4096, episodes: int = 1, **gen
+    ) -> list[EpisodeResult]:
+        pool = EnvPool(
+            {"T": spec},
+            tokenizer,
+            client,
+            generation_config=GenerationConfig(max_new_tokens=gen.pop("max_new_tokens", 64), **gen),
+            sequence_length=sequence_length,
+        )
+
+        async def main() -> list[EpisodeResult]:
+            out = []
+            for i in range(episodes):
+                task = EpisodeTask(0, 0, "T", i, seed + i, f"T_0_{i}_{seed}", f"T_0_{i}_{seed}_0")
+                out.append(await pool.run_episode(task))
+            return out
+
+        try:
+            return asyncio.run(main())
+        finally:
+            pool.close()
+
+    return run

@@ -1,0 +1,67 @@
+"""Turn, token and context limits, truncated responses, and policy aborts."""
+
+from __future__ import annotations
+
+from roll.agentic.config import CustomEnvConfig
+from roll.agentic.policy import GenerateResult
+
+SPEC = dict(env_type="frozen_lake", env_config={"size": 4}, max_steps=3)
+BLOCKED = "<answer>Jump</answer>"  # a valid answer format but no action: the player never moves
+
+
+def test_max_steps_ends_the_episode(play, scripted) -> None:
+    (result,) = play(CustomEnvConfig(**SPEC), scripted([BLOCKED] * 5))
+    assert (result.end_reason, result.num_turns) == ("max_steps", 3)
+    assert result.batch.non_tensor_batch["end_reason"].tolist() == ["max_steps"]
+
+
+def test_per_step_token_cap_reaches_the_request(play, scripted) -> None:
+    client = scripted([BLOCKED] * 3)
+    play(CustomEnvConfig(**SPEC, max_tokens_per_step=7), client, max_new_tokens=64)
+    assert [r.generation_config.max_new_tokens for r in client.requests] == [7, 7, 7]
+    assert all(r.generation_config.num_return_sequences == 1 for r in client.requests)
+
+
+def test_truncated_response_is_closed_by_the_template(play, scripted, tokenizer) -> None:
+    client = scripted(["<answer>Up</answer> " + "and then more words " * 10] * 3)
+    (result,) = play(CustomEnvConfig(**SPEC, max_tokens_per_step=5), client)
+    assert result.batch.non_tensor_batch["finish_reason"].tolist() == ["length"]
+    second_prompt = client.requests[1].prompt_ids
+    first_response_end = len(client.requests[0].prompt_ids) + 5
+    # No EOS was sampled, so the turn is closed with the template's own end-of-turn text before the next message.
+    assert tokenizer.decode(second_prompt[first_response_end:]).startswith("<|im_end|>\n<|im_start|>user")
+
+
+def test_trajectory_token_budget(play, scripted) -> None:
+    client = scripted([BLOCKED] * 10)
+    (result,) = play(CustomEnvConfig(**{**SPEC, "max_steps": 10}, max_tokens_per_traj=20), client)
+    per_turn = result.metrics["generated_tokens"] / result.num_turns
+    assert result.end_reason == "token_limit" and result.metrics["generated_tokens"] <= 20
+    assert result.num_turns == -(-20 // int(per_turn)) or result.metrics["generated_tokens"] == 20
+    assert int(result.batch.batch["response_mask"].sum()) == result.metrics["generated_tokens"]
+
+
+def test_context_limit_keeps_rows_within_sequence_length(play, scripted) -> None:
+    client = scripted([BLOCKED] * 10)
+    (unbounded,) = play(CustomEnvConfig(**{**SPEC, "max_steps": 10}), client)
+    length = int(unbounded.batch.batch["attention_mask"].sum())
+    limit = length // 2
+    (result,) = play(CustomEnvConfig(**{**SPEC, "max_steps": 10}), scripted([BLOCKED] * 10), sequence_length=limit)
+    assert result.end_reason == "context_limit" and 0 < result.num_turns < 10
+    assert int(result.batch.batch["attention_mask"].sum()) <= limit
+    assert unbounded.end_reason == "max_steps"
+
+
+def test_first_prompt_longer_than_the_context_yields_no_sample(play, scripted) -> None:
+    (result,) = play(CustomEnvConfig(**SPEC), scripted([BLOCKED]), sequence_length=16)
+    assert (result.end_reason, result.num_turns, result.batch) == ("context_limit", 0, None)
+
+
+class AbortingClient:
+    async def generate(self, request):
+        return GenerateResult(request.request_id, [], None, "abort", 0)
+
+
+def test_aborted_request_ends_the_episode_without_samples(play) -> None:
+    (result,) = play(CustomEnvConfig(**SPEC), AbortingClient())
+    assert (result.end_reason, result.batch, result.faulted) == ("aborted", None, False)

@@ -1,0 +1,59 @@
+"""Step-wise samples: one row per turn, a bounded history window, and state hashes for GiGPO."""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from roll.agentic.config import CustomEnvConfig
+from roll.agentic.env import FrozenLakeEnv
+
+SPEC = dict(env_type="frozen_lake", env_config={"size": 4}, max_steps=6, env_manager_cls="step", history_length=2)
+
+
+def test_one_row_per_turn_with_steps_rewards_and_hashes(play, scripted, tokenizer) -> None:
+    env = FrozenLakeEnv(size=4)
+    env.reset(seed=5)
+    plan = env.solution()
+    responses = ["<answer>Jump</answer>", "<answer>Jump</answer>"] + [f"<answer>{a}</answer>" for a in plan]
+    (result,) = play(CustomEnvConfig(**{**SPEC, "max_steps": 12}), scripted(responses), seed=5)
+    batch = result.batch
+    n = result.num_turns
+    assert n == 2 + len(plan) and len(batch) == n and result.success
+    columns = batch.non_tensor_batch
+    assert columns["step"].tolist() == list(range(n))
+    assert set(columns["traj_id"].tolist()) == {result.task.traj_id}
+    # Every row's loss covers exactly its response; the prompt is not trained on.
+    data = batch.batch
+    for i, response in enumerate(responses[:n]):
+        row_mask = data["response_mask"][i].bool()
+        assert tokenizer.decode(data["responses"][i][row_mask]) == response + tokenizer.eos_token
+    assert data["scores"].tolist() == columns["step_scores"].tolist() == [0.0] * (n - 1) + [1.0]
+    assert columns["episode_scores"].tolist() == [1.0] * n
+    # The two invalid moves leave the state unchanged: the first three rows saw the same observation.
+    env.reset(seed=5)
+    start = env.render()
+    expected = hashlib.sha256(start.encode()).hexdigest()[:16]
+    assert columns["state_hash"].tolist()[:3] == [expected] * 3
+    assert len(set(columns["state_hash"].tolist())) == n - 2
+
+
+def test_history_window_shows_the_last_turns_only(play, scripted, tokenizer) -> None:
+    responses = [f"<answer>Jump{i}</answer>" for i in range(6)]
+    client = scripted(responses)
+    play(CustomEnvConfig(**SPEC), client, seed=1)
+    prompts = [tokenizer.decode(r.prompt_ids) for r in client.requests]
+    assert "(step:" not in prompts[0] and "completed 0 steps" in prompts[0]
+    last = prompts[5]
+    assert "Jump2" not in last and "Jump3" in last and "Jump4" in last and "(step: 4," in last
+    assert "not valid" in last  # invalid actions are flagged in the history
+    assert len({len(r.prompt_ids) for r in client.requests[2:]}) <= 2  # a fixed window: prompts stop growing
+
+
+def test_rows_pad_into_one_batch(play, scripted) -> None:
+    (result,) = play(CustomEnvConfig(**SPEC), scripted(["<answer>Up</answer>", "<answer>Left turn</answer>"] * 3))
+    data = result.batch.batch
+    widths = data["response_mask"].sum(-1).tolist()
+    assert len(set(widths)) == 2  # two response lengths, right-padded to one width
+    assert torch.equal(data["input_ids"][:, data["prompts"].shape[1] :], data["responses"])

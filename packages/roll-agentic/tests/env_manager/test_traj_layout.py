@@ -1,0 +1,111 @@
+"""Trajectory-wise samples: one row per episode, loss only on the assistant's tokens (checked by decoding)."""
+
+from __future__ import annotations
+
+import torch
+
+from roll.agentic.config import CustomEnvConfig
+from roll.agentic.env import FrozenLakeEnv
+from roll.pipelines.algorithms import token_level_rewards_from_scores
+from roll.strategies.ops import position_ids_from_attention_mask
+
+SPEC = dict(env_type="frozen_lake", env_config={"size": 4, "format_penalty": -0.1}, max_steps=4)
+
+
+def _segments(mask: list[int]) -> list[tuple[int, int]]:
+    runs, start = [], None
+    for i, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+def test_layout_masks_only_assistant_tokens(play, scripted, tokenizer) -> None:
+    responses = ["<answer>Up</answer>", "no idea", "<answer>Left</answer>", "<answer>Down</answer>"]
+    client = scripted(responses)
+    (result,) = play(CustomEnvConfig(**SPEC), client, seed=11)
+    batch = result.batch
+    assert len(batch) == 1 and result.num_turns == len(client.requests)
+    data = batch.batch
+    prompt_width = data["prompts"].shape[1]
+    assert torch.equal(data["input_ids"], torch.cat([data["prompts"], data["responses"]], dim=1))
+    assert torch.equal(data["position_ids"], position_ids_from_attention_mask(data["attention_mask"]))
+    response_attention = data["attention_mask"][0, prompt_width:]
+    mask = data["response_mask"][0]
+    assert bool((mask <= response_attention).all()) and bool(data["attention_mask"][0, :prompt_width].all())
+    # Each run of the loss mask decodes to exactly one assistant response (with its EOS), in order.
+    runs = _segments(mask.tolist())
+    assert len(runs) == result.num_turns
+    ids = data["responses"][0]
+    for (start, end), response in zip(runs, responses):
+        assert tokenizer.decode(ids[start:end]) == response + tokenizer.eos_token
+    # Tokens between the runs are the environment's messages: never trained on, log-prob 0.
+    between = tokenizer.decode(ids[runs[0][1] : runs[1][0]])
+    assert between.startswith("\n<|im_start|>user\nTurn 2:") and between.endswith("<|im_start|>assistant\n")
+    log_probs = data["rollout_log_probs"][0]
+    assert bool((log_probs[mask.bool()] == -0.5).all()) and bool((log_probs[~mask.bool()] == 0).all())
+    # The response ends with the last assistant token.
+    assert int(response_attention.sum()) == runs[-1][1]
+
+
+def test_decoded_row_is_the_chat_template_of_the_conversation(play, scripted, tokenizer) -> None:
+    responses = ["<answer>Up</answer>", "<answer>Right</answer>"]
+    client = scripted(responses)
+    (result,) = play(CustomEnvConfig(**{**SPEC, "max_steps": 2}), client, seed=3)
+    data = result.batch.batch
+    row = data["input_ids"][0][data["attention_mask"][0].bool()]
+    # The model input of the last request is the row minus the last response: nothing is re-tokenized.
+    last = client.requests[-1].prompt_ids
+    assert row[: len(last)].tolist() == last
+    text = tokenizer.decode(row)
+    env = FrozenLakeEnv(size=4, format_penalty=-0.1)
+    obs, info = env.reset(seed=3)
+    first_user = f"{info['env_instruction']}\nTurn 1:\nObservation:\n{obs}\n"
+    assert first_user in text
+    obs2, *_ = env.step(responses[0])
+    assert f"Turn 2:\nObservation:\n{obs2}\nYou have 1 actions left." in text
+    messages = [
+        {"role": "system", "content": CustomEnvConfig(**SPEC).agent_system_template},
+        {"role": "user", "content": text.split("<|im_start|>user\n")[1].split("<|im_end|>")[0]},
+        {"role": "assistant", "content": responses[0]},
+        {"role": "user", "content": text.split("<|im_start|>user\n")[2].split("<|im_end|>")[0]},
+        {"role": "assistant", "content": responses[1]},
+    ]
+    assert text + "\n" == tokenizer.apply_chat_template(messages, tokenize=False)
+
+
+def test_scores_and_step_scores(play, scripted, tokenizer) -> None:
+    env = FrozenLakeEnv(size=4, format_penalty=-0.1)
+    env.reset(seed=21)
+    plan = env.solution()
+    responses = ["bad"] + [f"<answer>{a}</answer>" for a in plan]
+    client = scripted(responses)
+    (result,) = play(CustomEnvConfig(**{**SPEC, "max_steps": 10}), client, seed=21)
+    assert result.end_reason == "terminated" and result.success and result.num_turns == len(plan) + 1
+    columns = result.batch.non_tensor_batch
+    assert columns["step_scores"][0] == [-0.1] + [0.0] * (len(plan) - 1) + [1.0]
+    assert abs(result.episode_score - 0.9) < 1e-6
+    assert result.batch.batch["scores"].dtype == torch.float32 and abs(result.batch.batch["scores"][0] - 0.9) < 1e-6
+    assert columns["success"].tolist() == [True] and columns["end_reason"].tolist() == ["terminated"]
+    assert result.format_ratio == len(plan) / (len(plan) + 1) and result.metrics["format"] == result.format_ratio
+    # The episode score lands on the last assistant token, which is the row's last token.
+    data = result.batch.batch
+    rewards = token_level_rewards_from_scores(data["scores"], data["response_mask"])
+    last = int(data["response_mask"][0].nonzero().max())
+    assert abs(rewards[0, last].item() - 0.9) < 1e-6 and rewards[0].abs().sum().item() == rewards[0, last].abs().item()
+    response_attention = data["attention_mask"][0, data["prompts"].shape[1] :]
+    assert last == int(response_attention.nonzero().max())
+
+
+def test_tool_results_come_back_as_tool_messages(play, scripted, tokenizer) -> None:
+    call = '<tool_call>{"name": "python_code", "arguments": {"code": "print(6 * 7)"}}</tool_call>'
+    client = scripted(lambda prompt: call if "python_code result" not in prompt else "<answer>42</answer>")
+    spec = CustomEnvConfig(env_type="tool_math", env_config={"digits": 1, "operators": "*"}, max_steps=3)
+    (result,) = play(spec, client, seed=0)
+    text = tokenizer.decode(result.batch.batch["responses"][0])
+    assert "<|im_start|>tool\npython_code result:\n42" in text
+    assert result.metrics["tool_use_counter"] == 1.0 and result.metrics["tool_success_counter"] == 1.0
+    assert result.num_turns == 2

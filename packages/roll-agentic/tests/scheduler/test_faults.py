@@ -1,0 +1,75 @@
+"""Faulty envs inside a rollout: the batch still fills up, faults are counted, validation counts them as failed."""
+
+from __future__ import annotations
+
+from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.policy import MockPolicyClient, ScriptedPolicy
+from roll.agentic.scheduler import RolloutScheduler
+from roll.strategies import GenerationConfig
+
+
+class SometimesBrokenEnv:
+    """Solved in one step; seeds divisible by 3 raise, seeds with remainder 1 hang, others are fine."""
+
+    def __init__(self, hang_s: float = 2.0) -> None:
+        self.hang_s, self.seed = hang_s, 0
+
+    def reset(self, seed=None):
+        self.seed = seed
+        return f"state {seed % 5}", {}
+
+    def step(self, action):
+        if self.seed % 3 == 0:
+            raise RuntimeError("env crashed")
+        if self.seed % 3 == 1:
+            import time
+
+            time.sleep(self.hang_s)
+        return "done", 1.0, True, False, {"success": True}
+
+
+ENVS = {
+    "ok": CustomEnvConfig(env_type="frozen_lake", max_steps=2),
+    "bad": CustomEnvConfig(env_type=f"{__name__}:SometimesBrokenEnv", max_steps=2, step_timeout_s=0.2),
+}
+
+
+def make(tokenizer, mode):
+    config = EnvManagerConfig(num_env_groups=6, group_size=2, tags=["ok", "bad"], num_groups_partition=[3, 3])
+    client = MockPolicyClient(tokenizer, ScriptedPolicy(lambda prompt: "<answer>Up</answer>"))
+    return RolloutScheduler.local(
+        config, ENVS, tokenizer, client, generation_config=GenerationConfig(max_new_tokens=16),
+        sequence_length=2048, mode=mode, seed=1,
+    )  # fmt: skip
+
+
+def test_training_rollout_goes_on_around_faults(tokenizer) -> None:
+    scheduler = make(tokenizer, "train")
+    out = scheduler.get_batch(12)
+    m = out.metrics
+    assert len(out.batch) == 12 and m["rollout/groups_kept"] == 6
+    assert m["rollout/groups_faulted"] >= 1 and m["rollout/env_faults"] >= 2
+    assert m["rollout/env_faults"] == m.get("rollout/end_reason/env_error", 0) + m.get(
+        "rollout/end_reason/env_timeout", 0
+    )
+    faulted = [e for e in out.episodes if e.faulted]
+    assert all(e.batch is None and not e.success for e in faulted)
+    # Kept rows never come from a faulted round.
+    faulted_rounds = {e.task.traj_group_id for e in faulted}
+    assert faulted_rounds.isdisjoint(set(out.batch.non_tensor_batch["traj_group_id"].tolist()))
+    assert set(out.batch.non_tensor_batch["end_reason"].tolist()) <= {"terminated", "truncated", "max_steps"}
+    scheduler.close()
+
+
+def test_validation_counts_faulted_episodes_as_failures(tokenizer) -> None:
+    scheduler = make(tokenizer, "val")
+    out = scheduler.get_batch()
+    m = out.metrics
+    episodes = out.episodes
+    assert len(episodes) == 12 and m["val/groups_kept"] == 6
+    bad = [e for e in episodes if e.task.tag == "bad"]
+    expected = sum(1 for e in bad if not e.faulted) / len(bad)
+    assert m["val/bad/success"] == expected < 1.0
+    assert m["val/success"] == sum(e.success for e in episodes) / 12
+    assert len(out.batch) == sum(not e.faulted for e in episodes)
+    scheduler.close()

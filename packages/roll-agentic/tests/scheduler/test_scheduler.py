@@ -1,0 +1,120 @@
+"""RolloutScheduler (in-process): whole groups sharing seeds, filters with replacements, faults, validation."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.policy import LatencyModel, MockPolicyClient, RandomActionPolicy
+from roll.agentic.scheduler import RolloutScheduler
+from roll.runtime import ConfigError
+from roll.strategies import GenerationConfig
+
+ACTIONS = ["Up", "Down", "Left", "Right"]
+ENVS = {
+    "FL": CustomEnvConfig(env_type="frozen_lake", env_config={"size": 4, "format_penalty": -0.1}, max_steps=4),
+    "SK": CustomEnvConfig(env_type="sokoban", env_config={"dim_room": [6, 6]}, max_steps=4),
+    "FLstep": CustomEnvConfig(env_type="frozen_lake", max_steps=3, env_manager_cls="step"),
+}
+
+
+def make(tokenizer, mode="train", envs=None, seed=0, invalid_prob=0.2, **config) -> RolloutScheduler:
+    config = EnvManagerConfig(**{"num_env_groups": 4, "group_size": 3, "tags": ["FL", "SK"], **config})
+    policy = RandomActionPolicy(ACTIONS, invalid_prob=invalid_prob)
+    client = MockPolicyClient(tokenizer, policy, LatencyModel(per_token_median_s=1e-4, per_token_sigma=1.0))
+    return RolloutScheduler.local(
+        config,
+        envs or ENVS,
+        tokenizer,
+        client,
+        generation_config=GenerationConfig(max_new_tokens=32),
+        sequence_length=2048,
+        mode=mode,
+        seed=seed,
+    )
+
+
+def _first_prompts(batch) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for group, prompt in zip(batch.non_tensor_batch["traj_group_id"], batch.batch["prompts"]):
+        out.setdefault(group, set()).add(str(prompt.tolist()))
+    return out
+
+
+def test_batch_of_whole_groups_with_shared_seeds(tokenizer) -> None:
+    scheduler = make(tokenizer)
+    out = scheduler.get_batch(18)  # 6 groups of 3: two slots run a second round
+    batch = out.batch
+    assert len(batch) == 18 and len(out.episodes) == 18
+    per_group = Counter(batch.non_tensor_batch["traj_group_id"].tolist())
+    assert len(per_group) == 6 and set(per_group.values()) == {3}
+    assert len(set(batch.non_tensor_batch["traj_id"].tolist())) == 18
+    # All members of a round started from the same state: identical first prompts; rounds differ.
+    prompts = _first_prompts(batch)
+    assert all(len(p) == 1 for p in prompts.values()) and len({next(iter(p)) for p in prompts.values()}) == 6
+    assert out.metrics["rollout/groups_kept"] == 6 and out.metrics["rollout/episodes"] == 18
+    assert {"rollout/success", "rollout/format", "rollout/FL/success", "rollout/SK/format"} <= set(out.metrics)
+    # Rows come in launch order (the first round of groups 0..3 first), whatever order the rounds finished in.
+    assert batch.non_tensor_batch["group_id"].tolist()[:12] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    tags = Counter(batch.non_tensor_batch["tag"].tolist())
+    assert tags["FL"] + tags["SK"] == 18 and tags["FL"] % 3 == 0
+    scheduler.close()
+
+
+def test_train_rounds_advance_and_validation_repeats(tokenizer) -> None:
+    train = make(tokenizer)
+    first = set(train.get_batch(12).batch.non_tensor_batch["traj_group_id"].tolist())
+    second = set(train.get_batch(12).batch.non_tensor_batch["traj_group_id"].tolist())
+    assert first.isdisjoint(second)
+    val = make(tokenizer, mode="val", invalid_prob=0.0)
+    a, b = val.get_batch(), val.get_batch()
+    assert len(a.batch) == 12 and a.metrics["val/groups_kept"] == 4
+    key = "traj_id"
+    order_a = sorted(zip(a.batch.non_tensor_batch[key].tolist(), a.batch.batch["input_ids"].tolist()))
+    order_b = sorted(zip(b.batch.non_tensor_batch[key].tolist(), b.batch.batch["input_ids"].tolist()))
+    assert order_a == order_b  # same seeds, same (deterministic) policy: the same episodes
+    train.close()
+    val.close()
+
+
+def test_filter_drops_groups_and_replaces_them(tokenizer) -> None:
+    scheduler = make(tokenizer, group_filter_cls="roll.agentic.scheduler.filters.ZeroVarianceGroupFilter")
+    out = scheduler.get_batch(12)
+    m = out.metrics
+    assert m["rollout/groups_kept"] == 4
+    assert m["rollout/groups_launched"] == m["rollout/groups_kept"] + m["rollout/groups_filtered"]
+    assert m["rollout/groups_filtered"] >= 1  # random play often scores a group the same
+    scores: dict[str, list[float]] = {}
+    for group, score in zip(out.batch.non_tensor_batch["traj_group_id"], out.batch.batch["scores"].tolist()):
+        scores.setdefault(group, []).append(score)
+    assert all(max(s) - min(s) > 1e-6 for s in scores.values())
+    assert len(out.episodes) == 3 * m["rollout/groups_launched"]
+    scheduler.close()
+
+
+def test_step_wise_manager_counts_trajectories(tokenizer) -> None:
+    scheduler = make(tokenizer, tags=["FLstep"], num_env_groups=2, group_size=2)
+    out = scheduler.get_batch(4)
+    episodes = {e.task.traj_id: e.num_turns for e in out.episodes}
+    assert len(episodes) == 4 and len(out.batch) == sum(episodes.values())
+    assert "state_hash" in out.batch.non_tensor_batch and "step" in out.batch.non_tensor_batch
+    scheduler.close()
+
+
+def test_max_traj_per_env_and_bad_sizes(tokenizer) -> None:
+    scheduler = make(tokenizer, max_traj_per_env=1)
+    with pytest.raises(ConfigError, match="max_traj_per_env=1"):
+        scheduler.get_batch(15)
+    with pytest.raises(ConfigError, match="multiple of train_env.group_size=3"):
+        scheduler.get_batch(10)
+    assert len(scheduler.get_batch(12).batch) == 12
+    scheduler.close()
+
+
+def test_config_errors_name_the_tags(tokenizer) -> None:
+    with pytest.raises(ConfigError, match=r"tags \['Nope'\] are not defined"):
+        make(tokenizer, tags=["Nope"])
+    with pytest.raises(ConfigError, match="mix env managers"):
+        make(tokenizer, tags=["FL", "FLstep"])

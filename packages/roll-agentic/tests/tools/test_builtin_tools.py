@@ -1,0 +1,96 @@
+"""Built-in tools: python_code in roll's sandbox, BM25 search over a local file, the registry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from roll.agentic.tools import TOOLS, Tool, ToolResult, ToolSpec, make_tool, register_tool
+from roll.agentic.tools.search import BM25Index, SearchTool
+from roll.runtime import ConfigError
+
+DOCS = [
+    {"id": "ray", "title": "Ray", "text": "Ray is a framework for distributed Python applications and actors."},
+    {"id": "torch", "title": "PyTorch", "text": "PyTorch is a tensor library with automatic differentiation."},
+    {"id": "sokoban", "title": "Sokoban", "text": "Sokoban is a puzzle where a player pushes boxes onto targets."},
+    {"id": "vllm", "title": "vLLM", "text": "vLLM serves large language models with paged attention."},
+]
+
+
+def test_python_code_runs_in_the_sandbox() -> None:
+    tool = make_tool("python_code", timeout_s=10)
+    assert tool.specs()[0].name == "python_code"
+    assert tool.call("python_code", {"code": "print(347 * 29)"}) == ToolResult(True, "10063\n")
+    failed = tool.call("python_code", {"code": "1/0"})
+    assert not failed.ok and "ZeroDivisionError" in failed.output
+    assert not tool.call("python_code", {"code": ""}).ok
+    # The sandbox has no network.
+    blocked = tool.call("python_code", {"code": "import socket; socket.create_connection(('1.1.1.1', 80), 2)"})
+    assert not blocked.ok
+
+
+def test_bm25_ranks_the_matching_document_first(tmp_path) -> None:
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("\n".join(json.dumps(d) for d in DOCS))
+    tool = SearchTool(corpus_path=str(corpus), top_k=2)
+    result = tool.call("search", {"query": "push boxes puzzle"})
+    assert result.ok and result.output.splitlines()[0].startswith("[1] Sokoban:")
+    hits = BM25Index(DOCS).search("distributed actors", top_k=4)
+    assert next(h.doc_id for h in hits) == "ray" and all(h.score > 0 for h in hits)
+    assert tool.call("search", {"query": "zebra"}) == ToolResult(True, "No results.")
+    assert not tool.call("search", {}).ok
+
+
+def test_bm25_scores_match_the_formula() -> None:
+    docs = [{"id": "a", "title": "", "text": "cat cat dog"}, {"id": "b", "title": "", "text": "dog"}]
+    import math
+
+    avg = (3 + 1) / 2
+    idf_cat = math.log(1 + (2 - 1 + 0.5) / (1 + 0.5))
+    tf = 2
+    expected = idf_cat * tf * 2.5 / (tf + 1.5 * (1 - 0.75 + 0.75 * 3 / avg))
+    hits = BM25Index(docs).search("cat", top_k=5)
+    assert [h.doc_id for h in hits] == ["a"] and hits[0].score == pytest.approx(expected)
+
+
+def test_plain_text_corpus_and_custom_backend(tmp_path) -> None:
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("alpha beta\n\ngamma delta\n")
+    assert SearchTool(corpus_path=str(corpus)).call("search", {"query": "gamma"}).output == "[1] gamma delta"
+    tool = SearchTool(backend=f"{__name__}:EchoBackend", backend_kwargs={"prefix": ">"})
+    assert tool.call("search", {"query": "hi"}).output == "[1] > hi"
+    with pytest.raises(ConfigError, match="corpus_path"):
+        SearchTool()
+
+
+class EchoBackend:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def search(self, query, top_k):
+        from roll.agentic.tools.search import SearchHit
+
+        return [SearchHit("0", "", f"{self.prefix} {query}", 1.0)]
+
+
+class UpperTool(Tool):
+    def __init__(self, suffix: str = "") -> None:
+        self.suffix = suffix
+
+    def specs(self):
+        return [ToolSpec("upper", "Upper-case text.")]
+
+    def call(self, name, arguments):
+        return ToolResult(True, str(arguments.get("text", "")).upper() + self.suffix)
+
+
+def test_register_tool_with_default_kwargs() -> None:
+    register_tool("upper_test", f"{__name__}:UpperTool", suffix="!")
+    assert "upper_test" in TOOLS.names()
+    assert make_tool("upper_test").call("upper", {"text": "hi"}).output == "HI!"
+    assert make_tool("upper_test", suffix="?").call("upper", {"text": "a"}).output == "A?"
+    with pytest.raises(ConfigError, match="cannot be built"):
+        make_tool("upper_test", nope=1)
+    with pytest.raises(ConfigError, match="unknown tool"):
+        make_tool("no_such_tool")

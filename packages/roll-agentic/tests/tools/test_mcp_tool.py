@@ -1,0 +1,40 @@
+"""The mcp tool against a real stdio MCP server (a local script)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from roll.agentic.tools import make_tool
+from roll.runtime import ConfigError
+
+SERVER = str(Path(__file__).with_name("mcp_calc_server.py"))
+
+
+def test_mcp_tool_lists_and_calls_server_tools() -> None:
+    tool = make_tool("mcp", command=sys.executable, args=[SERVER], timeout_s=60, startup_timeout_s=120)
+    try:
+        specs = {s.name: s for s in tool.specs()}
+        assert set(specs) == {"add", "explode"}
+        assert specs["add"].parameters["required"] == ["a", "b"] and specs["add"].description == "Add two integers."
+        assert tool.call("add", {"a": 2, "b": 40}).output == "42" and tool.call("add", {"a": 2, "b": 40}).ok
+        failed = tool.call("explode", {"message": "boom"})
+        assert not failed.ok and "explode" in failed.output
+        assert not tool.call("missing", {}).ok
+    finally:
+        tool.close()
+    tool.close()  # twice is fine
+
+
+def test_mcp_tool_filter_and_bad_server() -> None:
+    tool = make_tool("mcp", command=sys.executable, args=[SERVER], tool_names=["add"], startup_timeout_s=120)
+    try:
+        assert [s.name for s in tool.specs()] == ["add"]
+    finally:
+        tool.close()
+    with pytest.raises(ConfigError, match="did not start"):
+        make_tool("mcp", command=sys.executable, args=["-c", "import sys; sys.exit(3)"], startup_timeout_s=60)
