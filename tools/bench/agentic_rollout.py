@@ -32,9 +32,6 @@ import sys
 import time
 from typing import Any
 
-from tools.bench._measure import environment
-from tools.bench._report import add_report_arguments, emit_result, table
-
 from roll.agentic.config import CustomEnvConfig
 from roll.agentic.env import FrozenLakeEnv
 from roll.agentic.env_manager import EpisodeTask
@@ -48,6 +45,8 @@ from roll.agentic.policy import (
 from roll.agentic.pool import EnvPool, EnvSlot
 from roll.strategies import GenerationConfig
 from roll.strategies.testing import default_corpus, make_tokenizer
+from tools.bench._measure import environment
+from tools.bench._report import add_report_arguments, emit_result, table
 
 ENV_STEP_MEDIAN_S = float(os.environ.get("ROLL_BENCH_ENV_STEP_S", "0.005"))
 ENV_STEP_SIGMA = 0.5

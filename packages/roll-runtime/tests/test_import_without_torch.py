@@ -9,6 +9,8 @@ import sys
 
 def test_importing_the_runtime_imports_no_torch():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    code = "import sys, roll.runtime\nheavy = sorted({'torch', 'tensordict'} & set(sys.modules))\nassert not heavy, heavy"
+    code = (
+        "import sys, roll.runtime\nheavy = sorted({'torch', 'tensordict'} & set(sys.modules))\nassert not heavy, heavy"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
