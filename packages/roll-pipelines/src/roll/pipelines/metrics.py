@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["reduce_metrics"]
 
-_REDUCERS = {
+_REDUCERS: dict[str, Callable[[list[float]], float]] = {
     "@max": max,
     "@min": min,
     "@sum": sum,

@@ -59,7 +59,7 @@ def build_generation_output(
     prompt_mask = repeated.batch["attention_mask"].long()
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
     extra = repeated.select(
-        batch_keys=[k for k in repeated.batch.keys() if k not in PROMPT_KEYS],
+        batch_keys=[k for k in repeated.batch.keys() if isinstance(k, str) and k not in PROMPT_KEYS],
         non_tensor_batch_keys=list(repeated.non_tensor_batch),
     )
     out = DataProto.from_dict(
@@ -96,8 +96,10 @@ def compact_generation_padding(batch: DataProto) -> DataProto:
     keep = max(1, keep)
     if lead == 0 and keep == response_width:
         return batch
-    columns = {}
+    columns: dict[str, torch.Tensor] = {}
     for key in data.keys():
+        if not isinstance(key, str):
+            continue  # nested keys: generation outputs are flat
         value = data[key]
         if key == "prompts":
             value = value[:, lead:]

@@ -12,6 +12,7 @@ import pickle
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -92,6 +93,9 @@ class WeightChannel:
         self.rank = rank
         self.world_size = world_size
         self.device = torch.device(device)
+        # Typed loosely: NCCL and Gloo groups share broadcast() at run time but not in torch's stubs.
+        self._group: Any = None
+        self._store: Any = None
         timeout = timedelta(seconds=timeout_s)
         self._store = dist.TCPStore(master_addr, master_port, world_size, is_master=rank == 0, timeout=timeout)
         if self.device.type == "cuda":
@@ -133,7 +137,7 @@ class WeightChannel:
     def receive(self) -> Iterator[list[tuple[str, torch.Tensor]]]:
         """Receivers: yield each bucket's named tensors until the sender's end marker."""
         while True:
-            entries = self.broadcast_object()
+            entries: Any = self.broadcast_object()
             if entries is None:
                 return
             total = sum(e.nbytes for e in entries)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,7 +100,7 @@ def _aggregate(turns: list[Turn], modes: dict[str, str]) -> dict[str, float]:
         for key, value in turn.metrics.items():
             if isinstance(value, bool | int | float) and math.isfinite(float(value)):
                 values.setdefault(key, []).append(float(value))
-    reducers = {"last": lambda v: v[-1], "sum": sum, "max": max, "min": min}
+    reducers: dict[str, Callable[[list[float]], float]] = {"last": lambda v: v[-1], "sum": sum, "max": max, "min": min}
     return {key: reducers.get(modes.get(key, "mean"), lambda v: sum(v) / len(v))(v) for key, v in values.items()}
 
 

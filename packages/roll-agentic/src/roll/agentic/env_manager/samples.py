@@ -111,7 +111,7 @@ def _repad(batch: DataProto, width_p: int, width_r: int, pad_token_id: int) -> d
     attention = torch.cat(
         [pad(data["attention_mask"][:, :p], lead, 0, 0), pad(data["attention_mask"][:, p:], 0, tail, 0)], dim=1
     )
-    out = {key: data[key] for key in data.keys() if key not in LAYOUT_KEYS}
+    out: dict[str, Any] = {key: data[key] for key in data.keys() if isinstance(key, str) and key not in LAYOUT_KEYS}
     out.update(
         prompts=prompts,
         responses=responses,

@@ -46,7 +46,7 @@ def load_documents(path: str | Path) -> list[dict[str, str]]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"search corpus_path {str(path)!r} is not a file")
-    docs = []
+    docs: list[dict[str, str]] = []
     with path.open(encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():

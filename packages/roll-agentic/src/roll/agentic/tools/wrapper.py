@@ -94,8 +94,8 @@ class ToolEnvWrapper(Env):
             outputs.append(
                 f"{call.name} result:\n{result.output}" if result.ok else f"{call.name} failed: {result.output}"
             )
-        info: dict[str, Any] = {"use_tool": True, "success": False}
-        return "\n".join(outputs), reward, False, False, self._metrics(info)
+        tool_info: dict[str, Any] = {"use_tool": True, "success": False}
+        return "\n".join(outputs), reward, False, False, self._metrics(tool_info)
 
     def close(self) -> None:
         for tool in self.tools:

@@ -6,7 +6,7 @@ mapped to dense indices with ``torch.unique`` and reduced with ``index_add``, so
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import torch
 
@@ -16,7 +16,8 @@ from roll.runtime.errors import ConfigError
 __all__ = ["GroupStats", "group_stats"]
 
 
-class GroupStats(NamedTuple):
+@dataclass(frozen=True)
+class GroupStats:
     """Statistics of each sample's group, gathered back per sample; every field is (batch,)."""
 
     mean: torch.Tensor

@@ -9,6 +9,7 @@ NaN gradients. Metrics are Python floats computed without gradients; with no val
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -51,12 +52,15 @@ def _check_count(name: str, value: Count) -> Count:
 
 def _masked_inputs(
     response_mask: torch.Tensor, mask_name: str = "response_mask", **tensors: torch.Tensor | None
-) -> list[torch.Tensor | None]:
-    """Check shapes against the mask and zero every tensor outside it (keeping gradients on valid entries)."""
+) -> list[Any]:
+    """Check shapes against the mask and zero every tensor outside it (keeping gradients on valid entries).
+
+    Returns one entry per keyword, in order: the masked tensor, or None where None was given (typed ``Any`` so
+    callers that pass tensors need no narrowing)."""
     check_2d(mask_name, response_mask)
     check_same_shape(mask_name, response_mask, **tensors)
     valid = as_bool_mask(response_mask)
-    out: list[torch.Tensor | None] = []
+    out: list[Any] = []
     for tensor in tensors.values():
         if tensor is not None:
             tensor = as_float(tensor)

@@ -267,9 +267,15 @@ def prepare_examples(
     """Encode every row for ``task`` and filter by the limits in ``args``; the report is logged and returned."""
     encoder = _ENCODERS[task]
     encoded = [encoder(row, tokenizer, args, where=f"{name} row {i}") for i, row in enumerate(rows)]
-    limits = {"max_prompt_length": args.max_prompt_length}
-    if task != "prompt":
-        limits.update(max_length=args.max_length, max_response_length=args.max_response_length)
-    kept, report = filter_by_length(encoded, name=name, **limits)
+    if task == "prompt":
+        kept, report = filter_by_length(encoded, name=name, max_prompt_length=args.max_prompt_length)
+    else:
+        kept, report = filter_by_length(
+            encoded,
+            name=name,
+            max_prompt_length=args.max_prompt_length,
+            max_length=args.max_length,
+            max_response_length=args.max_response_length,
+        )
     report.log(name)
     return kept, report

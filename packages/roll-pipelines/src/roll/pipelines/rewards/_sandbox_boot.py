@@ -141,7 +141,7 @@ def make_audit_hook(workdir: str, read_roots: list[str], block_native: bool = Tr
     def under(path: object, roots: tuple[str, ...]) -> bool:
         if isinstance(path, int):
             return True  # an already-open descriptor
-        text = os.fsdecode(os.fspath(path)) if path is not None else "."
+        text = os.fsdecode(os.fspath(path)) if isinstance(path, (str, bytes, os.PathLike)) else "."
         full = os.path.realpath(os.path.join(os.getcwd(), text))
         return any(full == root or full.startswith(root.rstrip("/") + "/") for root in roots)
 

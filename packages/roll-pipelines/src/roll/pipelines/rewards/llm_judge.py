@@ -238,7 +238,7 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
         self.tokenizer = self.strategy.tokenizer if self.strategy.tokenizer is not None else self._load_tokenizer()
 
     def _check_role(self) -> None:
-        role = self.worker_config
+        role: Any = self.worker_config  # the reward domain's role config (model_args, strategy_args)
         where = getattr(role, "name", "llm_judge")
         if getattr(role, "strategy_args", None) is None:
             raise ConfigError(
@@ -261,12 +261,13 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
         # Backends without a tokenizer of their own (mock_infer) still need one to render and decode text.
         from roll.pipelines.tokenizers import load_tokenizer
 
-        if not self.worker_config.model_args.tokenizer_path:
+        model_args: Any = getattr(self.worker_config, "model_args", None)
+        if model_args is None or not model_args.tokenizer_path:
             raise ConfigError(
                 f"{self.worker_name}: {self.strategy.strategy_name} has no tokenizer; set model_args.model_name_or_path "
                 f"(or tokenizer_name_or_path) of the judge"
             )
-        return load_tokenizer(self.worker_config.model_args)
+        return load_tokenizer(model_args)
 
     def setup(self, kwargs: dict[str, Any]) -> None:
         template = kwargs["prompt_template"]
@@ -354,6 +355,8 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
         pad = self.tokenizer.pad_token_id
         if pad is None:  # padded positions are masked out, so any id will do
             pad = self.tokenizer.eos_token_id or 0
+        if self.generation_config is None:
+            raise RuntimeError(f"{self.worker_name}: generate_answers() before setup(); initialize the worker first")
         collator = PromptCollator(pad, max(map(len, prompt_ids)), pad_to_longest=True)
         out = self.strategy.generate(collator([{"prompt_ids": ids} for ids in prompt_ids]), self.generation_config)
         responses = [row[mask.bool()].tolist() for row, mask in zip(out.batch["responses"], out.batch["response_mask"])]

@@ -186,7 +186,7 @@ def _clip(text: str, limit: int = 60) -> str:
 
 def math_score(
     response: str,
-    ground_truth: str,
+    ground_truth: object,
     *,
     require_boxed: bool = False,
     fallback: str = "answer_phrase_or_last_number",

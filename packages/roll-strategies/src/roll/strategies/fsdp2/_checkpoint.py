@@ -88,7 +88,7 @@ def load_training_state(
             f"lora_rank={meta.get('lora_rank')}; use the same model_args as when it was saved"
         )
     model_state, optim_state = get_state_dict(model, optimizer)
-    state = {"model": model_state, "optimizer": optim_state}
+    state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
     dcp.load(state, checkpoint_id=str(root / "model_optim"))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     scheduler.load_state_dict(torch.load(root / "scheduler.pt", weights_only=False))

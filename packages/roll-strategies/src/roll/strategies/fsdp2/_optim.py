@@ -20,7 +20,8 @@ __all__ = ["build_optimizer", "build_scheduler", "lr_factor"]
 
 def build_optimizer(model: nn.Module, args: TrainingArgs) -> torch.optim.AdamW:
     """AdamW over the trainable parameters; biases and norm weights (1-D) are not decayed, as is customary."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for param in model.parameters():
         if param.requires_grad:
             (decay if param.ndim >= 2 else no_decay).append(param)

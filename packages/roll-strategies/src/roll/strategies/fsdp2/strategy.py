@@ -75,7 +75,7 @@ class _Fsdp2Model(InferenceStrategy):
     def dp_size(self) -> int:
         return self.worker.world_size
 
-    def _all_reduce(self, values: list[float], op: dist.ReduceOp) -> list[float]:
+    def _all_reduce(self, values: list[float], op: Any) -> list[float]:
         """Reduce a few numbers over the data-parallel group (a no-op on one rank)."""
         if self.dp_size == 1:
             return values
@@ -108,7 +108,7 @@ class _Fsdp2Model(InferenceStrategy):
         """float32 logits (b, T, V) of one micro-batch, or (b, k, V) with ``keep=k``."""
         inputs = self._model_inputs(micro)
         if keep and self._keeps_logits:
-            inputs["logits_to_keep"] = keep  # the head runs on those positions only
+            inputs["logits_to_keep"] = keep  # type: ignore[assignment]  # an int, not a tensor: the head runs on those positions only
         return self.model(**inputs, use_cache=False).logits.float()
 
     def _dummy_micro(self) -> DataProto:
@@ -243,7 +243,7 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
         if not params:
             return 0.0
         if max_norm is None:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
         else:
             norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
@@ -303,6 +303,6 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
 
     def shutdown(self) -> None:
         self.optimizer = None  # type: ignore[assignment]
-        self.scheduler = None
+        self.scheduler = None  # type: ignore[assignment]
         self.model = None  # type: ignore[assignment]
         gc.collect()

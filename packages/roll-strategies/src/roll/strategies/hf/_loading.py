@@ -90,7 +90,7 @@ def load_model(model_args: ModelArgs, dtype: torch.dtype, device: torch.device) 
     if model_args.attn_implementation:
         kwargs["attn_implementation"] = model_args.attn_implementation
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    model.to(device)
+    torch.nn.Module.to(model, device)
     model.eval()
     model.requires_grad_(False)
     return model

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers.generation.logits_process import (
@@ -86,7 +86,7 @@ class RepetitionPenalty(LogitsProcessor):
         # scatter_add (not scatter_) so a pad id that is also a real token still counts as seen.
         counts = torch.zeros(scores.shape, dtype=torch.int32, device=scores.device).scatter_add_(1, input_ids, valid)
         penalized = torch.where(scores > 0, scores / self.penalty, scores * self.penalty)
-        return torch.where(counts > 0, penalized, scores)
+        return cast(torch.FloatTensor, torch.where(counts > 0, penalized, scores))
 
 
 def build_logits_processors(
@@ -137,7 +137,7 @@ class ResponseStopStrings(StoppingCriteria):
                     text = self.tokenizer.decode(tail, skip_special_tokens=False)
                     if any(s in text for s in self.stop_strings):
                         self.stop_lengths[row] = length
-        return (self.stop_lengths > 0).to(input_ids.device)
+        return cast(torch.BoolTensor, (self.stop_lengths > 0).to(input_ids.device))
 
 
 @dataclass

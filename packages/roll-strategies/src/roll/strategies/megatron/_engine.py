@@ -100,9 +100,10 @@ def _seed_everything(seed: int) -> None:
 
 def unwrap(chunk: torch.nn.Module) -> GPTModel:
     """The GPTModel inside DDP / Float16Module wrappers."""
-    while not isinstance(chunk, GPTModel):
-        chunk = chunk.module
-    return chunk
+    inner: Any = chunk
+    while not isinstance(inner, GPTModel):
+        inner = inner.module
+    return inner
 
 
 def _layer_spec(config: MegatronConfig, layout: GptLayout) -> Any:

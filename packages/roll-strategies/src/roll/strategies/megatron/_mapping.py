@@ -229,7 +229,8 @@ class MegatronMapping:
         s = self.spec(megatron_name)
         sources = [get_hf(name) for name in s.hf_names]
         if s.kind == "qkv":
-            return fuse_qkv(*sources, self.layout)
+            q, k, v = sources
+            return fuse_qkv(q, k, v, self.layout)
         if s.kind == "fc1":
             return torch.cat(sources, dim=0)
         if s.kind == "vocab":

@@ -65,6 +65,8 @@ def iter_hf_weights(chunks: list[torch.nn.Module], mapping: MegatronMapping) -> 
                 full = torch.empty(shape, dtype=dtype, device=device)
             dist.broadcast(full, src=dist.get_global_rank(pp_group, owner), group=pp_group)
         if is_rank0:
+            if full is None:
+                raise RuntimeError(f"{spec.megatron_name}: rank 0 holds no gathered tensor to export")
             yield from mapping.to_hf(spec.megatron_name, full)
 
 

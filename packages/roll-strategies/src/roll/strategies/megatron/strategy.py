@@ -95,7 +95,9 @@ class _MegatronModel(InferenceStrategy):
         self.mapping = MegatronMapping(self.layout)
         self.hf_config = hf_config
         self.params_dtype = resolve_params_dtype(self.config, self.model_args.dtype)
-        self.chunks = _engine.build_model_chunks(self.config, self.layout, hf_config, self.params_dtype, self.device)
+        self.chunks: list[Any] = _engine.build_model_chunks(
+            self.config, self.layout, hf_config, self.params_dtype, self.device
+        )
         _engine.load_hf_weights(self.chunks, self.mapping, path)
         if train:
             self.chunks = _engine.wrap_ddp(self.chunks, self.config)
@@ -309,7 +311,7 @@ class MegatronTrainStrategy(_MegatronModel, TrainStrategy):
 
         for chunk in self.chunks:
             chunk.train()
-            chunk.zero_grad_buffer()
+            chunk.zero_grad_buffer()  # type: ignore[operator]  # megatron DDP's method, hidden by Module.__getattr__
         self.optimizer.zero_grad()
         items = [(micro, self._prepare(micro), real) for micro, real in micros]
         results = [r for r in self._schedule(items, reduce, forward_only=False) if r is not None]

@@ -30,7 +30,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -181,7 +181,8 @@ class VllmStrategy(InferenceStrategy):
         return build_generation_output(
             batch,
             [tokens for tokens, _, _ in samples],
-            [log_probs for _, log_probs, _ in samples] if generation_config.logprobs else None,
+            # parse_completions fills every sample's log-probs when asked for them.
+            [cast("list[float]", log_probs) for _, log_probs, _ in samples] if generation_config.logprobs else None,
             [reason for _, _, reason in samples],
             num_return_sequences=generation_config.num_return_sequences,
             max_new_tokens=generation_config.max_new_tokens,
