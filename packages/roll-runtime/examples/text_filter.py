@@ -34,9 +34,9 @@ class TextFilterWorker(Worker):
     """Scores and filters the documents of its shard."""
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def initialize(self, pipeline_config=None):
-        super().initialize(pipeline_config)
-        self.rules = FilterRules.model_validate(pipeline_config or {})
+    def initialize(self, settings: FilterRules | None = None) -> None:
+        super().initialize(settings)
+        self.rules = settings or FilterRules()
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def process(self, data: DataProto) -> DataProto:
@@ -69,7 +69,7 @@ class TextFilterPipeline:
         self.filter = Cluster(config.name, TextFilterWorker, self.resource_manager, config)
         # Typed handle: a type checker checks process()'s arguments against TextFilterWorker.process.
         self.process = self.filter.method(TextFilterWorker.process)
-        self.filter.initialize(rules.model_dump())
+        self.filter.initialize(rules)
 
     def run(self, documents: list[str], batch_size: int, output: Path) -> dict[str, int]:
         counts: dict[str, int] = {"seen": 0, "kept": 0}

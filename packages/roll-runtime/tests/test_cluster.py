@@ -104,9 +104,9 @@ class ModelParallelWorker(EchoWorker):
     """Declares a dp x tp x pp topology in initialize, as a model-parallel strategy would."""
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def initialize(self, pipeline_config=None):
-        super().initialize(pipeline_config)
-        tp, pp = pipeline_config["tp"], pipeline_config["pp"]
+    def initialize(self, settings=None):
+        super().initialize(settings)
+        tp, pp = settings["tp"], settings["pp"]
         dp = self.world_size // (tp * pp)
         self.set_rank_info(
             RankInfo(

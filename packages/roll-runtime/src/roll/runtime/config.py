@@ -186,12 +186,28 @@ class WorkerConfig(RollModel):
             return value
         raise ValueError("worker_cls must be a class or a dotted path like 'my_package.workers.MyWorker'")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_world_size(cls, data: Any) -> Any:
+        # world_size is derived in the raw data (1 for CPU roles, devices / devices-per-worker for GPU roles), so a
+        # validated config is never changed afterwards; _check_devices below reports any contradiction.
+        if not isinstance(data, dict) or data.get("world_size") is not None:
+            return data
+        try:
+            mapping = parse_device_mapping(data.get("device_mapping"))
+            per_worker = int(data.get("num_gpus_per_worker", 1))
+        except (TypeError, ValueError):
+            return data  # the field validators name the bad value
+        if mapping is None:
+            return {**data, "world_size": 1}
+        if mapping and per_worker >= 1 and len(mapping) % per_worker == 0:
+            return {**data, "world_size": len(mapping) // per_worker}
+        return data
+
     @model_validator(mode="after")
-    def _derive_world_size(self) -> WorkerConfig:
+    def _check_devices(self) -> WorkerConfig:
         mapping = self.device_mapping
         if mapping is None:
-            if self.world_size is None:
-                object.__setattr__(self, "world_size", 1)
             return self
         if not mapping:
             raise ValueError("device_mapping is empty: list at least one device id, or remove it to run CPU workers")
@@ -207,12 +223,11 @@ class WorkerConfig(RollModel):
                 f"devices or change num_gpus_per_worker"
             )
         derived = len(mapping) // self.num_gpus_per_worker
-        if self.world_size is not None and self.world_size != derived:
+        if self.world_size != derived:
             raise ValueError(
                 f"world_size={self.world_size} contradicts device_mapping ({len(mapping)} devices) / num_gpus_per_worker "
                 f"({self.num_gpus_per_worker}) = {derived}; remove world_size (it is derived) or fix device_mapping"
             )
-        object.__setattr__(self, "world_size", derived)
         return self
 
     def devices_of(self, rank: int) -> list[int]:
