@@ -100,7 +100,7 @@ def test_the_walk_finds_the_error_types_of_every_layer():
         "roll.runtime.errors.WorkerError",
         "roll.runtime.errors.WorkerLostError",
         "roll.runtime.errors.RpcTimeoutError",
-        "roll.strategies.base.StrategyError",
+        "roll.strategies.contract.StrategyError",
         "roll.pipelines.data.errors.DataError",
         "roll.agentic.env.base.EnvOutputError",
         "roll.agentic.scheduler.executors.AllWorkersLostError",

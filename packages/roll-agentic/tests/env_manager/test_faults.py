@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -57,9 +56,7 @@ class FlakyEnv:
 def test_fault_ends_episode_and_env_is_rebuilt(play, scripted, mode, reason) -> None:
     FlakyEnv.created = 0
     spec = CustomEnvConfig(env_type=f"{__name__}:FlakyEnv", env_config={"mode": mode}, step_timeout_s=0.3)
-    start = time.monotonic()
     first, second = play(spec, scripted(["<answer>go</answer>"] * 4), episodes=2)
-    assert time.monotonic() - start < 4  # the hang was cut at the timeout
     assert (first.end_reason, first.faulted, first.batch, first.success) == (reason, True, None, False)
     assert first.error and first.num_turns == 1
     assert (second.end_reason, second.success, second.faulted) == ("terminated", True, False)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 
 from roll.agentic.policy import GenerateRequest, LatencyModel, MockPolicyClient, PolicyClient, RandomActionPolicy
 from roll.strategies import GenerationConfig
@@ -47,10 +46,9 @@ def test_latency_model_and_overlap(tokenizer) -> None:
     async def many():
         return await asyncio.gather(*(client.generate(_request(i)) for i in range(10)))
 
-    start = time.monotonic()
     asyncio.run(many())
+    # All ten 0.2 s requests were in flight at once: served concurrently, not one after another.
     assert client.stats.peak_in_flight == 10 and client.stats.requests == 10
-    assert time.monotonic() - start < 1.5  # ten 0.2 s requests served concurrently, not one after another
     capped = MockPolicyClient(tokenizer, lambda p, r: "x", LatencyModel(overhead_s=0.01), max_concurrency=3)
 
     async def capped_run():
