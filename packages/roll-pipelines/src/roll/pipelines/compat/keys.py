@@ -107,8 +107,6 @@ TOP_KEYS: dict[str, Rule] = {
     "whiten_rewards": _unsupported("whitening token rewards before the estimator"),
     "reward_shift": _unsupported("reward shifting"),
     "reward_scale": _unsupported("reward scaling"),
-    "norm_mean_type": Rule("renamed", "advantage.norm_mean_type"),
-    "norm_std_type": Rule("renamed", "advantage.norm_std_type"),
     "enable_reference": Rule(
         "implemented-as", note="roll creates the reference role when KL uses it (kl.in_reward or kl.use_loss)"
     ),
@@ -125,13 +123,7 @@ TOP_KEYS: dict[str, Rule] = {
     "rl_loss_coef": _unsupported("RL loss coefficient", noop=_equals(None, 1.0, 1)),
     "val_greedy": Rule("implemented-as", "validation.generating_args", "true: temperature 0"),
     "val_n_sample": Rule("renamed", "validation.generating_args.num_return_sequences"),
-    "max_len_mask": Rule("renamed", "overlong.mask_truncated"),
     "mask_type": _unsupported("mask_type 'all' (masks from values too)", noop=_equals(None, "loss")),
-    "difficulty_mask": Rule("renamed", "sample_mask.difficulty"),
-    "difficulty_low_threshold": Rule("renamed", "sample_mask.difficulty_low"),
-    "difficulty_high_threshold": Rule("renamed", "sample_mask.difficulty_high"),
-    "error_max_len_clip": Rule("renamed", "sample_mask.error_max_len_clip"),
-    "error_max_len_threshold": Rule("renamed", "sample_mask.error_max_len_threshold"),
     "balance_length": _ignored("load balancing of lengths across ranks; performance only"),
     "minibatch_data_iter_num": _unsupported("several passes per mini-batch", noop=_equals(None, 1)),
     # SFT / DPO top-level data keys
