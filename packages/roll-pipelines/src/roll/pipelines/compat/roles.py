@@ -196,6 +196,10 @@ class RoleTranslator:
         except Exception:  # an unregistered name: validation names it
             out["strategy_config"] = config
             return out
+        if config.get("recompute_granularity") == "full" and "recompute_method" not in config:
+            config = {**config, "recompute_method": "uniform", "recompute_num_layers": 1}
+            top.row(f"{where}.strategy_config.recompute_method", "implemented-as",
+                    note="full recompute without a method: uniform, 1 layer per checkpoint (Megatron's usual)")
         passthrough = _STRATEGY_PASSTHROUGH.get(str(mapped))
         for key, value in config.items():
             here = f"{where}.strategy_config.{key}"
