@@ -224,6 +224,10 @@ class RoleTranslator:
         trained = path in ("actor_train", "critic", "sft_train")
         if trained and "max_grad_norm" in data:
             out.setdefault("training_args", {}).setdefault("max_grad_norm", data["max_grad_norm"])
+        if path == "actor_train" and self.top.pipeline == "rlvr" and isinstance(out.get("data_args"), dict):
+            extra = out["data_args"].setdefault("extra_keys", [])
+            if "ground_truth" not in extra:  # ROLL carries every column; its rule rewards read ground_truth
+                extra.append("ground_truth")
         if path == "actor_infer" and self.top.pipeline == "rlvr":
             n = data.get("num_return_sequences_in_group", 1)
             generation = out.setdefault("generating_args", {})

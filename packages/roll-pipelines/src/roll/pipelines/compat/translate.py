@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from roll.pipelines.compat.hydra import deep_merge
 from roll.pipelines.compat.keys import TOP_KEYS, Rule, Status
 from roll.pipelines.compat.roles import RoleTranslator
 from roll.runtime import ConfigError
@@ -139,8 +140,11 @@ class _Translator:
             elif key == "validation" and isinstance(value, dict):
                 roles.validation(value)
             elif key in fields:
-                if roles.is_role(key):
-                    self.out[key] = roles.translate_role_field(key, value)
+                if roles.is_role(key):  # merged with what other keys already placed in this role
+                    translated = roles.translate_role_field(key, value)
+                    earlier = self.out.get(key)
+                    both = isinstance(earlier, dict) and isinstance(translated, dict)
+                    self.out[key] = deep_merge(earlier, translated) if both else translated
                 else:
                     self.out[key] = value
                     self.row(key, "kept")
