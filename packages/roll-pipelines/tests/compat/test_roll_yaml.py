@@ -192,3 +192,4 @@ def test_roll_format_file_runs_one_step(tmp_path: Path, ray_env: None) -> None:
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     assert metrics[-1]["step"] == 1
     assert metrics[-1]["rollout/samples"] == 4
+    assert "train/skipped_no_tokens" not in metrics[-1] and metrics[-1]["actor/grad_norm"] >= 0  # it trained
