@@ -69,7 +69,7 @@ def test_pipeline_is_inferred_from_the_shape(keys: dict, pipeline: str) -> None:
 
 
 def test_pipeline_override_wins() -> None:
-    data, _, translation = read_config_source(TINY, ["pipeline_cls=rlvr"])
+    _data, _, translation = read_config_source(TINY, ["pipeline_cls=rlvr"])
     assert translation is not None and translation.reason == "pipeline_cls given"
 
 
@@ -101,7 +101,7 @@ def test_total_rl_options_fails_only_on_the_reward_roll_lacks() -> None:
 
 
 def test_it_loads_with_the_reward_roll_lacks_removed(tmp_path: Path) -> None:
-    data, referenced = compose_file(TOTAL)
+    data, _referenced = compose_file(TOTAL)
     del data["rewards"]["ifeval"]
     data["actor_train"]["data_args"]["domain_interleave_probs"].pop("ifeval")
     config = load_config(data)
@@ -187,8 +187,9 @@ def test_roll_format_file_runs_one_step(tmp_path: Path, ray_env: None) -> None:
     from roll.pipelines.launcher import run_config
     from roll.pipelines.tracking import read_metrics
 
-    run_config(load_config(TINY, [f"output_dir={tmp_path}", "actor_train.name=compat-train",
-                                  "actor_infer.name=compat-infer"]))
+    run_config(
+        load_config(TINY, [f"output_dir={tmp_path}", "actor_train.name=compat-train", "actor_infer.name=compat-infer"])
+    )
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     assert metrics[-1]["step"] == 1
     assert metrics[-1]["rollout/samples"] == 4

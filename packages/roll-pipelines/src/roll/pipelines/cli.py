@@ -38,8 +38,10 @@ def _announce_roll_format(path: str, overrides: list[str]) -> None:
         return
     _, _, translation = read_config_source(path, overrides)
     if translation is not None:
-        print(f"{path}: ROLL config, run as pipeline {translation.pipeline} ({translation.reason}); "
-              f"`roll convert {path}` shows every key")
+        print(
+            f"{path}: ROLL config, run as pipeline {translation.pipeline} ({translation.reason}); "
+            f"`roll convert {path}` shows every key"
+        )
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
@@ -53,7 +55,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         print(f"{label} names pipeline_cls, so it is already a roll config; nothing to convert")
         return 0
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-    header = f"# converted from {label} (ROLL) by `roll convert`: pipeline {translation.pipeline} ({translation.reason})\n"
+    header = (
+        f"# converted from {label} (ROLL) by `roll convert`: pipeline {translation.pipeline} ({translation.reason})\n"
+    )
     if args.output:
         with open(args.output, "w") as f:
             f.write(header + text)

@@ -394,7 +394,11 @@ def load_config(source: str | Path | dict[str, Any], overrides: list[str] | None
         ignored = [row.key for row in translation.rows if row.status == "ignored"]
         logger.info(
             "%s is a ROLL config: pipeline %s (%s); %d key(s) ignored (see `roll convert %s`)",
-            label, translation.pipeline, translation.reason, len(ignored), label,
+            label,
+            translation.pipeline,
+            translation.reason,
+            len(ignored),
+            label,
         )
     name = next((value for path, value in parse_overrides(overrides) if path == ["pipeline_cls"]), None)
     name = name if name is not None else data.get("pipeline_cls")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from roll.pipelines.config import BaseConfig
@@ -56,17 +58,16 @@ def validate_deployment(config: BaseConfig, *, check_ray: bool = True) -> list[s
     """
     lines = []
     for name, role in config.roles().items():
-        checks = [
-            lambda: _check_model_ref(name, "model_name_or_path", role.model_args.model_name_or_path),
-            lambda: _check_model_ref(name, "tokenizer_name_or_path", role.model_args.tokenizer_name_or_path),
+        checks: list[tuple[Callable[[str, str, Any], None], str, Any]] = [
+            (_check_model_ref, "model_name_or_path", role.model_args.model_name_or_path),
+            (_check_model_ref, "tokenizer_name_or_path", role.model_args.tokenizer_name_or_path),
         ]
         if role.data_args is not None:
-            data_args = role.data_args
-            checks.append(lambda: _check_data_ref(name, "file_name", data_args.file_name))
-            checks.append(lambda: _check_data_ref(name, "eval_file_name", getattr(data_args, "eval_file_name", None)))
-        for check in checks:
+            checks.append((_check_data_ref, "file_name", role.data_args.file_name))
+            checks.append((_check_data_ref, "eval_file_name", getattr(role.data_args, "eval_file_name", None)))
+        for check, field, value in checks:
             try:
-                check()
+                check(name, field, value)
             except ConfigError as e:
                 if check_ray:
                     raise

@@ -45,7 +45,11 @@ def normalize_rewards(
             check_choice(name, value, ("batch", "group"))
     scores = scores.float()
     group_mean, group_std = _group_mean_std(scores, group_index)
-    mean: torch.Tensor | float = {"batch": scores.mean(), "group": group_mean, None: 0.0}[mean_type]
+    mean: torch.Tensor | float = 0.0
+    if mean_type == "batch":
+        mean = scores.mean()
+    elif mean_type == "group":
+        mean = group_mean
     centred = scores - mean
     if std_type is None:
         return centred

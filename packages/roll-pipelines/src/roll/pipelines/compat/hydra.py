@@ -65,9 +65,11 @@ def _default_target(entry: Any, where: Path) -> tuple[str, str | None] | None:
         group_name, _, package = str(group).partition("@")
         if option is None:
             return None  # `- group: null` removes a group Hydra-side; nothing to load
-        key = group_name.rsplit("/", 1)[-1] if not package else package
+        key = package if package else group_name.rsplit("/", 1)[-1]
         return f"{group_name}/{option}", None if key in ("_here_", "_global_") else key
-    raise ConfigError(f"{where}: defaults entry {entry!r} is not understood; use 'file', 'file@_here_' or {{group: file}}")
+    raise ConfigError(
+        f"{where}: defaults entry {entry!r} is not understood; use 'file', 'file@_here_' or {{group: file}}"
+    )
 
 
 def _compose(path: Path, depth: int) -> dict[str, Any]:

@@ -54,9 +54,7 @@ def _unsupported(note: str, noop: Callable[[Any], bool] = _falsy) -> Rule:
 
 _PROFILING = "profiling/tracing output; roll reports time/* metrics per step instead"
 _OFFLOAD = "roll strategies offload and reload their own states between phases; no switch needed"
-_PERF = (
-    "performance-only knob (the same maths runs padded); roll's own packing is data_args.pack_sequences for SFT"
-)
+_PERF = "performance-only knob (the same maths runs padded); roll's own packing is data_args.pack_sequences for SFT"
 
 # Top-level keys of ROLL's BaseConfig / PPOConfig / RLVRConfig / SFTConfig / DPOConfig. Keys roll has under the
 # same name (exp_name, seed, max_steps...) and flat keys of the pipeline's FLAT_KEYS are reported by the translator.
@@ -93,8 +91,10 @@ TOP_KEYS: dict[str, Rule] = {
     "is_offload_optimizer_states_in_train_step": _ignored(_OFFLOAD),
     "model_download_type": _ignored("roll loads local HF folders (no model hub download)"),
     "transfer_backend": _ignored("weights move by roll's model-update groups"),
-    "rollout_mock": _unsupported("rollout mocking/dumping for replay: use rollout.dump (rlvr_rollout)",
-                                 noop=lambda v: _falsy(v) or (isinstance(v, dict) and not v.get("enable"))),
+    "rollout_mock": _unsupported(
+        "rollout mocking/dumping for replay: use rollout.dump (rlvr_rollout)",
+        noop=lambda v: _falsy(v) or (isinstance(v, dict) and not v.get("enable")),
+    ),
     "global_template": Rule("implemented-as", note="chat formatting by the tokenizer's own chat template"),
     "tag_to_template": _ignored("one chat template (the tokenizer's) for every domain"),
     "reward": _unsupported("a single `reward` role: give reward domains under `rewards`"),
@@ -112,8 +112,9 @@ TOP_KEYS: dict[str, Rule] = {
     ),
     "force_disable_old_logprobs_recompute": Rule("implemented-as", "correction.old_log_probs_recompute", "true: false"),
     "train_infer_correction": Rule("implemented-as", "correction.tis_*", "is_weight -> truncated IS; filters: no"),
-    "dataset_filter": _unsupported("difficulty-based dataset filtering",
-                                   noop=lambda v: _falsy(v) or (isinstance(v, dict) and not v.get("source"))),
+    "dataset_filter": _unsupported(
+        "difficulty-based dataset filtering", noop=lambda v: _falsy(v) or (isinstance(v, dict) and not v.get("source"))
+    ),
     "difficulty_loss_weight": _unsupported("difficulty loss weights"),
     "length_loss_weight": _unsupported("length loss weights"),
     "postive_loss_coef": _unsupported("positive-sample loss coefficient", noop=_equals(None, 1.0, 1)),
@@ -124,6 +125,7 @@ TOP_KEYS: dict[str, Rule] = {
     "val_greedy": Rule("implemented-as", "validation.generating_args", "true: temperature 0"),
     "val_n_sample": Rule("renamed", "validation.generating_args.num_return_sequences"),
     "mask_type": _unsupported("mask_type 'all' (masks from values too)", noop=_equals(None, "loss")),
+    "max_len_mask": Rule("renamed", "overlong.mask_truncated", "ROLL's name for masking truncated responses"),
     "balance_length": _ignored("load balancing of lengths across ranks; performance only"),
     "minibatch_data_iter_num": _unsupported("several passes per mini-batch", noop=_equals(None, 1)),
     # SFT / DPO top-level data keys
@@ -140,8 +142,9 @@ TOP_KEYS: dict[str, Rule] = {
 # Keys of ROLL's WorkerConfig (a role) that roll does not have under the same name.
 ROLE_KEYS: dict[str, Rule] = {
     "worker_cls": Rule("implemented-as", note="ROLL worker classes map to roll's role workers / reward types"),
-    "pg_variant": _unsupported("pg_variant other than ppo/vanilla (tis, topr, cispo, kimi15)",
-                               noop=_equals(None, "vanilla", "ppo")),
+    "pg_variant": _unsupported(
+        "pg_variant other than ppo/vanilla (tis, topr, cispo, kimi15)", noop=_equals(None, "vanilla", "ppo")
+    ),
     "model_update_frequency": Rule("renamed", "rollout.model_update_frequency"),
     "backend_timeout": Rule("renamed", "start_timeout_s", "seconds to start the backend"),
     "offload_nccl": _ignored("NCCL buffer offload; roll keeps communicators"),
@@ -156,8 +159,9 @@ ROLE_KEYS: dict[str, Rule] = {
     "use_sequence_packing": _ignored(_PERF),
     "sequence_packing_args": _ignored(_PERF),
     "use_remove_padding": _ignored(_PERF),
-    "router_replay": _unsupported("MoE router replay", noop=lambda v: _falsy(v) or (isinstance(v, dict)
-                                                                                and v.get("mode") in (None, "disable"))),
+    "router_replay": _unsupported(
+        "MoE router replay", noop=lambda v: _falsy(v) or (isinstance(v, dict) and v.get("mode") in (None, "disable"))
+    ),
     "apply_loss_scale": _ignored("roll scales the loss by the whole mini-batch's token/sample counts"),
     "mtp_training_mode": _unsupported("multi-token-prediction training", noop=_equals(None, "disabled")),
     "opd_kl_coef": _unsupported("on-policy distillation KL coefficient"),
@@ -172,12 +176,14 @@ ROLE_KEYS: dict[str, Rule] = {
     "judge_api_key": _unsupported("a remote judge API"),
     "format_pattern": _unsupported("a format regex on responses"),
     "response_length_penalty_coef": _unsupported("response length penalty"),
-    "query_filter_config": _unsupported("reward-based query filtering (use dynamic_sampling)",
-                                        noop=lambda v: _falsy(v) or (isinstance(v, dict)
-                                                                     and v.get("type") in (None, "no_filter"))),
-    "response_filter_config": _unsupported("reward-based response filtering",
-                                           noop=lambda v: _falsy(v) or (isinstance(v, dict)
-                                                                        and v.get("type") in (None, "no_filter"))),
+    "query_filter_config": _unsupported(
+        "reward-based query filtering (use dynamic_sampling)",
+        noop=lambda v: _falsy(v) or (isinstance(v, dict) and v.get("type") in (None, "no_filter")),
+    ),
+    "response_filter_config": _unsupported(
+        "reward-based response filtering",
+        noop=lambda v: _falsy(v) or (isinstance(v, dict) and v.get("type") in (None, "no_filter")),
+    ),
     "reward_manager_config": _unsupported("reward system plugins"),
 }
 
@@ -228,8 +234,16 @@ DATA_ARGS: dict[str, Rule] = {
     "video_folder": _unsupported("videos (multimodal data)"),
     "audio_folder": _unsupported("audio (multimodal data)"),
 }
-for _key in ("image_max_pixels", "image_min_pixels", "video_max_pixels", "video_min_pixels", "video_total_pixels",
-             "video_fps", "video_max_frames", "video_resize_chunk_frames"):
+for _key in (
+    "image_max_pixels",
+    "image_min_pixels",
+    "video_max_pixels",
+    "video_min_pixels",
+    "video_total_pixels",
+    "video_fps",
+    "video_max_frames",
+    "video_resize_chunk_frames",
+):
     DATA_ARGS[_key] = _ignored("multimodal sizing; roll's pipelines take text")
 
 # ROLL strategy names -> roll's (None: no roll backend; the note names the replacement).
@@ -243,8 +257,10 @@ STRATEGY_NAMES: dict[str, tuple[str | None, str]] = {
     "fsdp2_infer": ("fsdp2_infer", ""),
     "mock_infer": ("mock_infer", ""),
     "deepspeed_infer": ("hf_infer", "DeepSpeed inference has no roll backend; hf_infer runs the same forward"),
-    "deepspeed_train": (None, "roll has no DeepSpeed backend: use strategy_name fsdp2_train (sharded like ZeRO-3) "
-                              "or megatron_train"),
+    "deepspeed_train": (
+        None,
+        "roll has no DeepSpeed backend: use strategy_name fsdp2_train (sharded like ZeRO-3) or megatron_train",
+    ),
     "diffusion_deepspeed_train": (None, "roll has no DeepSpeed backend: use fsdp2_train"),
 }
 

@@ -44,7 +44,8 @@ class RoleTranslator:
 
         self.top = top
         self.role_models = {
-            name: found for name, info in top.config_cls.model_fields.items()
+            name: found
+            for name, info in top.config_cls.model_fields.items()
             if (found := _role_model(info.annotation)) is not None
         }
 
@@ -120,8 +121,12 @@ class RoleTranslator:
             from roll.pipelines.rewards import REWARDS
 
             if reward_class not in REWARDS:
-                top.row(where, "unsupported", note=f"{text.rsplit('.', 1)[-1]} maps to reward_type {reward_class!r}, "
-                                                   f"which roll does not have yet (have: {REWARDS.names()})")
+                top.row(
+                    where,
+                    "unsupported",
+                    note=f"{text.rsplit('.', 1)[-1]} maps to reward_type {reward_class!r}, "
+                    f"which roll does not have yet (have: {REWARDS.names()})",
+                )
                 return
             top.row(where, "implemented-as", f"reward_type: {reward_class}")
         elif where.startswith("rewards."):
@@ -134,12 +139,13 @@ class RoleTranslator:
         from roll.pipelines.data import DataArgs
         from roll.strategies import GenerationConfig, ModelArgs, TrainingArgs
 
-        model, rules = {
+        tables: dict[str, tuple[type[BaseModel], dict[str, Rule]]] = {
             "model_args": (ModelArgs, MODEL_ARGS),
             "training_args": (TrainingArgs, TRAINING_ARGS),
             "generating_args": (GenerationConfig, GENERATING_ARGS),
             "data_args": (DataArgs, DATA_ARGS),
-        }[name]
+        }
+        model, rules = tables[name]
         known = _fields(model)
         top = self.top
         out: dict[str, Any] = {}
@@ -198,8 +204,11 @@ class RoleTranslator:
             return out
         if config.get("recompute_granularity") == "full" and "recompute_method" not in config:
             config = {**config, "recompute_method": "uniform", "recompute_num_layers": 1}
-            top.row(f"{where}.strategy_config.recompute_method", "implemented-as",
-                    note="full recompute without a method: uniform, 1 layer per checkpoint (Megatron's usual)")
+            top.row(
+                f"{where}.strategy_config.recompute_method",
+                "implemented-as",
+                note="full recompute without a method: uniform, 1 layer per checkpoint (Megatron's usual)",
+            )
         passthrough = _STRATEGY_PASSTHROUGH.get(str(mapped))
         for key, value in config.items():
             here = f"{where}.strategy_config.{key}"
@@ -210,8 +219,12 @@ class RoleTranslator:
                 out["strategy_config"].setdefault(passthrough, {})[key] = value
                 top.row(here, "renamed", f"{where}.strategy_config.{passthrough}.{key}", f"passed to {mapped} as is")
             else:
-                top.row(here, "ignored", note=f"{mapped} tuning knob roll's {mapped} strategy does not take "
-                                               "(GPU parallelism/kernels; no effect on the maths)")
+                top.row(
+                    here,
+                    "ignored",
+                    note=f"{mapped} tuning knob roll's {mapped} strategy does not take "
+                    "(GPU parallelism/kernels; no effect on the maths)",
+                )
         return out
 
     # --- pipeline-wide values every role takes --------------------------------------------------------------
@@ -234,8 +247,11 @@ class RoleTranslator:
             given = generation.get("num_return_sequences")
             generation["num_return_sequences"] = n
             if given not in (None, n):
-                self.top.row(f"{path}.generating_args.num_return_sequences", "implemented-as",
-                             note=f"{given} replaced by num_return_sequences_in_group={n}, as ROLL does")
+                self.top.row(
+                    f"{path}.generating_args.num_return_sequences",
+                    "implemented-as",
+                    note=f"{given} replaced by num_return_sequences_in_group={n}, as ROLL does",
+                )
             rl = data.get("response_length")
             if rl is not None and generation.get("max_new_tokens") == rl:
                 generation.pop("max_new_tokens")  # response_length sets it

@@ -143,8 +143,9 @@ class _Translator:
                 if roles.is_role(key):  # merged with what other keys already placed in this role
                     translated = roles.translate_role_field(key, value)
                     earlier = self.out.get(key)
-                    both = isinstance(earlier, dict) and isinstance(translated, dict)
-                    self.out[key] = deep_merge(earlier, translated) if both else translated
+                    if isinstance(earlier, dict) and isinstance(translated, dict):
+                        translated = deep_merge(earlier, translated)
+                    self.out[key] = translated
                 else:
                     self.out[key] = value
                     self.row(key, "kept")
@@ -171,8 +172,14 @@ class _Translator:
     def top_rule(self, key: str, rule: Rule, value: Any, data: dict[str, Any]) -> None:
         if self.apply_rule(key, rule, value):
             return
-        if key in ("pretrain", "reward_pretrain", "defaults", "global_template", "use_pg_clip_range",
-                   "enable_reference"):
+        if key in (
+            "pretrain",
+            "reward_pretrain",
+            "defaults",
+            "global_template",
+            "use_pg_clip_range",
+            "enable_reference",
+        ):
             self.row(key, rule.status, rule.target or "", rule.note)  # applied in apply_pretrain / flat_key
         elif key == "num_return_sequences_in_group":
             self.row(key, "renamed", "actor_infer.generating_args.num_return_sequences")
@@ -194,6 +201,9 @@ class _Translator:
             if value:
                 self.set_path("validation.generating_args.temperature", 0.0, key)
             self.row(key, "implemented-as", "validation.generating_args.temperature", "true: 0 (greedy)")
+        elif key == "max_len_mask":
+            self.out["mask_truncated"] = value
+            self.row(key, "renamed", "overlong.mask_truncated")
         elif key == "ipo":
             self.out["loss_type"] = "ipo" if value else "sigmoid"
             self.row(key, "renamed", "loss.loss_type", "true: ipo, false: sigmoid")
@@ -213,8 +223,11 @@ class _Translator:
         if weight.get("enabled"):
             level = {"token": "token", "sequence": "sequence"}.get(weight.get("weight_type", "token"))
             if level is None:
-                self.row("train_infer_correction.is_weight.weight_type", "unsupported",
-                         note=f"roll's truncated IS is per token or sequence, got {weight.get('weight_type')!r}")
+                self.row(
+                    "train_infer_correction.is_weight.weight_type",
+                    "unsupported",
+                    note=f"roll's truncated IS is per token or sequence, got {weight.get('weight_type')!r}",
+                )
             else:
                 self.out["tis_cap"] = weight.get("upper_bound") or 2.0
                 self.out["tis_level"] = level
@@ -273,5 +286,3 @@ def translate(data: dict[str, Any], referenced: set[str] | None = None, pipeline
     translator = _Translator(config_cls, name, referenced or set())
     translator.run(data)
     return Translation(translator.out, name, why, translator.rows)
-
-

@@ -88,7 +88,6 @@ FLAT_KEYS: dict[str, str] = {
     "val_generating_args": "validation.generating_args",
     "norm_mean_type": "advantage.norm_mean_type",
     "norm_std_type": "advantage.norm_std_type",
-    "max_len_mask": "overlong.mask_truncated",
     "difficulty_mask": "sample_mask.difficulty",
     "difficulty_low_threshold": "sample_mask.difficulty_low",
     "difficulty_high_threshold": "sample_mask.difficulty_high",
