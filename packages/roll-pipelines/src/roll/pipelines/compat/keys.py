@@ -118,6 +118,8 @@ TOP_KEYS: dict[str, Rule] = {
     "difficulty_loss_weight": _unsupported("difficulty loss weights"),
     "length_loss_weight": _unsupported("length loss weights"),
     "postive_loss_coef": _unsupported("positive-sample loss coefficient", noop=_equals(None, 1.0, 1)),
+    "positive_loss_coef": _ignored("not a ROLL field (ROLL's is spelled postive_loss_coef), so ROLL drops it too"),
+    "reward_system_config": _unsupported("a remote reward system"),
     "use_topr_neg_loss_coef": _unsupported("TOPR negative loss coefficient", noop=_equals(None, 1.0, 1)),
     "use_policy_loss_type": _unsupported("policy loss type PG", noop=_equals(None, "PPO")),
     "use_topr_loss": _unsupported("TOPR loss"),

@@ -212,7 +212,10 @@ class RoleTranslator:
         passthrough = _STRATEGY_PASSTHROUGH.get(str(mapped))
         for key, value in config.items():
             here = f"{where}.strategy_config.{key}"
-            if key in known:
+            if key in known and key.endswith("dtype") and value in _DTYPES:
+                out["strategy_config"][key] = _DTYPES[value]
+                top.row(here, "renamed", note=f"{value} -> {_DTYPES[value]}")
+            elif key in known:
                 out["strategy_config"][key] = value
                 top.row(here, "kept")
             elif passthrough:
@@ -237,6 +240,8 @@ class RoleTranslator:
         trained = path in ("actor_train", "critic", "sft_train")
         if trained and "max_grad_norm" in data:
             out.setdefault("training_args", {}).setdefault("max_grad_norm", data["max_grad_norm"])
+        if self.top.pipeline == "dpo" and path in ("actor_train", "reference"):
+            self.dpo_pairs(path, out)
         if path == "actor_train" and self.top.pipeline == "rlvr" and isinstance(out.get("data_args"), dict):
             extra = out["data_args"].setdefault("extra_keys", [])
             if "ground_truth" not in extra:  # ROLL carries every column; its rule rewards read ground_truth
@@ -255,6 +260,22 @@ class RoleTranslator:
             rl = data.get("response_length")
             if rl is not None and generation.get("max_new_tokens") == rl:
                 generation.pop("max_new_tokens")  # response_length sets it
+
+    def dpo_pairs(self, path: str, out: dict[str, Any]) -> None:
+        """ROLL's DPO batch sizes count chosen/rejected pairs (it doubles them); roll's count sequences."""
+        args = out.get("training_args")
+        if isinstance(args, dict) and isinstance(args.get("per_device_train_batch_size"), int):
+            args["per_device_train_batch_size"] *= 2
+            self.top.row(
+                f"{path}.training_args.per_device_train_batch_size",
+                "implemented-as",
+                note="doubled: ROLL counts pairs, roll counts sequences",
+            )
+        if isinstance(out.get("infer_batch_size"), int):
+            out["infer_batch_size"] *= 2
+            self.top.row(
+                f"{path}.infer_batch_size", "implemented-as", note="doubled: ROLL counts pairs, roll counts sequences"
+            )
 
     def validation(self, raw: dict[str, Any]) -> None:
         """ROLL's ``validation`` role: its data is the trained role's eval data, its sampling validation's."""
