@@ -7,6 +7,7 @@ Slippery ice follows gymnasium's rule: the intended move with probability 1/3, e
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections import deque
 from typing import Any
@@ -15,7 +16,7 @@ from roll.agentic.env.base import Env, ResetOutput, StepOutput
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
 from roll.runtime import ConfigError
 
-__all__ = ["FrozenLakeEnv", "generate_frozen_lake_map", "shortest_path"]
+__all__ = ["FrozenLakeEnv", "generate_frozen_lake_map", "layout_split", "shortest_path"]
 
 Cell = tuple[int, int]
 _SAMPLER = random.Random()
@@ -65,9 +66,17 @@ def generate_frozen_lake_map(size: int, p: float, rng: random.Random) -> list[st
             return rows
 
 
+def layout_split(board: list[str], val_fraction: float) -> str:
+    """``"val"`` for a stable ``val_fraction`` share of layouts (holes, start and goal), else ``"train"``: a layout
+    is in exactly one split, so validation on ``split="val"`` never replays a training map."""
+    digest = hashlib.sha256("\n".join(board).encode()).digest()
+    return "val" if int.from_bytes(digest[:4], "little") / 2**32 < val_fraction else "train"
+
+
 class FrozenLakeEnv(Env):
     """FrozenLake with ROLL's configuration keys (``size``, ``p``, ``is_slippery``, ``map_seed``, ``max_steps``,
-    ``format_penalty``, ``action_pattern``, ``grid_lookup``, ``grid_vocab``, ``env_instruction``).
+    ``format_penalty``, ``action_pattern``, ``grid_lookup``, ``grid_vocab``, ``env_instruction``), plus ``split``
+    (``"train"``/``"val"``: draw only layouts of that split, see :func:`layout_split`; None: any layout).
 
     Reward 1 on reaching the goal, 0 otherwise, ``format_penalty`` for a response without a valid action (the
     player does not move). Falling into a hole or reaching the goal terminates; ``max_steps`` actions truncate.
@@ -88,7 +97,14 @@ class FrozenLakeEnv(Env):
         grid_vocab: dict[str, str] | None = None,
         env_instruction: str | None = None,
         render_mode: str = "text",
+        split: str | None = None,
+        val_fraction: float = 0.2,
     ) -> None:
+        if split not in (None, "train", "val"):
+            raise ConfigError(f"frozen_lake split={split!r} must be 'train', 'val' or null")
+        if not 0 < val_fraction < 1:
+            raise ConfigError(f"frozen_lake val_fraction={val_fraction} must be in (0, 1)")
+        self.split, self.val_fraction = split, val_fraction
         if size < 2:
             raise ConfigError(f"frozen_lake size={size} is too small; use size >= 2")
         if not 0 < p <= 1:
@@ -112,6 +128,10 @@ class FrozenLakeEnv(Env):
         self._rng = random.Random(seed)
         map_rng = random.Random(self.map_seed) if self.map_seed is not None else self._rng
         self.board = generate_frozen_lake_map(self.size, self.p, map_rng)
+        while self.split is not None and self.map_seed is None:
+            if layout_split(self.board, self.val_fraction) == self.split:
+                break
+            self.board = generate_frozen_lake_map(self.size, self.p, map_rng)
         self.player = self._find("S")
         self.goal = self._find("G")
         self.steps = 0
@@ -177,10 +197,8 @@ class FrozenLakeEnv(Env):
 
     def instructions(self) -> str:
         vocab = ", ".join(f"{k}: {v}" for k, v in self.grid_vocab.items())
-        return (
-            f"{self.env_instruction}\nThe meaning of each symbol in the state is:\n{vocab}"
-            f"\nYour available actions are:\n{', '.join(self.ACTIONS)}"
-        )
+        legend = f"\nThe meaning of each symbol in the state is:\n{vocab}" if vocab else ""  # grid_vocab {}: none
+        return f"{self.env_instruction}{legend}\nYour available actions are:\n{', '.join(self.ACTIONS)}"
 
     def sample_random_action(self) -> str:
         # A separate generator: sampling must not shift the episode's own (seeded) slips.
