@@ -7,16 +7,15 @@ Slippery ice follows gymnasium's rule: the intended move with probability 1/3, e
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections import deque
 from typing import Any
 
-from roll.agentic.env.base import Env, ResetOutput, StepOutput
+from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, layout_split
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
 from roll.runtime import ConfigError
 
-__all__ = ["FrozenLakeEnv", "generate_frozen_lake_map", "layout_split", "shortest_path"]
+__all__ = ["FrozenLakeEnv", "generate_frozen_lake_map", "shortest_path"]
 
 Cell = tuple[int, int]
 _SAMPLER = random.Random()
@@ -66,13 +65,6 @@ def generate_frozen_lake_map(size: int, p: float, rng: random.Random) -> list[st
             return rows
 
 
-def layout_split(board: list[str], val_fraction: float) -> str:
-    """``"val"`` for a stable ``val_fraction`` share of layouts (holes, start and goal), else ``"train"``: a layout
-    is in exactly one split, so validation on ``split="val"`` never replays a training map."""
-    digest = hashlib.sha256("\n".join(board).encode()).digest()
-    return "val" if int.from_bytes(digest[:4], "little") / 2**32 < val_fraction else "train"
-
-
 class FrozenLakeEnv(Env):
     """FrozenLake with ROLL's configuration keys (``size``, ``p``, ``is_slippery``, ``map_seed``, ``max_steps``,
     ``format_penalty``, ``action_pattern``, ``grid_lookup``, ``grid_vocab``, ``env_instruction``), plus ``split``
@@ -100,10 +92,7 @@ class FrozenLakeEnv(Env):
         split: str | None = None,
         val_fraction: float = 0.2,
     ) -> None:
-        if split not in (None, "train", "val"):
-            raise ConfigError(f"frozen_lake split={split!r} must be 'train', 'val' or null")
-        if not 0 < val_fraction < 1:
-            raise ConfigError(f"frozen_lake val_fraction={val_fraction} must be in (0, 1)")
+        check_split("frozen_lake", split, val_fraction)
         self.split, self.val_fraction = split, val_fraction
         if size < 2:
             raise ConfigError(f"frozen_lake size={size} is too small; use size >= 2")
@@ -129,7 +118,7 @@ class FrozenLakeEnv(Env):
         map_rng = random.Random(self.map_seed) if self.map_seed is not None else self._rng
         self.board = generate_frozen_lake_map(self.size, self.p, map_rng)
         while self.split is not None and self.map_seed is None:
-            if layout_split(self.board, self.val_fraction) == self.split:
+            if layout_split("\n".join(self.board), self.val_fraction) == self.split:
                 break
             self.board = generate_frozen_lake_map(self.size, self.p, map_rng)
         self.player = self._find("S")

@@ -74,7 +74,9 @@ def _response_rewards(batch: DataProto, config: AgenticConfig) -> tuple[torch.Te
     metrics: dict[str, float] = {}
     if config.layout == "traj":
         scores = batch.batch["scores"].float()
-        return grouped_reward_norm(scores, _group_index(batch, norm.grouping), norm.norm_mean_type, norm.norm_std_type), metrics
+        return grouped_reward_norm(
+            scores, _group_index(batch, norm.grouping), norm.norm_mean_type, norm.norm_std_type
+        ), metrics
     episode_scores = torch.tensor([float(v) for v in _column(batch, "episode_scores")])
     traj_index = labels_to_index(_column(batch, "traj_id"))
     steps = torch.tensor([int(v) for v in _column(batch, "step")])

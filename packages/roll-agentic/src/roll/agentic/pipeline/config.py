@@ -160,6 +160,9 @@ class AgenticConfig(BaseConfig):
     policy_loss: AgenticPolicyLossSection = Field(default_factory=AgenticPolicyLossSection)
     kl: KLSection = Field(default_factory=KLSection)
     warmup: WarmupSection = Field(default_factory=WarmupSection)
+    max_rl_time_s: float | None = Field(
+        default=None, gt=0, description="Stop RL once this much wall time has passed (then validate); None: no limit."
+    )
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -176,8 +179,10 @@ class AgenticConfig(BaseConfig):
         warmup = raw_value(data, "warmup", "steps", default=0)
         max_steps = data.get("max_steps", field_default(cls, "max_steps"))
         training = raw_section(data, "actor_train", "training_args", create=True) if data.get("actor_train") else None
-        if training is not None and training.get("max_steps") is None and all(
-            is_int(v) for v in (epochs, warmup, max_steps)
+        if (
+            training is not None
+            and training.get("max_steps") is None
+            and all(is_int(v) for v in (epochs, warmup, max_steps))
         ):  # one optimizer step per epoch (mini-batches of step-wise batches vary) plus the warm-up's
             training["max_steps"] = max_steps * epochs + warmup
         return data

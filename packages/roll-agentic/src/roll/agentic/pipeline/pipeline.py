@@ -133,9 +133,9 @@ class AgenticPipeline(BasePipeline):
         results = dict(zip(pending, materialize_all(*pending.values())))
         if "ref" in results:
             batch.batch["ref_log_probs"] = results["ref"].batch["log_probs"]
-        batch.batch["old_log_probs"] = results["old"].batch["log_probs"] if "old" in results else batch.batch[
-            "rollout_log_probs"
-        ]
+        batch.batch["old_log_probs"] = (
+            results["old"].batch["log_probs"] if "old" in results else batch.batch["rollout_log_probs"]
+        )
         if "values" in results:
             batch.batch["values"] = results["values"].batch["values"]
         return on_policy
@@ -251,11 +251,19 @@ class AgenticPipeline(BasePipeline):
                 self.sync_weights(0, force=True)
             self.log_metrics(0, {**first, **self.validate(0)})
         self.rl_started = time.perf_counter()
+        limit = self.config.max_rl_time_s
         for step in self.steps(start):
             metrics = self.step(step)
-            metrics["time/rl_elapsed_s"] = time.perf_counter() - self.rl_started
+            elapsed = time.perf_counter() - self.rl_started
+            out_of_time = limit is not None and elapsed >= limit and step < self.max_steps
+            if out_of_time and not is_eval_step(step, self.config.eval_steps, self.max_steps):
+                metrics.update(self.sync_weights(step, force=True))
+                metrics.update(self.validate(step))
+            metrics["time/rl_elapsed_s"] = elapsed
             last = self.log_metrics(step, metrics)
-            self.do_checkpoint(step, force=step == self.max_steps)
+            self.do_checkpoint(step, force=step == self.max_steps or out_of_time)
+            if out_of_time:
+                break
         if self.config.export_hf:
             self.export_hf(self.actor_train)
         return last
@@ -270,5 +278,3 @@ class AgenticPipeline(BasePipeline):
         for endpoint in getattr(self, "endpoints", {}).values():
             endpoint.close()
         super().shutdown(graceful)
-
-

@@ -101,10 +101,16 @@ def write_rollout(folder: Path, name: str, rollout: RolloutBatch, tokenizer: Any
     if batch is None:
         return
     columns = batch.non_tensor_batch
-    keys = [k for k in ("traj_id", "tag", "step", "state_hash", "step_scores", "episode_scores", "end_reason") if k in columns]
+    keys = [
+        k
+        for k in ("traj_id", "tag", "step", "state_hash", "step_scores", "episode_scores", "end_reason")
+        if k in columns
+    ]
     with (folder / f"{name}.jsonl").open("w") as sink:
         for i in range(len(batch)):
-            prompt = batch.batch["prompts"][i][batch.batch["attention_mask"][i, : batch.batch["prompts"].shape[1]].bool()]
+            prompt = batch.batch["prompts"][i][
+                batch.batch["attention_mask"][i, : batch.batch["prompts"].shape[1]].bool()
+            ]
             width = int(batch.batch["attention_mask"][i, batch.batch["prompts"].shape[1] :].sum())
             response = batch.batch["responses"][i][:width]
             row = {key: _plain(columns[key][i]) for key in keys}

@@ -66,7 +66,12 @@ def agentic_actor_loss(
     metrics["actor/entropy"] = float(masked_mean(entropy.detach(), mask))
     if settings.kl_loss_on:
         kl = kl_loss(
-            log_probs, data["ref_log_probs"], mask, kind=settings.kl_penalty, loss_agg_mode=settings.loss_agg_mode, **counts
+            log_probs,
+            data["ref_log_probs"],
+            mask,
+            kind=settings.kl_penalty,
+            loss_agg_mode=settings.loss_agg_mode,
+            **counts,
         )
         loss = loss + settings.kl_loss_coef * kl
         metrics["actor/kl_loss"] = float(kl.detach())
