@@ -19,9 +19,9 @@ training replaces the group, validation counts the episode as failed; both are i
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
-
 
 from roll.agentic.pipeline.advantage import compute_agentic_targets
 from roll.agentic.pipeline.config import AgenticConfig
@@ -271,10 +271,8 @@ class AgenticPipeline(BasePipeline):
     def shutdown(self, graceful: bool = True) -> None:
         for scheduler in (getattr(self, "train_scheduler", None), getattr(self, "val_scheduler", None)):
             if scheduler is not None:
-                try:
+                with contextlib.suppress(Exception):  # workers may be gone after a failure; clusters go below
                     scheduler.close()
-                except Exception:  # workers may be gone after a failure; the clusters are shut down below
-                    pass
         for endpoint in getattr(self, "endpoints", {}).values():
             endpoint.close()
         super().shutdown(graceful)

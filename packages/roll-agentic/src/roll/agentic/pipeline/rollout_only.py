@@ -8,6 +8,7 @@ why it ended). Totals over all steps go to ``summary.json``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
@@ -108,10 +109,8 @@ class AgenticRolloutPipeline(BasePipeline):
 
     def shutdown(self, graceful: bool = True) -> None:
         if getattr(self, "scheduler", None) is not None:
-            try:
+            with contextlib.suppress(Exception):  # workers may be gone after a failure; clusters go below
                 self.scheduler.close()
-            except Exception:  # workers may be gone after a failure; the clusters are shut down below
-                pass
         if getattr(self, "endpoint", None) is not None:
             self.endpoint.close()
         super().shutdown(graceful)
