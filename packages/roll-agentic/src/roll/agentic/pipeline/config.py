@@ -87,9 +87,9 @@ class UpdateSection(RollModel):
     epochs: int = Field(default=1, ge=1, description="Passes over the step's samples (PPO epochs).")
     mini_batch_size: int | None = Field(default=None, ge=1, description="Rows per optimizer step (default: all).")
     batch_adjust_mode: Literal["none", "copy", "delete"] = Field(
-        default="delete",
+        default="copy",
         description="Step-wise batches vary in rows: make them a multiple of actor_train's data-parallel size "
-        "by deleting the last rows (delete) or repeating the first ones (copy).",
+        "by repeating the first rows (copy, ROLL's default) or deleting the last ones (delete); none: must fit.",
     )
     critic_warmup: int = Field(default=0, ge=0, description="Steps that train only the critic.")
 
