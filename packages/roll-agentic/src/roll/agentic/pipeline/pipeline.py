@@ -20,6 +20,7 @@ training replaces the group, validation counts the episode as failed; both are i
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import Any
 
@@ -37,6 +38,8 @@ from roll.protocol import DataProto
 from roll.runtime import ConfigError, import_target, materialize_all
 
 __all__ = ["AgenticPipeline", "adjust_batch"]
+
+logger = logging.getLogger(__name__)
 
 
 def adjust_batch(batch: DataProto, divisor: int, mode: str) -> DataProto:
@@ -233,6 +236,8 @@ class AgenticPipeline(BasePipeline):
                 result = self.actor_train.train_step(batch, plan, True)
                 loss = result.meta_info.get("metrics", {}).get("actor/pg_loss", [0.0])
                 metrics = {"warmup/expert_success": out.metrics.get("rollout/success", 0.0), "warmup/loss": loss}
+                if step % 10 == 0 or step == warm.steps:
+                    logger.info("warm-up step %d/%d (%.0f s)", step, warm.steps, time.perf_counter() - started)
         finally:
             scheduler.close()
         metrics["time/warmup_s"] = time.perf_counter() - started

@@ -48,7 +48,7 @@ def agentic_actor_loss(
     ratio_log_probs = log_probs
     if settings.ratio_type == "segment":  # one ratio per assistant turn, its gradient spread over the turn
         ratio_log_probs = old + segment_masked_mean(log_probs - old, mask)
-    counts = {"num_tokens": scale.num_tokens, "num_seqs": scale.num_seqs}
+    tokens, seqs = scale.num_tokens, scale.num_seqs
     loss, metrics = policy_loss(
         ratio_log_probs,
         old,
@@ -58,7 +58,8 @@ def agentic_actor_loss(
         clip_high=settings.clip_high,
         dual_clip=settings.dual_clip,
         loss_agg_mode=settings.loss_agg_mode,
-        **counts,
+        num_tokens=tokens,
+        num_seqs=seqs,
     )
     metrics = {f"actor/{k}": v for k, v in metrics.items()}
     metrics["actor/pg_loss"] = float(loss.detach())
@@ -71,12 +72,13 @@ def agentic_actor_loss(
             mask,
             kind=settings.kl_penalty,
             loss_agg_mode=settings.loss_agg_mode,
-            **counts,
+            num_tokens=tokens,
+            num_seqs=seqs,
         )
         loss = loss + settings.kl_loss_coef * kl
         metrics["actor/kl_loss"] = float(kl.detach())
     if settings.entropy_coef > 0:
-        bonus = entropy_loss(entropy, mask, settings.loss_agg_mode, **counts)
+        bonus = entropy_loss(entropy, mask, settings.loss_agg_mode, num_tokens=tokens, num_seqs=seqs)
         loss = loss - settings.entropy_coef * bonus
         metrics["actor/entropy_loss"] = float(bonus.detach())
     return loss, metrics
