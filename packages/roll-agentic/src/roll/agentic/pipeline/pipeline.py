@@ -234,8 +234,9 @@ class AgenticPipeline(BasePipeline):
                 batch.batch["advantages"] = batch.batch["response_mask"].float()
                 plan = UpdatePlan(1, 1, warm.seed + step)
                 result = self.actor_train.train_step(batch, plan, True)
-                loss = result.meta_info.get("metrics", {}).get("actor/pg_loss", [0.0])
-                metrics = {"warmup/expert_success": out.metrics.get("rollout/success", 0.0), "warmup/loss": loss}
+                log_prob = result.meta_info.get("metrics", {}).get("actor/log_prob", [0.0])
+                nll = [-value for value in log_prob]  # of the demonstrations' tokens, before this step's update
+                metrics = {"warmup/expert_success": out.metrics.get("rollout/success", 0.0), "warmup/nll": nll}
                 if step % 10 == 0 or step == warm.steps:
                     logger.info("warm-up step %d/%d (%.0f s)", step, warm.steps, time.perf_counter() - started)
         finally:

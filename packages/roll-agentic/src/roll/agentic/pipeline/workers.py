@@ -65,6 +65,7 @@ def agentic_actor_loss(
     metrics["actor/pg_loss"] = float(loss.detach())
     entropy = entropy_from_logits(predicting, settings.temperature)
     metrics["actor/entropy"] = float(masked_mean(entropy.detach(), mask))
+    metrics["actor/log_prob"] = float(masked_mean(log_probs.detach(), mask))  # warm-up: minus the NLL
     if settings.kl_loss_on:
         kl = kl_loss(
             log_probs,
