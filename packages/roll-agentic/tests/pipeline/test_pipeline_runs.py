@@ -76,7 +76,7 @@ def test_agentic_run_survives_env_faults(ray_env, tmp_path: Path):
         "eval_steps": 1,
         "export_hf": False,
         "plots": False,
-        "rollout_batch_size": 4,
+        "rollout_batch_size": 8,  # every train group once: 2 Lake groups, 2 Faulty groups that fault
         "sequence_length": 256,
         "rollout": {"env_workers": "local", "dump": True},
         "warmup": {
@@ -97,8 +97,8 @@ def test_agentic_run_survives_env_faults(ray_env, tmp_path: Path):
     for row in metrics[1:]:
         assert row["rollout/env_faults"] >= 1  # the Faulty tag faulted ...
         assert row["rollout/groups_faulted"] >= 1  # ... its groups were dropped and replaced
-        assert row["rollout/groups_kept"] == 2  # the batch still filled: 4 episodes in groups of 2
-        assert row["rollout/samples"] == 4
+        assert row["rollout/groups_kept"] == 4  # the batch still filled (with Lake groups): 8 episodes
+        assert row["rollout/samples"] == 8
         assert "actor/pg_loss" in row  # and the policy trained on them
     for row in metrics:  # validation keeps every episode; the faulted ones count as failures
         assert row["val/episodes"] == 6
