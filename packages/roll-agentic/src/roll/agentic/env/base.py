@@ -22,12 +22,13 @@ every member starting from the same state.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 from abc import ABC, abstractmethod
 from typing import Any, Protocol, runtime_checkable
 
-from roll.runtime import RollError
+from roll.runtime import ConfigError, RollError
 
 __all__ = [
     "Env",
@@ -123,3 +124,18 @@ def _describe(value: Any) -> str:
     if isinstance(value, tuple):
         return f"a tuple of {len(value)} items"
     return type(value).__name__
+
+
+def layout_split(key: str, val_fraction: float) -> str:
+    """``"val"`` for a stable ``val_fraction`` share of layouts (a map, a room, a question, as text), else
+    ``"train"``: every layout is in exactly one split, so validation on ``split="val"`` never replays a training
+    layout, whatever the seeds."""
+    digest = hashlib.sha256(key.encode()).digest()
+    return "val" if int.from_bytes(digest[:4], "little") / 2**32 < val_fraction else "train"
+
+
+def check_split(env: str, split: str | None, val_fraction: float) -> None:
+    if split not in (None, "train", "val"):
+        raise ConfigError(f"{env} split={split!r} must be 'train', 'val' or null")
+    if not 0 < val_fraction < 1:
+        raise ConfigError(f"{env} val_fraction={val_fraction} must be in (0, 1)")

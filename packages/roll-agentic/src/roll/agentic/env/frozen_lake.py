@@ -11,7 +11,7 @@ import random
 from collections import deque
 from typing import Any
 
-from roll.agentic.env.base import Env, ResetOutput, StepOutput
+from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, layout_split
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
 from roll.runtime import ConfigError
 
@@ -67,7 +67,8 @@ def generate_frozen_lake_map(size: int, p: float, rng: random.Random) -> list[st
 
 class FrozenLakeEnv(Env):
     """FrozenLake with ROLL's configuration keys (``size``, ``p``, ``is_slippery``, ``map_seed``, ``max_steps``,
-    ``format_penalty``, ``action_pattern``, ``grid_lookup``, ``grid_vocab``, ``env_instruction``).
+    ``format_penalty``, ``action_pattern``, ``grid_lookup``, ``grid_vocab``, ``env_instruction``), plus ``split``
+    (``"train"``/``"val"``: draw only layouts of that split, see :func:`layout_split`; None: any layout).
 
     Reward 1 on reaching the goal, 0 otherwise, ``format_penalty`` for a response without a valid action (the
     player does not move). Falling into a hole or reaching the goal terminates; ``max_steps`` actions truncate.
@@ -88,7 +89,11 @@ class FrozenLakeEnv(Env):
         grid_vocab: dict[str, str] | None = None,
         env_instruction: str | None = None,
         render_mode: str = "text",
+        split: str | None = None,
+        val_fraction: float = 0.2,
     ) -> None:
+        check_split("frozen_lake", split, val_fraction)
+        self.split, self.val_fraction = split, val_fraction
         if size < 2:
             raise ConfigError(f"frozen_lake size={size} is too small; use size >= 2")
         if not 0 < p <= 1:
@@ -112,6 +117,10 @@ class FrozenLakeEnv(Env):
         self._rng = random.Random(seed)
         map_rng = random.Random(self.map_seed) if self.map_seed is not None else self._rng
         self.board = generate_frozen_lake_map(self.size, self.p, map_rng)
+        while self.split is not None and self.map_seed is None:
+            if layout_split("\n".join(self.board), self.val_fraction) == self.split:
+                break
+            self.board = generate_frozen_lake_map(self.size, self.p, map_rng)
         self.player = self._find("S")
         self.goal = self._find("G")
         self.steps = 0
@@ -177,10 +186,8 @@ class FrozenLakeEnv(Env):
 
     def instructions(self) -> str:
         vocab = ", ".join(f"{k}: {v}" for k, v in self.grid_vocab.items())
-        return (
-            f"{self.env_instruction}\nThe meaning of each symbol in the state is:\n{vocab}"
-            f"\nYour available actions are:\n{', '.join(self.ACTIONS)}"
-        )
+        legend = f"\nThe meaning of each symbol in the state is:\n{vocab}" if vocab else ""  # grid_vocab {}: none
+        return f"{self.env_instruction}{legend}\nYour available actions are:\n{', '.join(self.ACTIONS)}"
 
     def sample_random_action(self) -> str:
         # A separate generator: sampling must not shift the episode's own (seeded) slips.

@@ -14,7 +14,7 @@ import random
 import re
 from typing import Any
 
-from roll.agentic.env.base import Env, ResetOutput, StepOutput
+from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, layout_split
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
 from roll.runtime import ConfigError
 
@@ -52,7 +52,11 @@ class ArithmeticEnv(Env):
         format_penalty: float = 0.0,
         action_pattern: str = ACTION_PATTERN,
         env_instruction: str | None = None,
+        split: str | None = None,
+        val_fraction: float = 0.2,
     ) -> None:
+        check_split("arithmetic", split, val_fraction)
+        self.split, self.val_fraction = split, val_fraction
         if digits < 1 or num_operands < 2:
             raise ConfigError(f"arithmetic needs digits >= 1 and num_operands >= 2, got {digits}, {num_operands}")
         unknown = sorted(set(operators) - set(_OPS))
@@ -67,14 +71,20 @@ class ArithmeticEnv(Env):
 
     def reset(self, seed: int | None = None) -> ResetOutput:
         rng = random.Random(seed)
-        low, high = 10 ** (self.digits - 1) if self.digits > 1 else 0, 10**self.digits - 1
-        operands = [rng.randint(low, high) for _ in range(self.num_operands)]
-        ops = [rng.choice(self.operators) for _ in range(self.num_operands - 1)]
-        expression = " ".join(part for pair in zip([str(o) for o in operands], [*ops, ""]) for part in pair if part)
+        while True:  # with ``split``: questions of that split only
+            operands, ops = self._draw(rng)
+            expression = " ".join(p for pair in zip([str(o) for o in operands], [*ops, ""]) for p in pair if p)
+            if self.split is None or layout_split(expression, self.val_fraction) == self.split:
+                break
         self.answer = _evaluate(operands, ops)
         self.question = f"What is {expression}?"
         self.steps = 0
         return self.question, {"env_instruction": self.env_instruction, "success": False, "answer": self.answer}
+
+    def _draw(self, rng: random.Random) -> tuple[list[int], list[str]]:
+        low, high = 10 ** (self.digits - 1) if self.digits > 1 else 0, 10**self.digits - 1
+        operands = [rng.randint(low, high) for _ in range(self.num_operands)]
+        return operands, [rng.choice(self.operators) for _ in range(self.num_operands - 1)]
 
     def step(self, action: str) -> StepOutput:
         self.steps += 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from roll.agentic.env.base import Env, ResetOutput, StepOutput
+from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, layout_split
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
 from roll.agentic.env.sokoban_gen import TARGET, WALL, Room, generate_room, push, solve
 from roll.runtime import ConfigError
@@ -56,7 +56,11 @@ class SokobanEnv(Env):
         grid_vocab: dict[str, str] | None = None,
         env_instruction: str | None = None,
         render_mode: str = "text",
+        split: str | None = None,
+        val_fraction: float = 0.2,
     ) -> None:
+        check_split("sokoban", split, val_fraction)
+        self.split, self.val_fraction = split, val_fraction
         if len(dim_room) != 2:
             raise ConfigError(f"sokoban dim_room={dim_room!r} must be [rows, cols]")
         if render_mode != "text":
@@ -73,8 +77,12 @@ class SokobanEnv(Env):
         self.steps = 0
 
     def reset(self, seed: int | None = None) -> ResetOutput:
-        self.room = generate_room(self.dim_room, self.num_boxes, self.search_depth, random.Random(seed))
-        self.boxes, self.player, self.steps = self.room.boxes, self.room.player, 0
+        rng = random.Random(seed)
+        while True:  # with ``split``: rooms of that split only
+            self.room = generate_room(self.dim_room, self.num_boxes, self.search_depth, rng)
+            self.boxes, self.player, self.steps = self.room.boxes, self.room.player, 0
+            if self.split is None or layout_split(self.render(), self.val_fraction) == self.split:
+                break
         return self.render(), {"env_instruction": self.instructions(), "success": False}
 
     @property

@@ -1,4 +1,8 @@
-"""Built-in recipes: tiny CPU defaults runnable as is (``roll run sft-tiny``), shipped as package data."""
+"""Built-in recipes: tiny CPU defaults runnable as is (``roll run sft-tiny``), shipped as package data.
+
+Recipes live here and in the ``recipes/`` folder of any other ``roll.*`` package (e.g. roll.agentic's), found by
+path without importing those packages.
+"""
 
 from __future__ import annotations
 
@@ -13,17 +17,31 @@ __all__ = ["list_recipes", "recipe_path"]
 _DIR = Path(__file__).parent
 
 
+def _recipe_files() -> list[Path]:
+    """Every recipe file: this folder's first, then those of other roll.* packages (first name wins)."""
+    import roll
+
+    folders = [_DIR]
+    for root in getattr(roll, "__path__", []):
+        folders += sorted(p for p in Path(root).glob("*/recipes") if p.is_dir() and p.resolve() != _DIR.resolve())
+    seen: dict[str, Path] = {}
+    for folder in folders:
+        for path in sorted(folder.glob("*.yaml")):
+            seen.setdefault(path.stem, path)
+    return list(seen.values())
+
+
 def list_recipes() -> dict[str, str]:
     """Recipe name -> its one-line description (the YAML's leading comment)."""
     out = {}
-    for path in sorted(_DIR.glob("*.yaml")):
+    for path in sorted(_recipe_files(), key=lambda p: p.stem):
         first = path.read_text().splitlines()[0] if path.stat().st_size else ""
         out[path.stem] = first.lstrip("# ").strip()
     return out
 
 
 def recipe_path(name: str) -> Path:
-    path = _DIR / f"{name}.yaml"
+    path = next((p for p in _recipe_files() if p.stem == name), _DIR / f"{name}.yaml")
     if not path.is_file():
         raise ConfigError(
             f"{name!r} is neither a config file nor a built-in recipe; recipes: {', '.join(list_recipes())}"

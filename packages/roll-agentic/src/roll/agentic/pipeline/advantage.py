@@ -1,0 +1,143 @@
+"""From played episodes to training targets: response-level rewards, then token-level advantages.
+
+Trajectory-wise rows (one per episode): ``scores`` is the episode score. ``grpo``/``reinforce`` normalize it with
+``reward_normalization`` (GRPO's default: mean/std within ``traj_group_id``, the episodes sharing a seed) and give
+every assistant token of the row that value; ``agentic_reinforce`` places each turn's reward (``step_scores``) on
+its last token and discounts per turn; ``gae`` runs GAE with the critic's values.
+
+Step-wise rows (one per turn): ``gigpo`` adds the episode score normalized within its episode group and the
+discounted step return normalized within (episode group, state) groups, weighted by ``episode_reward_weight`` and
+``step_reward_weight``; ``step_reinforce`` normalizes the discounted step return with ``reward_normalization``;
+``grpo``/``reinforce`` use the episode score of the row's episode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from roll.agentic.pipeline.config import AgenticConfig
+from roll.pipelines.algorithms import (
+    agentic_reinforce_advantages,
+    compute_advantages,
+    gigpo_rewards,
+    grouped_reward_norm,
+    labels_to_index,
+    masked_mean,
+    reinforce_returns,
+    state_group_index,
+    step_discounted_returns,
+    token_level_rewards_from_scores,
+    whiten_and_clip_advantages,
+)
+from roll.protocol import DataProto
+from roll.runtime import ConfigError
+
+__all__ = ["compute_agentic_targets", "turn_rewards_to_tokens"]
+
+
+def _column(batch: DataProto, name: str) -> list[Any]:
+    columns = batch.non_tensor_batch
+    if name not in columns:
+        raise ConfigError(f"agentic samples lack the column {name!r}; were they made by a roll.agentic env manager?")
+    return list(columns[name])
+
+
+def _group_index(batch: DataProto, grouping: str) -> torch.Tensor | None:
+    return None if grouping == "batch" else labels_to_index(_column(batch, grouping))
+
+
+def turn_rewards_to_tokens(step_scores: Sequence[Sequence[float]], response_mask: torch.Tensor) -> torch.Tensor:
+    """Token-level rewards of trajectory-wise rows: turn k's reward on the last token of the row's k-th assistant
+    segment (a maximal run of ``response_mask``). (batch, response_len)."""
+    valid = response_mask.bool()
+    rewards = torch.zeros(valid.shape, dtype=torch.float32)
+    nxt = torch.zeros_like(valid)
+    nxt[:, :-1] = valid[:, 1:]
+    ends = valid & ~nxt
+    for row, scores in enumerate(step_scores):
+        positions = ends[row].nonzero().flatten().tolist()
+        if len(positions) != len(scores):
+            raise ConfigError(f"row {row}: {len(scores)} turn rewards for {len(positions)} assistant segments")
+        for position, score in zip(positions, scores):
+            rewards[row, position] = float(score)
+    return rewards
+
+
+def _response_rewards(batch: DataProto, config: AgenticConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """(batch,) rewards for the estimators that spread one value over a row."""
+    norm = config.reward_normalization
+    advantage = config.advantage
+    estimator = advantage.estimator
+    metrics: dict[str, float] = {}
+    if config.layout == "traj":
+        scores = batch.batch["scores"].float()
+        return grouped_reward_norm(
+            scores, _group_index(batch, norm.grouping), norm.norm_mean_type, norm.norm_std_type
+        ), metrics
+    episode_scores = torch.tensor([float(v) for v in _column(batch, "episode_scores")])
+    traj_index = labels_to_index(_column(batch, "traj_id"))
+    steps = torch.tensor([int(v) for v in _column(batch, "step")])
+    step_returns = step_discounted_returns(
+        batch.batch["scores"].float(), traj_index, steps, advantage.step_reward_gamma
+    )
+    if estimator == "gigpo":
+        episode_groups = labels_to_index(_column(batch, "traj_group_id"))
+        states = state_group_index(episode_groups, labels_to_index(_column(batch, "state_hash")))
+        parts = gigpo_rewards(
+            episode_scores,
+            step_returns,
+            episode_groups,
+            states,
+            episode_reward_weight=advantage.episode_reward_weight,
+            step_reward_weight=advantage.step_reward_weight,
+        )
+        sizes = torch.bincount(states)
+        metrics["advantage/state_groups"] = float(len(sizes))
+        metrics["advantage/state_group_size"] = float(sizes.float().mean())
+        metrics["advantage/step_part_abs"] = float(parts.step.abs().mean())
+        metrics["advantage/episode_part_abs"] = float(parts.episode.abs().mean())
+        return parts.rewards, metrics
+    if estimator == "step_reinforce":
+        values = step_returns
+    else:  # grpo / reinforce on step-wise rows: the episode's score
+        values = episode_scores
+    group = _group_index(batch, norm.grouping)
+    return grouped_reward_norm(values, group, norm.norm_mean_type, norm.norm_std_type), metrics
+
+
+def compute_agentic_targets(batch: DataProto, config: AgenticConfig) -> dict[str, float]:
+    """Fill ``token_level_rewards``, ``advantages`` and ``returns`` of ``batch`` in place; returns metrics."""
+    data = batch.batch
+    mask = data["response_mask"].float()
+    advantage = config.advantage
+    estimator = advantage.estimator
+    metrics: dict[str, float] = {}
+    if estimator == "agentic_reinforce":
+        token_rewards = turn_rewards_to_tokens(_column(batch, "step_scores"), mask)
+        advantages, returns = agentic_reinforce_advantages(token_rewards, mask, advantage.gamma)
+    elif estimator == "gae":
+        token_rewards = token_level_rewards_from_scores(data["scores"].float(), mask)
+        advantages, returns = compute_advantages(
+            "gae",
+            token_level_rewards=token_rewards,
+            values=data["values"],
+            response_mask=mask,
+            gamma=advantage.gamma,
+            lam=advantage.lam,
+        )
+    else:
+        rewards, metrics = _response_rewards(batch, config)
+        token_rewards = token_level_rewards_from_scores(rewards, mask)
+        advantages, returns = reinforce_returns(token_rewards, mask, advantage.gamma)
+        metrics["advantage/reward_mean"] = float(rewards.mean())
+        metrics["advantage/reward_abs"] = float(rewards.abs().mean())
+    advantages = whiten_and_clip_advantages(advantages, mask, advantage.whiten, advantage.clip)
+    data["token_level_rewards"] = token_rewards
+    data["advantages"] = advantages * mask
+    data["returns"] = returns
+    metrics["actor/advantage_mean"] = float(masked_mean(advantages, mask))
+    metrics["advantage/zero_rows"] = float(((advantages.abs() * mask).sum(-1) == 0).float().mean())
+    return metrics

@@ -1,0 +1,284 @@
+"""The agentic pipeline: multi-turn RL on environments (ROLL's ``AgenticPipeline``).
+
+One step::
+
+    episodes = train_scheduler.get_batch(rollout_batch_size)   # env groups play against actor_infer, turn by turn
+    ref_log_probs = reference.compute_log_probs(samples)       if kl.use_loss
+    old_log_probs = actor_train.compute_log_probs(samples)     when the update is not one on-policy step
+    values = critic.compute_values(samples)                    for GAE
+    advantages = estimator(samples)                            trajectory-wise (grpo, reinforce, gae,
+                                                               agentic_reinforce) or step-wise (gigpo, step_reinforce)
+    critic.train_step(samples, plan); actor_train.train_step(samples, plan)
+    model_update(actor_train -> actor_infer); policy version += 1
+    val_scheduler.get_batch()                                  every eval_steps, on held-out env seeds
+
+Before step 1, ``warmup.steps`` behaviour-cloning steps on a scripted policy's episodes (optional). Env faults
+(an env that raises, hangs past ``step_timeout_s`` or returns malformed output) end their episode with a reason;
+training replaces the group, validation counts the episode as failed; both are in the step's metrics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+from roll.agentic.pipeline.advantage import compute_agentic_targets
+from roll.agentic.pipeline.config import AgenticConfig
+from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
+from roll.agentic.pipeline.workers import AgenticActorWorker
+from roll.agentic.policy import MockPolicyClient
+from roll.agentic.scheduler import RolloutScheduler
+from roll.pipelines.base import BasePipeline, Role
+from roll.pipelines.rlvr.workers import CriticWorker, InferWorker, PolicyWorker
+from roll.pipelines.stages import StepTimer, UpdatePlan, is_eval_step
+from roll.pipelines.tokenizers import load_tokenizer
+from roll.protocol import DataProto
+from roll.runtime import ConfigError, import_target, materialize_all
+
+__all__ = ["AgenticPipeline", "adjust_batch"]
+
+logger = logging.getLogger(__name__)
+
+
+def adjust_batch(batch: DataProto, divisor: int, mode: str) -> DataProto:
+    """``batch`` with a multiple of ``divisor`` rows: the last rows deleted, or the first ones repeated (copy)."""
+    extra = len(batch) % divisor
+    if extra == 0 or mode == "none":
+        if extra and mode == "none":
+            raise ConfigError(
+                f"{len(batch)} samples do not split over {divisor} training ranks; set update.batch_adjust_mode "
+                f"to delete or copy"
+            )
+        return batch
+    if mode == "delete" and len(batch) > extra:
+        return batch.select_idxs(list(range(len(batch) - extra)))
+    missing = divisor - extra
+    return DataProto.concat([batch, batch.select_idxs([i % len(batch) for i in range(missing)])])
+
+
+class AgenticPipeline(BasePipeline):
+    config_cls = AgenticConfig
+    config: AgenticConfig
+
+    def setup(self) -> None:
+        cfg = self.config
+        # 1. tokenizer and envs first: a bad env config fails before anything starts
+        self.tokenizer = load_tokenizer(cfg.actor_train.model_args)
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
+        self.generation_config = cfg.actor_infer.generating_args.model_copy(update={"num_return_sequences": 1})
+        # 2. session; 3. roles
+        self.open_session()
+        roles = {
+            "actor_train": Role(AgenticActorWorker, cfg.actor_train, cfg.actor_settings()),
+            "actor_infer": Role(InferWorker, cfg.actor_infer),
+        }
+        if cfg.needs_reference and cfg.reference is not None:
+            roles["reference"] = Role(PolicyWorker, cfg.reference, cfg.policy_settings())
+        if cfg.critic is not None:
+            roles["critic"] = Role(CriticWorker, cfg.critic)
+        clusters = self.create_clusters(roles)
+        self.actor_train, self.actor_infer = clusters["actor_train"], clusters["actor_infer"]
+        self.reference, self.critic = clusters.get("reference"), clusters.get("critic")
+        # 4. wiring: weight sync, checkpoints, one policy endpoint and scheduler per mode
+        self.set_model_update_pair(self.actor_train, self.actor_infer, frequency=cfg.rollout.model_update_frequency)
+        self.set_checkpoint_clusters(*[c for c in (self.actor_train, self.critic) if c is not None])
+        remote = cfg.rollout.env_workers == "ray"
+        self.endpoints = {"train": PolicyEndpoint(self.actor_infer, self.pad_token_id, remote=remote)}
+        self.train_scheduler = self._scheduler(cfg.train_env_manager, "train", cfg.seed)
+        self.val_scheduler: RolloutScheduler | None = None
+        if cfg.val_env_manager is not None:
+            self.endpoints["val"] = PolicyEndpoint(self.actor_infer, self.pad_token_id, remote=remote)
+            self.val_scheduler = self._scheduler(cfg.val_env_manager, "val", cfg.seed + 7_919)
+
+    def _scheduler(self, manager: Any, mode: str, seed: int) -> RolloutScheduler:
+        cfg = self.config
+        return make_scheduler(
+            manager,
+            cfg.custom_envs,
+            self.tokenizer,
+            self.endpoints[mode].client,
+            generation_config=self.generation_config,
+            sequence_length=cfg.rollout.sequence_length,
+            mode=mode,
+            seed=seed,
+            resources=self.session.resources if cfg.rollout.env_workers == "ray" else None,
+        )
+
+    # --- state ------------------------------------------------------------------------------------------
+    def data_state(self) -> dict[str, Any]:
+        scheduler = self.train_scheduler
+        return {"next_episode": list(scheduler._next_episode), "cursor": scheduler._cursor}
+
+    def load_data_state(self, state: dict[str, Any]) -> None:
+        if state:
+            self.train_scheduler._next_episode = list(state["next_episode"])
+            self.train_scheduler._cursor = int(state["cursor"])
+
+    # --- pieces of a step -------------------------------------------------------------------------------
+    def update_plan(self, batch: DataProto, step: int) -> UpdatePlan:
+        update = self.config.update
+        return UpdatePlan(update.num_mini_batches(len(batch)), update.epochs, self.config.seed * 100_003 + step)
+
+    def score_with_models(self, batch: DataProto, plan: UpdatePlan) -> bool:
+        """Reference log-probs, old log-probs (unless the update is one on-policy step) and values, at once.
+        Returns whether the training forward supplies the old log-probs itself."""
+        pending = {}
+        on_policy = not self.config.recompute_old_log_probs(plan.num_mini_batches)
+        if self.reference is not None:
+            pending["ref"] = self.reference.compute_log_probs(batch, blocking=False)
+        if not on_policy:
+            pending["old"] = self.actor_train.compute_log_probs(batch, blocking=False)
+        if self.critic is not None:
+            pending["values"] = self.critic.compute_values(batch, blocking=False)
+        results = dict(zip(pending, materialize_all(*pending.values())))
+        if "ref" in results:
+            batch.batch["ref_log_probs"] = results["ref"].batch["log_probs"]
+        batch.batch["old_log_probs"] = (
+            results["old"].batch["log_probs"] if "old" in results else batch.batch["rollout_log_probs"]
+        )
+        if "values" in results:
+            batch.batch["values"] = results["values"].batch["values"]
+        return on_policy
+
+    def train(self, batch: DataProto, plan: UpdatePlan, step: int, on_policy: bool) -> dict[str, Any]:
+        pending = []
+        if self.critic is not None:
+            pending.append(self.critic.train_step(batch, plan, blocking=False))
+        if step > self.config.update.critic_warmup:
+            pending.append(self.actor_train.train_step(batch, plan, on_policy, blocking=False))
+        metrics: dict[str, Any] = {}
+        for result in materialize_all(*pending):
+            metrics.update(result.meta_info.get("metrics", {}))
+        return metrics
+
+    def sync_weights(self, step: int, *, force: bool) -> dict[str, float]:
+        metrics = self.model_update(step, force=force)
+        if metrics or force:
+            for endpoint in self.endpoints.values():
+                endpoint.set_policy_version(step)
+        return metrics
+
+    def validate(self, step: int) -> dict[str, float]:
+        if self.val_scheduler is None:
+            return {}
+        out = self.val_scheduler.get_batch(self.config.rollout.val_batch_size, step)
+        if self.config.rollout.dump:
+            write_rollout(self.output_dir / "rollouts", f"val-step-{step:06d}", out, self.tokenizer)
+        return out.metrics
+
+    def step(self, step: int) -> dict[str, Any]:
+        cfg = self.config
+        timer, metrics = StepTimer(), {}
+        started = time.perf_counter()
+        with timer.phase("rollout"):
+            rollout = self.train_scheduler.get_batch(cfg.rollout.batch_size, step)
+        metrics.update(rollout.metrics)
+        if cfg.rollout.dump:
+            write_rollout(self.output_dir / "rollouts", f"step-{step:06d}", rollout, self.tokenizer)
+        batch = rollout.batch
+        if batch is not None:
+            batch = adjust_batch(batch, self.actor_train.dp_size or 1, cfg.update.batch_adjust_mode)
+            versions = [int(v) for v in batch.non_tensor_batch["policy_version"]]
+            metrics["rollout/policy_lag"] = float(step - 1 - min(versions))
+            plan = self.update_plan(batch, step)
+            with timer.phase("log_probs"):
+                on_policy = self.score_with_models(batch, plan)
+            with timer.phase("advantage"):
+                metrics.update(compute_agentic_targets(batch, cfg))
+            with timer.phase("train"):
+                metrics.update(self.train(batch, plan, step, on_policy))
+            metrics["rollout/samples"] = float(len(batch))
+            metrics["rollout/response_tokens"] = float(batch.batch["response_mask"].sum())
+        evaluate = is_eval_step(step, cfg.eval_steps, self.max_steps)
+        with timer.phase("weight_sync"):
+            metrics.update(self.sync_weights(step, force=evaluate))
+        if evaluate:
+            with timer.phase("validation"):
+                metrics.update(self.validate(step))
+        metrics.update(timer.times)
+        metrics["time/step_s"] = time.perf_counter() - started
+        return metrics
+
+    # --- warm-up ----------------------------------------------------------------------------------------
+    def warm_up(self) -> dict[str, float]:
+        """Behaviour cloning of ``warmup.policy`` on the training envs (separate seeds): each step plays
+        ``episodes_per_step`` episodes with it and takes one on-policy step with advantage 1 on its tokens (the
+        PPO loss at ratio 1 is then the negative log-likelihood's gradient)."""
+        warm = self.config.warmup
+        policy = import_target(warm.policy)(**warm.policy_kwargs)
+        client = MockPolicyClient(self.tokenizer, policy, seed=warm.seed)
+        manager = self.config.train_env_manager
+        scheduler = make_scheduler(
+            manager.model_copy(update={"group_filter_cls": "roll.agentic.scheduler.filters.GroupFilter"}),
+            self.config.custom_envs,
+            self.tokenizer,
+            client,
+            generation_config=self.generation_config,
+            sequence_length=self.config.rollout.sequence_length,
+            mode="train",
+            seed=warm.seed,
+            resources=None,
+        )
+        started, metrics = time.perf_counter(), {}
+        size = manager.group_size
+        episodes = max(size, warm.episodes_per_step // size * size)
+        try:
+            for step in range(1, warm.steps + 1):
+                out = scheduler.get_batch(episodes, step)
+                if out.batch is None:
+                    continue
+                batch = adjust_batch(out.batch, self.actor_train.dp_size or 1, "delete")
+                batch.batch["advantages"] = batch.batch["response_mask"].float()
+                plan = UpdatePlan(1, 1, warm.seed + step)
+                result = self.actor_train.train_step(batch, plan, True)
+                log_prob = result.meta_info.get("metrics", {}).get("actor/log_prob", [0.0])
+                nll = [-value for value in log_prob]  # of the demonstrations' tokens, before this step's update
+                metrics = {"warmup/expert_success": out.metrics.get("rollout/success", 0.0), "warmup/nll": nll}
+                if step % 10 == 0 or step == warm.steps:
+                    logger.info("warm-up step %d/%d (%.0f s)", step, warm.steps, time.perf_counter() - started)
+        finally:
+            scheduler.close()
+        metrics["time/warmup_s"] = time.perf_counter() - started
+        return metrics
+
+    # --- loop -------------------------------------------------------------------------------------------
+    def run(self) -> dict[str, float]:
+        start = self.resume()
+        last: dict[str, float] = {}
+        if start > 0:
+            self.sync_weights(start, force=True)
+        else:
+            first: dict[str, Any] = {}
+            if self.config.warmup.steps > 0:
+                first.update(self.warm_up())
+                self.sync_weights(0, force=True)
+            self.log_metrics(0, {**first, **self.validate(0)})
+        self.rl_started = time.perf_counter()
+        limit = self.config.max_rl_time_s
+        for step in self.steps(start):
+            metrics = self.step(step)
+            elapsed = time.perf_counter() - self.rl_started
+            out_of_time = limit is not None and elapsed >= limit and step < self.max_steps
+            if out_of_time and not is_eval_step(step, self.config.eval_steps, self.max_steps):
+                metrics.update(self.sync_weights(step, force=True))
+                metrics.update(self.validate(step))
+            metrics["time/rl_elapsed_s"] = elapsed
+            last = self.log_metrics(step, metrics)
+            self.do_checkpoint(step, force=step == self.max_steps or out_of_time)
+            if out_of_time:
+                break
+        if self.config.export_hf:
+            self.export_hf(self.actor_train)
+        return last
+
+    def shutdown(self, graceful: bool = True) -> None:
+        for scheduler in (getattr(self, "train_scheduler", None), getattr(self, "val_scheduler", None)):
+            if scheduler is not None:
+                with contextlib.suppress(Exception):  # workers may be gone after a failure; clusters go below
+                    scheduler.close()
+        for endpoint in getattr(self, "endpoints", {}).values():
+            endpoint.close()
+        super().shutdown(graceful)

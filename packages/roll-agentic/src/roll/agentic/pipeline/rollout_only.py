@@ -1,0 +1,116 @@
+"""``agentic_rollout``: play env episodes with a policy and write the trajectories; nothing is trained.
+
+Roles: ``actor_infer`` only. Each step plays ``rollout.batch_size`` episodes of ``train_env_manager`` (ROLL's key;
+``mode: val`` replays the same seeds every step and keeps faulted episodes as failures) and writes
+``rollouts/step-N.jsonl`` (sample rows, text decoded) and ``rollouts/step-N-episodes.jsonl`` (every episode, with
+why it ended). Totals over all steps go to ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.pipeline.config import AgenticRolloutSection
+from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
+from roll.pipelines.base import BasePipeline, Role
+from roll.pipelines.config import BaseConfig, RoleConfig
+from roll.pipelines.rlvr.workers import InferWorker
+from roll.pipelines.tokenizers import load_tokenizer
+
+__all__ = ["AgenticRolloutConfig", "AgenticRolloutPipeline"]
+
+
+class AgenticRolloutConfig(BaseConfig):
+    flat_keys: ClassVar[Mapping[str, str]] = {
+        "rollout_batch_size": "rollout.batch_size",
+        "sequence_length": "rollout.sequence_length",
+    }
+
+    pipeline_cls: str = "agentic_rollout"
+    actor_infer: RoleConfig = Field(description="The policy to roll out (hf_infer, vllm); generating_args per turn.")
+    custom_envs: dict[str, CustomEnvConfig]
+    train_env_manager: EnvManagerConfig = Field(description="The env groups to play.")
+    mode: Literal["train", "val"] = Field(default="train", description="val: the same seeds every step.")
+    rollout: AgenticRolloutSection = Field(default_factory=AgenticRolloutSection)
+    max_steps: int = Field(default=1, ge=1, description="Batches to play.")
+    export_hf: bool = Field(default=False, description="Unused: nothing is trained.")
+
+    @model_validator(mode="after")
+    def _check_rollout(self) -> AgenticRolloutConfig:
+        manager = self.train_env_manager
+        missing = sorted(set(manager.tags) - set(self.custom_envs))
+        if missing:
+            raise ValueError(f"train_env_manager.tags {missing} are not in custom_envs ({sorted(self.custom_envs)})")
+        if self.rollout.batch_size % manager.group_size:
+            raise ValueError(
+                f"rollout.batch_size={self.rollout.batch_size} must be a multiple of group_size={manager.group_size}"
+            )
+        return self
+
+
+class AgenticRolloutPipeline(BasePipeline):
+    config_cls = AgenticRolloutConfig
+    config: AgenticRolloutConfig
+
+    def setup(self) -> None:
+        cfg = self.config
+        self.tokenizer = load_tokenizer(cfg.actor_infer.model_args)
+        pad = self.tokenizer.pad_token_id
+        pad_token_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
+        self.open_session()
+        clusters = self.create_clusters({"actor_infer": Role(InferWorker, cfg.actor_infer)})
+        remote = cfg.rollout.env_workers == "ray"
+        self.endpoint = PolicyEndpoint(clusters["actor_infer"], pad_token_id, remote=remote)
+        self.scheduler = make_scheduler(
+            cfg.train_env_manager,
+            cfg.custom_envs,
+            self.tokenizer,
+            self.endpoint.client,
+            generation_config=cfg.actor_infer.generating_args.model_copy(update={"num_return_sequences": 1}),
+            sequence_length=cfg.rollout.sequence_length,
+            mode=cfg.mode,
+            seed=cfg.seed,
+            resources=self.session.resources if remote else None,
+        )
+        self.totals: dict[str, float] = {}
+
+    def data_state(self) -> dict[str, Any]:
+        return {"next_episode": list(self.scheduler._next_episode), "totals": dict(self.totals)}
+
+    def load_data_state(self, state: dict[str, Any]) -> None:
+        if state:
+            self.scheduler._next_episode = list(state["next_episode"])
+            self.totals = dict(state.get("totals", {}))
+
+    def step(self, step: int) -> dict[str, float]:
+        out = self.scheduler.get_batch(self.config.rollout.batch_size, step)
+        write_rollout(self.output_dir / "rollouts", f"step-{step:06d}", out, self.tokenizer)
+        played = len(out.episodes)
+        self.totals["episodes"] = self.totals.get("episodes", 0.0) + played
+        self.totals["successes"] = self.totals.get("successes", 0.0) + sum(e.success for e in out.episodes)
+        self.totals["env_faults"] = self.totals.get("env_faults", 0.0) + sum(e.faulted for e in out.episodes)
+        return out.metrics
+
+    def run(self) -> dict[str, float]:
+        start = self.resume()
+        last: dict[str, float] = {}
+        for step in self.steps(start):
+            last = self.log_metrics(step, self.step(step))
+            self.do_checkpoint(step, force=step == self.max_steps)
+        summary = {**self.totals, "success_rate": self.totals.get("successes", 0.0) / max(1.0, self.totals["episodes"])}
+        (self.output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        return last
+
+    def shutdown(self, graceful: bool = True) -> None:
+        if getattr(self, "scheduler", None) is not None:
+            with contextlib.suppress(Exception):  # workers may be gone after a failure; clusters go below
+                self.scheduler.close()
+        if getattr(self, "endpoint", None) is not None:
+            self.endpoint.close()
+        super().shutdown(graceful)

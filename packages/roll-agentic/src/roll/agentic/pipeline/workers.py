@@ -1,0 +1,110 @@
+"""actor_train of the agentic pipeline: RLVR's ActorWorker with ROLL's ``ratio_type`` (token or segment ratios).
+
+``ratio_type: segment`` takes one importance ratio per assistant turn: the mean log-ratio over the turn's tokens
+(:func:`~roll.pipelines.algorithms.segment_masked_mean`), exponentiated, with gradients flowing to every token of
+the turn. Everything else (clipping, KL loss, entropy bonus, update schedule) is RLVR's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from roll.pipelines.algorithms import entropy_loss, kl_loss, masked_mean, policy_loss, segment_masked_mean
+from roll.pipelines.rlvr.settings import ActorSettings
+from roll.pipelines.rlvr.workers import ActorWorker
+from roll.pipelines.stages import UpdatePlan, run_update
+from roll.protocol import DataProto, Dispatch, register
+from roll.runtime import ConfigError
+from roll.strategies import LossScale
+from roll.strategies.ops import entropy_from_logits, log_probs_from_logits, response_logits
+
+__all__ = ["AgenticActorSettings", "AgenticActorWorker", "agentic_actor_loss"]
+
+
+@dataclass(frozen=True)
+class AgenticActorSettings(ActorSettings):
+    """RLVR's actor settings plus ``ratio_type`` (token | segment)."""
+
+    ratio_type: Literal["token", "segment"] = "token"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.ratio_type not in ("token", "segment"):
+            raise ConfigError(f"AgenticActorSettings.ratio_type must be 'token' or 'segment', got {self.ratio_type!r}")
+
+
+def agentic_actor_loss(
+    settings: AgenticActorSettings, micro: DataProto, logits: torch.Tensor, scale: LossScale, *, on_policy: bool
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO-clip loss of one micro-batch with token or segment ratios, + KL loss - entropy bonus."""
+    data = micro.batch
+    predicting = response_logits(logits, data["responses"].shape[1])
+    log_probs = log_probs_from_logits(predicting, data["responses"], settings.temperature)
+    mask = data["response_mask"]
+    old = log_probs.detach() if on_policy else data["old_log_probs"]
+    ratio_log_probs = log_probs
+    if settings.ratio_type == "segment":  # one ratio per assistant turn, its gradient spread over the turn
+        ratio_log_probs = old + segment_masked_mean(log_probs - old, mask)
+    tokens, seqs = scale.num_tokens, scale.num_seqs
+    loss, metrics = policy_loss(
+        ratio_log_probs,
+        old,
+        data["advantages"],
+        mask,
+        clip_low=settings.clip_low,
+        clip_high=settings.clip_high,
+        dual_clip=settings.dual_clip,
+        loss_agg_mode=settings.loss_agg_mode,
+        num_tokens=tokens,
+        num_seqs=seqs,
+    )
+    metrics = {f"actor/{k}": v for k, v in metrics.items()}
+    metrics["actor/pg_loss"] = float(loss.detach())
+    entropy = entropy_from_logits(predicting, settings.temperature)
+    metrics["actor/entropy"] = float(masked_mean(entropy.detach(), mask))
+    metrics["actor/log_prob"] = float(masked_mean(log_probs.detach(), mask))  # warm-up: minus the NLL
+    if settings.kl_loss_on:
+        kl = kl_loss(
+            log_probs,
+            data["ref_log_probs"],
+            mask,
+            kind=settings.kl_penalty,
+            loss_agg_mode=settings.loss_agg_mode,
+            num_tokens=tokens,
+            num_seqs=seqs,
+        )
+        loss = loss + settings.kl_loss_coef * kl
+        metrics["actor/kl_loss"] = float(kl.detach())
+    if settings.entropy_coef > 0:
+        bonus = entropy_loss(entropy, mask, settings.loss_agg_mode, num_tokens=tokens, num_seqs=seqs)
+        loss = loss - settings.entropy_coef * bonus
+        metrics["actor/entropy_loss"] = float(bonus.detach())
+    return loss, metrics
+
+
+class AgenticActorWorker(ActorWorker):
+    """actor_train; ``initialize(settings)`` takes :class:`AgenticActorSettings`."""
+
+    settings: AgenticActorSettings
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
+    def initialize(self, settings: AgenticActorSettings | None = None) -> None:  # type: ignore[override]
+        super().initialize(settings or AgenticActorSettings())
+
+    @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
+    def train_step(
+        self, batch: DataProto, plan: UpdatePlan, old_log_probs_from_train_forward: bool = False
+    ) -> DataProto:
+        """As :meth:`ActorWorker.train_step`, with the loss of :func:`agentic_actor_loss`."""
+        keep = batch.batch["responses"].shape[1] + 1
+
+        def loss(micro: DataProto, logits: torch.Tensor, scale: LossScale) -> tuple[torch.Tensor, dict[str, float]]:
+            return agentic_actor_loss(self.settings, micro, logits, scale, on_policy=old_log_probs_from_train_forward)
+
+        def step(mini: DataProto) -> dict[str, float]:
+            return self.train_strategy.train_step(mini, loss, loss_mask_key="response_mask", logits_to_keep=keep)
+
+        return DataProto(meta_info={"metrics": run_update(batch, plan, self.rank, step, prefix="actor")})

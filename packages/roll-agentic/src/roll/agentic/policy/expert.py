@@ -1,0 +1,130 @@
+"""Scripted experts: text policies (for :class:`~roll.agentic.policy.MockPolicyClient`) that read the current
+observation out of the prompt and answer with a planner's action, or a random one with probability ``noise``.
+
+Used for warm-up data (behaviour cloning before RL, ``warmup.policy``) and as reference policies in tests.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+from roll.agentic.env.frozen_lake import GRID_LOOKUP, shortest_path
+from roll.runtime import ConfigError
+
+__all__ = ["FrozenLakeExpert", "SokobanExpert", "ToolMathExpert", "last_grid"]
+
+_ACTIONS = ("Left", "Down", "Right", "Up")
+
+
+def last_grid(text: str, symbols: str) -> list[str] | None:
+    """The last square block of lines made only of ``symbols`` in ``text`` (the latest observation), or None."""
+    cls = "[" + re.escape(symbols) + "]"
+    found = None
+    for match in re.finditer(f"{cls}+(?:\n{cls}+)+", text):
+        lines = match.group(0).split("\n")
+        width = len(lines[0])
+        if len(lines) == width and all(len(line) == width for line in lines):
+            found = lines
+    return found
+
+
+class FrozenLakeExpert:
+    """Shortest-path moves on the rendered FrozenLake grid (ROLL's default symbols); ``noise``: random moves."""
+
+    def __init__(self, noise: float = 0.0, grid_lookup: dict[int, str] | None = None) -> None:
+        if not 0 <= noise <= 1:
+            raise ConfigError(f"FrozenLakeExpert noise={noise} must be in [0, 1]")
+        self.noise = noise
+        lookup = {int(k): v for k, v in (grid_lookup or GRID_LOOKUP).items()}
+        self.player, self.empty, self.hole, self.goal = lookup[0], lookup[1], lookup[2], lookup[3]
+        self.symbols = "".join(lookup.values())
+
+    def action(self, grid: list[str]) -> str | None:
+        """The planner's move on ``grid``, or None when the player is not on the board (in a hole, at the goal)."""
+        board = [
+            "".join("S" if c == self.player else "H" if c == self.hole else "G" if c == self.goal else "F" for c in row)
+            for row in grid
+        ]
+        start = next(((r, row.index("S")) for r, row in enumerate(board) if "S" in row), None)
+        goal = next(((r, row.index("G")) for r, row in enumerate(board) if "G" in row), None)
+        if start is None or goal is None:
+            return None
+        path = shortest_path(board, start, goal)
+        return path[0] if path else None
+
+    def __call__(self, prompt: str, rng: random.Random) -> str:
+        grid = last_grid(prompt, self.symbols)
+        planned = self.action(grid) if grid is not None else None
+        if planned is None or rng.random() < self.noise:
+            planned = rng.choice(_ACTIONS)
+        return f"<answer>{planned}</answer>"
+
+
+class SokobanExpert:
+    """The first move of a shortest Sokoban solution (BFS over the rendered room); ``noise``: random moves."""
+
+    def __init__(self, noise: float = 0.0, grid_lookup: dict[int, str] | None = None, max_depth: int = 60) -> None:
+        from roll.agentic.env.sokoban import GRID_LOOKUP as SOKOBAN_LOOKUP
+
+        if not 0 <= noise <= 1:
+            raise ConfigError(f"SokobanExpert noise={noise} must be in [0, 1]")
+        self.noise, self.max_depth = noise, max_depth
+        self.lookup = {int(k): v for k, v in (grid_lookup or SOKOBAN_LOOKUP).items()}
+        self.symbols = "".join(self.lookup.values())
+
+    def action(self, grid: list[str]) -> str | None:
+        from roll.agentic.env.sokoban_gen import FLOOR, TARGET, WALL, Room, solve
+
+        code = {symbol: c for c, symbol in self.lookup.items()}
+        fixed, boxes, player = [], set(), None
+        for r, row in enumerate(grid):
+            cells = []
+            for c, symbol in enumerate(row):
+                kind = code.get(symbol, 0)
+                cells.append(WALL if kind == 0 else TARGET if kind in (2, 3, 6) else FLOOR)
+                if kind in (3, 4):
+                    boxes.add((r, c))
+                if kind in (5, 6):
+                    player = (r, c)
+            fixed.append(tuple(cells))
+        if player is None:
+            return None
+        plan = solve(Room(tuple(fixed), frozenset(boxes), player), max_depth=self.max_depth)
+        return plan[0] if plan else None
+
+    def __call__(self, prompt: str, rng: random.Random) -> str:
+        grid = last_grid(prompt, self.symbols)
+        planned = self.action(grid) if grid is not None else None
+        if planned is None or rng.random() < self.noise:
+            planned = rng.choice(("Up", "Down", "Left", "Right"))
+        return f"<answer>{planned}</answer>"
+
+
+class ToolMathExpert:
+    """For ``tool_math``: call the python tool on the question, then answer with the tool's output. With
+    probability ``noise`` it answers at once without the tool, off by a random amount (an unreliable mental sum)."""
+
+    _QUESTION = re.compile(r"What is ([-\d+*\s]+)\?")
+
+    def __init__(self, noise: float = 0.0) -> None:
+        if not 0 <= noise <= 1:
+            raise ConfigError(f"ToolMathExpert noise={noise} must be in [0, 1]")
+        self.noise = noise
+
+    def __call__(self, prompt: str, rng: random.Random) -> str:
+        questions = self._QUESTION.findall(prompt)
+        if not questions:
+            return "<answer>0</answer>"
+        expression = questions[-1].strip()
+        marker = "<|im_start|>tool"  # the tool's message (ChatML), if it has answered already
+        after_tool = prompt[prompt.rfind(marker) :].split("<|im_end|>")[0] if marker in prompt else ""
+        found = re.findall(r"-?\d+", after_tool)
+        if found:
+            return f"<answer>{found[-1]}</answer>"
+        if rng.random() < self.noise:
+            value = eval(expression, {"__builtins__": {}})  # digits and + - * only (matched above)
+            return f"<answer>{value + rng.choice((-10, -2, -1, 1, 2, 10))}</answer>"
+        code = json.dumps({"name": "python_code", "arguments": {"code": f"print({expression})"}})
+        return f"<tool_call>{code}</tool_call>"

@@ -1,0 +1,94 @@
+"""Training targets of agentic samples: trajectory-wise GRPO / agentic_reinforce and step-wise GiGPO, on
+hand-made batches whose expected values are computed independently here."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from roll.agentic.pipeline import AgenticConfig, adjust_batch
+from roll.agentic.pipeline.advantage import compute_agentic_targets, turn_rewards_to_tokens
+from roll.protocol import DataProto
+
+ROLE = {"model_name_or_path": "/models/tiny"}
+
+
+def _config(manager: str, **extra) -> AgenticConfig:
+    return AgenticConfig.model_validate(
+        {
+            "actor_train": {"model_args": ROLE},
+            "actor_infer": {"model_args": ROLE},
+            "custom_envs": {"Lake": {"env_type": "frozen_lake", "env_manager_cls": manager}},
+            "train_env_manager": {"num_env_groups": 2, "group_size": 2, "tags": ["Lake"]},
+            "rollout_batch_size": 4,
+            **extra,
+        }
+    )
+
+
+def _batch(mask: list[list[int]], scores: list[float], **columns) -> DataProto:
+    mask_t = torch.tensor(mask)
+    n, width = mask_t.shape
+    tensors = {"response_mask": mask_t, "scores": torch.tensor(scores), "responses": torch.zeros(n, width).long()}
+    return DataProto.from_dict(tensors, {k: list(v) for k, v in columns.items()})
+
+
+def test_traj_grpo_gives_every_assistant_token_the_group_normalized_episode_score():
+    # two groups of two episodes; env tokens (mask 0) in the middle of row 0
+    batch = _batch(
+        [[1, 1, 0, 0, 1, 0], [1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0]],
+        [1.0, 0.0, 0.5, 0.5],
+        traj_group_id=["g0", "g0", "g1", "g1"],
+    )
+    compute_agentic_targets(batch, _config("traj"))
+    adv = batch.batch["advantages"]
+    # group g0: scores (1, 0) -> mean 0.5, unbiased std 0.7071 -> +-0.7071; g1 has no spread -> 0
+    expected = torch.tensor([0.70710, -0.70710, 0.0, 0.0])
+    mask = batch.batch["response_mask"].bool()
+    for row in range(4):
+        assert torch.allclose(adv[row][mask[row]], expected[row].expand(int(mask[row].sum())), atol=1e-4)
+        assert torch.all(adv[row][~mask[row]] == 0)  # env tokens and padding get nothing
+
+
+def test_agentic_reinforce_discounts_per_turn():
+    mask = torch.tensor([[1, 1, 0, 1, 0, 1, 1]])
+    rewards = turn_rewards_to_tokens([[0.0, 0.5, 1.0]], mask)
+    assert rewards.tolist() == [[0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 1.0]]
+    batch = _batch(mask.tolist(), [1.5], traj_group_id=["g"], step_scores=[[0.0, 0.5, 1.0]])
+    compute_agentic_targets(batch, _config("traj", adv_estimator="agentic_reinforce", gamma=0.5))
+    # turn returns: G3 = 1, G2 = 0.5 + 0.5 * 1 = 1, G1 = 0 + 0.5 * 1 = 0.5
+    assert batch.batch["advantages"].tolist() == [[0.5, 0.5, 0.0, 1.0, 0.0, 1.0, 1.0]]
+
+
+def test_turn_rewards_must_match_the_assistant_segments():
+    with pytest.raises(Exception, match="2 turn rewards for 1 assistant segments"):
+        turn_rewards_to_tokens([[1.0, 2.0]], torch.tensor([[1, 1, 0]]))
+
+
+def test_step_gigpo_adds_episode_and_state_group_parts():
+    # one episode group with two episodes; episode A: states s0 -> s1 (reward 1 at the end), B: s0 -> s2 (0)
+    batch = _batch(
+        [[1, 1]] * 4,
+        [0.0, 1.0, 0.0, 0.0],
+        traj_group_id=["g"] * 4,
+        traj_id=["A", "A", "B", "B"],
+        step=[0, 1, 0, 1],
+        state_hash=["s0", "s1", "s0", "s2"],
+        episode_scores=[1.0, 1.0, 0.0, 0.0],
+    )
+    config = _config("step", adv_estimator="gigpo", step_reward_gamma=0.5, step_reward_weight=2.0)
+    metrics = compute_agentic_targets(batch, config)
+    # episode part, over the group's step rows (1, 1, 0, 0): mean 0.5, unbiased std 0.5774 -> +-0.8660;
+    # step returns: A (0.5, 1), B (0, 0); state group s0 holds A0 (0.5) and B0 (0) -> +-0.7071; s1, s2 singletons -> 0
+    expected = [0.86603 + 2 * 0.70711, 0.86603, -0.86603 - 2 * 0.70711, -0.86603]
+    assert torch.allclose(batch.batch["advantages"][:, 0], torch.tensor(expected), atol=1e-4)
+    assert metrics["advantage/state_groups"] == 3.0
+
+
+def test_adjust_batch_deletes_or_copies_rows_to_a_multiple():
+    batch = _batch([[1]] * 5, [0.0, 1.0, 2.0, 3.0, 4.0], traj_id=list("abcde"))
+    assert adjust_batch(batch, 2, "delete").batch["scores"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert adjust_batch(batch, 2, "copy").batch["scores"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 0.0]
+    assert len(adjust_batch(batch, 5, "none")) == 5
+    with pytest.raises(Exception, match="batch_adjust_mode"):
+        adjust_batch(batch, 2, "none")

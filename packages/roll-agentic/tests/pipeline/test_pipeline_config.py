@@ -1,0 +1,125 @@
+"""The agentic pipeline's config: ROLL's flat keys, estimator/layout rules, recipes, and registration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from roll.agentic.pipeline import PIPELINE_ENTRY_POINTS, AgenticConfig, register_pipelines
+from roll.pipelines.config import load_config
+from roll.runtime import import_target
+
+ROLE = {"model_name_or_path": "/models/tiny"}
+ENVS = {
+    "Lake": {"env_type": "frozen_lake", "env_manager_cls": "traj"},
+    "LakeStep": {"env_type": "frozen_lake", "env_manager_cls": "step"},
+}
+
+
+def _config(tag: str = "Lake", **extra) -> AgenticConfig:
+    data = {
+        "actor_train": {"model_args": ROLE},
+        "actor_infer": {"model_args": ROLE},
+        "custom_envs": ENVS,
+        "train_env_manager": {"num_env_groups": 2, "group_size": 4, "tags": [tag]},
+        "rollout_batch_size": 8,
+        **extra,
+    }
+    return AgenticConfig.model_validate(data)
+
+
+def test_flat_keys_land_in_their_sections():
+    config = _config(
+        "LakeStep",
+        adv_estimator="gigpo",
+        episode_reward_weight=0.5,
+        step_reward_weight=2.0,
+        step_reward_gamma=0.9,
+        ratio_type="segment",
+        batch_adjust_mode="copy",
+        sequence_length=2048,
+        val_batch_size=16,
+    )
+    assert config.layout == "step"
+    assert config.advantage.estimator == "gigpo"
+    assert (config.advantage.episode_reward_weight, config.advantage.step_reward_weight) == (0.5, 2.0)
+    assert config.advantage.step_reward_gamma == 0.9
+    assert config.policy_loss.ratio_type == "segment"
+    assert config.actor_settings().ratio_type == "segment"
+    assert config.update.batch_adjust_mode == "copy"
+    assert (config.rollout.sequence_length, config.rollout.val_batch_size) == (2048, 16)
+
+
+def test_grpo_normalizes_within_episode_groups_by_default():
+    norm = _config().reward_normalization
+    assert (norm.grouping, norm.method, norm.norm_mean_type, norm.norm_std_type) == (
+        "traj_group_id",
+        "mean_std",
+        "group",
+        "group",
+    )
+    explicit = _config(reward_normalization={"grouping": "tags", "method": "mean"}).reward_normalization
+    assert (explicit.grouping, explicit.norm_std_type) == ("tag", None)
+
+
+@pytest.mark.parametrize(
+    ("tag", "estimator", "fragment"),
+    [
+        ("Lake", "gigpo", "does not fit traj-wise"),
+        ("LakeStep", "agentic_reinforce", "does not fit step-wise"),
+        ("Lake", "gae", "needs a critic"),
+    ],
+)
+def test_estimator_must_fit_the_layout(tag, estimator, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        _config(tag, adv_estimator=estimator)
+
+
+def test_batch_must_hold_whole_groups_and_tags_must_exist():
+    with pytest.raises(ValueError, match="multiple of train_env_manager.group_size=4"):
+        _config(rollout_batch_size=6)
+    with pytest.raises(ValueError, match="not in custom_envs"):
+        _config("Nope")
+
+
+def test_schedule_counts_warmup_and_rl_steps():
+    config = _config(max_steps=10, ppo_epochs=2, warmup={"steps": 5})
+    assert config.actor_train.training_args.max_steps == 25
+    again = AgenticConfig.model_validate(config.model_dump())  # a dumped config loads back to itself
+    assert again.actor_train.training_args.max_steps == 25
+
+
+def test_pipelines_are_declared_as_entry_points_and_resolve():
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    declared = pyproject["project"]["entry-points"]["roll.pipelines"]
+    assert declared == PIPELINE_ENTRY_POINTS
+    for target in declared.values():
+        assert isinstance(import_target(target).config_cls, type)
+    register_pipelines()
+    from roll.pipelines.registry import resolve_pipeline
+
+    assert resolve_pipeline("agentic").config_cls is AgenticConfig
+
+
+@pytest.mark.parametrize(
+    ("recipe", "layout"),
+    [
+        ("agentic-frozenlake-tiny", "traj"),
+        ("agentic-frozenlake-gigpo-tiny", "step"),
+        ("agentic-sokoban-tiny", "traj"),
+        ("agentic-tool-use-tiny", "traj"),
+    ],
+)
+def test_recipes_load(recipe, layout):
+    register_pipelines()
+    config = load_config(recipe)
+    assert isinstance(config, AgenticConfig)
+    assert config.layout == layout
+    assert config.val_env_manager is not None
+    train_tags, val_tags = set(config.train_env_manager.tags), set(config.val_env_manager.tags)
+    for tag in train_tags:  # validation plays held-out layouts/questions, never the training split
+        assert config.custom_envs[tag].env_config.get("split") == "train"
+    for tag in val_tags:
+        assert config.custom_envs[tag].env_config.get("split") == "val"

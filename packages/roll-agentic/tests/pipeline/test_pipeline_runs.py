@@ -1,0 +1,139 @@
+"""The agentic pipelines end to end on a nano model (FSDP2 training, HF rollouts, weight sync), with faulty envs.
+
+* ``agentic``: a warm-up step, two RL steps and validations while one env tag raises, hangs past its step timeout
+  or returns malformed output depending on the seed. The run goes on; training replaces the faulted groups,
+  validation counts faulted episodes as failures; every fault is in the metrics.
+* ``agentic_rollout``: the trajectories are written, every episode (faulted ones too) listed with why it ended.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roll.agentic.pipeline import register_pipelines
+from roll.pipelines.config import load_config
+from roll.pipelines.launcher import run_config
+from roll.pipelines.tracking import read_metrics
+
+pytestmark = pytest.mark.integration
+MODEL = "tiny://nano?seed=0"
+
+
+class FaultyEnv:
+    """Seed % 3: 0 raises in step(), 1 hangs past the timeout, 2 returns a malformed step (a 3-tuple)."""
+
+    def __init__(self, hang_s: float = 3.0) -> None:
+        self.hang_s, self.seed = hang_s, 0
+
+    def reset(self, seed=None):
+        self.seed = seed or 0
+        return "a quiet room", {"success": False}
+
+    def step(self, action):
+        kind = self.seed % 3
+        if kind == 0:
+            raise RuntimeError("env crashed")
+        if kind == 1:
+            time.sleep(self.hang_s)
+            return "late", 1.0, True, False, {"success": True}
+        return "garbage", 1.0, True
+
+
+def _envs() -> dict[str, Any]:
+    lake = {
+        "env_type": "frozen_lake",
+        "env_config": {"size": 3, "grid_vocab": {}, "env_instruction": "FrozenLake."},
+        "max_steps": 2,
+        "max_tokens_per_step": 8,
+        "agent_system_template": None,
+        "agent_template": "{observation}",
+    }
+    faulty = {"env_type": f"{__name__}:FaultyEnv", "max_steps": 2, "max_tokens_per_step": 8, "step_timeout_s": 0.5}
+    return {"Lake": lake, "Faulty": faulty}
+
+
+def _manager(groups: int, size: int) -> dict[str, Any]:
+    return {"num_env_groups": groups, "group_size": size, "tags": ["Lake", "Faulty"]}
+
+
+def _role(name: str, strategy: str) -> dict[str, Any]:
+    role = {"name": name, "model_args": {"model_name_or_path": MODEL, "dtype": "float32"}}
+    role["strategy_args"] = {"strategy_name": strategy}
+    return role
+
+
+def test_agentic_run_survives_env_faults(ray_env, tmp_path: Path):
+    register_pipelines()
+    data = {
+        "pipeline_cls": "agentic",
+        "output_dir": str(tmp_path),
+        "max_steps": 2,
+        "eval_steps": 1,
+        "export_hf": False,
+        "plots": False,
+        "rollout_batch_size": 8,  # every train group once: 2 Lake groups, 2 Faulty groups that fault
+        "sequence_length": 256,
+        "rollout": {"env_workers": "local", "dump": True},
+        "warmup": {
+            "steps": 1,
+            "episodes_per_step": 4,
+            "policy": "roll.agentic.policy.mock:RandomActionPolicy",
+            "policy_kwargs": {"actions": ["Up", "Down", "Left", "Right"]},
+        },
+        "custom_envs": _envs(),
+        "train_env_manager": _manager(4, 2),
+        "val_env_manager": _manager(6, 1),
+        "actor_train": {**_role("agentic-train", "fsdp2_train"), "training_args": {"learning_rate": 1e-4}},
+        "actor_infer": {**_role("agentic-infer", "hf_infer"), "generating_args": {"max_new_tokens": 8}},
+    }
+    run_config(load_config(data))
+    metrics = read_metrics(tmp_path / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [0, 1, 2]
+    for row in metrics[1:]:
+        assert row["rollout/env_faults"] >= 1  # the Faulty tag faulted ...
+        assert row["rollout/groups_faulted"] >= 1  # ... its groups were dropped and replaced
+        assert row["rollout/groups_kept"] == 4  # the batch still filled (with Lake groups): 8 episodes
+        assert row["rollout/samples"] == 8
+        assert "actor/pg_loss" in row  # and the policy trained on them
+    for row in metrics:  # validation keeps every episode; the faulted ones count as failures
+        assert row["val/episodes"] == 6
+        reasons = {k.split("/")[-1]: v for k, v in row.items() if k.startswith("val/end_reason/")}
+        assert reasons.get("env_error", 0) + reasons.get("env_timeout", 0) + reasons.get("env_malformed", 0) >= 1
+        assert row["val/Faulty/success"] == 0.0
+    episodes = [json.loads(line) for line in (tmp_path / "rollouts" / "step-000001-episodes.jsonl").open()]
+    faulted = [e for e in episodes if e["end_reason"].startswith("env_")]
+    assert faulted and all(not e["kept"] and e["error"] for e in faulted)
+
+
+def test_agentic_rollout_writes_every_episode(ray_env, tmp_path: Path):
+    register_pipelines()
+    data = {
+        "pipeline_cls": "agentic_rollout",
+        "output_dir": str(tmp_path),
+        "max_steps": 1,
+        "plots": False,
+        "mode": "val",
+        "rollout_batch_size": 6,
+        "sequence_length": 256,
+        "rollout": {"env_workers": "local"},
+        "custom_envs": _envs(),
+        "train_env_manager": _manager(6, 1),
+        "actor_infer": {**_role("rollout-infer", "hf_infer"), "generating_args": {"max_new_tokens": 8}},
+    }
+    run_config(load_config(data))
+    folder = tmp_path / "rollouts"
+    episodes = [json.loads(line) for line in (folder / "step-000001-episodes.jsonl").open()]
+    rows = [json.loads(line) for line in (folder / "step-000001.jsonl").open()]
+    assert len(episodes) == 6
+    assert {e["tag"] for e in episodes} == {"Lake", "Faulty"}
+    faulted = [e for e in episodes if e["tag"] == "Faulty"]
+    assert all(e["end_reason"] in ("env_error", "env_timeout", "env_malformed") for e in faulted)
+    assert len(rows) == sum(e["kept"] for e in episodes)  # one sample row per kept (trajectory-wise) episode
+    assert all(r["response"] and r["prompt"] for r in rows)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["episodes"] == 6 and summary["env_faults"] == len(faulted)
