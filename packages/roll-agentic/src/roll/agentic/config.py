@@ -119,12 +119,20 @@ class CustomEnvConfig(RollModel):
             raise ValueError("agent runners are not supported; remove agent_runner_cls (or set it to null)")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_template(cls, data: Any) -> Any:
+        # The default per-turn template depends on the manager; it is filled into the raw data, so a validated
+        # config is never changed afterwards.
+        if not isinstance(data, dict) or data.get("agent_template") is not None:
+            return data
+        manager = data.get("env_manager_cls", "traj")
+        step_wise = isinstance(manager, str) and ENV_MANAGER_ALIASES.get(manager, manager) == "step"
+        return {**data, "agent_template": DEFAULT_STEP_AGENT_TEMPLATE if step_wise else DEFAULT_AGENT_TEMPLATE}
+
     @model_validator(mode="after")
     def _check_templates(self) -> CustomEnvConfig:
         step_wise = self.env_manager_cls == "step"
-        if self.agent_template is None:
-            default = DEFAULT_STEP_AGENT_TEMPLATE if step_wise else DEFAULT_AGENT_TEMPLATE
-            object.__setattr__(self, "agent_template", default)
         if self.env_manager_cls in ("traj", "step"):
             allowed = STEP_TEMPLATE_FIELDS if step_wise else TRAJ_TEMPLATE_FIELDS
             unknown = sorted(template_fields(self.agent_template or "") - allowed)
@@ -170,24 +178,38 @@ class EnvManagerConfig(WorkerConfig):
     def _roll_filter(cls, value: str) -> str:
         return "roll.agentic.scheduler.filters.GroupFilter" if value == ROLL_GROUP_FILTER else value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _derive(cls, data: Any) -> Any:
+        # Derived values (the even split of groups over tags, envs per worker, world_size) are filled into the raw
+        # data; _check below validates them. Values that are not numbers yet are left to the field validators.
+        if not isinstance(data, dict):
+            return data
+        try:
+            groups = int(data.get("num_env_groups", 1))
+            total = groups * int(data.get("group_size", 1))
+            per_worker = int(data.get("max_env_num_per_worker") or 0) or total
+        except (TypeError, ValueError):
+            return data
+        out = {**data, "max_env_num_per_worker": per_worker}
+        if per_worker > 0:
+            out["world_size"] = -(-total // per_worker)
+        tags = data.get("tags") or []
+        if data.get("num_groups_partition") is None and isinstance(tags, list) and tags:
+            base, extra = divmod(groups, len(tags))
+            out["num_groups_partition"] = [base + (1 if i < extra else 0) for i in range(len(tags))]
+        return out
+
     @model_validator(mode="after")
-    def _derive(self) -> EnvManagerConfig:
+    def _check(self) -> EnvManagerConfig:
         if not self.tags:
             raise ValueError(f"{self.name}: tags is empty; list the custom_envs tags this manager runs")
-        if self.num_groups_partition is None:
-            base, extra = divmod(self.num_env_groups, len(self.tags))
-            partition = [base + (1 if i < extra else 0) for i in range(len(self.tags))]
-            object.__setattr__(self, "num_groups_partition", partition)
         partition = self.num_groups_partition or []
         if len(partition) != len(self.tags) or sum(partition) != self.num_env_groups or min(partition) < 0:
             raise ValueError(
                 f"{self.name}: num_groups_partition {partition} must give one count >= 0 per tag {self.tags} "
                 f"summing to num_env_groups={self.num_env_groups}"
             )
-        total = self.num_env_groups * self.group_size
-        per_worker = self.max_env_num_per_worker or total
-        object.__setattr__(self, "max_env_num_per_worker", per_worker)
-        object.__setattr__(self, "world_size", -(-total // per_worker))
         if self.generating_args is not None and self.generating_args.num_return_sequences != 1:
             raise ValueError(f"{self.name}.generating_args.num_return_sequences must be 1 (one response per turn)")
         return self
@@ -211,13 +233,21 @@ class RewardNormalizationConfig(RollModel):
     def _alias(cls, value: str) -> str:
         return GROUPING_ALIASES.get(value, value)
 
-    @model_validator(mode="after")
-    def _derive(self) -> RewardNormalizationConfig:
+    @model_validator(mode="before")
+    @classmethod
+    def _derive(cls, data: Any) -> Any:
+        # The mean/std types ROLL derives from method and grouping, filled into the raw data where not given.
         from roll.pipelines.algorithms import reward_norm_types
 
-        mean_type, std_type = reward_norm_types(self.method, self.grouping)
-        if self.norm_mean_type is None:
-            object.__setattr__(self, "norm_mean_type", mean_type)
-        if self.norm_std_type is None:
-            object.__setattr__(self, "norm_std_type", std_type)
-        return self
+        if not isinstance(data, dict):
+            return data
+        method, grouping = data.get("method", "identity"), data.get("grouping", "batch")
+        if method not in ("identity", "mean", "mean_std", "asym_clip") or not isinstance(grouping, str):
+            return data  # the field validators name the bad value
+        mean_type, std_type = reward_norm_types(method, GROUPING_ALIASES.get(grouping, grouping))
+        out = dict(data)
+        if out.get("norm_mean_type") is None:
+            out["norm_mean_type"] = mean_type
+        if out.get("norm_std_type") is None:
+            out["norm_std_type"] = std_type
+        return out
