@@ -16,13 +16,22 @@ Generation
     the best repetition is the one least disturbed by other processes), and vllm/hf per model size.
 
 Weight sync
-    An ``fsdp2_train`` role (1 and 2 ranks, gloo, float32) pushes its weights into a 1-worker ``vllm`` role through
-    :class:`roll.strategies.ModelUpdateGroup` (``--bucket-mb`` buckets), with both transports: "collective" (a
-    dedicated gloo group) and "object_store" (Ray). One untimed sync sets the channel up, then ``--reps`` syncs are
-    timed. Bandwidth = bytes synced / driver wall seconds of ``update()``, reported as GB/s and as a fraction of
-    memcpy bandwidth of the same bytes (``np.copyto`` into a pre-faulted buffer, measured in this run). The
-    breakdown comes from the metrics ``update()`` returns: ``send_s`` (sender: gather full tensors from the shards,
-    pack, broadcast; collective only) and ``receive_s`` (receiver: receive and load into the engine).
+    An ``fsdp2_train`` role (``--train-ranks``, gloo, float32) pushes its weights into ``--receivers`` inference
+    workers through :class:`roll.strategies.ModelUpdateGroup` (``--bucket-mb`` buckets) with each of
+    ``--transports``: "shared_memory" (a /dev/shm bucket ring read in place), "collective" (gloo broadcast) and
+    "object_store" (Ray). Receivers (``--sync-receivers``): "vllm" (the engine as configured by default: on CPU
+    each layer is rebuilt and its weights re-packed for oneDNN), "vllm-in-place" (``cpu_plain_linear``: tensors
+    copied into the live weights) and "mock_infer" (loads nothing: the transport alone). All channels of one
+    model and receiver kind are alive together: each is synced once untimed (setup), then ``--reps`` rounds time
+    one sync of every channel and one memcpy of the same bytes (``np.copyto`` into a pre-faulted buffer, in a Ray
+    worker: Ray runs workers at nice 15, so a driver-side copy would be an unfair baseline on a loaded machine), so
+    every ratio compares measurements taken under the same load of this shared machine. Reported, as medians: the
+    whole sync (driver wall clock of ``update()``) and ``transport_s`` (send start to the last bucket readable by
+    the last receiver), as GB/s and as a fraction of memcpy, and the phases from the ``weight_sync/*`` metrics:
+    gather (full tensors from shards), pack (copies into the bucket slots), send wait (for a free slot), receive
+    wait (for a bucket), load (the engine's ``update_weights``), finalize (its post-load processing); per-bucket
+    phases go to the RESULT json. Ratios: 2 ranks / 1 rank and 2 receivers / 1 receiver, same receiver and
+    transport.
 
 The last stdout line is ``RESULT {json}``.
 """
@@ -173,99 +182,211 @@ def bench_generation(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 # --- weight sync --------------------------------------------------------------------------------------------------
-def memcpy_gbps(nbytes: int, reps: int) -> float:
-    """np.copyto of ``nbytes`` into a buffer whose pages are already faulted in: GB/s (median)."""
-    src = np.ones(nbytes, dtype=np.uint8)
-    dst = np.zeros(nbytes, dtype=np.uint8)  # zeros() maps lazily; the warm-up copy faults the pages in
-    timing = measure(lambda: np.copyto(dst, src), reps=max(reps, 3), warmup=1)
-    return nbytes / timing["median_s"] / 1e9
+RECEIVERS = {  # bench name -> (backend, strategy_config)
+    "vllm": ("vllm", {"max_model_len": 256, "kv_cache_space_gb": 1}),
+    "vllm-in-place": ("vllm", {"max_model_len": 256, "kv_cache_space_gb": 1, "cpu_plain_linear": True}),
+    "mock_infer": ("mock_infer", {}),
+}
+PHASES = (
+    "gather_s",
+    "pack_s",
+    "send_wait_s",
+    "broadcast_s",
+    "receive_wait_s",
+    "load_s",
+    "finalize_s",
+    "transport_s",
+    "send_s",
+    "receive_s",
+    "write_cpu_s",
+    "load_cpu_s",
+)
 
 
 def bench_weight_sync(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from roll.runtime import Cluster, ResourceManager
+    """Every (train ranks, receivers, transport) channel of one model and receiver kind is alive at once and timed
+    round-robin, with a memcpy of the same bytes in each round: ratios compare measurements taken under the same
+    machine load (this machine is shared; a slow minute hits every variant alike)."""
+    from roll.runtime import ResourceManager
     from roll.runtime.testing import local_ray
-    from roll.strategies import ModelArgs, StrategyArgs, StrategyWorker, StrategyWorkerConfig
-
-    def role(model: Path, name: str, strategy: str, world_size: int, strategy_config: dict) -> StrategyWorkerConfig:
-        return StrategyWorkerConfig(
-            name=f"{name}-{uuid.uuid4().hex[:6]}",
-            world_size=world_size,
-            model_args=ModelArgs(model_name_or_path=str(model), dtype="float32"),
-            strategy_args=StrategyArgs(strategy_name=strategy, strategy_config=strategy_config),
-            system_envs={"OMP_NUM_THREADS": "1"},
-        )
 
     rows = []
     with local_ray(num_cpus=64, log_to_driver=False):  # keep the workers' engine logs out of the table
         resources = ResourceManager()
         for size in args.sync_sizes:
             model, params = make_model(size)
-            log(f"weight sync: {size} ({params / 1e6:.1f}M params): starting the vllm role")
-            infer_config = role(model, "bench-rollout", "vllm", 1, {"max_model_len": 256, "kv_cache_space_gb": 1})
-            infer = Cluster(infer_config.name, StrategyWorker, resources, infer_config)
+            trainers = {}
             try:
-                infer.initialize()
                 for ranks in args.train_ranks:
-                    log(f"  fsdp2_train x{ranks}")
-                    train_config = role(model, "bench-train", "fsdp2_train", ranks, {})
-                    train = Cluster(train_config.name, StrategyWorker, resources, train_config)
+                    log(f"weight sync: {size} ({params / 1e6:.1f}M params): fsdp2_train x{ranks}")
+                    trainers[ranks] = start_role(resources, model, "fsdp2_train", {}, ranks)
+                for receiver in args.sync_receivers:
+                    backend, strategy_config = RECEIVERS[receiver]
+                    engines = {}
                     try:
-                        train.initialize()
-                        for transport in ("collective", "object_store"):
-                            rows.append(sync_point(train, infer, size, params, ranks, transport, args))
+                        for count in args.receivers:
+                            log(f"  {count} x {receiver}")
+                            engines[count] = start_role(resources, model, backend, strategy_config, count)
+                        for point in time_channels(trainers, engines, args):
+                            rows.append({**point, "model": size, "params": params, "receiver": receiver})
                     finally:
-                        train.shutdown()
+                        for cluster in engines.values():
+                            cluster.shutdown()
             finally:
-                infer.shutdown()
-    memcpy: dict[int, float] = {}
-    for row in rows:  # after the clusters are gone, so the copies do not compete with them for the cores
-        nbytes = int(row["bytes"])
-        if nbytes not in memcpy:
-            memcpy[nbytes] = memcpy_gbps(nbytes, args.reps)
-        row["memcpy_gbps"] = memcpy[nbytes]
-        row["fraction_of_memcpy"] = row["gbps"] / memcpy[nbytes]
+                for cluster in trainers.values():
+                    cluster.shutdown()
+    add_ratios(rows)
     return rows
 
 
-def sync_point(train, infer, size: str, params: int, ranks: int, transport: str, args) -> dict[str, Any]:
+def start_role(resources, model: Path, strategy: str, strategy_config: dict, world_size: int):
+    from roll.runtime import Cluster
+    from roll.strategies import ModelArgs, StrategyArgs, StrategyWorker, StrategyWorkerConfig
+
+    config = StrategyWorkerConfig(
+        name=f"bench-{strategy}-{uuid.uuid4().hex[:6]}",
+        world_size=world_size,
+        model_args=ModelArgs(model_name_or_path=str(model), dtype="float32"),
+        strategy_args=StrategyArgs(strategy_name=strategy, strategy_config=strategy_config),
+        system_envs={"OMP_NUM_THREADS": "1"},
+    )
+    cluster = Cluster(config.name, StrategyWorker, resources, config)
+    try:
+        cluster.initialize()
+    except BaseException:
+        cluster.shutdown()
+        raise
+    return cluster
+
+
+def time_channels(trainers: dict, engines: dict, args: argparse.Namespace) -> list[dict[str, Any]]:
     from roll.strategies import ModelUpdateGroup
 
-    group = ModelUpdateGroup(train, infer, bucket_size_mb=args.bucket_mb, transport=transport)
-    try:
-        start = time.perf_counter()
-        group.update(0, force=True)  # sets the channel up
-        setup_s = time.perf_counter() - start
-        metrics = []
-        for _ in range(args.reps):
-            start = time.perf_counter()
-            result = group.update(0, force=True)
-            result["driver_s"] = time.perf_counter() - start
-            metrics.append(result)
-    finally:
-        group.close()
+    groups = {
+        (ranks, count, transport): ModelUpdateGroup(trainer, engine, bucket_size_mb=args.bucket_mb, transport=transport)
+        for ranks, trainer in trainers.items()
+        for count, engine in engines.items()
+        for transport in args.transports
+    }
+    results: dict[tuple, list[dict[str, Any]]] = {key: [] for key in groups}
+    first: dict[tuple, float] = {}
+    memcpy: list[tuple[float, float]] = []
+    import ray
 
-    def median(key: str) -> float | None:
-        values = [m[key] for m in metrics if key in m]
+    copier = None
+    try:
+        for key, group in groups.items():  # untimed: sets each channel up
+            start = time.perf_counter()
+            nbytes = int(group.update(0, force=True)["weight_sync/bytes"])
+            first[key] = time.perf_counter() - start
+        copier = memcpy_actor(nbytes)
+        for rep in range(args.reps):
+            memcpy.append(ray.get(copier.copy.remote()))
+            for key, group in groups.items():
+                start = time.perf_counter()
+                metrics = group.update(0, force=True)
+                metrics["driver_s"] = time.perf_counter() - start
+                metrics["buckets_detail"] = group.last_buckets
+                results[key].append(metrics)
+            log(f"    round {rep + 1}/{args.reps} done")
+    finally:
+        for group in groups.values():
+            group.close()
+        if copier is not None:
+            ray.kill(copier)
+    memcpy_s = statistics.median(wall for wall, _ in memcpy)
+    memcpy_cpu_s = statistics.median(cpu for _, cpu in memcpy)
+    return [
+        {**summarize_channel(key, groups[key], results[key], first[key], memcpy_s, args), "memcpy_cpu_s": memcpy_cpu_s}
+        for key in groups
+    ]
+
+
+def memcpy_actor(nbytes: int):
+    """np.copyto of ``nbytes`` into a pre-faulted buffer, timed in a Ray worker: the sync runs in Ray workers, which
+    Ray starts at a lower CPU priority (nice 15) than this driver, so on a loaded machine only a copy made at that
+    priority is a fair baseline (on an idle machine both agree)."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Copier:
+        def __init__(self, size: int) -> None:
+            self.src = np.ones(size, dtype=np.uint8)
+            self.dst = np.zeros(size, dtype=np.uint8)
+            np.copyto(self.dst, self.src)  # faults the pages in
+
+        def copy(self) -> tuple[float, float]:
+            start, cpu = time.perf_counter(), time.process_time()
+            np.copyto(self.dst, self.src)
+            return time.perf_counter() - start, time.process_time() - cpu
+
+    copier = Copier.remote(nbytes)
+    ray.get(copier.copy.remote())
+    return copier
+
+
+def summarize_channel(key, group, metrics, first_s: float, memcpy_s: float, args) -> dict[str, Any]:
+    ranks, count, transport = key
+
+    def median(name: str) -> float | None:
+        values = [m[name] for m in metrics if name in m]
         return statistics.median(values) if values else None
 
     nbytes = metrics[0]["weight_sync/bytes"]
-    seconds = median("driver_s")
+    seconds, transport_s = median("driver_s"), median("weight_sync/transport_s")
+    memcpy_gbps = nbytes / memcpy_s / 1e9
     point = {
-        "model": size,
-        "params": params,
         "train_ranks": ranks,
-        "transport": group.transport,
+        "receivers": count,
+        "transport": transport,
+        "routes": group.routes.describe() if group.routes is not None else "object store",
         "bucket_mb": args.bucket_mb,
+        "buckets": int(metrics[0]["weight_sync/buckets"]),
         "bytes": nbytes,
-        "first_sync_s": setup_s,
+        "first_sync_s": first_s,
         "seconds": seconds,
         "times_s": [round(m["driver_s"], 4) for m in metrics],
         "gbps": nbytes / seconds / 1e9,
-        "send_s": median("weight_sync/send_s"),
-        "receive_s": median("weight_sync/receive_s"),
+        "transport_gbps": nbytes / transport_s / 1e9,
+        "memcpy_s": memcpy_s,
+        "memcpy_gbps": memcpy_gbps,
+        "fraction_of_memcpy": memcpy_s / seconds,
+        "transport_fraction_of_memcpy": memcpy_s / transport_s,
+        **{phase: median(f"weight_sync/{phase}") for phase in PHASES},
+        "per_bucket": median_buckets([m["buckets_detail"] for m in metrics]),
     }
-    log(f"    {transport}: {fmt_bytes(nbytes)} in {fmt_seconds(seconds)} = {point['gbps']:.2f} GB/s")
+    log(
+        f"    {ranks} rank(s) -> {count} x {transport}: {fmt_bytes(nbytes)} in {fmt_seconds(seconds)} "
+        f"({100 * point['fraction_of_memcpy']:.1f}% of memcpy; transport {fmt_seconds(transport_s)}, "
+        f"{100 * point['transport_fraction_of_memcpy']:.1f}%)"
+    )
     return point
+
+
+def median_buckets(runs: list[dict[str, list[list[dict[str, float]]]]]) -> list[dict[str, float]]:
+    """Per bucket: the median over repetitions of the slowest sender's and slowest receiver's phase times."""
+    out: list[dict[str, float]] = []
+    if not runs or not runs[0].get("receiver"):
+        return out
+    for index in range(len(runs[0]["receiver"][0])):
+        row: dict[str, float] = {}
+        for side in ("sender", "receiver"):
+            for key in runs[0][side][0][index] if runs[0][side] and runs[0][side][0] else []:
+                row[f"{side}_{key}"] = statistics.median(
+                    max(rank[index][key] for rank in run[side] if len(rank) > index) for run in runs
+                )
+        out.append(row)
+    return out
+
+
+def add_ratios(rows: list[dict[str, Any]]) -> None:
+    """2 ranks / 1 rank and N receivers / 1 receiver, same model, receiver backend and transport."""
+    index = {(r["model"], r["receiver"], r["receivers"], r["train_ranks"], r["transport"]): r for r in rows}
+    for r in rows:
+        one_rank = index.get((r["model"], r["receiver"], r["receivers"], 1, r["transport"]))
+        one_receiver = index.get((r["model"], r["receiver"], 1, r["train_ranks"], r["transport"]))
+        r["vs_1_rank"] = r["seconds"] / one_rank["seconds"] if one_rank else None
+        r["vs_1_receiver"] = r["seconds"] / one_receiver["seconds"] if one_receiver else None
 
 
 # --- report -------------------------------------------------------------------------------------------------------
@@ -297,26 +418,45 @@ def report(generation: list[dict[str, Any]], sync: list[dict[str, Any]]) -> None
         def secs(value: float | None) -> str:
             return "-" if value is None else fmt_seconds(value)
 
+        def ratio(value: float | None) -> str:
+            return "-" if value is None else f"{value:.2f}x"
+
         rows = [
             [
                 s["model"],
-                f"{s['params'] / 1e6:.1f}M",
+                f"{s['receivers']} {s['receiver']}",
                 s["train_ranks"],
                 s["transport"],
                 fmt_bytes(s["bytes"]),
                 fmt_seconds(s["seconds"]),
-                f"{s['gbps']:.3f}",
-                f"{s['memcpy_gbps']:.2f}",
+                f"{s['gbps']:.2f}",
                 f"{100 * s['fraction_of_memcpy']:.1f}%",
-                secs(s["send_s"]),
-                secs(s["receive_s"]),
+                secs(s["transport_s"]),
+                f"{100 * s['transport_fraction_of_memcpy']:.1f}%",
+                secs(s["gather_s"]),
+                secs(s["pack_s"]),
+                secs(s["send_wait_s"]),
+                secs(s["receive_wait_s"]),
+                secs(s["load_s"]),
+                secs(s["finalize_s"]),
+                f"{secs(s['write_cpu_s'])} / {secs(s['load_cpu_s'])}",
+                ratio(s["vs_1_rank"]),
+                ratio(s["vs_1_receiver"]),
             ]
             for s in sync
         ]
-        headers = ["model", "params", "ranks", "transport", "bytes", "sync", "GB/s", "memcpy GB/s", "of memcpy"]
-        headers += ["send_s", "receive_s"]
-        print(f"Weight sync fsdp2_train -> vllm (ModelUpdateGroup, {sync[0]['bucket_mb']} MB buckets; median)")
-        print(table(rows, headers, left=(0, 3)))
+        headers = ["model", "receivers", "ranks", "transport", "bytes", "sync", "GB/s", "of memcpy"]
+        headers += ["transport", "of memcpy", "gather", "pack", "send wait", "recv wait", "load", "finalize"]
+        headers += ["cpu write / load"]
+        headers += ["/1 rank", "/1 recv"]
+        memcpy = ", ".join(sorted({f"{s['memcpy_gbps']:.1f}" for s in sync}))
+        memcpy_cpu = ", ".join(sorted({fmt_seconds(s["memcpy_cpu_s"]) for s in sync}))
+        print(
+            f"Weight sync fsdp2_train -> inference (ModelUpdateGroup, {sync[0]['bucket_mb']} MB buckets; median of "
+            f"{len(sync[0]['times_s'])}; memcpy {memcpy} GB/s, {memcpy_cpu} CPU; 'cpu write / load': CPU seconds of "
+            "the slowest sender while gathering+packing / of the slowest receiver while loading)"
+        )
+        print(table(rows, headers, left=(0, 1, 3)))
         print()
 
 
@@ -330,7 +470,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per point")
-    p.add_argument("--bucket-mb", type=int, default=64, help="weight-sync bucket size (MB)")
+    p.add_argument("--bucket-mb", type=float, default=64, help="weight-sync bucket size (MB)")
+    p.add_argument(
+        "--transports",
+        nargs="+",
+        default=["shared_memory", "collective", "object_store"],
+        help="ModelUpdateGroup transports to time",
+    )
+    p.add_argument("--receivers", type=int, nargs="+", default=[1, 2], help="inference workers receiving one send")
+    p.add_argument(
+        "--sync-receivers",
+        nargs="+",
+        default=["vllm-in-place", "vllm", "mock_infer"],
+        choices=["vllm-in-place", "vllm", "mock_infer"],
+        help="receivers: vllm (the engine's default: layerwise reload + oneDNN repack on CPU), vllm-in-place "
+        "(cpu_plain_linear: one copy per tensor), mock_infer (transport only: loads nothing)",
+    )
     p.add_argument("--no-gen", action="store_true", help="skip the generation part")
     p.add_argument("--no-sync", action="store_true", help="skip the weight-sync part")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per generation subprocess")

@@ -6,8 +6,10 @@ weights give near-uniform logits, so greedy decoding would repeat one token and 
 * greedy generation of left-padded prompts equals ``hf_infer``'s (``hf_infer`` itself equals plain transformers);
 * log-probs of the same tokens agree within 1e-3 (``forward_step`` + ``ops.log_probs_from_logits`` for the
   logit backends, ``score_tokens`` for vLLM);
-* one ``fsdp2_train`` step on 2 ranks, a weight sync through :class:`ModelUpdateGroup` (both transports, in
-  several buckets), and vLLM then decodes what transformers decodes from the exported trained weights;
+* one ``fsdp2_train`` step on 1 or 2 ranks, a weight sync through :class:`ModelUpdateGroup` (every transport, in
+  several buckets) into two vLLM workers (one send, two readers), and both then decode what transformers decodes
+  from the exported trained weights; a sync that fails midway leaves them refusing to generate until the next
+  complete sync;
 * a folder written by ``fsdp2`` ``export_hf`` loads in transformers (same logits) and in vLLM (same greedy output);
 * selecting a backend whose library is missing, or an unknown name, fails with an actionable error.
 
@@ -33,7 +35,7 @@ import pytest
 import torch
 
 from roll.protocol import DataProto, Dispatch, register
-from roll.runtime import Cluster, ConfigError
+from roll.runtime import Cluster, ConfigError, RollError, materialize_all
 from roll.runtime.testing import ship_module_by_value
 from roll.strategies import (
     STRATEGIES,
@@ -49,6 +51,7 @@ from roll.strategies import (
 )
 from roll.strategies.ops import language_model_loss, log_probs_from_logits, position_ids_from_attention_mask
 from roll.strategies.testing import make_tiny_causal_lm
+from roll.strategies.weight_sync import WeightWriter
 from roll.strategies.weights import iter_buckets
 
 # The worker classes below are defined in this test file, which Ray workers cannot import.
@@ -239,8 +242,34 @@ def logits_of(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]
 
 
 # --- Ray workers ------------------------------------------------------------------------------------------------
+class FailingWriter(WeightWriter):
+    """A rank's weight writer that raises once it reaches tensor ``fail_at`` (when armed)."""
+
+    def __init__(self, inner: WeightWriter, worker: TrainerWorker) -> None:
+        self.inner, self.worker = inner, worker
+        self.specs, self.writes_shards = inner.specs, inner.writes_shards
+
+    def write(self, start: int, stop: int, out: Any, *, local: bool) -> Any:
+        if self.worker.fail_at is not None and start >= self.worker.fail_at:
+            self.worker.fail_at = None
+            raise RuntimeError("injected failure in the middle of a weight sync")
+        return self.inner.write(start, stop, out, local=local)
+
+    def finish(self) -> None:
+        self.inner.finish()
+
+
 class TrainerWorker(StrategyWorker):
     """An fsdp2_train role: one SFT step, and logits for comparisons."""
+
+    fail_at: int | None = None
+
+    def weight_writer(self) -> WeightWriter:
+        return FailingWriter(super().weight_writer(), self)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def fail_next_sync_at(self, tensor_index: int) -> None:
+        self.fail_at = tensor_index
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def train(self, data: DataProto) -> dict[str, float]:
@@ -317,7 +346,8 @@ def hf_log_probs(backends) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def clusters(model_dir, resources, tmp_path_factory) -> Iterator[SimpleNamespace]:
-    """fsdp2_train on 2 ranks (gloo) and a 1-worker vllm role started from the trainer's export.
+    """fsdp2_train on 2 ranks (gloo), the same on 1 rank, and a 2-worker vllm role started from the 2-rank
+    trainer's export.
 
     The trainer takes one step before exporting, so the exported folder holds weights no file had before; the
     logits and greedy output at that moment are recorded for the export test.
@@ -335,23 +365,32 @@ def clusters(model_dir, resources, tmp_path_factory) -> Iterator[SimpleNamespace
         training_args=TrainingArgs(learning_rate=TRAIN_LR, per_device_train_batch_size=2),
     )
     train = Cluster(train_config.name, TrainerWorker, resources, train_config)
-    infer = None
+    one_config = train_config.model_copy(update={"name": f"conf-train1-{tag}", "world_size": 1})
+    infer = one_rank = None
     try:
-        train.initialize()
+        one_rank = Cluster(one_config.name, TrainerWorker, resources, one_config)
+        materialize_all(train.initialize(blocking=False), one_rank.initialize(blocking=False))
         train.train(sft_batch(seed=1))
         export = tmp_path_factory.mktemp("export") / "hf"
         train.export_hf(str(export))
         export_logits = train.logits(scoring_batch()).batch["logits"]
-        infer_config = role_config(export, "vllm", name=f"conf-rollout-{tag}", world_size=1, system_envs=envs)
+        infer_config = role_config(export, "vllm", name=f"conf-rollout-{tag}", world_size=2, system_envs=envs)
         infer = Cluster(infer_config.name, RolloutWorker, resources, infer_config)
         infer.initialize()
         export_greedy = infer.greedy(PROMPTS, STEPS)[0]
         yield SimpleNamespace(
-            train=train, infer=infer, export=export, export_logits=export_logits, export_greedy=export_greedy
+            train=train,
+            trainers={1: one_rank, 2: train},
+            infer=infer,
+            export=export,
+            export_logits=export_logits,
+            export_greedy=export_greedy,
         )
     finally:
         if infer is not None:
             infer.shutdown()
+        if one_rank is not None:
+            one_rank.shutdown()
         train.shutdown()
 
 
@@ -413,32 +452,59 @@ def test_logits_to_keep_gives_the_last_positions(name, backends):
 
 
 # --- c. train step + weight sync --------------------------------------------------------------------------------
-@pytest.mark.parametrize("transport", ["collective", "object_store"])
-def test_vllm_decodes_the_trained_weights_after_a_weight_sync(transport, clusters, tmp_path):
-    """One fsdp2 step on 2 ranks, a bucketed sync into vLLM: vLLM then decodes what transformers decodes from
-    the exported trained weights, and no longer what it decoded before the step."""
-    before = clusters.infer.greedy(PROMPTS, STEPS)[0]
-    metrics = clusters.train.train(sft_batch(seed=2 if transport == "collective" else 3))
-    assert metrics[0]["loss"] == metrics[1]["loss"] > 0
+def trained_reference(trainer: Cluster, folder: Path) -> Any:
+    trainer.export_hf(str(folder))
+    return load_transformers(folder)
 
-    group = ModelUpdateGroup(clusters.train, clusters.infer, bucket_size_mb=SYNC_BUCKET_MB, transport=transport)
+
+@pytest.mark.parametrize("ranks", [1, 2], ids=["1rank", "2ranks"])
+@pytest.mark.parametrize("transport", ["shared_memory", "collective", "object_store"])
+def test_vllm_decodes_the_trained_weights_after_a_weight_sync(transport, ranks, clusters, tmp_path):
+    """One fsdp2 step, a bucketed sync into two vLLM workers: both then decode what transformers decodes from
+    the exported trained weights, and no longer what they decoded before the step."""
+    trainer = clusters.trainers[ranks]
+    before = clusters.infer.greedy(PROMPTS, STEPS)
+    seed = {"shared_memory": 2, "collective": 3, "object_store": 4}[transport] + 10 * ranks
+    metrics = trainer.train(sft_batch(seed=seed))
+    assert all(m["loss"] == metrics[0]["loss"] > 0 for m in metrics)
+
+    group = ModelUpdateGroup(trainer, clusters.infer, bucket_size_mb=SYNC_BUCKET_MB, transport=transport)
     try:
         sync = group.update(1, force=True)
     finally:
         group.close()
     assert group.transport == transport
 
-    clusters.train.export_hf(str(tmp_path / "trained"))
-    trained = load_transformers(tmp_path / "trained")
+    trained = trained_reference(trainer, tmp_path / "trained")
     state = dict(trained.state_dict())
     state.setdefault("lm_head.weight", trained.get_input_embeddings().weight)  # named_weights lists both
     assert len(list(iter_buckets(state.items(), int(SYNC_BUCKET_MB * 2**20)))) >= 4
     nbytes = sum(t.numel() * t.element_size() for t in state.values())
     assert sync["weight_sync/bytes"] == sync["weight_sync/received_bytes"] == nbytes
+    assert sync["weight_sync/receivers"] == 2
 
-    after = clusters.infer.greedy(PROMPTS, STEPS)[0]
-    assert after == transformers_greedy(trained, PROMPTS)
+    after = clusters.infer.greedy(PROMPTS, STEPS)
+    expected = transformers_greedy(trained, PROMPTS)
+    assert after == [expected, expected]
     assert after != before, "the training step should have changed the greedy output"
+
+
+@pytest.mark.parametrize("transport", ["shared_memory", "collective"])
+def test_a_weight_sync_that_fails_midway_is_loud_and_the_next_one_repairs_vllm(transport, clusters, tmp_path):
+    trainer = clusters.trainers[2]
+    trainer.train(sft_batch(seed=40))
+    group = ModelUpdateGroup(trainer, clusters.infer, bucket_size_mb=SYNC_BUCKET_MB, transport=transport)
+    try:
+        trainer.fail_next_sync_at(12)  # half-way through the tensors: some layers loaded, others not
+        with pytest.raises(RollError, match="injected failure"):
+            group.update(1, force=True)
+        with pytest.raises(RollError, match="failed midway|stopped midway"):
+            clusters.infer.greedy(PROMPTS, STEPS)
+        group.update(2, force=True)
+    finally:
+        group.close()
+    expected = transformers_greedy(trained_reference(trainer, tmp_path / "trained"), PROMPTS)
+    assert clusters.infer.greedy(PROMPTS, STEPS) == [expected, expected]
 
 
 # --- d. exported folders ----------------------------------------------------------------------------------------

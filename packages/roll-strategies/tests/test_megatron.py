@@ -397,6 +397,24 @@ def test_assembler_builds_fused_parameters_from_shuffled_buckets(micro_model):
     assert partial.pending == ["model.layers.0.self_attn.q_proj.weight"]
 
 
+def test_assembler_keeps_copies_of_what_it_holds_past_a_bucket(micro_model):
+    """Weight-sync buckets are views of a slot that is overwritten after each update_weights call."""
+    hf, hf_config = hf_state(micro_model)
+    mapping = MegatronMapping(GptLayout.from_hf_config(hf_config))
+    expected = mapping.hf_to_megatron(hf)
+    assembler, built = HfAssembler(mapping), {}
+    items = list(hf.items())
+    for start in range(0, len(items), 3):
+        bucket = [(name, tensor.clone()) for name, tensor in items[start : start + 3]]
+        for name, tensor in bucket:
+            # Built parameters are copied into the model during the call (update_weights does).
+            built.update({n: t.clone() for n, t in assembler.add(name, tensor)})
+        assembler.own_pending()
+        for _, tensor in bucket:
+            tensor.fill_(float("nan"))  # the next bucket lands here
+    assert sorted(built) == sorted(expected) and all(torch.equal(built[n], expected[n]) for n in expected)
+
+
 # --- config translation ---------------------------------------------------------------------------------------
 def test_transformer_config_translation(micro_model):
     _, hf_config = hf_state(micro_model)

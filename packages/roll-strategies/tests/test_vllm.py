@@ -65,20 +65,22 @@ def vllm_greedy(strategy, prompts: list[list[int]], steps: int = 8) -> list[list
 
 
 # --- fixtures -------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def engine(tiny_model):
+# Both ways a CPU engine can take synced weights: copied into plain linear weights in place, or each layer
+# re-materialized and re-packed for oneDNN by vLLM's layerwise reload.
+@pytest.fixture(scope="module", params=[True, False], ids=["in_place", "layerwise"])
+def engine(request, tiny_model):
     pytest.importorskip("vllm")
+    settings = {"max_model_len": 256, "kv_cache_space_gb": 1, "cpu_plain_linear": request.param}
     config = StrategyWorkerConfig(
         name="rollout",
         model_args=ModelArgs(model_name_or_path=str(tiny_model), dtype="float32"),
-        strategy_args=StrategyArgs(
-            strategy_name="vllm", strategy_config={"max_model_len": 256, "kv_cache_space_gb": 1}
-        ),
+        strategy_args=StrategyArgs(strategy_name="vllm", strategy_config=settings),
     )
     threads = torch.get_num_threads()
     worker = StrategyWorker(config)
     worker.initialize()
     assert torch.get_num_threads() == threads, "starting the engine changed this process's torch threads"
+    assert worker.strategy._in_place == request.param
     yield worker.strategy
     worker.strategy.shutdown()
     # The in-process engine must not leave its process group behind for later tests.
@@ -248,4 +250,42 @@ def test_weight_sync_in_buckets_matches_transformers(engine, hf_model):
 
     # Back to the original weights in one bucket, as a state dict (which does list lm_head.weight).
     assert push(engine, hf_model.state_dict().items(), 1 << 30) == 1
+    assert vllm_greedy(engine, PROMPTS) == original
+
+
+def test_weight_sync_survives_bucket_memory_reused_after_each_call(engine, hf_model):
+    """Weight sync hands out views of a slot that is overwritten by a later bucket as soon as update_weights
+    returns: the engine must copy what it keeps (layers completed by a later bucket) before returning."""
+    original = vllm_greedy(engine, PROMPTS)
+    perturbed = copy.deepcopy(hf_model)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for param in perturbed.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * 0.05)
+    slot = None
+    for bucket in iter_buckets(perturbed.state_dict().items(), 40_000):
+        views = [(name, tensor.detach().clone()) for name, tensor in bucket]
+        engine.update_weights(views)
+        for _, tensor in views:  # the next bucket lands in this memory
+            tensor.fill_(float("nan"))
+        slot = views
+    engine.process_weights_after_loading()
+    assert slot is not None
+    synced = vllm_greedy(engine, PROMPTS)
+    assert synced == [hf_greedy(perturbed, p, 8) for p in PROMPTS] != original
+    push(engine, hf_model.state_dict().items(), 1 << 30)
+    assert vllm_greedy(engine, PROMPTS) == original
+
+
+def test_a_sync_aborted_midway_refuses_to_generate_until_a_complete_sync(engine, hf_model):
+    original = vllm_greedy(engine, PROMPTS)
+    buckets = list(iter_buckets(hf_model.state_dict().items(), 40_000))
+    for bucket in buckets[: len(buckets) // 2]:
+        engine.update_weights([(name, tensor * 0.5) for name, tensor in bucket])
+    engine.abort_weight_update()
+    with pytest.raises(StrategyError, match="stopped midway"):
+        vllm_greedy(engine, PROMPTS[:1], 2)
+    with pytest.raises(StrategyError, match="stopped midway"):
+        engine.process_weights_after_loading()
+    assert push(engine, hf_model.state_dict().items(), 40_000) == len(buckets)
     assert vllm_greedy(engine, PROMPTS) == original

@@ -32,6 +32,7 @@ from roll.strategies.contract import ForwardFunc, LossFunc, OffloadTarget, Strat
 
 if TYPE_CHECKING:
     from roll.runtime import RollModel, Worker
+    from roll.strategies.weight_sync.writer import WeightWriter
 
 __all__ = ["InferenceStrategy", "TrainStrategy"]
 
@@ -86,11 +87,19 @@ class InferenceStrategy(ABC):
 
     # --- weights in -------------------------------------------------------------------------------------
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load new values for the named parameters (HF names). Called once per bucket during a weight sync."""
+        """Load new values for the named parameters (HF names). Called once per bucket during a weight sync.
+
+        The tensors are views of a shared transfer buffer that is reused as soon as the call returns: copy what
+        must outlive the call (e.g. a tensor buffered until the rest of its layer arrives).
+        """
         raise StrategyError(f"{self.strategy_name} cannot receive weights")
 
     def process_weights_after_loading(self) -> None:  # noqa: B027
         """Finish a weight sync (e.g. reset caches computed with the old weights)."""
+
+    def abort_weight_update(self) -> None:  # noqa: B027
+        """A weight sync stopped after some ``update_weights`` calls: drop its partial state, so the next sync
+        starts clean. The worker refuses to compute with this strategy until a later sync completes."""
 
 
 class TrainStrategy(InferenceStrategy):
@@ -130,6 +139,13 @@ class TrainStrategy(InferenceStrategy):
 
         A collective: every rank must iterate it to the end; tensors are only meaningful on rank 0.
         """
+
+    def weight_writer(self) -> WeightWriter:
+        """How weight sync reads this backend's full weights. The default gathers them through
+        :meth:`named_weights`; a sharded backend may let every rank write its own shards in place instead."""
+        from roll.strategies.weight_sync.writer import GatheredWriter
+
+        return GatheredWriter(self.named_weights)
 
     @abstractmethod
     def export_hf(self, path: str) -> None:

@@ -1,23 +1,17 @@
-"""Weight sync from a training role to inference roles, in size-bounded buckets.
+"""Size-bounded buckets of named tensors, packed into one flat byte tensor each.
 
-Transport: a standalone torch.distributed process group (gloo on CPU, NCCL on GPU) between the training
-leader (rank 0 of the group) and every inference worker, so weights go out once and all engines receive them
-together. Each bucket is one flat byte tensor plus a small header (names, dtypes, shapes, offsets). If the
-group cannot be formed, the same buckets travel through Ray's object store instead.
+Helpers for code that moves weights without a channel (tests, one-off pushes into a strategy). Weight sync between
+roles (shared memory, broadcast, object store) lives in :mod:`roll.strategies.weight_sync`.
 """
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
 
 import torch
-import torch.distributed as dist
 
-__all__ = ["BucketEntry", "WeightChannel", "iter_buckets", "pack_bucket", "unpack_bucket"]
+__all__ = ["BucketEntry", "iter_buckets", "pack_bucket", "unpack_bucket"]
 
 
 @dataclass(frozen=True)
@@ -71,80 +65,3 @@ def unpack_bucket(entries: list[BucketEntry], flat: torch.Tensor) -> list[tuple[
         raw = flat[entry.offset : entry.offset + entry.nbytes]
         out.append((entry.name, raw.view(entry.dtype).reshape(entry.shape)))
     return out
-
-
-class WeightChannel:
-    """A process group of its own (not the default one) between a sender (rank 0) and receivers.
-
-    Every member constructs it with the same address, port and world size; construction blocks until all
-    members have joined (or ``timeout_s`` passes).
-    """
-
-    def __init__(
-        self,
-        master_addr: str,
-        master_port: int,
-        world_size: int,
-        rank: int,
-        *,
-        device: torch.device | str = "cpu",
-        timeout_s: float = 600.0,
-    ) -> None:
-        self.rank = rank
-        self.world_size = world_size
-        self.device = torch.device(device)
-        # Typed loosely: NCCL and Gloo groups share broadcast() at run time but not in torch's stubs.
-        self._group: Any = None
-        self._store: Any = None
-        timeout = timedelta(seconds=timeout_s)
-        self._store = dist.TCPStore(master_addr, master_port, world_size, is_master=rank == 0, timeout=timeout)
-        if self.device.type == "cuda":
-            options = dist.ProcessGroupNCCL.Options()
-            self._group = dist.ProcessGroupNCCL(self._store, rank, world_size, options)
-        else:
-            self._group = dist.ProcessGroupGloo(self._store, rank, world_size, timeout)
-
-    def broadcast_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
-        options = dist.BroadcastOptions()
-        options.rootRank = 0
-        self._group.broadcast([tensor], options).wait()
-        return tensor
-
-    def broadcast_object(self, obj: object = None) -> object:
-        """Send ``obj`` from rank 0; every rank returns it."""
-        if self.rank == 0:
-            payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
-            size = torch.tensor([payload.numel()], dtype=torch.int64)
-        else:
-            size = torch.zeros(1, dtype=torch.int64)
-        self.broadcast_tensor(size.to(self.device))
-        if self.rank != 0:
-            payload = torch.empty(int(size.item()), dtype=torch.uint8)
-        received = self.broadcast_tensor(payload.to(self.device)).cpu()
-        return obj if self.rank == 0 else pickle.loads(received.numpy().tobytes())
-
-    def send(self, buckets: Iterable[list[tuple[str, torch.Tensor]]]) -> int:
-        """Rank 0: broadcast every bucket, then an end marker. Returns bytes sent."""
-        sent = 0
-        for items in buckets:
-            entries, flat = pack_bucket(items, self.device)
-            self.broadcast_object(entries)
-            self.broadcast_tensor(flat)
-            sent += flat.numel()
-        self.broadcast_object(None)
-        return sent
-
-    def receive(self) -> Iterator[list[tuple[str, torch.Tensor]]]:
-        """Receivers: yield each bucket's named tensors until the sender's end marker."""
-        while True:
-            entries: Any = self.broadcast_object()
-            if entries is None:
-                return
-            total = sum(e.nbytes for e in entries)
-            flat = torch.empty(total, dtype=torch.uint8, device=self.device)
-            self.broadcast_tensor(flat)
-            yield unpack_bucket(entries, flat)
-
-    def close(self) -> None:
-        self._group = None
-        self._store = None

@@ -6,7 +6,8 @@ methods; loading, offloading, checkpoints and weight sync are defined once here 
 
 from __future__ import annotations
 
-import time
+import os
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -16,7 +17,13 @@ from roll.runtime import Worker
 from roll.strategies.base import InferenceStrategy, TrainStrategy
 from roll.strategies.contract import OffloadTarget, StrategyError
 from roll.strategies.registry import create_strategy
-from roll.strategies.weights import WeightChannel, iter_buckets, pack_bucket, unpack_bucket
+from roll.strategies.weight_sync.cuda_ipc import device_uuid
+from roll.strategies.weight_sync.object_store import export_buckets, load_buckets
+from roll.strategies.weight_sync.plan import SyncPlan, build_plan
+from roll.strategies.weight_sync.receiver import LoadTracker, ReceiverSession, TornWeightsGuard
+from roll.strategies.weight_sync.routes import Endpoint, Routes
+from roll.strategies.weight_sync.sender import ChannelSpec, SenderSession, open_channel
+from roll.strategies.weight_sync.writer import WeightWriter
 
 __all__ = ["StrategyWorker"]
 
@@ -28,7 +35,11 @@ class StrategyWorker(Worker):
 
     def __init__(self, worker_config) -> None:
         super().__init__(worker_config)
-        self._channels: dict[str, WeightChannel] = {}
+        self._weight_writers: dict[str, WeightWriter] = {}
+        self._weight_owned: dict[str, tuple[Any, Any]] = {}
+        self._weight_senders: dict[str, SenderSession] = {}
+        self._weight_receivers: dict[str, ReceiverSession] = {}
+        self._object_store_writer: WeightWriter | None = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
     def initialize(self, settings: Any = None) -> None:
@@ -64,67 +75,111 @@ class StrategyWorker(Worker):
     def export_hf(self, path: str) -> None:
         self.train_strategy.export_hf(path)
 
-    # --- weight sync: sender (training role) ------------------------------------------------------------
+    # --- weight sync: both ends (driven by ModelUpdateGroup; see roll.strategies.weight_sync) -------------
+    def weight_writer(self) -> WeightWriter:
+        """How this training worker's weights are read for a sync (the strategy's writer)."""
+        return self.train_strategy.weight_writer()
+
+    def _bare_strategy(self) -> InferenceStrategy:
+        return self.strategy.wrapped if isinstance(self.strategy, TornWeightsGuard) else self.strategy
+
+    def weight_endpoint(self) -> Endpoint:
+        """Where this worker runs, for choosing each receiver's path (node, process, device)."""
+        device = self._bare_strategy().device
+        node = ray.get_runtime_context().get_node_id()
+        return Endpoint(node=node, pid=os.getpid(), device=device.type, gpu=device_uuid(device))
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
-    def setup_weight_sender(self, group: str, master_addr: str, master_port: int, world_size: int) -> None:
-        if self.rank == 0:
-            self._channels[group] = WeightChannel(master_addr, master_port, world_size, 0, device=self.strategy.device)
+    def weight_sync_endpoint(self) -> Endpoint:
+        return self.weight_endpoint()
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def send_weights(self, group: str, bucket_bytes: int) -> dict[str, float]:
-        start = time.perf_counter()
-        buckets = iter_buckets(self.train_strategy.named_weights(), bucket_bytes)
-        if self.rank == 0:
-            sent = self._channels[group].send(buckets)
-        else:
-            sent = 0
-            for _ in buckets:  # other ranks take part in the gathers that materialize each full tensor
-                pass
-        return {"weight_sync/bytes": float(sent), "weight_sync/send_s": time.perf_counter() - start}
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def export_weight_buckets(self, bucket_bytes: int) -> list[Any]:
-        """Object-store transport: rank 0 returns one ObjectRef per packed bucket (others return [])."""
-        refs = []
-        for items in iter_buckets(self.train_strategy.named_weights(), bucket_bytes):
-            if self.rank == 0:
-                entries, flat = pack_bucket([(n, t.cpu()) for n, t in items])
-                refs.append(ray.put((entries, flat)))
-        return refs
-
-    # --- weight sync: receiver (inference role) ---------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
-    def setup_weight_receiver(
-        self, group: str, master_addr: str, master_port: int, world_size: int, rank_offset: int
-    ) -> None:
-        rank = rank_offset + self.rank
-        self._channels[group] = WeightChannel(master_addr, master_port, world_size, rank, device=self.strategy.device)
+    def prepare_weight_sender(self, group: str, bucket_bytes: int) -> tuple[SyncPlan, bool]:
+        """Build this rank's writer; returns the sync plan and whether the ranks can write their own shards."""
+        writer = self.weight_writer()
+        self._weight_writers[group] = writer
+        return build_plan(writer.specs, bucket_bytes), writer.writes_shards
+
+    def open_weight_channel(self, group: str, plan: SyncPlan, routes: Routes, timeout_s: float) -> ChannelSpec:
+        """Rank 0 (called alone): create the ring and device slots; returns what the participants join."""
+        spec, ring, cuda_slots = open_channel(
+            group,
+            plan,
+            routes,
+            device=self.strategy.device,
+            gpu=device_uuid(self.strategy.device),
+            address=self._roll_node_address(),
+            timeout_s=timeout_s,
+        )
+        self._weight_owned[group] = (ring, cuda_slots)
+        return spec
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
+    def attach_weight_sender(self, spec: ChannelSpec) -> None:
+        ring, cuda_slots = self._weight_owned.pop(spec.group, (None, None))
+        writer = self._weight_writers.pop(spec.group)
+        self._weight_senders[spec.group] = SenderSession(
+            spec, self.rank, writer, device=self.strategy.device, ring=ring, cuda_slots=cuda_slots
+        )
+
+    def seal_weight_channel(self, group: str) -> None:
+        """Rank 0, once every participant attached: drop the segment's name (no leak even if processes die)."""
+        self._weight_senders[group].seal()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
+    def attach_weight_receiver(self, spec: ChannelSpec) -> None:
+        self._weight_receivers[spec.group] = ReceiverSession(spec, self.rank, device=self._bare_strategy().device)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def receive_weights(self, group: str) -> dict[str, float]:
-        start = time.perf_counter()
-        received = 0
-        for items in self._channels[group].receive():
-            received += sum(t.numel() * t.element_size() for _, t in items)
-            self.strategy.update_weights(items)
-        return {"weight_sync/received_bytes": float(received), "weight_sync/receive_s": time.perf_counter() - start}
+    def send_weights(self, group: str) -> dict[str, Any]:
+        return self._weight_senders[group].send()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_weight_buckets(self, refs: list[Any]) -> dict[str, float]:
-        start = time.perf_counter()
-        received = 0
-        for ref in refs:
-            entries, flat = ray.get(ref)
-            received += flat.numel()
-            self.strategy.update_weights(unpack_bucket(entries, flat.to(self.strategy.device)))
-        return {"weight_sync/received_bytes": float(received), "weight_sync/receive_s": time.perf_counter() - start}
+    def receive_weights(self, group: str) -> dict[str, Any]:
+        session = self._weight_receivers[group]
+        return self._guarded_receive(lambda strategy: session.receive(strategy))
+
+    def _guarded_receive(self, receive: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+        """Run one sync. If it fails after a bucket reached the engine, the strategy is fenced off (its compute
+        methods raise) until a later sync completes; if it fails before, the engine keeps its old weights."""
+        strategy = self._bare_strategy()
+        tracker = LoadTracker(strategy)
+        try:
+            metrics = receive(tracker)
+        except BaseException as e:
+            if tracker.touched:
+                try:
+                    strategy.abort_weight_update()
+                finally:
+                    self.strategy = TornWeightsGuard(strategy, f"{type(e).__name__}: {str(e)[:300]}")
+            raise
+        self.strategy = strategy
+        return metrics
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def export_weight_buckets(self, bucket_bytes: int) -> dict[str, Any]:
+        """Object-store transport: rank 0's result holds the plan and one ObjectRef per packed bucket."""
+        if self._object_store_writer is None:
+            self._object_store_writer = self.weight_writer()
+        writer = self._object_store_writer
+        plan = build_plan(writer.specs, bucket_bytes)
+        return {"plan": plan if self.rank == 0 else None, **export_buckets(writer, plan, self.rank)}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_weight_buckets(self, plan: SyncPlan, refs: list[Any]) -> dict[str, Any]:
+        return self._guarded_receive(lambda strategy: load_buckets(strategy, plan, refs))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def process_weights_after_loading(self) -> None:
-        self.strategy.process_weights_after_loading()
+        self._bare_strategy().process_weights_after_loading()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
     def close_weight_channel(self, group: str) -> None:
-        channel = self._channels.pop(group, None)
-        if channel is not None:
-            channel.close()
+        self._weight_writers.pop(group, None)
+        ring, _ = self._weight_owned.pop(group, (None, None))
+        if ring is not None:
+            ring.close()
+        for sessions in (self._weight_senders, self._weight_receivers):
+            session = sessions.pop(group, None)
+            if session is not None:
+                session.close()

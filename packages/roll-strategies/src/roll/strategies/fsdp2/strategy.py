@@ -30,6 +30,7 @@ from roll.strategies.fsdp2 import _model
 from roll.strategies.fsdp2._checkpoint import export_hf_folder, load_training_state, save_training_state
 from roll.strategies.fsdp2._optim import build_optimizer, build_scheduler
 from roll.strategies.fsdp2._weights import iter_full_weights, load_full_weights
+from roll.strategies.fsdp2._writer import Fsdp2WeightWriter
 from roll.strategies.fsdp2.config import Fsdp2Config
 from roll.strategies.ops import accepts_logits_to_keep, packed_attention_mask, position_ids_from_attention_mask
 
@@ -252,6 +253,9 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
     # --- weights out ------------------------------------------------------------------------------------
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         return iter_full_weights(self.model, self.compute_dtype)
+
+    def weight_writer(self) -> Fsdp2WeightWriter:
+        return Fsdp2WeightWriter(self.model, self.compute_dtype)
 
     def _meta(self) -> dict[str, Any]:
         return {

@@ -275,6 +275,7 @@ class HfAssembler:
         self.mapping = mapping
         self.wanted = None if wanted is None else set(wanted)
         self._held: dict[str, torch.Tensor] = {}
+        self._borrowed: set[str] = set()  # held tensors that are still the caller's memory
         self._done: set[str] = set()
         self.unknown: list[str] = []
 
@@ -286,6 +287,7 @@ class HfAssembler:
         if not self._wanted(consumers):
             return []  # used by the model, but by no parameter of this rank (another pipeline stage)
         self._held[hf_name] = tensor
+        self._borrowed.add(hf_name)
         ready = []
         for name in self._wanted(consumers):
             sources = self.mapping.spec(name).hf_names
@@ -309,8 +311,18 @@ class HfAssembler:
         """HF names held while waiting for the other parts of a fused parameter."""
         return sorted(self._held)
 
+    def own_pending(self) -> int:
+        """Replace the held tensors by copies: a weight-sync bucket's memory is reused once the bucket is loaded.
+        Returns how many were copied (those added since the last call)."""
+        fresh = self._borrowed & self._held.keys()
+        for name in fresh:
+            self._held[name] = self._held[name].clone()
+        self._borrowed.clear()
+        return len(fresh)
+
     def reset(self) -> None:
         """Start a new sync (completed parameters may arrive again)."""
         self._held.clear()
+        self._borrowed.clear()
         self._done.clear()
         self.unknown.clear()

@@ -223,6 +223,10 @@ class MegatronInferStrategy(_MegatronModel):
         for hf_name, tensor in named_tensors:
             ready = self._assembler.add(hf_name, tensor)
             _engine.copy_full_tensors(self._params, self.mapping, ready, info.tp_rank, info.tp_size)
+        self._assembler.own_pending()  # the bucket's memory is reused after this call
+
+    def abort_weight_update(self) -> None:
+        self._assembler = None  # a new sync starts from scratch
 
     def process_weights_after_loading(self) -> None:
         assembler, self._assembler = self._assembler, None

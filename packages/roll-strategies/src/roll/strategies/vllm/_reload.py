@@ -15,12 +15,12 @@ which is right for unquantized models whose layers keep no processed copy of the
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["begin_reload", "finish_reload", "load_bucket", "with_tied_lm_head"]
+__all__ = ["abort_reload", "begin_reload", "finish_reload", "load_bucket", "reset_after_reload", "with_tied_lm_head"]
 
 
 def _layerwise() -> Any:
@@ -58,14 +58,68 @@ def begin_reload(worker: Any) -> list[str]:
     return [name for name, _ in model.named_parameters()]
 
 
+def _pending_layers(model: torch.nn.Module) -> Iterator[Any]:
+    """Reload infos of the layers that buffered tensors and wait for the rest of their weights."""
+    try:
+        from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
+    except ImportError:
+        return
+    for module in model.modules():
+        info = LAYERWISE_INFO.get(module)
+        if info is not None and info.loaded_weights:
+            yield info
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # meta or subclass tensors
+        return 0
+
+
+def _own_buffered(model: torch.nn.Module, named_tensors: Sequence[tuple[str, torch.Tensor]]) -> int:
+    """Copy the bucket's tensors that incomplete layers keep for later: the bucket's memory is reused after the
+    call (weight sync hands out views of a shared slot). Returns how many were copied."""
+    storages = {_storage(tensor) for _, tensor in named_tensors} - {0}
+    copied = 0
+    for info in _pending_layers(model):
+        for _, bound in info.loaded_weights:
+            for key, value in bound.arguments.items():
+                if isinstance(value, torch.Tensor) and _storage(value) in storages:
+                    bound.arguments[key] = value.clone()
+                    copied += 1
+    return copied
+
+
 def load_bucket(worker: Any, named_tensors: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
-    """Feed one bucket (HF names) to the model's loader; returns the vLLM parameter names it filled."""
+    """Feed one bucket (HF names) to the model's loader; returns the vLLM parameter names it filled.
+
+    The tensors may be views of memory that is overwritten once this returns; what the layerwise loader keeps
+    for incomplete layers is copied first.
+    """
     from vllm.config import set_current_vllm_config
 
     model = worker.model_runner.get_model()
     with set_current_vllm_config(worker.vllm_config), torch.no_grad():
         loaded = model.load_weights(iter(named_tensors))
+        _own_buffered(model, named_tensors)
     return sorted(loaded or ())
+
+
+def abort_reload(worker: Any) -> int:
+    """Forget the tensors buffered by a sync that stopped midway, so the next sync starts every layer over.
+
+    Layers that were completed stay as loaded; incomplete ones keep waiting for their weights (their old values
+    are still saved), so the next ``begin_reload`` + full sync restores a consistent model. Returns how many
+    layers were reset.
+    """
+    model = worker.model_runner.get_model()
+    reset = 0
+    for info in _pending_layers(model):
+        info.loaded_weights = []
+        info.load_numel = 0
+        reset += 1
+    return reset
 
 
 def finish_reload(worker: Any) -> None:
@@ -77,7 +131,12 @@ def finish_reload(worker: Any) -> None:
     if reload is not None:
         with set_current_vllm_config(worker.vllm_config):
             reload.finalize_layerwise_reload(runner.get_model(), worker.vllm_config.model_config)
-    # The same resets vLLM's reload_weights does after loading.
+    reset_after_reload(worker)
+
+
+def reset_after_reload(worker: Any) -> None:
+    """The resets vLLM's reload_weights does after loading (LoRA state, encoder and multimodal caches)."""
+    runner = worker.model_runner
     for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):
         method = getattr(runner, reset, None)
         if method is not None:

@@ -17,9 +17,13 @@ Scoring instead of logits
     ``prompt_logprobs``. Use an HF/FSDP2 backend for anything needing logits.
 
 Weight sync
-    ``update_weights`` streams each bucket into the engine (see ``_reload``); ``process_weights_after_loading``
-    finalizes the reload and clears the prefix cache. Tensors are handed to the engine directly, which needs
-    the engine core in this process (``in_process``, default on); verified on CPU with TP=1.
+    ``update_weights`` streams each bucket into the engine; ``process_weights_after_loading`` finishes the reload
+    and clears the prefix cache. By default vLLM's layerwise reload rebuilds each layer once all its tensors
+    arrived, including its post-load processing (on CPU: the oneDNN weight repack), see ``_reload``; with
+    ``cpu_plain_linear`` the CPU engine keeps plain weights and each tensor is copied in place (``_inplace``).
+    Bucket tensors are views of a reused transfer slot: whatever the engine keeps past a call is copied.
+    Tensors are handed to the engine directly, which needs the engine core in this process (``in_process``,
+    default on); verified on CPU with TP=1.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from roll.strategies.base import InferenceStrategy
 from roll.strategies.config import GenerationConfig
 from roll.strategies.contract import ForwardFunc, OffloadTarget, StrategyError
 from roll.strategies.generation import build_generation_output, prompt_token_lists
-from roll.strategies.vllm import _reload
+from roll.strategies.vllm import _inplace, _reload
 from roll.strategies.vllm._sampling import (
     build_requests,
     parse_completions,
@@ -91,6 +95,8 @@ class VllmStrategy(InferenceStrategy):
         # Set between the first bucket of a weight sync and process_weights_after_loading.
         self._reload_params: set[str] | None = None
         self._reload_loaded: set[str] = set()
+        self._reload_aborted = False  # the sync in progress stopped midway: the next bucket starts a new one
+        self._in_place = False  # weights are copied into the live parameters (see _inplace)
 
     # --- lifecycle --------------------------------------------------------------------------------------
     def initialize(self) -> None:
@@ -105,12 +111,18 @@ class VllmStrategy(InferenceStrategy):
         self._set_engine_env(on_gpu)
         from vllm import LLM
 
-        with _keep_torch_threads():
+        plain = self.config.cpu_plain_linear and not on_gpu
+        with _keep_torch_threads(), _inplace.plain_cpu_linears() if plain else contextlib.nullcontext():
             self.llm = LLM(**self._engine_kwargs(on_gpu))
         self.tokenizer = self.llm.get_tokenizer()
         self.device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
         text_config = self.llm.llm_engine.model_config.hf_config.get_text_config()
         self._tied_embeddings = bool(getattr(text_config, "tie_word_embeddings", False))
+        if plain:
+            reasons = self._rpc(_inplace.in_place_ready)
+            self._in_place = not reasons
+            if reasons:
+                logger.info("weight sync reloads layer by layer: %s", "; ".join(reasons))
         logger.info("vLLM engine ready: %s on %s", self.model_args.model_name_or_path, self.device)
 
     def _set_engine_env(self, on_gpu: bool) -> None:
@@ -159,6 +171,11 @@ class VllmStrategy(InferenceStrategy):
     def _engine(self) -> Any:
         if self.llm is None:
             raise StrategyError("the vllm strategy is not initialized (or was shut down); call initialize() first")
+        if self._reload_aborted:
+            raise StrategyError(
+                "the last weight sync stopped midway and left the engine's weights partly updated; run a complete "
+                "weight sync before generating"
+            )
         if self._reload_params is not None:
             raise StrategyError("a weight sync is in progress; call process_weights_after_loading() to finish it")
         if self._asleep:
@@ -261,18 +278,31 @@ class VllmStrategy(InferenceStrategy):
         if "weights" in self._asleep:
             logger.info("waking vLLM weights up to receive a weight sync")
             self.load_states([OffloadTarget.MODEL_PARAMS])
-        if self._reload_params is None:
-            self._reload_params = set(self._rpc(_reload.begin_reload))
+        if self._reload_params is None or self._reload_aborted:
+            begin = _inplace.parameter_names if self._in_place else _reload.begin_reload
+            self._reload_params = set(self._rpc(begin))
             self._reload_loaded = set()
+            self._reload_aborted = False
         if self._tied_embeddings:
             items = _reload.with_tied_lm_head(items)
-        self._reload_loaded.update(self._rpc(_reload.load_bucket, items))
+        load = _inplace.load_in_place if self._in_place else _reload.load_bucket
+        self._reload_loaded.update(self._rpc(load, items))
+
+    def abort_weight_update(self) -> None:
+        """Drop what a failed sync buffered; the engine refuses to generate until a complete sync."""
+        if self.llm is None or self._reload_params is None:
+            return
+        if not self._in_place:
+            self._rpc(_reload.abort_reload)
+        self._reload_aborted = True
 
     def process_weights_after_loading(self) -> None:
         if self.llm is None:
             raise StrategyError("the vllm strategy is not initialized; nothing to finish")
+        if self._reload_aborted:
+            raise StrategyError("the weight sync stopped midway; send every bucket again before finishing it")
         if self._reload_params is not None:
-            self._rpc(_reload.finish_reload)
+            self._rpc(_reload.reset_after_reload if self._in_place else _reload.finish_reload)
             missing = sorted(self._reload_params - self._reload_loaded)
             self._reload_params = None
             if missing:

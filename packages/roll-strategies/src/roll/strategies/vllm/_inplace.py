@@ -1,0 +1,78 @@
+"""In-place weight sync for CPU engines whose layers need no post-load processing.
+
+On CPU, vLLM repacks every unquantized linear weight into a oneDNN handler after loading and drops the original
+tensor, so a reload must rebuild each layer from scratch (materialize, copy, repack: measured ~10x the cost of
+copying the bytes, plus fresh page faults every sync). With :func:`plain_cpu_linears` active while the engine
+loads, linear layers keep their weight tensor and run ``torch.nn.functional.linear`` on it; a sync is then the
+model's own ``load_weights`` copying each tensor straight into the live parameter (q/k/v and gate/up into their
+fused slices), with nothing to redo afterwards.
+
+:func:`in_place_ready` checks, per engine, that every layer is in that state (unquantized, plain linear); the
+strategy falls back to the layerwise reload of ``_reload`` otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["in_place_ready", "load_in_place", "parameter_names", "plain_cpu_linears"]
+
+_UNQUANTIZED = ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod")
+
+
+@contextlib.contextmanager
+def plain_cpu_linears() -> Iterator[None]:
+    """While the engine loads: 2-D unquantized CPU GEMMs run F.linear on the kept weight (no oneDNN packing)."""
+    from vllm.model_executor.layers import utils
+
+    original = utils.dispatch_cpu_unquantized_gemm
+
+    def plain(layer: torch.nn.Module, remove_weight: bool) -> None:
+        weight = getattr(layer, "weight", None)
+        if weight is None or weight.is_meta or weight.ndim != 2 or getattr(layer, "_cpu_skip_gemm_dispatch", False):
+            original(layer, remove_weight)
+            return
+        layer.cpu_linear = torch.nn.functional.linear
+
+    utils.dispatch_cpu_unquantized_gemm = plain
+    try:
+        yield
+    finally:
+        utils.dispatch_cpu_unquantized_gemm = original
+
+
+def in_place_ready(worker: Any) -> list[str]:
+    """Why this engine's model cannot take weights in place ([] when it can): the first few offending layers."""
+    model = worker.model_runner.get_model()
+    reasons = []
+    for name, module in model.named_modules():
+        method = getattr(module, "quant_method", None)
+        if method is None:
+            continue
+        kind = type(method).__name__
+        if kind in _UNQUANTIZED:
+            weight = getattr(module, "weight", None)
+            plain = getattr(module, "cpu_linear", torch.nn.functional.linear) is torch.nn.functional.linear
+            if not plain or weight is None or weight.numel() == 0:
+                reasons.append(f"{name}: packed CPU GEMM")
+        elif "KVCache" not in kind:  # KV-cache scales of attention are not weights a sync sends
+            reasons.append(f"{name}: {kind}")
+    return reasons[:8]
+
+
+def parameter_names(worker: Any) -> list[str]:
+    return [name for name, _ in worker.model_runner.get_model().named_parameters()]
+
+
+def load_in_place(worker: Any, named_tensors: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
+    """Copy one bucket (HF names) into the live parameters; returns the vLLM parameter names it filled."""
+    from vllm.config import set_current_vllm_config
+
+    model = worker.model_runner.get_model()
+    with set_current_vllm_config(worker.vllm_config), torch.no_grad():
+        loaded = model.load_weights(iter(named_tensors))
+    return sorted(loaded or ())

@@ -1,0 +1,202 @@
+"""The inference side of a weight-sync channel: load each bucket in place, then finish the engine's reload.
+
+A near receiver maps the ring (``/dev/shm`` or the owner's GPU slots) and hands the engine views of the slot; a
+far receiver gets each bucket by broadcast into one of two local buffers while it loads the other. Either way
+the engine sees ``(name, tensor)`` lists built once per channel, valid only during its ``update_weights`` call.
+
+A receiver whose engine fails midway keeps consuming the rest of the sync without loading it (so the sender and
+the other receivers finish), then fails; :class:`TornWeightsGuard` then stops the worker from computing with a
+half-updated model until a later sync completes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+
+from roll.strategies.base import InferenceStrategy, StrategyError
+from roll.strategies.weight_sync.collective import BroadcastGroup, BroadcastReceiver
+from roll.strategies.weight_sync.cuda_ipc import import_slots
+from roll.strategies.weight_sync.plan import slot_views
+from roll.strategies.weight_sync.ring import NUM_SLOTS, SharedRing, WeightSyncAborted
+from roll.strategies.weight_sync.sender import ChannelSpec
+
+__all__ = ["LoadTracker", "ReceiverSession", "TornWeightsGuard"]
+
+logger = logging.getLogger(__name__)
+
+
+class ReceiverSession:
+    def __init__(self, spec: ChannelSpec, rank: int, *, device: torch.device) -> None:
+        self.spec, self.rank, self.device = spec, rank, device
+        routes = spec.routes
+        self.ring: SharedRing | None = None
+        self.group: BroadcastGroup | None = None
+        self.receiver: BroadcastReceiver | None = None
+        if rank in routes.readers:
+            self.reader_index = routes.readers.index(rank)
+            self.ring = SharedRing.attach(spec.ring)
+            self.ring.join(reader=self.reader_index)
+            slots = self.ring.slots if routes.storage == "host" else import_slots(spec.cuda_handles, spec.gpu)
+        else:
+            address, port = spec.master
+            member = 1 + routes.broadcast.index(rank)
+            self.group = BroadcastGroup(
+                address, port, spec.broadcast_world, member, device=device, timeout_s=spec.timeout_s
+            )
+            self.receiver = BroadcastReceiver(self.group, spec.plan.slot_bytes)
+            slots = self.receiver.slots
+        self._slots = slots
+        self.views = [slot_views(spec.plan, slot) for slot in slots]
+        self.syncs = 0
+
+    def _next(self, count: int) -> tuple[int, float]:
+        """The slot holding bucket ``count`` (global number) and the seconds waited for it."""
+        if self.ring is not None:
+            return count % NUM_SLOTS, self.ring.wait_written(count + 1, self.spec.timeout_s)
+        began = time.perf_counter()
+        slot = self.receiver.next(self.spec.timeout_s)
+        return slot, time.perf_counter() - began
+
+    def _release(self, slot: int, count: int) -> None:
+        if self.ring is not None:
+            self.ring.publish_read(self.reader_index, count + 1)
+        else:
+            self.receiver.release(slot)
+
+    def receive(self, strategy: InferenceStrategy) -> dict[str, Any]:
+        plan = self.spec.plan
+        first = self.syncs * len(plan.buckets)
+        self.syncs += 1
+        began = time.perf_counter()
+        wait_s = load_s = load_cpu_s = 0.0
+        last_byte_at = time.time()
+        buckets = []
+        if self.receiver is not None:
+            self.receiver.start(plan, first)
+        done = 0
+        try:
+            for bucket in plan.buckets:
+                count = first + bucket.index
+                slot, waited = self._next(count)
+                last_byte_at = time.time()
+                loaded, cpu = time.perf_counter(), time.process_time()
+                strategy.update_weights(self.views[slot][bucket.index])
+                if self.device.type == "cuda":
+                    torch.cuda.current_stream(self.device).synchronize()
+                took = time.perf_counter() - loaded
+                load_cpu_s += time.process_time() - cpu
+                self._release(slot, count)
+                done += 1
+                wait_s += waited
+                load_s += took
+                buckets.append({"wait_s": waited, "load_s": took})
+            if self.receiver is not None:
+                self.receiver.join(self.spec.timeout_s)
+            finalized = time.perf_counter()
+            strategy.process_weights_after_loading()
+            finalize_s = time.perf_counter() - finalized
+        except BaseException:
+            self._drain(first, done)
+            raise
+        return {
+            "weight_sync/received_bytes": float(plan.payload),
+            "weight_sync/receive_wait_s": wait_s,
+            "weight_sync/load_s": load_s,
+            "weight_sync/load_cpu_s": load_cpu_s,  # CPU seconds of this process while loading
+            "weight_sync/finalize_s": finalize_s,
+            "weight_sync/receive_s": time.perf_counter() - began,
+            "weight_sync/last_byte_at": last_byte_at,
+            "weight_sync/_buckets": buckets,
+        }
+
+    def _drain(self, first: int, done: int) -> None:
+        """Consume the buckets after a failure without loading them, unless the whole sync was aborted."""
+        if self.receiver is not None:
+            self.receiver.drain(self.spec.timeout_s)
+            return
+        ring = self.ring
+        if ring is None or ring.aborted:
+            return
+        try:
+            # The failed bucket was not released yet: release it and every later one as it arrives.
+            for bucket in self.spec.plan.buckets[done:]:
+                count = first + bucket.index
+                ring.wait_written(count + 1, self.spec.timeout_s)
+                ring.publish_read(self.reader_index, count + 1)
+        except WeightSyncAborted as e:
+            logger.debug("draining the weight ring stopped: %s", e)
+
+    def close(self) -> None:
+        self.views = []
+        self._slots = []
+        if self.receiver is not None:
+            self.receiver.slots = []
+            self.receiver = None
+        if self.group is not None:
+            self.group.close()
+            self.group = None
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
+
+
+class LoadTracker:
+    """What a receiver loop sees of the strategy: records whether any bucket reached the engine."""
+
+    def __init__(self, strategy: InferenceStrategy) -> None:
+        self.strategy = strategy
+        self.device = strategy.device
+        self.touched = False
+
+    def update_weights(self, named_tensors: Any) -> None:
+        self.touched = True
+        self.strategy.update_weights(named_tensors)
+
+    def process_weights_after_loading(self) -> None:
+        self.strategy.process_weights_after_loading()
+
+
+# Methods a worker may still call on a strategy whose weights are half-updated: weight sync, memory, shutdown.
+_ALLOWED_WHEN_TORN = frozenset(
+    {
+        "update_weights",
+        "process_weights_after_loading",
+        "abort_weight_update",
+        "offload_states",
+        "load_states",
+        "shutdown",
+    }
+)
+
+
+class TornWeightsGuard:
+    """Stands in for a strategy whose last weight sync failed midway: compute methods raise until a sync completes.
+
+    Attribute reads (device, tokenizer, config...) and the methods in ``_ALLOWED_WHEN_TORN`` pass through.
+    """
+
+    def __init__(self, strategy: InferenceStrategy, reason: str) -> None:
+        self._strategy = strategy
+        self._reason = reason
+
+    @property
+    def wrapped(self) -> InferenceStrategy:
+        return self._strategy
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._strategy, name)
+        if callable(value) and not name.startswith("_") and name not in _ALLOWED_WHEN_TORN:
+            reason = self._reason
+
+            def refuse(*args: Any, **kwargs: Any) -> Any:
+                raise StrategyError(
+                    f"{type(self._strategy).__name__}.{name}: the last weight sync failed midway ({reason}); this "
+                    "worker's weights are partly updated, so it refuses to compute until a weight sync completes"
+                )
+
+            return refuse
+        return value
