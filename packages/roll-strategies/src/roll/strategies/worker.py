@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import ray
 
@@ -151,7 +151,10 @@ class StrategyWorker(Worker):
                 try:
                     strategy.abort_weight_update()
                 finally:
-                    self.strategy = TornWeightsGuard(strategy, f"{type(e).__name__}: {str(e)[:300]}")
+                    # A stand-in that refuses every call until the next complete sync.
+                    self.strategy = cast(
+                        InferenceStrategy, TornWeightsGuard(strategy, f"{type(e).__name__}: {str(e)[:300]}")
+                    )
             raise
         self.strategy = strategy
         return metrics

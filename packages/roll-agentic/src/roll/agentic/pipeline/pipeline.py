@@ -203,7 +203,7 @@ class AgenticPipeline(BasePipeline):
         return metrics
 
     # --- warm-up ----------------------------------------------------------------------------------------
-    def warm_up(self) -> dict[str, float]:
+    def warm_up(self) -> dict[str, Any]:
         """Behaviour cloning of ``warmup.policy`` on the training envs (separate seeds): each step plays
         ``episodes_per_step`` episodes with it and takes one on-policy step with advantage 1 on its tokens (the
         PPO loss at ratio 1 is then the negative log-likelihood's gradient)."""
@@ -222,7 +222,8 @@ class AgenticPipeline(BasePipeline):
             seed=warm.seed,
             resources=None,
         )
-        started, metrics = time.perf_counter(), {}
+        started = time.perf_counter()
+        metrics: dict[str, Any] = {}
         size = manager.group_size
         episodes = max(size, warm.episodes_per_step // size * size)
         try:
@@ -236,7 +237,10 @@ class AgenticPipeline(BasePipeline):
                 result = self.actor_train.train_step(batch, plan, True)
                 log_prob = result.meta_info.get("metrics", {}).get("actor/log_prob", [0.0])
                 nll = [-value for value in log_prob]  # of the demonstrations' tokens, before this step's update
-                metrics = {"warmup/expert_success": out.metrics.get("rollout/success", 0.0), "warmup/nll": nll}
+                metrics = {
+                    "warmup/expert_success": out.metrics.get("rollout/success", 0.0),
+                    "warmup/nll": nll,
+                }
                 if step % 10 == 0 or step == warm.steps:
                     logger.info("warm-up step %d/%d (%.0f s)", step, warm.steps, time.perf_counter() - started)
         finally:

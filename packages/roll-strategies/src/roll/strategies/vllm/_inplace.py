@@ -36,7 +36,7 @@ def plain_cpu_linears() -> Iterator[None]:
         if weight is None or weight.is_meta or weight.ndim != 2 or getattr(layer, "_cpu_skip_gemm_dispatch", False):
             original(layer, remove_weight)
             return
-        layer.cpu_linear = torch.nn.functional.linear
+        setattr(layer, "cpu_linear", torch.nn.functional.linear)  # noqa: B010  # an attribute vLLM reads, not a submodule
 
     utils.dispatch_cpu_unquantized_gemm = plain
     try:

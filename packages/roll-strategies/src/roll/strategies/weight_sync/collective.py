@@ -14,6 +14,7 @@ import queue
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -44,6 +45,9 @@ class BroadcastGroup:
         self.rank = rank
         self.device = device
         timeout = timedelta(seconds=timeout_s)
+        # Typed loosely: NCCL and Gloo groups share broadcast() at run time but not in torch's stubs.
+        self._group: Any
+        self._store: Any
         self._store = dist.TCPStore(master_addr, master_port, world_size, is_master=rank == 0, timeout=timeout)
         if device.type == "cuda":
             self._group = dist.ProcessGroupNCCL(self._store, rank, world_size, dist.ProcessGroupNCCL.Options())

@@ -38,17 +38,24 @@ class ReceiverSession:
         self.receiver: BroadcastReceiver | None = None
         if rank in routes.readers:
             self.reader_index = routes.readers.index(rank)
-            self.ring = SharedRing.attach(spec.ring)
-            self.ring.join(reader=self.reader_index)
-            slots = self.ring.slots if routes.storage == "host" else import_slots(spec.cuda_handles, spec.gpu)
+            ring = self.ring = SharedRing.attach(spec.ring)
+            ring.join(reader=self.reader_index)
+            if routes.storage == "host":
+                slots = ring.slots
+            elif spec.cuda_handles is None or spec.gpu is None:
+                raise RuntimeError("weight sync: device slots were routed to this reader without their IPC handles")
+            else:
+                slots = import_slots(spec.cuda_handles, spec.gpu)
         else:
+            if spec.master is None:
+                raise RuntimeError(f"weight sync: rank {rank} is a far receiver but the channel has no rendezvous")
             address, port = spec.master
             member = 1 + routes.broadcast.index(rank)
             self.group = BroadcastGroup(
                 address, port, spec.broadcast_world, member, device=device, timeout_s=spec.timeout_s
             )
-            self.receiver = BroadcastReceiver(self.group, spec.plan.slot_bytes)
-            slots = self.receiver.slots
+            receiver = self.receiver = BroadcastReceiver(self.group, spec.plan.slot_bytes)
+            slots = receiver.slots
         self._slots = slots
         self.views = [slot_views(spec.plan, slot) for slot in slots]
         self.syncs = 0
@@ -58,6 +65,7 @@ class ReceiverSession:
         if self.ring is not None:
             return count % NUM_SLOTS, self.ring.wait_written(count + 1, self.spec.timeout_s)
         began = time.perf_counter()
+        assert self.receiver is not None  # a reader without a ring is a broadcast member
         slot = self.receiver.next(self.spec.timeout_s)
         return slot, time.perf_counter() - began
 
@@ -65,6 +73,7 @@ class ReceiverSession:
         if self.ring is not None:
             self.ring.publish_read(self.reader_index, count + 1)
         else:
+            assert self.receiver is not None
             self.receiver.release(slot)
 
     def receive(self, strategy: InferenceStrategy) -> dict[str, Any]:

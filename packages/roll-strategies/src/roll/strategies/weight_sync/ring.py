@@ -27,6 +27,7 @@ import os
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -127,7 +128,8 @@ class SharedRing:
         self._host_slots = bool(head[_W_SLOTS * _LINE])
         del head
         words = (_FIRST_PEER + 2 * (self.num_writers + self.num_readers)) * _LINE
-        self._ctrl = np.frombuffer(self._mmap, dtype=np.int64, count=words, offset=0)
+        # The control words; None once closed (typed loosely so the hot paths index it without narrowing).
+        self._ctrl: Any = np.frombuffer(self._mmap, dtype=np.int64, count=words, offset=0)
         self._writer_words = [_FIRST_PEER + 2 * i for i in range(self.num_writers)]
         self._reader_words = [_FIRST_PEER + 2 * (self.num_writers + i) for i in range(self.num_readers)]
         self._written = np.array([(w + 1) * _LINE for w in self._writer_words])

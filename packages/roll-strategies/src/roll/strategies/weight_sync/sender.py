@@ -104,6 +104,8 @@ class SenderSession:
         self.group: BroadcastGroup | None = None
         self.relay: Relay | None = None
         if rank == 0 and routes.relay:
+            if self.ring is None or spec.master is None:
+                raise RuntimeError("weight sync: rank 0 relays to far receivers but holds no ring or rendezvous")
             self.ring.join(reader=len(routes.readers))
             address, port = spec.master
             self.group = BroadcastGroup(address, port, spec.broadcast_world, 0, device=device, timeout_s=spec.timeout_s)
@@ -129,6 +131,7 @@ class SenderSession:
                 out = None
                 waited = 0.0
                 if self.writer_index is not None:
+                    assert ring is not None  # writers always hold the ring
                     waited = ring.wait_read(count - NUM_SLOTS + 1, timeout)
                     out = self.outs[count % NUM_SLOTS][bucket.index]
                 cpu = time.process_time()
@@ -137,6 +140,7 @@ class SenderSession:
                 if self.writer_index is not None:
                     if self.device.type == "cuda":
                         torch.cuda.current_stream(self.device).synchronize()
+                    assert ring is not None
                     ring.publish_written(self.writer_index, count + 1)
                 stats.add(part)
                 wait_s += waited
