@@ -112,14 +112,18 @@ class PromptSource:
                 f"which have only {[len(self.pools[k]) for k in too_small]}; lower rollout_batch_size or add prompts"
             )
 
-    def next_batch(self) -> DataProto:
-        picked = []
+    def next_indices(self) -> list[int]:
+        """The next batch's example indices (into ``examples``), mixed by the domain quotas."""
+        picked: list[int] = []
         for key, iterator in self.iterators.items():
             indices = next(iterator)
             while len(indices) < self.quotas[key]:  # the end of an epoch gave a short batch: top it up
                 indices = indices + next(iterator)[: self.quotas[key] - len(indices)]
-            picked += [self.examples[self.pools[key][i]] for i in indices]
-        return self.collator(picked)
+            picked += [self.pools[key][i] for i in indices]
+        return picked
+
+    def next_batch(self) -> DataProto:
+        return self.collator([self.examples[i] for i in self.next_indices()])
 
     def state_dict(self) -> dict[str, Any]:
         return {key: it.state_dict() for key, it in self.iterators.items()}
