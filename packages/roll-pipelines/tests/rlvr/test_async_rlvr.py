@@ -74,8 +74,8 @@ class EngineSignaller(threading.Thread):
         for proc in psutil.process_iter(["pid", "cmdline"]):
             try:
                 title = " ".join(proc.info["cmdline"] or [])
-                ours = proc.environ().get(ENV_CLUSTER_NAME, "").startswith(self.engine_prefix) if title else False
-                if title.startswith("ray::InferWorker.generate_requests") and ours:
+                busy = title.startswith("ray::InferWorker.generate_requests")
+                if busy and proc.environ().get(ENV_CLUSTER_NAME, "").startswith(self.engine_prefix):
                     return proc
             except (psutil.Error, OSError):
                 continue
