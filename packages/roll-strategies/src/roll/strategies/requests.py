@@ -7,8 +7,9 @@ segment's tokens), copies the weights, and resumes each unfinished request with 
 weights: tokens and their log-probs are kept and the version boundary is recorded by the caller.
 
 :func:`generate_requests` runs requests on any generating :class:`~roll.strategies.InferenceStrategy` (HF,
-vLLM, SGLang, mock) through its ordinary ``generate``; each request is sampled with its own seed, so a reissued
-request (after its worker died) samples the same tokens as the first attempt would have.
+vLLM, SGLang, mock) through its ordinary ``generate``. Requests of one call that continue the same tokens with the
+same settings (the samples of one prompt) are sampled together, as ``num_return_sequences`` rows of one
+``generate``, seeded with the first one's seed.
 
 The agentic layer's PolicyClient protocol mirrors these types; it can reuse them.
 """
@@ -95,21 +96,33 @@ def _prompt_batch(ids: list[int], pad_token_id: int) -> DataProto:
     return DataProto.from_dict({"input_ids": row, "attention_mask": torch.ones_like(row)})
 
 
+def _batch_key(request: GenerateRequest) -> tuple[Any, ...]:
+    return (tuple(request.prompt_ids), tuple(request.prefix_ids), request.segment_tokens, request.generation_config)
+
+
 def generate_requests(
     strategy: InferenceStrategy, requests: Sequence[GenerateRequest], *, pad_token_id: int, policy_version: int = 0
 ) -> list[GenerateResult]:
     """One segment of each request, in order (see the module docstring)."""
-    results = []
+    runs: list[list[GenerateRequest]] = []
     for request in requests:
         if request.budget_left <= 0:
             raise ValueError(f"request {request.request_id} has no budget left ({len(request.prefix_ids)} tokens)")
-        config = _segment_config(request)
-        out = strategy.generate(_prompt_batch(request.prompt_ids + request.prefix_ids, pad_token_id), config)
-        mask = out.batch["response_mask"][0].bool()
-        tokens = out.batch["responses"][0][mask].tolist()
-        log_probs = out.batch["rollout_log_probs"][0][mask].tolist() if config.logprobs else None
-        reason = str(out.non_tensor_batch["finish_reason"][0])
-        if reason == "length" and len(request.prefix_ids) + len(tokens) < request.generation_config.max_new_tokens:
-            reason = "abort"  # only the segment's budget ran out: the request goes on
-        results.append(GenerateResult(request.request_id, tokens, log_probs, reason, policy_version))  # type: ignore[arg-type]
+        if runs and _batch_key(runs[-1][0]) == _batch_key(request):
+            runs[-1].append(request)
+        else:
+            runs.append([request])
+    results: list[GenerateResult] = []
+    for run in runs:
+        first = run[0]
+        config = _segment_config(first).model_copy(update={"num_return_sequences": len(run)})
+        out = strategy.generate(_prompt_batch(first.prompt_ids + first.prefix_ids, pad_token_id), config)
+        for row, request in enumerate(run):
+            mask = out.batch["response_mask"][row].bool()
+            tokens = out.batch["responses"][row][mask].tolist()
+            log_probs = out.batch["rollout_log_probs"][row][mask].tolist() if config.logprobs else None
+            reason = str(out.non_tensor_batch["finish_reason"][row])
+            if reason == "length" and len(request.prefix_ids) + len(tokens) < request.generation_config.max_new_tokens:
+                reason = "abort"  # only the segment's budget ran out: the request goes on
+            results.append(GenerateResult(request.request_id, tokens, log_probs, reason, policy_version))  # type: ignore[arg-type]
     return results

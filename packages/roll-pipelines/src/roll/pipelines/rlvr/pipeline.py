@@ -27,7 +27,7 @@ from roll.pipelines.rewards import resolve_reward_worker
 from roll.pipelines.rlvr.advantage import compute_training_targets
 from roll.pipelines.rlvr.async_mode import async_step, make_scheduler
 from roll.pipelines.rlvr.config import RLVRConfig
-from roll.pipelines.rlvr.rollout import PromptSource, Rollouts, check_reward_fields
+from roll.pipelines.rlvr.rollout import PromptSource, Rollouts, check_reward_fields, step_generation_config
 from roll.pipelines.rlvr.scheduler import RequestScheduler
 from roll.pipelines.rlvr.validation import validate_policy
 from roll.pipelines.rlvr.workers import ActorWorker, CriticWorker, InferWorker, PolicyWorker
@@ -183,7 +183,7 @@ class RLVRPipeline(BasePipeline):
         with timer.phase("rollout"):  # generate + rewards (+ dynamic sampling)
             rollout = self.rollouts.collect(
                 self.prompts,
-                cfg.actor_infer.generating_args,
+                step_generation_config(cfg.actor_infer.generating_args, cfg.seed, step),
                 dynamic_sampling=cfg.dynamic_sampling.enabled,
                 max_rounds=cfg.dynamic_sampling.max_generation_rounds,
             )
