@@ -85,7 +85,7 @@ def async_step(pipeline: RLVRPipeline, step: int) -> dict[str, Any]:
     with timer.phase("rollout"):  # only the wait for enough fresh groups: generation itself never stops
         batch = scheduler.next_batch(train_version=step - 1)
     staleness = batch.batch["staleness"]
-    bound = cfg.asynchrony.generation_ratio or 0
+    bound = scheduler.buffer.bound
     if int(staleness.max()) > bound or int(staleness.min()) < 0:
         raise AssertionError(f"step {step}: staleness {staleness.tolist()} outside [0, {bound}]")
     from roll.pipelines.rlvr.pipeline import entropy_metric, rollout_metrics

@@ -241,11 +241,14 @@ class AsyncSection(RollModel):
 
     Off unless ``generation_ratio`` is set. Then the inference role runs as ``actor_infer.world_size`` independent
     engines fed one request at a time; a sample is never trained on by a policy more than ``generation_ratio``
-    versions newer than the one that started it (0: synchronous, still per request and fault tolerant).
+    versions newer than the one that started it, rounded up (0: synchronous, still per request and fault tolerant).
     """
 
-    generation_ratio: int | None = Field(
-        default=None, ge=0, description="async_generation_ratio: how many steps generation may run ahead (None: off)."
+    generation_ratio: float | None = Field(
+        default=None,
+        ge=0,
+        description="async_generation_ratio: how many steps generation may run ahead; samples are at most "
+        "ceil(ratio) versions stale (None: off).",
     )
     partial_rollout_tokens: int | None = Field(
         default=None,

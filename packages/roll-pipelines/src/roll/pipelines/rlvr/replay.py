@@ -5,10 +5,11 @@ version ``k - 1`` and publishes version ``k``. A group's version is the *oldest*
 tokens (a partial rollout resumed after a sync keeps the version it started with), so its staleness when step
 ``k`` trains on it is ``(k - 1) - version``.
 
-``async_generation_ratio = r`` (ROLL's name) bounds that staleness by ``r``, in two places:
+``async_generation_ratio = r`` (ROLL's name; a fraction lets part of one step run ahead) bounds that staleness by
+``ceil(r)``, in two places:
 
 * **admission** (:meth:`ReplayBuffer.may_admit`): with the engine at version ``v``, at most ``(v + 1 + r) * G``
-  useful groups (``G`` per step) may have been admitted, so generation runs at most ``r`` steps ahead of training.
+  useful groups (``G`` per step, rounded down) may have been admitted: generation runs at most ``r`` steps ahead.
   Groups that are discarded (filtered by dynamic sampling, or too stale) free their place: additional prompts
   top up the batch.
 * **consumption** (:meth:`ReplayBuffer.take`): a finished group older than the bound is never trained on; it is
@@ -19,6 +20,7 @@ tokens (a partial rollout resumed after a sync keeps the version it started with
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -48,24 +50,26 @@ class ReplayBuffer(Generic[T]):
     """Finished groups waiting for training, with the admission and staleness rules of the module docstring."""
 
     groups_per_step: int
-    ratio: int
+    ratio: float
     ready: deque[FinishedGroup[T]] = field(default_factory=deque)
     admitted: int = 0
     discarded: int = 0
     consumed: int = 0
     stale_dropped: int = 0
     staleness_histogram: Counter[int] = field(default_factory=Counter)
+    bound: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         if self.groups_per_step < 1:
             raise ValueError(f"groups_per_step must be >= 1, got {self.groups_per_step}")
         if self.ratio < 0:
             raise ValueError(f"async_generation_ratio must be >= 0, got {self.ratio}")
+        self.bound = math.ceil(self.ratio)
 
     # --- admission -----------------------------------------------------------------------------------------
     def admit_limit(self, engine_version: int) -> int:
         """Useful groups that may have been admitted while the engine holds ``engine_version``."""
-        return (engine_version + 1 + self.ratio) * self.groups_per_step
+        return math.floor((engine_version + 1 + self.ratio) * self.groups_per_step)
 
     def may_admit(self, engine_version: int) -> bool:
         return self.admitted - self.discarded < self.admit_limit(engine_version)
@@ -86,9 +90,9 @@ class ReplayBuffer(Generic[T]):
 
     def drop_stale(self, train_version: int) -> list[FinishedGroup[T]]:
         """Remove (and count) ready groups too old for a step that trains ``train_version``."""
-        stale = [g for g in self.ready if train_version - g.version > self.ratio]
+        stale = [g for g in self.ready if train_version - g.version > self.bound]
         if stale:
-            self.ready = deque(g for g in self.ready if train_version - g.version <= self.ratio)
+            self.ready = deque(g for g in self.ready if train_version - g.version <= self.bound)
             self.stale_dropped += len(stale)
             self.discard(len(stale))
         return stale
@@ -104,10 +108,10 @@ class ReplayBuffer(Generic[T]):
         taken = [self.ready.popleft() for _ in range(count)]
         for group in taken:
             staleness = train_version - group.version
-            if not 0 <= staleness <= self.ratio:
+            if not 0 <= staleness <= self.bound:
                 raise StalenessError(
                     f"group {group.key!r} of policy version {group.version} reached the step training version "
-                    f"{train_version}: staleness {staleness} is outside [0, {self.ratio}]"
+                    f"{train_version}: staleness {staleness} is outside [0, {self.bound}]"
                 )
             self.staleness_histogram[staleness] += group.size
         self.consumed += len(taken)

@@ -72,7 +72,7 @@ class RequestScheduler:
         collator: PromptCollator,
         generation_config: GenerationConfig,
         *,
-        ratio: int,
+        ratio: float,
         segment_tokens: int | None,
         requests_per_call: int,
         dynamic_sampling: bool,
