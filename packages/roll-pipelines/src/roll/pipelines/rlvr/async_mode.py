@@ -63,6 +63,7 @@ def make_scheduler(pipeline: RLVRPipeline) -> RequestScheduler:
         requests_per_call=sync.requests_per_call,
         dynamic_sampling=cfg.dynamic_sampling.enabled,
         seed=cfg.seed,
+        max_generation_rounds=cfg.dynamic_sampling.max_generation_rounds,
     )
 
 

@@ -232,7 +232,7 @@ class RLVRPipeline(BasePipeline):
         last: dict[str, float] = {}
         if start > 0 and self.scheduler is not None:  # the engines restarted with the initial weights
             self.engines.sync(self.actor_train, 256 << 20)
-            self.engines.version = start  # the policy trained by `start` steps
+            self.scheduler.restart_at(start)  # the policy trained by `start` steps
         elif start > 0:
             self.model_update(start, force=True)  # the engine restarted with the initial weights
         else:

@@ -77,6 +77,7 @@ class RequestScheduler:
         requests_per_call: int,
         dynamic_sampling: bool,
         seed: int,
+        max_generation_rounds: int = 4,
     ) -> None:
         self.pool, self.rollouts, self.source, self.collator = pool, rollouts, source, collator
         self.config = generation_config
@@ -84,6 +85,7 @@ class RequestScheduler:
         self.segment_tokens = segment_tokens
         self.requests_per_call = requests_per_call
         self.dynamic_sampling = dynamic_sampling
+        self.max_generation_rounds = max_generation_rounds
         self.seed = seed
         self.buffer: ReplayBuffer[DataProto] = ReplayBuffer(sum(source.quotas.values()), ratio)
         self.queue: deque[GenerateRequest] = deque()
@@ -198,7 +200,21 @@ class RequestScheduler:
     # --- the trainer's side --------------------------------------------------------------------------------
     def next_batch(self, train_version: int) -> DataProto:
         """A step's groups for the step that trains ``train_version``; generation goes on meanwhile."""
+        start, per_step = self.filtered, self.buffer.groups_per_step
+        limit = max(1, self.max_generation_rounds - 1) * per_step  # as many extra groups as sync rounds allow
         while (taken := self.buffer.take(train_version)) is None:
+            if self.filtered - start >= limit and len(self.buffer):  # dynamic sampling: train on what is kept
+                logger.warning(
+                    "dynamic sampling discarded %d groups; training on %d", self.filtered - start, len(self.buffer)
+                )
+                taken = self.buffer.take(train_version, len(self.buffer))
+                if taken:
+                    break
+            if self.filtered - start >= 4 * limit and not len(self.buffer):
+                raise RollError(
+                    f"dynamic sampling discarded {self.filtered - start} groups in a row (every group's rewards "
+                    f"agreed); the task is too easy or too hard for the policy: turn dynamic_sampling off or change data"
+                )
             self.pump()
         batch = DataProto.concat([g.payload for g in taken])
         batch.batch["staleness"] = train_version - batch.batch["policy_version"]
@@ -210,6 +226,11 @@ class RequestScheduler:
         self.paused = True
         while self.pool.in_flight:
             self.pump()
+
+    def restart_at(self, version: int) -> None:
+        """After a checkpoint resume: the engines hold ``version``, as if ``version`` steps had been trained."""
+        self.pool.version = version
+        self.buffer.admitted = self.buffer.consumed = version * self.buffer.groups_per_step
 
     def resume(self) -> None:
         self.paused = False
