@@ -28,7 +28,7 @@ from roll.pipelines.launcher import run_config
 from roll.pipelines.tracking import read_metrics
 from roll.runtime._worker import ENV_CLUSTER_NAME
 
-STEPS, GROUPS, N = 2, 4, 4
+GROUPS, N = 4, 4
 MODEL = "tiny://nano?seed=0"
 _RUNS = iter(range(1000))
 
@@ -102,7 +102,7 @@ def _async_run(
     engines = f"asyncinfer{os.getpid()}x{sig}"
     config = _config(
         out,
-        max_steps=STEPS,
+        max_steps=steps,
         rollout_dump=True,
         async_generation_ratio=ratio,
         **{
@@ -121,13 +121,14 @@ def _async_run(
         signaller.cleanup()
     dumps = [
         [json.loads(line) for line in (out / "rollouts" / f"step-{s:06d}.jsonl").read_text().splitlines()]
-        for s in range(1, STEPS + 1)
+        for s in range(1, steps + 1)
     ]
     return read_metrics(out / "metrics.jsonl"), dumps, len(signaller.pids)
 
 
 def _check_accounting(metrics: list[dict[str, Any]], dumps: list[list[dict[str, Any]]], bound: int) -> None:
-    assert [m["step"] for m in metrics] == list(range(STEPS + 1))
+    steps = len(dumps)
+    assert [m["step"] for m in metrics] == list(range(steps + 1))
     seen: set[int] = set()
     for rows in dumps:
         groups = Counter(row["group_index"] for row in rows)
@@ -141,11 +142,11 @@ def _check_accounting(metrics: list[dict[str, Any]], dumps: list[list[dict[str, 
         accounted = m["async/consumed_groups"] + m["async/discarded_groups"]
         accounted += m["async/ready_groups"] + m["async/generating_groups"]
         assert accounted == m["async/admitted_groups"]  # no prompt lost or counted twice
-    assert metrics[-1]["async/consumed_groups"] == STEPS * GROUPS
+    assert metrics[-1]["async/consumed_groups"] == steps * GROUPS
 
 
 def test_engine_killed_mid_step_is_restarted_and_its_requests_reissued(tmp_path: Path, ray_env: None) -> None:
-    metrics, dumps, signalled = _async_run(tmp_path / "killed", signal.SIGKILL, 1)
+    metrics, dumps, signalled = _async_run(tmp_path / "killed", signal.SIGKILL, 1, steps=3)
     assert signalled == 1
     _check_accounting(metrics, dumps, bound=1)
     last = metrics[-1]
@@ -156,7 +157,7 @@ def test_engine_killed_mid_step_is_restarted_and_its_requests_reissued(tmp_path:
 
 
 def test_hung_engine_is_timed_out_replaced_and_the_run_completes(tmp_path: Path, ray_env: None) -> None:
-    metrics, dumps, signalled = _async_run(tmp_path / "hung", signal.SIGSTOP, 0, **{"asynchrony.request_timeout_s": 20})
+    metrics, dumps, signalled = _async_run(tmp_path / "hung", signal.SIGSTOP, 0, steps=2, **{"asynchrony.request_timeout_s": 20})
     assert signalled == 1
     _check_accounting(metrics, dumps, bound=0)
     assert metrics[-1]["engines/restarts"] == 1.0
