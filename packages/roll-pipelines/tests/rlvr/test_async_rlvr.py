@@ -97,7 +97,7 @@ class EngineSignaller(threading.Thread):
 
 
 def _async_run(
-    out: Path, sig: int, ratio: int, **changes: Any
+    out: Path, sig: int, ratio: int, steps: int, **changes: Any
 ) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]], int]:
     engines = f"asyncinfer{os.getpid()}x{sig}"
     config = _config(
@@ -157,7 +157,9 @@ def test_engine_killed_mid_step_is_restarted_and_its_requests_reissued(tmp_path:
 
 
 def test_hung_engine_is_timed_out_replaced_and_the_run_completes(tmp_path: Path, ray_env: None) -> None:
-    metrics, dumps, signalled = _async_run(tmp_path / "hung", signal.SIGSTOP, 0, steps=2, **{"asynchrony.request_timeout_s": 20})
+    metrics, dumps, signalled = _async_run(
+        tmp_path / "hung", signal.SIGSTOP, 0, steps=2, **{"asynchrony.request_timeout_s": 20}
+    )
     assert signalled == 1
     _check_accounting(metrics, dumps, bound=0)
     assert metrics[-1]["engines/restarts"] == 1.0
