@@ -89,7 +89,7 @@ class RLVRPipeline(BasePipeline):
         self.scheduler: RequestScheduler | None = None
         if cfg.asynchrony.enabled:
             self.scheduler = make_scheduler(self)
-        else:
+        elif self.actor_infer is not None:
             self.set_model_update_pair(self.actor_train, self.actor_infer, frequency=cfg.rollout.model_update_frequency)
         self.set_checkpoint_clusters(*[c for c in (self.actor_train, self.critic) if c is not None])
         kl = cfg.kl
