@@ -82,7 +82,7 @@ CASES = [
         ["sft_train.training_args.learning_rat", "'learning_rate'"],
     ),
     ("unknown-pipeline", {"pipeline_cls": "sfft"}, [], ["unknown pipeline_cls 'sfft'", "sft"]),
-    ("missing-pipeline", {"pipeline_cls": _DELETE}, [], ["pipeline_cls is missing"]),
+    ("missing-pipeline", {"pipeline_cls": _DELETE, "sft_train": _DELETE}, [], ["cannot tell which pipeline"]),
     (
         "unknown-backend",
         {"sft_train.strategy_args.strategy_name": "fsdp3"},

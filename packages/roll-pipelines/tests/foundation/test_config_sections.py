@@ -97,10 +97,18 @@ FLAT_VALUES: dict[str, Any] = {
     "dynamic_sampling": True,
     "max_num_gen_batches": 6,
     "mask_truncated": True,
+    "norm_mean_type": "group",
+    "norm_std_type": "batch",
+    "difficulty_mask": True,
+    "difficulty_low_threshold": 0.1,
+    "difficulty_high_threshold": 0.9,
+    "error_max_len_clip": True,
+    "error_max_len_threshold": 100,
     "overlong_buffer_len": 4,
     "overlong_penalty_factor": 0.5,
     "val_batch_size": 11,
     "val_generating_args": {"temperature": 0.7, "num_return_sequences": 3},
+    "async_generation_ratio": 2,
 }
 
 

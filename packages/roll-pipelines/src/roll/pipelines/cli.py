@@ -2,7 +2,10 @@
 
 roll run CONFIG_OR_RECIPE [field.path=value ...]    run a pipeline
 roll validate CONFIG_OR_RECIPE [field.path=value]   check a config without starting workers
+roll convert ROLL.yaml [-o OUT.yaml]                 ROLL config -> roll YAML, with what became of every key
 roll recipes                                        list built-in recipes
+
+ROLL's own YAML files (Hydra ``defaults``, ``${...}``, flat PPO keys) are accepted by run, validate and convert.
 """
 
 from __future__ import annotations
@@ -27,10 +30,53 @@ def _cmd_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _announce_roll_format(path: str, overrides: list[str]) -> None:
+    """Say which pipeline a ROLL config (no pipeline_cls) was taken as."""
+    from roll.pipelines.config import read_config_source
+
+    if not (path.endswith((".yaml", ".yml"))):
+        return
+    _, _, translation = read_config_source(path, overrides)
+    if translation is not None:
+        print(
+            f"{path}: ROLL config, run as pipeline {translation.pipeline} ({translation.reason}); "
+            f"`roll convert {path}` shows every key"
+        )
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    import yaml
+
+    from roll.pipelines.compat import format_report
+    from roll.pipelines.config import read_config_source
+
+    data, label, translation = read_config_source(args.config, args.overrides)
+    if translation is None:
+        print(f"{label} names pipeline_cls, so it is already a roll config; nothing to convert")
+        return 0
+    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    header = (
+        f"# converted from {label} (ROLL) by `roll convert`: pipeline {translation.pipeline} ({translation.reason})\n"
+    )
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(header + text)
+        print(f"wrote {args.output}")
+    else:
+        print(header + text)
+    print(format_report(translation), file=sys.stderr if not args.output else sys.stdout)
+    problems = translation.problems
+    if problems:
+        print(f"error: {len(problems)} key(s) roll cannot honour (status unsupported/unknown above)", file=sys.stderr)
+        return EXIT_CONFIG
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from roll.pipelines.config import load_config
     from roll.pipelines.validate import validate_deployment
 
+    _announce_roll_format(args.config, args.overrides)
     config = load_config(args.config, args.overrides)
     for line in validate_deployment(config, check_ray=not args.no_ray):
         print(line)
@@ -42,6 +88,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from roll.pipelines.config import load_config
     from roll.pipelines.launcher import run_config
 
+    _announce_roll_format(args.config, args.overrides)
     config = load_config(args.config, args.overrides)
     run_config(config)
     print(f"done: outputs in {config.resolved_output_dir} (metrics.jsonl, plots/, checkpoints/)")
@@ -61,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("overrides", nargs="*")
     validate.add_argument("--no-ray", action="store_true", help="Skip checks against the Ray cluster.")
     validate.set_defaults(handler=_cmd_validate)
+    convert = sub.add_parser("convert", help="Translate a ROLL config into roll's YAML, reporting every key.")
+    convert.add_argument("config")
+    convert.add_argument("overrides", nargs="*", help="e.g. pipeline_cls=rlvr to override the inferred pipeline.")
+    convert.add_argument("-o", "--output", help="Write the roll YAML here (default: stdout; the report to stderr).")
+    convert.set_defaults(handler=_cmd_convert)
     recipes = sub.add_parser("recipes", help="List built-in recipes.")
     recipes.set_defaults(handler=_cmd_recipes)
     return parser

@@ -8,9 +8,10 @@ problem at once, each with its field path, the bad value and how to fix it.
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, get_args, get_origin
+from typing import TYPE_CHECKING, Any, ClassVar, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -22,6 +23,11 @@ from roll.runtime import ConfigError, RollModel
 from roll.runtime.config import validation_error_lines
 from roll.strategies import StrategyWorkerConfig
 
+if TYPE_CHECKING:
+    from roll.pipelines.compat import Translation
+
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "BaseConfig",
     "RoleConfig",
@@ -31,6 +37,7 @@ __all__ = [
     "parse_overrides",
     "raw_section",
     "raw_value",
+    "read_config_source",
     "read_yaml",
 ]
 
@@ -351,16 +358,48 @@ def validate_config(config_cls: type[BaseConfig], data: dict[str, Any], source: 
         ) from None
 
 
-def load_config(source: str | Path | dict[str, Any], overrides: list[str] | None = None) -> BaseConfig:
-    """Load a YAML file, a built-in recipe name or a dict; apply overrides; validate with the pipeline's config."""
+def read_config_source(
+    source: str | Path | dict[str, Any], overrides: list[str] | None = None
+) -> tuple[dict[str, Any], str, Translation | None]:
+    """(roll config data, label, the ROLL translation if the source was a ROLL config) of a file, recipe or dict.
+
+    Files are composed Hydra-style (``defaults:``, ``${...}``, ``hydra:`` removed). A config that names no
+    ``pipeline_cls`` is a ROLL config: its pipeline is inferred from its shape (a ``pipeline_cls=`` override wins)
+    and its keys translated; an unsupported or unknown key is one ConfigError listing every such key.
+    """
+    from roll.pipelines.compat import compose_file, interpolate, is_roll_format, referenced_keys, translate
+
     if isinstance(source, dict):
-        data, label = dict(source), "<dict>"
+        data, label, referenced = interpolate(dict(source)), "<dict>", referenced_keys(source)
     else:
         path = Path(source)
         if not path.suffix and not path.exists():
             path = recipe_path(str(source))
-        data, label = read_yaml(path), str(path)
+        data, referenced = compose_file(path)
+        label = str(path)
+    forced = next((value for path_, value in parse_overrides(list(overrides or [])) if path_ == ["pipeline_cls"]), None)
+    if not is_roll_format(data):
+        return data, label, None
+    translation = translate(data, referenced, pipeline=str(forced) if forced is not None else None)
+    return translation.data, label, translation
+
+
+def load_config(source: str | Path | dict[str, Any], overrides: list[str] | None = None) -> BaseConfig:
+    """Load a YAML file (roll's or ROLL's format), a built-in recipe name or a dict; apply overrides; validate with
+    the pipeline's config."""
     overrides = list(overrides or [])
+    data, label, translation = read_config_source(source, overrides)
+    if translation is not None:
+        translation.raise_problems(label)
+        ignored = [row.key for row in translation.rows if row.status == "ignored"]
+        logger.info(
+            "%s is a ROLL config: pipeline %s (%s); %d key(s) ignored (see `roll convert %s`)",
+            label,
+            translation.pipeline,
+            translation.reason,
+            len(ignored),
+            label,
+        )
     name = next((value for path, value in parse_overrides(overrides) if path == ["pipeline_cls"]), None)
     name = name if name is not None else data.get("pipeline_cls")
     if name is None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from roll.pipelines.config import BaseConfig
@@ -49,14 +51,27 @@ def _check_data_ref(role: str, field: str, value: object) -> None:
 
 
 def validate_deployment(config: BaseConfig, *, check_ray: bool = True) -> list[str]:
-    """Raise ConfigError on the first unusable reference or device mapping; return a summary per role."""
+    """Raise ConfigError on the first unusable reference or device mapping; return a summary per role.
+
+    Without ``check_ray`` (``roll validate --no-ray``: checking a config away from the machine it runs on), a model
+    or data file that is not here is a warning line, not an error.
+    """
     lines = []
     for name, role in config.roles().items():
-        _check_model_ref(name, "model_name_or_path", role.model_args.model_name_or_path)
-        _check_model_ref(name, "tokenizer_name_or_path", role.model_args.tokenizer_name_or_path)
+        checks: list[tuple[Callable[[str, str, Any], None], str, Any]] = [
+            (_check_model_ref, "model_name_or_path", role.model_args.model_name_or_path),
+            (_check_model_ref, "tokenizer_name_or_path", role.model_args.tokenizer_name_or_path),
+        ]
         if role.data_args is not None:
-            _check_data_ref(name, "file_name", role.data_args.file_name)
-            _check_data_ref(name, "eval_file_name", getattr(role.data_args, "eval_file_name", None))
+            checks.append((_check_data_ref, "file_name", role.data_args.file_name))
+            checks.append((_check_data_ref, "eval_file_name", getattr(role.data_args, "eval_file_name", None)))
+        for check, field, value in checks:
+            try:
+                check(name, field, value)
+            except ConfigError as e:
+                if check_ray:
+                    raise
+                lines.append(f"warning: {e} (not checked further: --no-ray)")
         backend = role.strategy_args.strategy_name if role.strategy_args else "-"
         placement = f"devices {role.device_mapping}" if role.device_mapping is not None else "CPU"
         lines.append(f"{name}: {role.world_size} worker(s), {backend}, {placement}")

@@ -38,6 +38,8 @@ REWARDS.register("math", "roll.pipelines.rewards.math:MathRewardWorker")
 REWARDS.register("code", "roll.pipelines.rewards.code:CodeSandboxRewardWorker")
 REWARDS.register("python", "roll.pipelines.rewards.python_fn:PythonFunctionRewardWorker")
 REWARDS.register("llm_judge", "roll.pipelines.rewards.llm_judge:LLMJudgeRewardWorker")
+REWARDS.register("crossthinkqa", "roll.pipelines.rewards.choice:CrossThinkQARewardWorker")
+REWARDS.register("multiple_choice", "roll.pipelines.rewards.choice:MultipleChoiceRewardWorker")
 
 ScoredRow = tuple[float, str]
 

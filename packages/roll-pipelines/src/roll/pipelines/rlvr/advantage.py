@@ -21,6 +21,12 @@ from roll.pipelines.algorithms import (
     truncated_importance_weights,
     whiten_and_clip_advantages,
 )
+from roll.pipelines.algorithms.roll_knobs import (
+    difficulty_mask,
+    error_length_mask,
+    normalize_rewards,
+    reinforce_returns,
+)
 from roll.pipelines.rlvr.config import AdvantageSection, RLVRConfig
 from roll.protocol import DataProto
 
@@ -44,9 +50,22 @@ def _estimator_inputs(advantage: AdvantageSection, data, scores, token_rewards, 
             "group_index": data["group_index"],
             "norm_by_std": advantage.norm_std,
         }
-    if name == "reinforce_plus_plus":
+    if name in ("reinforce_plus_plus", "reinforce"):
         return {"token_level_rewards": token_rewards, "response_mask": mask, "gamma": advantage.gamma}
     return {"scores": scores, "response_mask": mask, "group_index": data["group_index"]}
+
+
+def _sample_mask(config: RLVRConfig, raw_scores, group_index, lengths, truncated) -> torch.Tensor:
+    """(batch, 1) of 1/0: samples kept in the loss by the overlong and ROLL sample masks (on raw scores)."""
+    keep = torch.ones_like(lengths)
+    if config.overlong.mask_truncated:
+        keep = keep * (~truncated).float()
+    masks = config.sample_mask
+    if masks.difficulty:
+        keep = keep * difficulty_mask(raw_scores, group_index, masks.difficulty_low, masks.difficulty_high)
+    if masks.error_max_len_clip:
+        keep = keep * error_length_mask(raw_scores, lengths, masks.error_max_len_threshold)
+    return keep.unsqueeze(-1)
 
 
 def compute_training_targets(batch: DataProto, config: RLVRConfig, kl_coef: float) -> dict[str, float]:
@@ -68,6 +87,8 @@ def compute_training_targets(batch: DataProto, config: RLVRConfig, kl_coef: floa
         metrics["rollout/overlong_penalty"] = float(penalty.mean())
     scores = clip_rewards(scores, advantage.reward_clip)
     scores = normalize_scores(scores, data["group_index"], advantage.reward_norm)
+    if advantage.norm_mean_type is not None or advantage.norm_std_type is not None:
+        scores = normalize_rewards(scores, data["group_index"], advantage.norm_mean_type, advantage.norm_std_type)
     kl = None
     if "ref_log_probs" in data.keys():
         kl = kl_penalty(data["old_log_probs"], data["ref_log_probs"], config.kl.penalty)
@@ -76,12 +97,12 @@ def compute_training_targets(batch: DataProto, config: RLVRConfig, kl_coef: floa
         token_rewards = token_level_rewards_from_scores(scores, response_mask, kl=kl, kl_coef=kl_coef)
     else:
         token_rewards = token_level_rewards_from_scores(scores, response_mask)
-    loss_mask = response_mask
-    if overlong.mask_truncated:
-        loss_mask = response_mask * (~truncated).float().unsqueeze(-1)
-    advantages, returns = compute_advantages(
-        advantage.estimator, **_estimator_inputs(advantage, data, scores, token_rewards, response_mask)
-    )
+    loss_mask = response_mask * _sample_mask(config, data["scores"].float(), data["group_index"], lengths, truncated)
+    inputs = _estimator_inputs(advantage, data, scores, token_rewards, response_mask)
+    if advantage.estimator == "reinforce":
+        advantages, returns = reinforce_returns(**inputs)  # type: ignore[arg-type]
+    else:
+        advantages, returns = compute_advantages(advantage.estimator, **inputs)
     advantages = whiten_and_clip_advantages(advantages, loss_mask, advantage.whiten, advantage.clip)
     data["token_level_rewards"] = token_rewards
     data["advantages"] = advantages * loss_mask

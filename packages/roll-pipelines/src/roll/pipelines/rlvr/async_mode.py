@@ -105,8 +105,11 @@ def async_step(pipeline: RLVRPipeline, step: int) -> dict[str, Any]:
     if "actor/kl" in metrics:
         pipeline.kl_ctrl.update(metrics["actor/kl"], len(batch))
     with timer.phase("train"):
-        for result in _wait_pumping(scheduler, pipeline.start_train(batch, plan, step, on_policy=False)):
-            metrics.update(result.meta_info.get("metrics", {}))
+        if float(batch.batch["response_mask"].sum()) == 0:  # every sample masked out of the loss
+            metrics["train/skipped_no_tokens"] = 1.0
+        else:
+            for result in _wait_pumping(scheduler, pipeline.start_train(batch, plan, step, on_policy=False)):
+                metrics.update(result.meta_info.get("metrics", {}))
     elapsed = time.perf_counter() - started
     metrics["throughput/samples_per_s"] = len(batch) / elapsed
     metrics["throughput/tokens_per_s"] = float(batch.batch["response_mask"].sum()) / elapsed

@@ -33,6 +33,7 @@ __all__ = [
     "RLVRConfig",
     "RewardConfig",
     "RolloutSection",
+    "SampleMaskSection",
     "UpdateSection",
     "ValidationSection",
     "ValueLossSection",
@@ -86,10 +87,17 @@ FLAT_KEYS: dict[str, str] = {
     "overlong_penalty_factor": "overlong.penalty_factor",
     "val_batch_size": "validation.batch_size",
     "val_generating_args": "validation.generating_args",
+    "norm_mean_type": "advantage.norm_mean_type",
+    "norm_std_type": "advantage.norm_std_type",
+    "difficulty_mask": "sample_mask.difficulty",
+    "difficulty_low_threshold": "sample_mask.difficulty_low",
+    "difficulty_high_threshold": "sample_mask.difficulty_high",
+    "error_max_len_clip": "sample_mask.error_max_len_clip",
+    "error_max_len_threshold": "sample_mask.error_max_len_threshold",
     "async_generation_ratio": "asynchrony.generation_ratio",
 }
 
-Estimator = Literal["gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"]
+Estimator = Literal["gae", "grpo", "reinforce", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
@@ -142,6 +150,24 @@ class AdvantageSection(RollModel):
     reward_clip: float | None = Field(default=None, gt=0)
     whiten: bool = Field(default=False, description="Whiten advantages over the batch.")
     clip: float | None = Field(default=None, gt=0, description="Clip advantages to [-clip, clip].")
+    norm_mean_type: Literal["batch", "group"] | None = Field(
+        default=None, description="ROLL reward normalization: subtract the batch or group mean score (None: 0)."
+    )
+    norm_std_type: Literal["batch", "group"] | None = Field(
+        default=None, description="ROLL reward normalization: divide by the batch or group std (None: no division)."
+    )
+
+
+class SampleMaskSection(RollModel):
+    """ROLL's sample masks: whole responses left out of the loss by their group's difficulty or by length."""
+
+    difficulty: bool = Field(default=False, description="Keep groups whose mean score is in (low, high).")
+    difficulty_low: float = Field(default=0.0, description="Lower bound (exclusive) of the group mean score.")
+    difficulty_high: float = Field(default=1.0, description="Upper bound (exclusive) of the group mean score.")
+    error_max_len_clip: bool = Field(
+        default=False, description="Keep correct responses and wrong ones shorter than error_max_len_threshold."
+    )
+    error_max_len_threshold: int = Field(default=9999999999, ge=1, description="Tokens; see error_max_len_clip.")
 
 
 class KLSection(RollModel):
@@ -315,6 +341,7 @@ class RLVRConfig(BaseConfig):
     correction: CorrectionSection = Field(default_factory=CorrectionSection)
     dynamic_sampling: DynamicSamplingSection = Field(default_factory=DynamicSamplingSection)
     overlong: OverlongSection = Field(default_factory=OverlongSection)
+    sample_mask: SampleMaskSection = Field(default_factory=SampleMaskSection)
     validation: ValidationSection = Field(default_factory=ValidationSection)
     asynchrony: AsyncSection = Field(default_factory=AsyncSection)
 

@@ -161,7 +161,13 @@ class RLVRPipeline(BasePipeline):
         return pending
 
     def train(self, batch: DataProto, plan: UpdatePlan, step: int) -> dict[str, Any]:
-        """The critic's and (after critic_warmup) the policy's updates, side by side."""
+        """The critic's and (after critic_warmup) the policy's updates, side by side.
+
+        A batch whose every sample is masked out of the loss (overlong / difficulty / length masks) trains nothing:
+        the step is skipped and ``train/skipped_no_tokens`` is 1.
+        """
+        if float(batch.batch["response_mask"].sum()) == 0:
+            return {"train/skipped_no_tokens": 1.0}
         pending = self.start_train(batch, plan, step, on_policy=self.old_log_probs_from_train_forward(plan))
         metrics: dict[str, Any] = {}
         for result in materialize_all(*pending):

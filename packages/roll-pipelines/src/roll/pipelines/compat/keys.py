@@ -1,0 +1,277 @@
+"""What becomes of every ROLL config key: kept, mapped, renamed, implemented-as, ignored (with why) or unsupported.
+
+Data only; :mod:`roll.pipelines.compat.translate` applies it. A rule's ``noop`` says which values of an unsupported
+knob are ROLL's own default (nothing to do), so a file that spells the default loads and one that asks for the
+behaviour fails with the rule's reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "DATA_ARGS",
+    "GENERATING_ARGS",
+    "MODEL_ARGS",
+    "REWARD_CLASSES",
+    "ROLE_KEYS",
+    "STRATEGY_NAMES",
+    "TOP_KEYS",
+    "TRAINING_ARGS",
+    "Rule",
+]
+
+Status = Literal["kept", "mapped", "renamed", "implemented-as", "ignored", "unsupported", "unknown"]
+
+
+def _falsy(value: Any) -> bool:
+    return value in (None, False, 0, 0.0, "", [], {}, "none", "None")
+
+
+def _equals(*allowed: Any) -> Callable[[Any], bool]:
+    return lambda value: value in allowed
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One ROLL key: ``status``, ``target`` (where it goes in roll) and ``note`` (how, or why not)."""
+
+    status: Status
+    target: str | None = None
+    note: str = ""
+    noop: Callable[[Any], bool] | None = None  # unsupported rules: values that ask for nothing (ROLL's default)
+
+
+def _ignored(note: str) -> Rule:
+    return Rule("ignored", note=note)
+
+
+def _unsupported(note: str, noop: Callable[[Any], bool] = _falsy) -> Rule:
+    return Rule("unsupported", note=note, noop=noop)
+
+
+_PROFILING = "profiling/tracing output; roll reports time/* metrics per step instead"
+_OFFLOAD = "roll strategies offload and reload their own states between phases; no switch needed"
+_PERF = "performance-only knob (the same maths runs padded); roll's own packing is data_args.pack_sequences for SFT"
+
+# Top-level keys of ROLL's BaseConfig / PPOConfig / RLVRConfig / SFTConfig / DPOConfig. Keys roll has under the
+# same name (exp_name, seed, max_steps...) and flat keys of the pipeline's FLAT_KEYS are reported by the translator.
+TOP_KEYS: dict[str, Rule] = {
+    "hydra": _ignored("Hydra's run settings (working dir, output subdir); roll writes to output_dir"),
+    "defaults": Rule("implemented-as", note="Hydra defaults list: the named files are merged in when loading"),
+    "pretrain": Rule("implemented-as", "<roles>.model_args.model_name_or_path", "the policy roles' model if unset"),
+    "reward_pretrain": Rule("implemented-as", "critic.model_args.model_name_or_path", "the critic's model if unset"),
+    "num_return_sequences_in_group": Rule("renamed", "actor_infer.generating_args.num_return_sequences"),
+    "rpc_timeout": Rule("implemented-as", "<roles>.rpc_timeout_s", "every role's call timeout"),
+    "model_update_buffer_size_mb": Rule("implemented-as", "<roles>.model_update_buffer_size_mb"),
+    "max_grad_norm": Rule("implemented-as", "<trained roles>.training_args.max_grad_norm"),
+    "sequence_length": Rule(
+        "implemented-as", "<trained role>.data_args.max_length", "SFT/DPO: longest prompt+response; RLVR: checked"
+    ),
+    "logging_dir": _ignored("roll logs to the console and output_dir/metrics.jsonl"),
+    "base_dir": _ignored("paths are relative to the working directory"),
+    "checkpoint_config": _ignored("roll checkpoints under output_dir/checkpoints (save_steps, max_ckpt_to_keep)"),
+    "save_logging_board_dir": _ignored("roll's tensorboard dir is tracker_kwargs.log_dir"),
+    "rollout_dump_dir": _ignored("rollout.dump writes output_dir/rollouts/step-N.jsonl"),
+    "local_rank": _ignored("set by the launcher in ROLL; roll's workers know their rank"),
+    "max_running_requests": _ignored("engine concurrency; roll's engines take the whole rollout batch"),
+    "generate_opt_level": _ignored("ROLL's scheduler option; roll generates each step's batch in one call"),
+    "is_num_return_sequences_expand": _ignored("scheduler detail; samples per prompt come from num_return_sequences"),
+    "val_prompt_length": _ignored("validation prompts use rollout.prompt_length"),
+    "val_sequence_length": _ignored("validation uses rollout.response_length unless validation.generating_args"),
+    "profiler_timeline": _ignored(_PROFILING),
+    "profiler_memory": _ignored(_PROFILING),
+    "report_length_and_rewards": _ignored("roll logs rollout lengths and rewards every step"),
+    "length_profiler_dir": _ignored(_PROFILING),
+    "profiler_output_dir": _ignored(_PROFILING),
+    "otlp_output_dir": _ignored(_PROFILING),
+    "is_offload_states": _ignored(_OFFLOAD),
+    "is_offload_optimizer_states_in_train_step": _ignored(_OFFLOAD),
+    "model_download_type": _ignored("roll loads local HF folders (no model hub download)"),
+    "transfer_backend": _ignored("weights move by roll's model-update groups"),
+    "rollout_mock": _unsupported(
+        "rollout mocking/dumping for replay: use rollout.dump (rlvr_rollout)",
+        noop=lambda v: _falsy(v) or (isinstance(v, dict) and not v.get("enable")),
+    ),
+    "global_template": Rule("implemented-as", note="chat formatting by the tokenizer's own chat template"),
+    "tag_to_template": _ignored("one chat template (the tokenizer's) for every domain"),
+    "reward": _unsupported("a single `reward` role: give reward domains under `rewards`"),
+    "reward_model": _unsupported("a reward-model role: use rewards.<domain> with reward_type llm_judge"),
+    "use_pg_clip_range": Rule("implemented-as", note="false: pg_clip_low/pg_clip_high are ignored, as in ROLL"),
+    "use_reward_scaling": _unsupported("running reward scaling"),
+    "add_len_reward": _unsupported("length reward"),
+    "use_reward_norm": _unsupported("running reward normalization; use norm_mean_type/norm_std_type"),
+    "whiten_rewards": _unsupported("whitening token rewards before the estimator"),
+    "reward_shift": _unsupported("reward shifting"),
+    "reward_scale": _unsupported("reward scaling"),
+    "enable_reference": Rule(
+        "implemented-as", note="roll creates the reference role when KL uses it (kl.in_reward or kl.use_loss)"
+    ),
+    "force_disable_old_logprobs_recompute": Rule("implemented-as", "correction.old_log_probs_recompute", "true: false"),
+    "train_infer_correction": Rule("implemented-as", "correction.tis_*", "is_weight -> truncated IS; filters: no"),
+    "dataset_filter": _unsupported(
+        "difficulty-based dataset filtering", noop=lambda v: _falsy(v) or (isinstance(v, dict) and not v.get("source"))
+    ),
+    "difficulty_loss_weight": _unsupported("difficulty loss weights"),
+    "length_loss_weight": _unsupported("length loss weights"),
+    "postive_loss_coef": _unsupported("positive-sample loss coefficient", noop=_equals(None, 1.0, 1)),
+    "positive_loss_coef": _ignored("not a ROLL field (ROLL's is spelled postive_loss_coef), so ROLL drops it too"),
+    "reward_system_config": _unsupported("a remote reward system"),
+    "use_topr_neg_loss_coef": _unsupported("TOPR negative loss coefficient", noop=_equals(None, 1.0, 1)),
+    "use_policy_loss_type": _unsupported("policy loss type PG", noop=_equals(None, "PPO")),
+    "use_topr_loss": _unsupported("TOPR loss"),
+    "rl_loss_coef": _unsupported("RL loss coefficient", noop=_equals(None, 1.0, 1)),
+    "val_greedy": Rule("implemented-as", "validation.generating_args", "true: temperature 0"),
+    "val_n_sample": Rule("renamed", "validation.generating_args.num_return_sequences"),
+    "mask_type": _unsupported("mask_type 'all' (masks from values too)", noop=_equals(None, "loss")),
+    "max_len_mask": Rule("renamed", "overlong.mask_truncated", "ROLL's name for masking truncated responses"),
+    "balance_length": _ignored("load balancing of lengths across ranks; performance only"),
+    "minibatch_data_iter_num": _unsupported("several passes per mini-batch", noop=_equals(None, 1)),
+    # SFT / DPO top-level data keys
+    "prompt_key": Rule("renamed", "<trained role>.data_args.prompt_key"),
+    "query_key": _unsupported("a second prompt column (Alpaca 'input'); merge it into the prompt column"),
+    "response_key": Rule("renamed", "<trained role>.data_args.response_key"),
+    "system_key": _unsupported("a per-row system column; use data_args.system_prompt"),
+    "chosen_key": Rule("renamed", "actor_train.data_args.chosen_key"),
+    "rejected_key": Rule("renamed", "actor_train.data_args.rejected_key"),
+    "ipo": Rule("renamed", "loss.loss_type", "true: ipo"),
+    # values used only as interpolation sources are reported by the translator
+}
+
+# Keys of ROLL's WorkerConfig (a role) that roll does not have under the same name.
+ROLE_KEYS: dict[str, Rule] = {
+    "worker_cls": Rule("implemented-as", note="ROLL worker classes map to roll's role workers / reward types"),
+    "pg_variant": _unsupported(
+        "pg_variant other than ppo/vanilla (tis, topr, cispo, kimi15)", noop=_equals(None, "vanilla", "ppo")
+    ),
+    "model_update_frequency": Rule("renamed", "rollout.model_update_frequency"),
+    "backend_timeout": Rule("renamed", "start_timeout_s", "seconds to start the backend"),
+    "offload_nccl": _ignored("NCCL buffer offload; roll keeps communicators"),
+    "topr_positive_weight": _unsupported("TOPR weights", noop=_equals(None, 1.0, 1)),
+    "topr_negative_weight": _unsupported("TOPR weights", noop=_equals(None, 1.0, 1)),
+    "use_dynamic_batching_in_train": _ignored(_PERF),
+    "max_tokens_per_microbatch_in_train": _ignored(_PERF),
+    "sequence_length_round_in_train": _ignored(_PERF),
+    "use_dynamic_batching_in_infer": _ignored(_PERF),
+    "max_tokens_per_microbatch_in_infer": _ignored(_PERF),
+    "sequence_length_round_in_infer": _ignored(_PERF),
+    "use_sequence_packing": _ignored(_PERF),
+    "sequence_packing_args": _ignored(_PERF),
+    "use_remove_padding": _ignored(_PERF),
+    "router_replay": _unsupported(
+        "MoE router replay", noop=lambda v: _falsy(v) or (isinstance(v, dict) and v.get("mode") in (None, "disable"))
+    ),
+    "apply_loss_scale": _ignored("roll scales the loss by the whole mini-batch's token/sample counts"),
+    "mtp_training_mode": _unsupported("multi-token-prediction training", noop=_equals(None, "disabled")),
+    "opd_kl_coef": _unsupported("on-policy distillation KL coefficient"),
+    "infer_batch_size": Rule("kept"),
+    # reward-domain keys (RewardConfig in ROLL): moved into reward_kwargs by the translator
+    "code_url": _ignored("roll's code reward runs the tests in its own local sandbox"),
+    "use_local": _ignored("roll's code reward runs the tests in its own local sandbox"),
+    "judge_prompt": _ignored("ROLL's named judge prompt; roll's judge uses reward_kwargs.prompt_template"),
+    "judge_model_type": _ignored("roll's judge generates with its role's strategy (local inference)"),
+    "judge_model_name": _unsupported("a remote judge API"),
+    "judge_api_url": _unsupported("a remote judge API"),
+    "judge_api_key": _unsupported("a remote judge API"),
+    "format_pattern": _unsupported("a format regex on responses"),
+    "response_length_penalty_coef": _unsupported("response length penalty"),
+    "query_filter_config": _unsupported(
+        "reward-based query filtering (use dynamic_sampling)",
+        noop=lambda v: _falsy(v) or (isinstance(v, dict) and v.get("type") in (None, "no_filter")),
+    ),
+    "response_filter_config": _unsupported(
+        "reward-based response filtering",
+        noop=lambda v: _falsy(v) or (isinstance(v, dict) and v.get("type") in (None, "no_filter")),
+    ),
+    "reward_manager_config": _unsupported("reward system plugins"),
+}
+
+MODEL_ARGS: dict[str, Rule] = {
+    "disable_gradient_checkpointing": Rule("renamed", "gradient_checkpointing", "negated"),
+    "model_type": _ignored("roll picks the model class from model_head (causal_lm / value)"),
+    "device_map": _ignored("placement comes from device_mapping"),
+    "lora_target": Rule("renamed", "lora_target_modules"),
+    "additional_target": _unsupported("extra trainable modules besides LoRA"),
+    "autocast_adapter_dtype": _ignored("adapters follow the model dtype"),
+    "adapter_name_or_path": _unsupported("loading an existing LoRA adapter"),
+    "moe_aux_loss_coef": _ignored("MoE auxiliary loss coefficient (model default kept)"),
+    "gradient_checkpointing_use_reentrant": _ignored("roll uses non-reentrant checkpointing"),
+    "num_labels": _ignored("value heads have one output"),
+    "model_config_kwargs": _unsupported("overrides of the HF model config"),
+    "freeze_module_prefix": _unsupported("freezing modules by prefix"),
+    "flash_attn": _ignored("attention kernel choice; use attn_implementation"),
+    "ulysses_size": _unsupported("Ulysses sequence parallelism", noop=_equals(None, 1)),
+}
+
+TRAINING_ARGS: dict[str, Rule] = {
+    "output_dir": _ignored("roll writes under the pipeline's output_dir"),
+    "data_seed": _ignored("data order follows data_args.seed"),
+    "dataloader_num_workers": _ignored("roll loads data in the driver"),
+    "save_hf_model": _ignored("export_hf (pipeline-wide) writes the HF model at the end"),
+    "adam_beta1": Rule("kept"),
+    "adam_beta2": Rule("kept"),
+}
+
+GENERATING_ARGS: dict[str, Rule] = {
+    "num_beams": _unsupported("beam search", noop=_equals(None, 1)),
+    "do_sample": Rule("implemented-as", "temperature", "false: temperature 0 (greedy)"),
+    "max_length": _ignored("the budget is max_new_tokens (rollout.response_length)"),
+    "length_penalty": _unsupported("beam length penalty", noop=_equals(None, 1.0, 1)),
+    "include_stop_str_in_output": _ignored("stop strings stay in the response text"),
+}
+
+DATA_ARGS: dict[str, Rule] = {
+    "template": Rule("implemented-as", "apply_chat_template", "the tokenizer's own chat template"),
+    "dataset_dir": _ignored("file_name paths are used as written (relative to the working directory)"),
+    "interleave_probs": _ignored("several files are concatenated; per-domain shares: domain_interleave_probs"),
+    "preprocessing_num_workers": _ignored("encoding runs in the driver"),
+    "domain_interleave_probs": Rule("renamed", "rollout.domain_interleave_probs"),
+    "dataset_type": _ignored("the file suffix gives the format"),
+    "id": _ignored("rows are identified by their position"),
+    "custom_data_kwargs_func": _unsupported("custom data functions"),
+    "image_folder": _unsupported("images (multimodal data)"),
+    "video_folder": _unsupported("videos (multimodal data)"),
+    "audio_folder": _unsupported("audio (multimodal data)"),
+}
+for _key in (
+    "image_max_pixels",
+    "image_min_pixels",
+    "video_max_pixels",
+    "video_min_pixels",
+    "video_total_pixels",
+    "video_fps",
+    "video_max_frames",
+    "video_resize_chunk_frames",
+):
+    DATA_ARGS[_key] = _ignored("multimodal sizing; roll's pipelines take text")
+
+# ROLL strategy names -> roll's (None: no roll backend; the note names the replacement).
+STRATEGY_NAMES: dict[str, tuple[str | None, str]] = {
+    "megatron_train": ("megatron_train", ""),
+    "megatron_infer": ("megatron_infer", ""),
+    "vllm": ("vllm", ""),
+    "sglang": ("sglang", ""),
+    "hf_infer": ("hf_infer", ""),
+    "fsdp2_train": ("fsdp2_train", ""),
+    "fsdp2_infer": ("fsdp2_infer", ""),
+    "mock_infer": ("mock_infer", ""),
+    "deepspeed_infer": ("hf_infer", "DeepSpeed inference has no roll backend; hf_infer runs the same forward"),
+    "deepspeed_train": (
+        None,
+        "roll has no DeepSpeed backend: use strategy_name fsdp2_train (sharded like ZeRO-3) or megatron_train",
+    ),
+    "diffusion_deepspeed_train": (None, "roll has no DeepSpeed backend: use fsdp2_train"),
+}
+
+# ROLL reward worker classes (last dotted part) -> (roll reward_type, reward_kwargs to add).
+REWARD_CLASSES: dict[str, tuple[str, dict[str, Any]]] = {
+    "MathRuleRewardWorker": ("math", {}),
+    "CodeSandboxRewardWorker": ("code", {}),
+    "LLMJudgeRewardWorker": ("llm_judge", {}),
+    "GeneralRuleRewardWorker": ("ifeval", {}),
+    "CrossThinkQARuleRewardWorker": ("crossthinkqa", {}),
+    "MultipleChoiceBoxedRuleRewardWorker": ("multiple_choice", {}),
+    "GeneralValRuleRewardWorker": ("general_val", {}),
+}

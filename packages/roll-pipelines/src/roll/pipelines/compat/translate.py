@@ -1,0 +1,291 @@
+"""ROLL config (a composed, interpolated mapping) -> roll's sectioned config data, with a report of every key.
+
+ROLL's YAML names no pipeline (its launcher script does), so :func:`infer_pipeline` reads it from the file's shape.
+:func:`translate` walks every key: roll's own keys are kept, ROLL's flat keys are mapped by the pipeline's
+``FLAT_KEYS``, the rest follow :mod:`roll.pipelines.compat.keys`. Where ROLL's defaults differ from roll's, the
+ROLL default is written in, so the file means what it meant under ROLL. Unsupported and unknown keys are reported,
+never dropped: the caller turns them into one error.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from roll.pipelines.compat.hydra import deep_merge
+from roll.pipelines.compat.keys import TOP_KEYS, Rule, Status
+from roll.pipelines.compat.roles import RoleTranslator
+from roll.runtime import ConfigError
+
+__all__ = ["KeyReport", "Translation", "infer_pipeline", "translate"]
+
+PIPELINE_TRAINED_ROLE = {"rlvr": "actor_train", "sft": "sft_train", "dpo": "actor_train", "rlvr_rollout": "actor_infer"}
+# ROLL PPOConfig defaults that differ from roll's: written in when the file does not set them (flat key -> value)
+ROLL_RLVR_DEFAULTS: dict[str, Any] = {
+    "adv_estimator": "gae",
+    "lambd": 0.95,
+    "init_kl_coef": 0.2,
+    "kl_loss_coef": 0.0,
+    "kl_penalty": "kl",
+    "loss_agg_mode": "seq-mean-token-mean",
+    "value_clip": None,
+    "rollout_batch_size": 128,
+}
+UNSUPPORTED_ESTIMATORS = {"gigpo", "step_reinforce", "agentic_reinforce"}
+
+
+@dataclass(frozen=True)
+class KeyReport:
+    """One ROLL key: what roll does with it."""
+
+    key: str
+    status: Status
+    target: str = ""
+    note: str = ""
+
+
+@dataclass
+class Translation:
+    data: dict[str, Any]
+    pipeline: str
+    reason: str
+    rows: list[KeyReport] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[KeyReport]:
+        return [row for row in self.rows if row.status in ("unsupported", "unknown")]
+
+    def raise_problems(self, source: str) -> None:
+        """One ConfigError listing every unsupported or unknown key (nothing is silently dropped)."""
+        problems = self.problems
+        if problems:
+            lines = [f"  {row.key}: {row.status}: {row.note}" for row in problems]
+            raise ConfigError(
+                f"{source} (ROLL config, pipeline {self.pipeline}): {len(problems)} key(s) roll cannot honour:\n"
+                + "\n".join(lines)
+            )
+
+
+def infer_pipeline(data: dict[str, Any]) -> tuple[str, str]:
+    """(pipeline name, why) for a ROLL config, from its shape."""
+    if data.get("pipeline_cls"):
+        return str(data["pipeline_cls"]), "pipeline_cls in the file"
+    shape = [
+        ("agentic", ("train_env_manager", "val_env_manager", "custom_envs"), "it has env managers"),
+        ("distill", ("teacher", "student", "student_train"), "it has a teacher/student"),
+        ("sft", ("sft_train",), "it has sft_train"),
+        ("rlvr", ("rewards", "reward"), "it has reward domains"),
+        ("dpo", ("ipo", "beta", "chosen_key", "rejected_key"), "it has actor_train + reference and DPO keys"),
+    ]
+    for name, keys, why in shape:
+        if any(key in data for key in keys):
+            return name, why
+    if "actor_train" in data and "reference" in data and "actor_infer" not in data:
+        return "dpo", "it has actor_train + reference and no rollout engine"
+    if "actor_infer" in data and "actor_train" not in data:
+        return "rlvr_rollout", "it has only a rollout engine (actor_infer)"
+    raise ConfigError(
+        "cannot tell which pipeline this ROLL config is for (no rewards, sft_train, env managers or teacher); "
+        "add pipeline_cls=rlvr|sft|dpo|rlvr_rollout"
+    )
+
+
+def _suggest(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    return f"unknown key; did you mean {close[0]!r}?" if close else "unknown key; remove it or check its spelling"
+
+
+class _Translator:
+    def __init__(self, config_cls: type[BaseModel], pipeline: str, referenced: set[str]) -> None:
+        self.config_cls = config_cls
+        self.pipeline = pipeline
+        self.referenced = referenced
+        self.flat: dict[str, str] = dict(getattr(config_cls, "flat_keys", {}))
+        self.rows: list[KeyReport] = []
+        self.out: dict[str, Any] = {"pipeline_cls": pipeline}
+        self.trained = PIPELINE_TRAINED_ROLE.get(pipeline, "actor_train")
+        self.source: dict[str, Any] = {}
+
+    def row(self, key: str, status: Status, target: str = "", note: str = "") -> None:
+        self.rows.append(KeyReport(key, status, target, note))
+
+    def apply_rule(self, key: str, rule: Rule, value: Any) -> bool:
+        """Record an ignored/unsupported rule; True when the key is done with (nothing to write)."""
+        if rule.status == "ignored":
+            self.row(key, "ignored", note=rule.note)
+            return True
+        if rule.status == "unsupported":
+            if rule.noop is not None and rule.noop(value):
+                self.row(key, "ignored", note=f"{value!r} is ROLL's default (off); roll does not have: {rule.note}")
+            else:
+                self.row(key, "unsupported", note=f"roll does not implement {rule.note} (got {value!r})")
+            return True
+        return False
+
+    # --- top level ------------------------------------------------------------------------------------------
+    def run(self, data: dict[str, Any]) -> None:
+        self.source = data
+        roles = RoleTranslator(self)
+        fields = self.config_cls.model_fields
+        for key, value in data.items():
+            if key == "pipeline_cls":
+                continue
+            if key in TOP_KEYS:
+                self.top_rule(key, TOP_KEYS[key], value, data)
+            elif key in self.flat:
+                self.flat_key(key, value, data)
+            elif key == "validation" and isinstance(value, dict):
+                roles.validation(value)
+            elif key in fields:
+                if roles.is_role(key):  # merged with what other keys already placed in this role
+                    translated = roles.translate_role_field(key, value)
+                    earlier = self.out.get(key)
+                    if isinstance(earlier, dict) and isinstance(translated, dict):
+                        translated = deep_merge(earlier, translated)
+                    self.out[key] = translated
+                else:
+                    self.out[key] = value
+                    self.row(key, "kept")
+            elif key in self.referenced:
+                self.row(key, "ignored", note="a value other keys interpolate (${" + key + "}); resolved when loading")
+            else:
+                self.out[key] = value
+                self.row(key, "unknown", note=_suggest(key, [*fields, *self.flat, *TOP_KEYS]))
+        self.fill_roll_defaults(data)
+        roles.apply_pretrain(data)
+
+    def set_path(self, path: str, value: Any, key: str) -> None:
+        node = self.out
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{key} moves to {path}, but {part} is not a section")
+        if leaf in node and node[leaf] != value:
+            self.row(key, "unsupported", path, f"contradicts {path}={node[leaf]!r} set elsewhere; keep one")
+            return
+        node[leaf] = value
+
+    def top_rule(self, key: str, rule: Rule, value: Any, data: dict[str, Any]) -> None:
+        if self.apply_rule(key, rule, value):
+            return
+        if key in (
+            "pretrain",
+            "reward_pretrain",
+            "defaults",
+            "global_template",
+            "use_pg_clip_range",
+            "enable_reference",
+        ):
+            self.row(key, rule.status, rule.target or "", rule.note)  # applied in apply_pretrain / flat_key
+        elif key == "num_return_sequences_in_group":
+            self.row(key, "renamed", "actor_infer.generating_args.num_return_sequences")
+        elif key in ("rpc_timeout", "model_update_buffer_size_mb", "max_grad_norm"):
+            self.row(key, "implemented-as", rule.target or "", rule.note)  # applied per role by RoleTranslator
+        elif key == "sequence_length":
+            if self.pipeline in ("sft", "dpo"):
+                self.set_path(f"{self.trained}.data_args.max_length", value, key)
+                self.row(key, "renamed", f"{self.trained}.data_args.max_length")
+            else:
+                self.row(key, "ignored", note="RLVR lengths are rollout.prompt_length + rollout.response_length")
+        elif key == "force_disable_old_logprobs_recompute":
+            if value:
+                self.set_path("correction.old_log_probs_recompute", False, key)
+            self.row(key, "implemented-as", "correction.old_log_probs_recompute", "true sets it to false")
+        elif key == "train_infer_correction":
+            self.train_infer_correction(value)
+        elif key == "val_greedy":
+            if value:
+                self.set_path("validation.generating_args.temperature", 0.0, key)
+            self.row(key, "implemented-as", "validation.generating_args.temperature", "true: 0 (greedy)")
+        elif key == "max_len_mask":
+            self.out["mask_truncated"] = value
+            self.row(key, "renamed", "overlong.mask_truncated")
+        elif key == "ipo":
+            self.out["loss_type"] = "ipo" if value else "sigmoid"
+            self.row(key, "renamed", "loss.loss_type", "true: ipo, false: sigmoid")
+        elif key in ("prompt_key", "response_key", "chosen_key", "rejected_key"):
+            target = rule.target.replace("<trained role>", self.trained) if rule.target else ""
+            self.set_path(target, value, key)
+            self.row(key, "renamed", target)
+        elif rule.target:
+            self.set_path(rule.target, value, key)
+            self.row(key, rule.status, rule.target, rule.note)
+        else:
+            self.row(key, rule.status, note=rule.note)
+
+    def train_infer_correction(self, value: Any) -> None:
+        value = value or {}
+        weight = value.get("is_weight") or {}
+        if weight.get("enabled"):
+            level = {"token": "token", "sequence": "sequence"}.get(weight.get("weight_type", "token"))
+            if level is None:
+                self.row(
+                    "train_infer_correction.is_weight.weight_type",
+                    "unsupported",
+                    note=f"roll's truncated IS is per token or sequence, got {weight.get('weight_type')!r}",
+                )
+            else:
+                self.out["tis_cap"] = weight.get("upper_bound") or 2.0
+                self.out["tis_level"] = level
+        if any(isinstance(f, dict) and f.get("enabled") for f in value.get("filters") or []):
+            self.row("train_infer_correction.filters", "unsupported", note="roll does not implement ratio/diff filters")
+        self.row("train_infer_correction", "implemented-as", "correction.tis_cap/tis_level", "is_weight -> TIS")
+
+    # --- flat keys, with ROLL's value spellings -------------------------------------------------------------
+    def flat_key(self, key: str, value: Any, data: dict[str, Any]) -> None:
+        target = self.flat[key]
+        note = ""
+        if key == "adv_estimator" and value in UNSUPPORTED_ESTIMATORS:
+            self.row(key, "unsupported", target, f"estimator {value!r} is agentic (step-level); roll's RLVR lacks it")
+            return
+        if key == "dual_clip_loss":
+            clip = data.get("pg_clip", 0.2)
+            value = 1 + 2 * float(clip) if value is True else (None if value is False else value)
+            note = "true: dual-clip bound 1 + 2 * pg_clip, as ROLL"
+        elif key == "reward_norm" and value is None:
+            value = "none"
+        elif key == "importance_sampling" and value == "seq":
+            value, note = "sequence", "'seq' -> 'sequence'"
+        elif key == "kl_penalty" and value == "full":
+            self.row(key, "unsupported", target, "kl_penalty 'full' (full-vocabulary KL) is not implemented")
+            return
+        elif key in ("pg_clip_low", "pg_clip_high") and not data.get("use_pg_clip_range", False):
+            self.row(key, "ignored", note="used only with use_pg_clip_range: true, as in ROLL")
+            return
+        elif key == "target_kl" and value is not None and "kl_ctrl_type" not in data:
+            self.out["kl_ctrl_type"] = "adaptive"
+            self.out.setdefault("kl_horizon", data.get("kl_horizon", 10000))
+            note = "set: adaptive KL controller, as ROLL"
+        elif key == "async_generation_ratio" and not value:
+            self.row(key, "ignored", note=f"{value!r} is ROLL's default (synchronous); roll's default step is too")
+            return
+        elif key == "model_update_frequency" and key in self.out:
+            self.row(key, "kept", target, "also given by a role")
+        self.out[key] = value
+        self.row(key, "mapped", target, note)
+
+    def fill_roll_defaults(self, data: dict[str, Any]) -> None:
+        if self.pipeline != "rlvr":
+            return
+        for key, value in ROLL_RLVR_DEFAULTS.items():
+            if key not in data and key in self.flat:
+                self.out[key] = value
+                self.row(f"({key})", "implemented-as", self.flat[key], f"ROLL default {value!r} written in")
+
+
+def translate(data: dict[str, Any], referenced: set[str] | None = None, pipeline: str | None = None) -> Translation:
+    """roll config data for ROLL config ``data`` (composed and interpolated) and a report row per key."""
+    from roll.pipelines.registry import resolve_pipeline
+
+    name, why = (pipeline, "pipeline_cls given") if pipeline else infer_pipeline(data)
+    try:
+        config_cls = resolve_pipeline(name).config_cls
+    except ConfigError as e:
+        raise ConfigError(f"this ROLL config is a {name} config ({why}), and {e}") from None
+    translator = _Translator(config_cls, name, referenced or set())
+    translator.run(data)
+    return Translation(translator.out, name, why, translator.rows)

@@ -1,0 +1,72 @@
+"""ROLL's reward normalization, REINFORCE return and sample masks against plain-Python references."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+
+from roll.pipelines.algorithms.roll_knobs import (
+    difficulty_mask,
+    error_length_mask,
+    normalize_rewards,
+    reinforce_returns,
+)
+
+SCORES = [1.0, 0.0, 0.5, 1.0, 0.0, 0.0, 2.0, -1.0, 0.25]
+GROUPS = [0, 0, 0, 1, 1, 1, 2, 2, 2]
+
+
+def _reference_norm(mean_type: str | None, std_type: str | None) -> list[float]:
+    by_group = {g: [s for s, gg in zip(SCORES, GROUPS) if gg == g] for g in set(GROUPS)}
+    out = []
+    for s, g in zip(SCORES, GROUPS):
+        mean = {"batch": statistics.mean(SCORES), "group": statistics.mean(by_group[g]), None: 0.0}[mean_type]
+        if std_type is None:
+            out.append(s - mean)
+            continue
+        std = statistics.stdev(SCORES) if std_type == "batch" else statistics.stdev(by_group[g])
+        out.append((s - mean) / (std + 1e-6))
+    return out
+
+
+@pytest.mark.parametrize("mean_type", ["batch", "group", None])
+@pytest.mark.parametrize("std_type", ["batch", "group", None])
+def test_normalize_rewards_matches_reference(mean_type, std_type):
+    got = normalize_rewards(torch.tensor(SCORES), torch.tensor(GROUPS), mean_type, std_type)
+    assert got.tolist() == pytest.approx(_reference_norm(mean_type, std_type), abs=1e-6)
+
+
+def test_normalize_rewards_rejects_running():
+    from roll.runtime import ConfigError
+
+    with pytest.raises(ConfigError, match="norm_mean_type='running'"):
+        normalize_rewards(torch.tensor(SCORES), torch.tensor(GROUPS), "running", None)  # type: ignore[arg-type]
+
+
+def test_reinforce_returns_are_discounted_returns_to_go():
+    rewards = torch.tensor([[0.5, 0.0, 1.0, 9.0], [0.0, 2.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    gamma = 0.9
+    expected = []
+    for row, m in zip(rewards.tolist(), mask.tolist()):
+        r = [a * b for a, b in zip(row, m)]
+        expected.append([sum(r[k] * gamma ** (k - t) for k in range(t, len(r))) * m[t] for t in range(len(r))])
+    advantages, returns = reinforce_returns(rewards, mask, gamma)
+    assert torch.allclose(advantages, torch.tensor(expected), atol=1e-6)
+    assert torch.equal(advantages, returns)
+
+
+def test_difficulty_mask_keeps_groups_strictly_inside_the_band():
+    # group means: 0.5, 0.333.., 0.4167; band (0.4, 0.95) keeps groups 0 and 2
+    got = difficulty_mask(torch.tensor(SCORES), torch.tensor(GROUPS), 0.4, 0.95)
+    assert got.tolist() == [1, 1, 1, 0, 0, 0, 1, 1, 1]
+    edge = difficulty_mask(torch.tensor([0.5, 0.5]), torch.tensor([0, 0]), 0.5, 1.0)
+    assert edge.tolist() == [0, 0]  # the bounds are exclusive, as in ROLL
+
+
+def test_error_length_mask():
+    scores = torch.tensor([1.0, 0.0, 0.0, 0.5])
+    lengths = torch.tensor([100.0, 10.0, 50.0, 5.0])
+    assert error_length_mask(scores, lengths, 20).tolist() == [1, 1, 0, 0]

@@ -1,0 +1,196 @@
+"""ROLL's YAML files load as roll configs: Hydra composition, pipeline inference, a report row for every key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from roll.pipelines.cli import main
+from roll.pipelines.compat import compose_file, infer_pipeline, translate
+from roll.pipelines.config import load_config, read_config_source
+from roll.runtime import ConfigError
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TOTAL = FIXTURES / "roll" / "example_total_rl_options.yaml"
+TINY = FIXTURES / "tiny" / "rlvr_tiny.yaml"
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+# --- Hydra composition ----------------------------------------------------------------------------------------
+def test_defaults_merge_relative_files_with_self_last(tmp_path: Path) -> None:
+    _write(tmp_path / "conf" / "base.yaml", "a: 1\nnested: {x: 1, y: 2}\n")
+    _write(tmp_path / "conf" / "group" / "opt.yaml", "z: 3\n")
+    main_file = _write(
+        tmp_path / "run" / "main.yaml",
+        "defaults:\n  - ../conf/base@_here_\n  - ../conf/group: opt\n  - _self_\nhydra: {run: {dir: .}}\n"
+        "a: 2\nnested: {y: 5}\nref: ${nested.x}\ntext: run-${a}\n",
+    )
+    data, referenced = compose_file(main_file)
+    assert data == {"a": 2, "nested": {"x": 1, "y": 5}, "group": {"z": 3}, "ref": 1, "text": "run-2"}
+    assert referenced == {"nested", "a"}
+
+
+def test_interpolation_errors_name_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"b: interpolation \$\{missing\} refers to a key that does not exist"):
+        compose_file(_write(tmp_path / "x.yaml", "b: ${missing}\n"))
+    with pytest.raises(ConfigError, match="cycle"):
+        compose_file(_write(tmp_path / "y.yaml", "a: ${b}\nb: ${a}\n"))
+    with pytest.raises(ConfigError, match="does not exist"):
+        compose_file(_write(tmp_path / "z.yaml", "defaults:\n  - nothere@_here_\n"))
+
+
+def test_env_resolver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROLL_TEST_VALUE", "7")
+    data, _ = compose_file(_write(tmp_path / "e.yaml", "a: ${oc.env:ROLL_TEST_VALUE}\nb: ${oc.env:ROLL_NOPE,3}\n"))
+    assert data == {"a": "7", "b": 3}
+
+
+# --- pipeline inference ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("keys", "pipeline"),
+    [
+        ({"rewards": {}, "actor_train": {}}, "rlvr"),
+        ({"sft_train": {}}, "sft"),
+        ({"actor_train": {}, "reference": {}, "beta": 0.1}, "dpo"),
+        ({"actor_infer": {}}, "rlvr_rollout"),
+        ({"train_env_manager": {}}, "agentic"),
+        ({"teacher": {}, "student": {}}, "distill"),
+    ],
+)
+def test_pipeline_is_inferred_from_the_shape(keys: dict, pipeline: str) -> None:
+    assert infer_pipeline(keys)[0] == pipeline
+
+
+def test_pipeline_override_wins() -> None:
+    _data, _, translation = read_config_source(TINY, ["pipeline_cls=rlvr"])
+    assert translation is not None and translation.reason == "pipeline_cls given"
+
+
+# --- the docs example with every RL option ---------------------------------------------------------------------
+def test_total_rl_options_has_no_unknown_key() -> None:
+    data, referenced = compose_file(TOTAL)
+    translation = translate(data, referenced)
+    assert translation.pipeline == "rlvr"
+    assert [row.key for row in translation.rows if row.status == "unknown"] == []
+    by_key = {row.key: row for row in translation.rows}
+    assert by_key["dual_clip_loss"].status == "mapped"
+    assert translation.data["dual_clip_loss"] == pytest.approx(1.4)  # 1 + 2 * pg_clip (0.2), as ROLL
+    assert by_key["logging_dir"].status == "ignored" and by_key["logging_dir"].note
+    assert by_key["actor_train.model_args.dtype"].status == "renamed"
+    assert translation.data["actor_train"]["model_args"]["dtype"] == "bfloat16"
+    assert translation.data["actor_train"]["model_args"]["gradient_checkpointing"] is True  # disable_...: false
+    assert translation.data["actor_infer"]["strategy_args"]["strategy_config"]["engine_kwargs"] == {"block_size": 16}
+    assert translation.data["actor_train"]["data_args"]["eval_file_name"] == ["data/math_benchmarks.jsonl"]
+    # every key the file has is reported (the (x) rows are ROLL defaults written in)
+    top_level = {row.key.split(".")[0] for row in translation.rows if not row.key.startswith("(")}
+    assert top_level == set(data)
+
+
+def test_total_rl_options_fails_only_on_the_reward_roll_lacks() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(TOTAL)
+    lines = [line.strip() for line in str(info.value).splitlines()[1:]]
+    assert len(lines) == 1 and lines[0].startswith("rewards.ifeval.worker_cls: unsupported")
+
+
+def test_it_loads_with_the_reward_roll_lacks_removed(tmp_path: Path) -> None:
+    data, _referenced = compose_file(TOTAL)
+    del data["rewards"]["ifeval"]
+    data["actor_train"]["data_args"]["domain_interleave_probs"].pop("ifeval")
+    config = load_config(data)
+    assert config.pipeline_cls == "rlvr"
+    assert config.advantage.estimator == "grpo" and config.advantage.whiten and config.advantage.clip == 2.0
+    assert config.kl.use_loss and config.kl.loss_coef == 0.001 and config.kl.penalty == "kl"
+    assert config.advantage.lam == 0.95  # ROLL's default, not roll's
+    assert config.overlong.mask_truncated and config.sample_mask.difficulty
+    assert (config.sample_mask.difficulty_low, config.sample_mask.difficulty_high) == (0.1, 0.95)
+    assert config.actor_infer.generating_args.num_return_sequences == 8
+    assert config.actor_infer.generating_args.max_new_tokens == 4096
+    assert config.rewards["crossthinkqa"].reward_type == "crossthinkqa"
+    assert config.rewards["crossthinkqa"].reward_kwargs == {"mode": "soft"}
+    assert config.rewards["math_rule"].reward_type == "math"
+    assert config.actor_train.model_args.model_name_or_path == "Qwen/Qwen2.5-7B"
+
+
+def test_dpo_example_round_trips_through_convert(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = FIXTURES / "roll" / "qwen2.5-3B_dpo_megatron.yaml"
+    out = tmp_path / "converted.yaml"
+    assert main(["convert", str(source), "-o", str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "unknown" not in report.split("-- ")[-1]
+    direct, converted = load_config(source), load_config(out)
+    assert converted == direct
+    assert direct.pipeline_cls == "dpo" and direct.loss.beta == 0.1 and direct.loss.loss_type == "sigmoid"
+    assert direct.actor_train.data_args is not None and direct.actor_train.data_args.max_length == 512
+    assert yaml.safe_load(out.read_text())["pipeline_cls"] == "dpo"
+
+
+# --- errors ---------------------------------------------------------------------------------------------------
+def test_unknown_key_names_the_nearest_known_one(tmp_path: Path) -> None:
+    data, _ = compose_file(TINY)
+    data["ppo_epoch"] = 2
+    data["actor_train"]["model_args"]["dtpye"] = "fp32"
+    with pytest.raises(ConfigError) as info:
+        load_config(data)
+    text = str(info.value)
+    assert "ppo_epoch: unknown: unknown key; did you mean 'ppo_epochs'?" in text
+    assert "actor_train.model_args.dtpye: unknown: unknown key; did you mean 'dtype'?" in text
+
+
+def test_deepspeed_names_the_replacement_and_unsupported_knobs_fail() -> None:
+    data, _ = compose_file(TINY)
+    data["actor_train"]["strategy_args"] = {"strategy_name": "deepspeed_train"}
+    data["adv_estimator"] = "gigpo"
+    data["use_reward_scaling"] = True
+    with pytest.raises(ConfigError) as info:
+        load_config(data)
+    text = str(info.value)
+    assert "use strategy_name fsdp2_train" in text
+    assert "estimator 'gigpo'" in text and "use_reward_scaling: unsupported" in text
+
+
+def test_default_values_of_unsupported_knobs_are_ignored_with_a_reason() -> None:
+    data, referenced = compose_file(TINY)
+    data.update({"async_generation_ratio": 0, "reward_shift": False, "use_topr_loss": False})
+    rows = {row.key: row for row in translate(data, referenced).rows}
+    assert rows["async_generation_ratio"].status == "ignored" and "ROLL's default" in rows["reward_shift"].note
+
+
+# --- validate --no-ray and a run ------------------------------------------------------------------------------
+def test_validate_no_ray_warns_on_unavailable_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = FIXTURES / "roll" / "qwen2.5-3B_dpo_megatron.yaml"
+    assert main(["validate", "--no-ray", str(source)]) == 0
+    out = capsys.readouterr().out
+    assert "ROLL config, run as pipeline dpo" in out
+    assert "warning: actor_train.model_args.model_name_or_path='Qwen/Qwen2.5-3B-Instruct' does not exist" in out
+
+
+def test_tiny_roll_format_file_translates_knobs(tmp_path: Path) -> None:
+    config = load_config(TINY)
+    assert config.advantage.estimator == "reinforce"
+    assert (config.advantage.norm_mean_type, config.advantage.norm_std_type) == ("group", None)
+    assert config.policy_loss.dual_clip == pytest.approx(1.4)
+    assert config.actor_train.model_args.model_name_or_path == "tiny://nano?seed=0"
+    assert config.actor_train.model_args.dtype == "float32"
+    assert config.rollout.batch_size == 2 and config.group_size == 2
+
+
+@pytest.mark.slow
+def test_roll_format_file_runs_one_step(tmp_path: Path, ray_env: None) -> None:
+    from roll.pipelines.launcher import run_config
+    from roll.pipelines.tracking import read_metrics
+
+    run_config(
+        load_config(TINY, [f"output_dir={tmp_path}", "actor_train.name=compat-train", "actor_infer.name=compat-infer"])
+    )
+    metrics = read_metrics(tmp_path / "metrics.jsonl")
+    assert metrics[-1]["step"] == 1
+    assert metrics[-1]["rollout/samples"] == 4
+    assert "train/skipped_no_tokens" not in metrics[-1] and metrics[-1]["actor/grad_norm"] >= 0  # it trained
