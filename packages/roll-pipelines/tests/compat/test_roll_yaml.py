@@ -148,12 +148,12 @@ def test_deepspeed_names_the_replacement_and_unsupported_knobs_fail() -> None:
     data, _ = compose_file(TINY)
     data["actor_train"]["strategy_args"] = {"strategy_name": "deepspeed_train"}
     data["adv_estimator"] = "gigpo"
-    data["async_generation_ratio"] = 1
+    data["use_reward_scaling"] = True
     with pytest.raises(ConfigError) as info:
         load_config(data)
     text = str(info.value)
     assert "use strategy_name fsdp2_train" in text
-    assert "estimator 'gigpo'" in text and "async_generation_ratio: unsupported" in text
+    assert "estimator 'gigpo'" in text and "use_reward_scaling: unsupported" in text
 
 
 def test_default_values_of_unsupported_knobs_are_ignored_with_a_reason() -> None:

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 import torch
 
-from roll.pipelines.checkpoint import CheckpointManager, PipelineState
+from roll.pipelines.checkpoint import CheckpointManager, PipelineState, verify_manifest
 from roll.runtime import ConfigError
 
 
@@ -53,3 +54,19 @@ def test_driver_rng_is_restored(tmp_path):
     torch.manual_seed(99)
     manager.load_state(manager.latest())
     assert (random.random(), torch.rand(1).item()) == expected
+
+
+def test_manifest_lists_every_file_and_a_damaged_checkpoint_is_skipped(tmp_path):
+    manager = CheckpointManager(tmp_path, max_to_keep=3)
+    for step in (1, 2):
+        folder = manager.begin(step)
+        (folder / "actor").mkdir()
+        (folder / "actor" / "model.pt").write_bytes(b"w" * 100)
+        manager.commit(step, PipelineState(step=step))
+    manifest = json.loads((tmp_path / "step-00000002" / "manifest.json").read_text())["files"]
+    assert manifest["actor/model.pt"] == 100 and {"pipeline_state.json", "driver_rng.pkl"} <= set(manifest)
+    (tmp_path / "step-00000002" / "actor" / "model.pt").write_bytes(b"w" * 10)  # cut short after the fact
+    assert verify_manifest(tmp_path / "step-00000002") is not None
+    assert manager.resolve("auto").name == "step-00000001"
+    with pytest.raises(ConfigError, match="wrong size"):
+        manager.resolve(str(tmp_path / "step-00000002"))

@@ -108,6 +108,7 @@ FLAT_VALUES: dict[str, Any] = {
     "overlong_penalty_factor": 0.5,
     "val_batch_size": 11,
     "val_generating_args": {"temperature": 0.7, "num_return_sequences": 3},
+    "async_generation_ratio": 2,
 }
 
 

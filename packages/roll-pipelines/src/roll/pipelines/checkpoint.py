@@ -6,13 +6,20 @@ Layout under ``<output_dir>/checkpoints``::
         pipeline_state.json     step, data cursors, metrics history, algorithm state
         driver_rng.pkl          the driver's RNG states
         <role>/                 what each role's workers wrote (sharded model/optimizer/RNG)
+        manifest.json           every other file with its size, written (fsynced) last before the rename
     .tmp-step-00000020/         a checkpoint being written (deleted at start-up if a crash left it)
     latest                      name of the newest complete checkpoint
+
+A process killed at any moment (SIGKILL included) leaves either a temporary folder, deleted at the next start, or a
+complete checkpoint: the folder is renamed only after every file and the manifest are on disk. A checkpoint whose
+files do not match its manifest (a damaged disk, a copy cut short) is skipped by ``resume_from_checkpoint=auto``
+with a warning, and is an error when named explicitly.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import random
@@ -26,10 +33,13 @@ import torch
 
 from roll.runtime import ConfigError
 
-__all__ = ["CheckpointManager", "PipelineState", "capture_rng", "restore_rng"]
+__all__ = ["CheckpointManager", "PipelineState", "capture_rng", "restore_rng", "verify_manifest", "write_manifest"]
+
+logger = logging.getLogger(__name__)
 
 _PREFIX = "step-"
 _TMP_PREFIX = ".tmp-step-"
+MANIFEST = "manifest.json"
 
 
 @dataclass
@@ -59,10 +69,51 @@ def restore_rng(state: dict[str, Any]) -> None:
     torch.random.set_rng_state(state["torch"])
 
 
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
+    with tmp.open("wb") as sink:
+        sink.write(data)
+        sink.flush()
+        os.fsync(sink.fileno())
     os.replace(tmp, path)
+
+
+def _file_sizes(folder: Path) -> dict[str, int]:
+    return {
+        str(p.relative_to(folder)): p.stat().st_size
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
+
+
+def write_manifest(folder: Path) -> None:
+    """Record every file under ``folder`` with its size, after syncing them to disk."""
+    sizes = _file_sizes(folder)
+    for name in sizes:
+        _fsync_path(folder / name)
+    _atomic_write(folder / MANIFEST, json.dumps({"files": sizes}, indent=1).encode())
+
+
+def verify_manifest(folder: Path) -> str | None:
+    """None if ``folder`` holds exactly the files its manifest lists, with their sizes; else what is wrong."""
+    manifest = folder / MANIFEST
+    if not manifest.is_file():  # written before manifests existed: the atomic rename alone vouches for it
+        return None
+    expected = json.loads(manifest.read_text())["files"]
+    found = _file_sizes(folder)
+    missing = sorted(set(expected) - set(found))
+    changed = sorted(k for k in expected if k in found and found[k] != expected[k])
+    if missing or changed:
+        return f"files missing {missing[:5]} or of the wrong size {changed[:5]}"
+    return None
 
 
 class CheckpointManager:
@@ -89,10 +140,12 @@ class CheckpointManager:
         tmp = self.root / f"{_TMP_PREFIX}{step:08d}"
         _atomic_write(tmp / "pipeline_state.json", state.to_json().encode())
         _atomic_write(tmp / "driver_rng.pkl", pickle.dumps(capture_rng()))
+        write_manifest(tmp)
         final = self.root / self.name(step)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
+        _fsync_path(self.root)
         _atomic_write(self.root / "latest", final.name.encode())
         self._prune()
         return final
@@ -105,8 +158,13 @@ class CheckpointManager:
         return sorted(found, key=lambda p: int(p.name[len(_PREFIX) :]))
 
     def latest(self) -> Path | None:
-        done = self.complete()
-        return done[-1] if done else None
+        """The newest checkpoint that matches its manifest (damaged ones are skipped with a warning)."""
+        for path in reversed(self.complete()):
+            problem = verify_manifest(path)
+            if problem is None:
+                return path
+            logger.warning("skipping checkpoint %s: %s", path, problem)
+        return None
 
     def clean_incomplete(self) -> list[Path]:
         """Delete temporary folders a crash left behind; returns what was removed."""
@@ -124,9 +182,10 @@ class CheckpointManager:
         if resume_from == "auto":
             return self.latest()
         path = Path(str(resume_from)).expanduser()
-        if not (path / "pipeline_state.json").is_file():
+        problem = "no pipeline_state.json" if not (path / "pipeline_state.json").is_file() else verify_manifest(path)
+        if problem is not None:
             raise ConfigError(
-                f"resume_from_checkpoint={resume_from!r} is not a complete checkpoint (no pipeline_state.json); "
+                f"resume_from_checkpoint={resume_from!r} is not a complete checkpoint ({problem}); "
                 f"use 'auto' or one of {[str(p) for p in self.complete()] or 'the folders under ' + str(self.root)}"
             )
         return path

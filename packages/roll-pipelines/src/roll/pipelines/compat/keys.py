@@ -99,7 +99,6 @@ TOP_KEYS: dict[str, Rule] = {
     "tag_to_template": _ignored("one chat template (the tokenizer's) for every domain"),
     "reward": _unsupported("a single `reward` role: give reward domains under `rewards`"),
     "reward_model": _unsupported("a reward-model role: use rewards.<domain> with reward_type llm_judge"),
-    "async_generation_ratio": _unsupported("asynchronous (off-policy) generation; roll's RLVR step is synchronous"),
     "use_pg_clip_range": Rule("implemented-as", note="false: pg_clip_low/pg_clip_high are ignored, as in ROLL"),
     "use_reward_scaling": _unsupported("running reward scaling"),
     "add_len_reward": _unsupported("length reward"),

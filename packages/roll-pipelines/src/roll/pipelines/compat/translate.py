@@ -260,6 +260,9 @@ class _Translator:
             self.out["kl_ctrl_type"] = "adaptive"
             self.out.setdefault("kl_horizon", data.get("kl_horizon", 10000))
             note = "set: adaptive KL controller, as ROLL"
+        elif key == "async_generation_ratio" and not value:
+            self.row(key, "ignored", note=f"{value!r} is ROLL's default (synchronous); roll's default step is too")
+            return
         elif key == "model_update_frequency" and key in self.out:
             self.row(key, "kept", target, "also given by a role")
         self.out[key] = value

@@ -24,6 +24,7 @@ from roll.strategies import GenerationConfig
 __all__ = [
     "FLAT_KEYS",
     "AdvantageSection",
+    "AsyncSection",
     "CorrectionSection",
     "DynamicSamplingSection",
     "KLSection",
@@ -93,6 +94,7 @@ FLAT_KEYS: dict[str, str] = {
     "difficulty_high_threshold": "sample_mask.difficulty_high",
     "error_max_len_clip": "sample_mask.error_max_len_clip",
     "error_max_len_threshold": "sample_mask.error_max_len_threshold",
+    "async_generation_ratio": "asynchrony.generation_ratio",
 }
 
 Estimator = Literal["gae", "grpo", "reinforce", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"]
@@ -260,6 +262,37 @@ class ValidationSection(RollModel):
     )
 
 
+class AsyncSection(RollModel):
+    """Asynchronous training (ROLL Flash): per-request rollouts that overlap training, with bounded staleness.
+
+    Off unless ``generation_ratio`` is set. Then the inference role runs as ``actor_infer.world_size`` independent
+    engines fed one request at a time; a sample is never trained on by a policy more than ``generation_ratio``
+    versions newer than the one that started it, rounded up (0: synchronous, still per request and fault tolerant).
+    """
+
+    generation_ratio: float | None = Field(
+        default=None,
+        ge=0,
+        description="async_generation_ratio: how many steps generation may run ahead; samples are at most "
+        "ceil(ratio) versions stale (None: off).",
+    )
+    partial_rollout_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Segment length of partial rollouts: a weight sync waits at most this many tokens per engine, "
+        "then unfinished samples resume from their prefix under the new weights (None: whole responses).",
+    )
+    requests_per_call: int = Field(default=4, ge=1, description="Requests sent to an engine per call.")
+    request_timeout_s: float = Field(
+        default=600.0, gt=0, description="An engine call still running after this long is hung: restart, re-issue."
+    )
+    max_restarts: int = Field(default=8, ge=0, description="Engine restarts allowed in a run before it fails.")
+
+    @property
+    def enabled(self) -> bool:
+        return self.generation_ratio is not None
+
+
 # --- derived values, filled into raw data before validation -------------------------------------------------
 def fill_reward_tags(data: dict[str, Any]) -> None:
     """A reward domain without ``tag_included`` scores the samples tagged with its own name."""
@@ -310,6 +343,7 @@ class RLVRConfig(BaseConfig):
     overlong: OverlongSection = Field(default_factory=OverlongSection)
     sample_mask: SampleMaskSection = Field(default_factory=SampleMaskSection)
     validation: ValidationSection = Field(default_factory=ValidationSection)
+    asynchrony: AsyncSection = Field(default_factory=AsyncSection)
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:

@@ -22,23 +22,29 @@ import torch
 from roll.pipelines.algorithms import make_kl_controller
 from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.data import PromptCollator
+from roll.pipelines.engines import EnginePool
 from roll.pipelines.rewards import resolve_reward_worker
 from roll.pipelines.rlvr.advantage import compute_training_targets
+from roll.pipelines.rlvr.async_mode import async_step, make_scheduler
 from roll.pipelines.rlvr.config import RLVRConfig
-from roll.pipelines.rlvr.rollout import PromptSource, Rollouts, check_reward_fields
+from roll.pipelines.rlvr.rollout import PromptSource, Rollouts, check_reward_fields, step_generation_config
+from roll.pipelines.rlvr.scheduler import RequestScheduler
 from roll.pipelines.rlvr.validation import validate_policy
 from roll.pipelines.rlvr.workers import ActorWorker, CriticWorker, InferWorker, PolicyWorker
 from roll.pipelines.stages import StepTimer, UpdatePlan, is_eval_step, load_splits
 from roll.pipelines.tokenizers import load_tokenizer
 from roll.protocol import DataProto
-from roll.runtime import materialize_all
+from roll.runtime import PendingCall, materialize_all
 
 __all__ = ["RLVRPipeline"]
+
+_DUMPED_INTS = ("group_index", "policy_version", "staleness")
 
 
 class RLVRPipeline(BasePipeline):
     config_cls = RLVRConfig
     config: RLVRConfig
+    engines: EnginePool  # async mode only
 
     def setup(self) -> None:
         cfg = self.config
@@ -64,10 +70,9 @@ class RLVRPipeline(BasePipeline):
         )
         # 2. session; 3. roles, each with its own settings
         self.open_session()
-        roles = {
-            "actor_train": Role(ActorWorker, cfg.actor_train, cfg.actor_settings()),
-            "actor_infer": Role(InferWorker, cfg.actor_infer),
-        }
+        roles = {"actor_train": Role(ActorWorker, cfg.actor_train, cfg.actor_settings())}
+        if not cfg.asynchrony.enabled:  # async mode runs the inference role as independent engines (below)
+            roles["actor_infer"] = Role(InferWorker, cfg.actor_infer)
         if cfg.needs_reference and cfg.reference is not None:
             roles["reference"] = Role(PolicyWorker, cfg.reference, cfg.policy_settings())
         if cfg.critic is not None:
@@ -75,23 +80,31 @@ class RLVRPipeline(BasePipeline):
         for domain, reward in cfg.rewards.items():
             roles[f"reward/{domain}"] = Role(reward_workers[domain], reward)
         clusters = self.create_clusters(roles)
-        self.actor_train, self.actor_infer = clusters["actor_train"], clusters["actor_infer"]
+        self.actor_train, self.actor_infer = clusters["actor_train"], clusters.get("actor_infer")
         self.reference = clusters.get("reference")
         self.critic = clusters.get("critic")
         # 4. wiring
         reward_clusters = {domain: clusters[f"reward/{domain}"] for domain in cfg.rewards}
-        self.rollouts = Rollouts(self.actor_infer, reward_clusters, cfg.rewards, self.tokenizer)
-        self.set_model_update_pair(self.actor_train, self.actor_infer, frequency=cfg.rollout.model_update_frequency)
+        self.rollouts = Rollouts(self.actor_infer, reward_clusters, cfg.rewards, self.tokenizer)  # type: ignore[arg-type]
+        self.scheduler: RequestScheduler | None = None
+        if cfg.asynchrony.enabled:
+            self.scheduler = make_scheduler(self)
+        elif self.actor_infer is not None:
+            self.set_model_update_pair(self.actor_train, self.actor_infer, frequency=cfg.rollout.model_update_frequency)
         self.set_checkpoint_clusters(*[c for c in (self.actor_train, self.critic) if c is not None])
         kl = cfg.kl
         self.kl_ctrl = make_kl_controller(kl.ctrl_type, kl.init_coef, kl.target, kl.horizon)
 
     # --- state ------------------------------------------------------------------------------------------
     def data_state(self) -> dict[str, Any]:
+        if self.scheduler is not None:
+            return {"prompts": self.prompts.state_dict(), "async": self.scheduler.state_dict()}
         return {"prompts": self.prompts.state_dict()}
 
     def load_data_state(self, state: dict[str, Any]) -> None:
         self.prompts.load_state_dict(state["prompts"])
+        if self.scheduler is not None and "async" in state:
+            self.scheduler.load_state_dict(state["async"])
 
     def algorithm_state(self) -> dict[str, Any]:
         return {"kl_ctrl": self.kl_ctrl.state_dict()}
@@ -115,7 +128,8 @@ class RLVRPipeline(BasePipeline):
         exactly, so no recompute pass is needed (see CorrectionSection.old_log_probs_recompute)."""
         cfg = self.config
         auto = cfg.correction.old_log_probs_recompute == "auto"
-        return auto and not cfg.recompute_old_log_probs(plan.num_mini_batches)
+        # Async samples come from older policies: the behaviour log-probs are the rollout engine's.
+        return auto and not cfg.asynchrony.enabled and not cfg.recompute_old_log_probs(plan.num_mini_batches)
 
     def score_with_models(self, batch: DataProto, plan: UpdatePlan) -> None:
         """Reference log-probs (KL), old log-probs (a recompute pass, or the engine's) and values (GAE), at once."""
@@ -137,6 +151,15 @@ class RLVRPipeline(BasePipeline):
         if "values" in results:
             batch.batch["values"] = results["values"].batch["values"]
 
+    def start_train(self, batch: DataProto, plan: UpdatePlan, step: int, *, on_policy: bool) -> list[PendingCall]:
+        """Start the critic's and (after critic_warmup) the policy's updates, side by side."""
+        pending = []
+        if self.critic is not None:
+            pending.append(self.critic.train_step(batch, plan, blocking=False))
+        if step > self.config.update.critic_warmup:
+            pending.append(self.actor_train.train_step(batch, plan, on_policy, blocking=False))
+        return pending
+
     def train(self, batch: DataProto, plan: UpdatePlan, step: int) -> dict[str, Any]:
         """The critic's and (after critic_warmup) the policy's updates, side by side.
 
@@ -145,12 +168,7 @@ class RLVRPipeline(BasePipeline):
         """
         if float(batch.batch["response_mask"].sum()) == 0:
             return {"train/skipped_no_tokens": 1.0}
-        pending = []
-        if self.critic is not None:
-            pending.append(self.critic.train_step(batch, plan, blocking=False))
-        if step > self.config.update.critic_warmup:
-            on_policy = self.old_log_probs_from_train_forward(plan)
-            pending.append(self.actor_train.train_step(batch, plan, on_policy, blocking=False))
+        pending = self.start_train(batch, plan, step, on_policy=self.old_log_probs_from_train_forward(plan))
         metrics: dict[str, Any] = {}
         for result in materialize_all(*pending):
             metrics.update(result.meta_info.get("metrics", {}))
@@ -164,12 +182,14 @@ class RLVRPipeline(BasePipeline):
     def step(self, step: int) -> dict[str, Any]:
         """One step of the module docstring's algorithm; the engine gets the new weights at its end."""
         cfg = self.config
+        if self.scheduler is not None:
+            return async_step(self, step)
         timer, metrics = StepTimer(), {}
         started = time.perf_counter()
         with timer.phase("rollout"):  # generate + rewards (+ dynamic sampling)
             rollout = self.rollouts.collect(
                 self.prompts,
-                cfg.actor_infer.generating_args,
+                step_generation_config(cfg.actor_infer.generating_args, cfg.seed, step),
                 dynamic_sampling=cfg.dynamic_sampling.enabled,
                 max_rounds=cfg.dynamic_sampling.max_generation_rounds,
             )
@@ -210,12 +230,16 @@ class RLVRPipeline(BasePipeline):
         with (folder / f"step-{step:06d}.jsonl").open("w") as sink:
             for i in range(len(batch)):
                 row = {k: columns[k][i] for k in ("prompt", "response_text", "reward_info", "tag") if k in columns}
+                row.update({k: int(batch.batch[k][i]) for k in _DUMPED_INTS if k in batch.batch.keys()})
                 sink.write(json.dumps({**row, "score": float(batch.batch["scores"][i])}, default=str) + "\n")
 
     def run(self) -> dict[str, float]:
         start = self.resume()
         last: dict[str, float] = {}
-        if start > 0:
+        if start > 0 and self.scheduler is not None:  # the engines restarted with the initial weights
+            self.engines.sync(self.actor_train, 256 << 20)
+            self.scheduler.restart_at(start)  # the policy trained by `start` steps
+        elif start > 0:
             self.model_update(start, force=True)  # the engine restarted with the initial weights
         else:
             self.log_metrics(0, {**self.validate(), **self.splits.metrics})

@@ -23,7 +23,7 @@ from roll.runtime import Cluster, ConfigError
 from roll.strategies import GenerationConfig
 from roll.strategies.generation import compact_generation_padding
 
-__all__ = ["PromptSource", "RolloutResult", "Rollouts", "split_by_domain"]
+__all__ = ["PromptSource", "RolloutResult", "Rollouts", "split_by_domain", "step_generation_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,16 @@ def check_reward_fields(
                     )
 
 
+def step_generation_config(config: GenerationConfig, run_seed: int, step: int) -> GenerationConfig:
+    """``config`` with a sampling seed of its own for ``step`` (from ``config.seed``, else the run's seed).
+
+    Every step samples from a fresh seed that does not depend on the engine's history, so a run resumed from a
+    checkpoint (with freshly started engines) samples exactly what the uninterrupted run sampled.
+    """
+    base = config.seed if config.seed is not None else run_seed
+    return config.model_copy(update={"seed": (base * 1_000_003 + step * 7919) % 2**31})
+
+
 class PromptSource:
     """Endless, resumable batches of prompts, mixed across domains by ``domain_interleave_probs``."""
 
@@ -112,14 +122,18 @@ class PromptSource:
                 f"which have only {[len(self.pools[k]) for k in too_small]}; lower rollout_batch_size or add prompts"
             )
 
-    def next_batch(self) -> DataProto:
-        picked = []
+    def next_indices(self) -> list[int]:
+        """The next batch's example indices (into ``examples``), mixed by the domain quotas."""
+        picked: list[int] = []
         for key, iterator in self.iterators.items():
             indices = next(iterator)
             while len(indices) < self.quotas[key]:  # the end of an epoch gave a short batch: top it up
                 indices = indices + next(iterator)[: self.quotas[key] - len(indices)]
-            picked += [self.examples[self.pools[key][i]] for i in indices]
-        return self.collator(picked)
+            picked += [self.pools[key][i] for i in indices]
+        return picked
+
+    def next_batch(self) -> DataProto:
+        return self.collator([self.examples[i] for i in self.next_indices()])
 
     def state_dict(self) -> dict[str, Any]:
         return {key: it.state_dict() for key, it in self.iterators.items()}
@@ -191,7 +205,10 @@ class Rollouts:
         kept_groups = rounds = generated_groups = 0
         while kept_groups < target and rounds < max(1, max_rounds if dynamic_sampling else 1):
             rounds += 1
-            batch = self.score(self.generate(source.next_batch(), generation_config))
+            config = generation_config
+            if config.seed is not None and rounds > 1:  # each round of dynamic sampling draws fresh samples
+                config = config.model_copy(update={"seed": (config.seed + 104_729 * (rounds - 1)) % 2**31})
+            batch = self.score(self.generate(source.next_batch(), config))
             generated_groups += len(batch) // n
             if dynamic_sampling:
                 keep = zero_variance_group_mask(batch.batch["scores"], batch.batch["group_index"])

@@ -16,6 +16,7 @@ from roll.pipelines.stages import UpdatePlan, run_update
 from roll.protocol import DataProto, Dispatch, register
 from roll.strategies import GenerationConfig, LossScale, StrategyWorker
 from roll.strategies.ops import entropy_from_logits, log_probs_from_logits, response_logits
+from roll.strategies.requests import GenerateRequest, GenerateResult, generate_requests
 
 __all__ = ["ActorWorker", "CriticWorker", "InferWorker", "PolicyWorker", "actor_loss"]
 
@@ -88,6 +89,13 @@ class InferWorker(StrategyWorker):
     def generate(self, batch: DataProto, generation_config: GenerationConfig) -> DataProto:
         """Left-padded prompts in; rows per the generation layout of roll.strategies.base out."""
         return self.strategy.generate(batch, generation_config)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def generate_requests(self, requests: list[GenerateRequest], policy_version: int) -> list[GenerateResult]:
+        """One segment of each request (per-request generation, :mod:`roll.strategies.requests`), stamped with
+        ``policy_version``, the weights the driver last synced into this engine."""
+        pad = getattr(self.strategy.tokenizer, "pad_token_id", None) or 0
+        return generate_requests(self.strategy, requests, pad_token_id=pad, policy_version=policy_version)
 
 
 class _ScoringWorker(StrategyWorker):

@@ -1,0 +1,62 @@
+"""ReplayBuffer: async_generation_ratio admission, the staleness bound, top-ups after discards."""
+
+from __future__ import annotations
+
+import pytest
+
+from roll.pipelines.rlvr.replay import FinishedGroup, ReplayBuffer, StalenessError
+
+
+def _fill(buffer: ReplayBuffer[None], version: int) -> list[int]:
+    admitted = []
+    while buffer.may_admit(version):
+        admitted.append(buffer.admitted)
+        buffer.admit()
+    return admitted
+
+
+@pytest.mark.parametrize(("ratio", "limits"), [(0, [2, 4, 6]), (1, [4, 6, 8]), (2, [6, 8, 10]), (0.5, [3, 5, 7])])
+def test_admission_runs_at_most_ratio_steps_ahead(ratio: float, limits: list[int]) -> None:
+    buffer: ReplayBuffer[None] = ReplayBuffer(groups_per_step=2, ratio=ratio)
+    assert [buffer.admit_limit(v) for v in range(3)] == limits
+    assert len(_fill(buffer, 0)) == limits[0]
+    assert len(_fill(buffer, 1)) == limits[1] - limits[0]
+
+
+def test_stale_groups_are_dropped_counted_and_their_places_given_back() -> None:
+    buffer: ReplayBuffer[str] = ReplayBuffer(groups_per_step=2, ratio=1)
+    _fill(buffer, 0)  # 4 groups
+    for key in range(4):
+        buffer.put(FinishedGroup(key, 0, f"g{key}", size=8))
+    assert [g.key for g in buffer.take(0) or []] == [0, 1]
+    assert [g.key for g in buffer.take(1) or []] == [2, 3]  # staleness 1: allowed
+    buffer.put(FinishedGroup("late", 0, "x"))
+    assert buffer.take(2) is None  # version 0 at a step training version 2: too old
+    assert buffer.stale_dropped == 1 and buffer.discarded == 1
+    assert buffer.may_admit(1)  # the dropped group's place is free again
+    assert buffer.staleness_histogram == {0: 16, 1: 16}
+    assert buffer.metrics()["async/staleness_max"] == 1.0
+
+
+def test_a_group_from_the_future_is_a_bug() -> None:
+    buffer: ReplayBuffer[None] = ReplayBuffer(groups_per_step=1, ratio=1)
+    buffer.put(FinishedGroup("future", 3, None))
+    with pytest.raises(StalenessError, match="staleness -2"):
+        buffer.take(1)
+
+
+def test_bad_settings_are_rejected() -> None:
+    with pytest.raises(ValueError, match="async_generation_ratio"):
+        ReplayBuffer(groups_per_step=1, ratio=-1)
+
+
+def test_simulation_keeps_the_bound_and_counts_every_sample() -> None:
+    bench = pytest.importorskip("tools.bench.async_rlvr", reason="needs the repository root on sys.path")
+    Setup, run_async, run_sync = bench.Setup, bench.run_async, bench.run_sync
+
+    setup = Setup(workers=2, slots=4, groups=4, n=2)
+    for ratio in (0, 1, 2):
+        outcome = run_async(setup, steps=10, seed=0, ratio=ratio)
+        assert max(outcome.staleness) <= ratio
+        assert sum(outcome.staleness.values()) == outcome.samples == 10 * 4 * 2
+    assert run_sync(setup, steps=3, seed=0).staleness == {0: 24}
