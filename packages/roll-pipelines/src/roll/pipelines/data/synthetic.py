@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from roll.pipelines.data._work import column_addition
 from roll.pipelines.data.errors import DataError
 
 __all__ = [
@@ -166,6 +167,15 @@ def _answer_text(value: int | str) -> str:
     return f"The answer is \\boxed{{{value}}}."
 
 
+def _check_show_work(show_work: int, ops: str) -> bool:
+    """Whether to write worked solutions; they exist for two-digit addition only."""
+    if show_work not in (0, 1):
+        raise DataError(f"show_work must be 0 or 1, got {show_work}")
+    if show_work and {name.strip() for name in ops.split(",") if name.strip()} != {"add"}:
+        raise DataError(f"show_work=1 writes column-addition steps and needs ops=add, got ops={ops!r}")
+    return bool(show_work)
+
+
 def arithmetic_sft(
     n: int,
     seed: int = 0,
@@ -174,19 +184,26 @@ def arithmetic_sft(
     max_operand: int = 20,
     ops: str = "add,sub",
     boxed_percent: int = 100,
+    show_work: int = 0,
 ) -> list[dict[str, str]]:
     """SFT rows ``{"prompt": "What is 12 + 7?", "response": "The answer is \\\\boxed{19}."}``.
 
     With ``boxed_percent`` < 100, that share of responses states the answer without ``\\boxed{}`` ("The answer
-    is 19."): a warm-up that knows the answers but not yet the required format, which RL then fixes.
+    is 19."). With ``show_work=1`` (addition only) the response first works the sum out column by column
+    (``"2 + 7 = 9. 1 + 0 = 1. The answer is \\\\boxed{19}."``, see ``roll.pipelines.data._work``).
     """
     if not 0 <= boxed_percent <= 100:
         raise DataError(f"boxed_percent must be within 0..100, got {boxed_percent}")
+    work = _check_show_work(show_work, ops)
     problems, rng = _draw(n, seed, "sft", split, max_operand, ops)
     rows = []
     for p in problems:
         boxed = boxed_percent == 100 or rng.random() * 100 < boxed_percent
-        rows.append({"prompt": p.prompt, "response": _answer_text(p.answer) if boxed else f"The answer is {p.answer}."})
+        response = _answer_text(p.answer) if boxed else f"The answer is {p.answer}."
+        if work:
+            steps = column_addition(p.a, p.b)[0]
+            response = steps if boxed else steps.replace(f"\\boxed{{{p.answer}}}", str(p.answer))
+        rows.append({"prompt": p.prompt, "response": response})
     return rows
 
 
@@ -199,16 +216,23 @@ def arithmetic_prompts(
 
 
 def preference_pairs(
-    n: int, seed: int = 0, *, split: str = "train", max_operand: int = 20, ops: str = "add,sub"
+    n: int, seed: int = 0, *, split: str = "train", max_operand: int = 20, ops: str = "add,sub", show_work: int = 0
 ) -> list[dict[str, str]]:
     """Preference rows ``{"prompt", "chosen", "rejected"}`` that differ in content, never in format alone.
 
     The rule, checkable with :func:`is_correct_arithmetic`: both responses box an answer in the same words;
-    ``chosen``'s is correct, ``rejected``'s is wrong (for comparisons the other operand, else off by 1-3).
+    ``chosen``'s is correct, ``rejected``'s is wrong (for comparisons the other operand, else off by 1-3). With
+    ``show_work=1`` both are worked solutions; the rejected one slips in the units column and carries the slip on.
     """
+    work = _check_show_work(show_work, ops)
     problems, rng = _draw(n, seed, "preference", split, max_operand, ops)
     rows = []
     for p in problems:
+        if work:
+            slips = [slip for slip in (-2, -1, 1, 2) if column_addition(p.a, p.b, units_slip=slip)[1] != p.answer]
+            rejected = column_addition(p.a, p.b, units_slip=rng.choice(slips))[0]
+            rows.append({"prompt": p.prompt, "chosen": column_addition(p.a, p.b)[0], "rejected": rejected})
+            continue
         # A wrong answer: for comparisons the other operand (the natural mistake), else off by 1-3.
         wrong = p.a + p.b - p.answer if p.symbol in _WORDS else p.answer + rng.choice([-3, -2, -1, 1, 2, 3])
         rows.append({"prompt": p.prompt, "chosen": _answer_text(p.answer), "rejected": _answer_text(wrong)})
@@ -269,10 +293,13 @@ SYNTHETIC_GENERATORS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "arithmetic_prompts": arithmetic_prompts,
     "preference_pairs": preference_pairs,
 }
-_INT_PARAMS = ("n", "seed", "max_operand", "boxed_percent")
+_INT_PARAMS = ("n", "seed", "max_operand", "boxed_percent", "show_work")
 _PARAM_DEFAULTS: dict[str, Any] = {"n": 1000, "seed": 0, "max_operand": 20, "ops": "add,sub"}
 # Parameters only some generators take.
-_EXTRA_PARAMS: dict[str, dict[str, Any]] = {"arithmetic_sft": {"boxed_percent": 100}}
+_EXTRA_PARAMS: dict[str, dict[str, Any]] = {
+    "arithmetic_sft": {"boxed_percent": 100, "show_work": 0},
+    "preference_pairs": {"show_work": 0},
+}
 
 
 def _parse_uri(uri: str, default_split: str) -> tuple[str, dict[str, Any]]:
