@@ -195,3 +195,22 @@ def test_split_leaks_reports_each_shared_problem_once() -> None:
     train = ["What is 1 + 2?", "What is 2 + 1?", "What is 5 - 3?"]
     found = split_leaks(train, ["What is 2 + 1?", "What is 1 + 2?", "What is 3 - 5?", "What is 4 + 4?"])
     assert found == {"+:1,2": ("What is 2 + 1?", "What is 2 + 1?")}
+
+
+def test_worked_solutions_add_column_by_column(tmp_path: Path) -> None:
+    rows = arithmetic_sft(300, seed=2, max_operand=99, ops="add", show_work=1)
+    for row in rows:
+        answer = solve_arithmetic(row["prompt"])
+        assert row["response"].endswith(f"The answer is \\boxed{{{answer}}}.")
+        units, tens = row["response"].split(". ")[:2]
+        a, b = (int(x) for x in row["prompt"][len("What is ") : -1].split(" + "))
+        assert units == f"{a % 10} + {b % 10} = {a % 10 + b % 10}"
+        assert tens.startswith(f"{a // 10} + {b // 10}") and tens.endswith(f"= {answer // 10}")
+    assert any("+ 1 =" in row["response"] for row in rows)  # carries happen
+    pairs = preference_pairs(200, seed=2, max_operand=99, ops="add", show_work=1)
+    assert all(is_correct_arithmetic(r["prompt"], r["chosen"]) for r in pairs)
+    assert not any(is_correct_arithmetic(r["prompt"], r["rejected"]) for r in pairs)
+    assert all(r["chosen"].split(". ")[0] != r["rejected"].split(". ")[0] for r in pairs)  # the units step slips
+    with pytest.raises(DataError, match="needs ops=add"):
+        arithmetic_sft(3, show_work=1, ops="add,sub")
+    assert resolve_data_uri("synthetic://preference_pairs?n=2&ops=add&show_work=1", tmp_path).is_file()
