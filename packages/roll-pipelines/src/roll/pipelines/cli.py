@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 
@@ -97,6 +98,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     notes = [
         f"(of which training the cached recipe {name}: {seconds / 60:.1f} min)" for name, seconds in TRAINED_RECIPES
     ]
+    # Wall times on a shared machine mean little without its load.
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    notes.append(f"machine: {os.cpu_count()} CPUs, load average {load} (1, 5, 15 min)")
     table = summarize_run(config.resolved_output_dir, wall_s=time.perf_counter() - started, notes=notes)
     if table:
         print(f"\n{config.exp_name}: held-out before/after\n{table}\n")
