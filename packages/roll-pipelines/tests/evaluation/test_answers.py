@@ -72,9 +72,13 @@ class _CountingStrategy:
     def __init__(self, eos: int) -> None:
         self.eos = eos
         self.calls: list[DataProto] = []
+        self.logits_to_keep: list[int | None] = []
 
-    def forward_step(self, batch: DataProto, forward_func: Any) -> dict[str, torch.Tensor]:
+    def forward_step(
+        self, batch: DataProto, forward_func: Any, *, logits_to_keep: int | None = None
+    ) -> dict[str, torch.Tensor]:
         self.calls.append(batch)
+        self.logits_to_keep.append(logits_to_keep)
         ids = batch.batch["input_ids"]
         vocab = max(int(ids.max()) + 2, self.eos + 1)
         logits = torch.nn.functional.one_hot(ids + 1, vocab).float()
@@ -92,7 +96,7 @@ def test_greedy_decode_stops_each_row_at_eos_and_pads_after_it() -> None:
     assert out.batch["responses"].tolist() == [[7, 8, 9, 0], [8, 9, 0, 0]]
     assert out.batch["response_mask"].tolist() == [[1, 1, 1, 0], [1, 1, 0, 0]]
     assert len(strategy.calls) == 4  # a fixed number of passes: every rank of a sharded model runs the same
-    assert strategy.calls[0].meta_info["logits_to_keep"] == 1
+    assert strategy.logits_to_keep == [1] * 4  # only the last position's logits are needed
     assert strategy.calls[-1].batch["attention_mask"].tolist() == [[0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0]]
 
 
