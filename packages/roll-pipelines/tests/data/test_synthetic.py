@@ -191,6 +191,22 @@ def test_a_leaky_split_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert train_prompt != eval_prompt and prompt_key(train_prompt) == prompt_key(eval_prompt)
 
 
+def test_a_recipe_evaluating_on_training_problems_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A recipe whose eval file reads the train split (an easy slip when copying a recipe) leaks every problem.
+    original = recipe_data
+
+    def leaky(name: str) -> dict[str, Any]:
+        recipe = original(name)
+        if name == "rlvr-tiny":
+            data = recipe["actor_train"]["data_args"]
+            data["eval_file_name"] = data["eval_file_name"].replace("split=eval", "split=train")
+        return recipe
+
+    monkeypatch.setitem(globals(), "recipe_data", leaky)
+    leaks = _recipe_leaks(tmp_path)
+    assert set(leaks) == {"rlvr-tiny/actor_train"} and len(leaks["rlvr-tiny/actor_train"]) > 100
+
+
 def test_split_leaks_reports_each_shared_problem_once() -> None:
     train = ["What is 1 + 2?", "What is 2 + 1?", "What is 5 - 3?"]
     found = split_leaks(train, ["What is 2 + 1?", "What is 1 + 2?", "What is 3 - 5?", "What is 4 + 4?"])
