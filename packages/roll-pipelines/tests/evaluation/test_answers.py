@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,3 +133,50 @@ def test_held_out_answers_grade_what_the_role_generates(tokenizer: Any) -> None:
     assert HeldOutAnswers.build(examples, tokenizer, rows=0, max_new_tokens=8, batch_size=2)(role) == {}
     with pytest.raises(ConfigError, match="val_generation_rows=2"):
         HeldOutAnswers.build([_sft(tokenizer, "hi", "hello")] * 2, tokenizer, rows=2, max_new_tokens=8, batch_size=2)
+
+
+class _RecomputeStrategy:
+    """forward_step over a real HF model, recomputing the whole sequence (what a backend without a cache does)."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+
+    def forward_step(
+        self, batch: DataProto, forward_func: Any, *, logits_to_keep: int | None = None
+    ) -> dict[str, torch.Tensor]:
+        mask = batch.batch["attention_mask"]
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            logits = self._model(input_ids=batch.batch["input_ids"], attention_mask=mask, position_ids=positions).logits
+        return forward_func(batch, logits)
+
+
+class _ModelStrategy:
+    """A strategy holding its HF model: greedy_decode uses the KV cache."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.device = torch.device("cpu")
+
+
+def test_kv_cached_greedy_decode_matches_recomputing_every_pass(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from roll.strategies.testing import make_tiny_causal_lm
+
+    model = AutoModelForCausalLM.from_pretrained(make_tiny_causal_lm(tmp_path / "lm", preset="nano", seed=3))
+    model.eval()
+    torch.manual_seed(0)
+    ids = torch.randint(3, 500, (3, 7))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # left padding of different lengths
+    mask[1, :1] = 0
+    ids = ids * mask
+    prompts = DataProto.from_dict({"input_ids": ids, "attention_mask": mask})
+    eos = int(ids[2, -1])  # a token the model may well produce, so some rows stop early
+    recomputed = greedy_decode(_RecomputeStrategy(model), prompts, max_new_tokens=9, eos_token_id=eos, pad_token_id=0)
+    cached = greedy_decode(_ModelStrategy(model), prompts, max_new_tokens=9, eos_token_id=eos, pad_token_id=0)
+    assert cached.batch["responses"].tolist() == recomputed.batch["responses"].tolist()
+    assert cached.batch["response_mask"].tolist() == recomputed.batch["response_mask"].tolist()
+    empty = greedy_decode(_ModelStrategy(model), prompts[:0], max_new_tokens=4, eos_token_id=eos, pad_token_id=0)
+    assert empty.batch["responses"].shape == (0, 4)
