@@ -266,7 +266,7 @@ def _markdown(rows: list[Row], meta: dict[str, Any], missing: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--algos", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}")
     parser.add_argument("--steps", type=int, default=20, help="training steps per algorithm")
     parser.add_argument("--min-gain", type=float, default=0.03, help="val/correct change that counts as improved")

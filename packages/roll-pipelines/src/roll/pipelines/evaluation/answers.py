@@ -92,7 +92,9 @@ def _answer_positions(target_ids: Sequence[int], tokenizer: Any) -> list[int] | 
     pieces = [tokenizer.decode([token], skip_special_tokens=False) for token in target_ids]
     text = "".join(pieces)
     answer = final_answer(tokenizer.decode(list(target_ids), skip_special_tokens=True))
-    begin = text.rfind(answer) if answer else -1
+    if not answer:
+        return None
+    begin = text.rfind(answer)
     if begin < 0:
         return None
     end = begin + len(answer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from roll.pipelines.evaluation.grading import grade_answer
@@ -36,7 +37,7 @@ def grade_rollouts(batch: Any) -> tuple[list[bool], list[bool | None]]:
     return correct, formatted
 
 
-def share(flags: list[bool | None]) -> float | None:
+def share(flags: Sequence[bool | None]) -> float | None:
     """The share of True among the graded (not None) flags; None when nothing was graded."""
     graded = [flag for flag in flags if flag is not None]
     return sum(graded) / len(graded) if graded else None
