@@ -25,13 +25,13 @@ FLAT_RLVR_TINY = """
 pipeline_cls: rlvr
 exp_name: rlvr-tiny
 seed: 42
-max_steps: 40
+max_steps: 30
 eval_steps: 5
-save_steps: 20
+save_steps: 0
 logging_steps: 1
 rollout_batch_size: 16
 prompt_length: 64
-response_length: 24
+response_length: 40
 adv_estimator: grpo
 ppo_epochs: 1
 loss_agg_mode: token-mean
@@ -39,10 +39,10 @@ val_batch_size: 256
 actor_train:
   world_size: 1
   model_args: {model_name_or_path: recipe://rlvr-tiny-warmup, dtype: float32}
-  training_args: {learning_rate: 1.0e-4, per_device_train_batch_size: 32, max_grad_norm: 1.0}
+  training_args: {learning_rate: 5.0e-5, per_device_train_batch_size: 32, max_grad_norm: 1.0}
   data_args:
-    file_name: synthetic://arithmetic_prompts?n=8000&seed=1&split=train&max_operand=99&ops=max,min
-    eval_file_name: synthetic://arithmetic_prompts?n=256&seed=1&split=eval&max_operand=99&ops=max,min
+    file_name: synthetic://arithmetic_prompts?n=8000&seed=1&split=train&max_operand=99&ops=add
+    eval_file_name: synthetic://arithmetic_prompts?n=256&seed=1&split=eval&max_operand=99&ops=add
     extra_keys: [ground_truth]
   infer_batch_size: 64
   strategy_args: {strategy_name: fsdp2_train}
@@ -145,10 +145,10 @@ def test_an_old_flat_rlvr_config_loads_into_sections(tmp_path: Path) -> None:
     path.write_text(FLAT_RLVR_TINY)
     flat = load_config(path)
     assert isinstance(flat, RLVRConfig) and flat == load_config("rlvr-tiny")
-    assert (flat.rollout.batch_size, flat.rollout.prompt_length, flat.rollout.response_length) == (16, 64, 24)
+    assert (flat.rollout.batch_size, flat.rollout.prompt_length, flat.rollout.response_length) == (16, 64, 40)
     assert flat.advantage.estimator == "grpo" and flat.update.epochs == 1 and flat.validation.batch_size == 256
-    assert flat.actor_infer.generating_args.max_new_tokens == 24  # the rollout budget reaches the engine
-    assert flat.actor_train.training_args.max_steps == 40  # one update per step
+    assert flat.actor_infer.generating_args.max_new_tokens == 40  # the rollout budget reaches the engine
+    assert flat.actor_train.training_args.max_steps == 30  # one update per step
     # Overrides of flat keys land in the sections too, over the file's values.
     changed = load_config(path, ["rollout_batch_size=4", "adv_estimator=rloo", "rollout.prompt_length=48"])
     assert (changed.rollout.batch_size, changed.advantage.estimator, changed.rollout.prompt_length) == (4, "rloo", 48)

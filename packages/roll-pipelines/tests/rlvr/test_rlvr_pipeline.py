@@ -63,6 +63,9 @@ def test_grpo_on_policy_steps_skip_the_recompute_pass(tmp_path: Path, ray_env: N
     metrics = _run(tmp_path / "grpo")
     assert [m["step"] for m in metrics] == [0, 1, 2]
     assert "val/accuracy" in metrics[0] and "val/accuracy" in metrics[-1]  # before training and at the last step
+    # Correctness (any format) and format apart; a verifier that demands the box gives full marks to no more.
+    for m in (metrics[0], metrics[-1]):
+        assert 0 <= m["val/accuracy"] <= m["val/correct"] <= 1 and 0 <= m["val/format"] <= 1
     for m in metrics[1:]:
         assert m["rollout/samples"] == 16
         assert "time/log_probs_s" not in m or m["time/log_probs_s"] < 1.0  # nothing to wait for

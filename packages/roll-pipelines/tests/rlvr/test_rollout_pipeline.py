@@ -85,13 +85,14 @@ def test_config_errors(change: dict[str, Any], message: str) -> None:
 
 
 # --- metrics, totals and the writer -----------------------------------------------------------------------
-def _scored(scores: list[float], tags: list[str], lengths: list[int], reasons: list[str]) -> DataProto:
+def _scored(
+    scores: list[float], tags: list[str], lengths: list[int], reasons: list[str], texts: list[str] | None = None
+) -> DataProto:
     mask = torch.zeros(len(scores), 6, dtype=torch.long)
     for row, length in enumerate(lengths):
         mask[row, :length] = 1
-    return DataProto.from_dict(
-        {"scores": torch.tensor(scores), "response_mask": mask}, {"tag": tags, "finish_reason": reasons}
-    )
+    columns = {"tag": tags, "finish_reason": reasons, "response_text": texts or [""] * len(scores)}
+    return DataProto.from_dict({"scores": torch.tensor(scores), "response_mask": mask}, columns)
 
 
 def test_batch_metrics_and_totals() -> None:
@@ -101,8 +102,12 @@ def test_batch_metrics_and_totals() -> None:
         ["math", "math", "math", "math", "code", "code"],
         [2, 4, 6, 6, 1, 3],
         ["stop", "stop", "length", "length", "stop", "stop"],
+        [r"\boxed{4}", "The answer is 4.", r"\boxed{5}", "hm", "def f(): ...", "pass"],
     )
+    batch.non_tensor_batch["ground_truth"] = ["4", "4", "4", "4", None, None]
     metrics = rollout_metrics(batch, n=2)
+    # Correct answers whatever their format (the plain "4" too; code rows need full marks); format of math rows.
+    assert metrics["rollout/correct"] == pytest.approx(2 / 6) and metrics["rollout/format"] == 0.5
     assert metrics["rollout/score"] == pytest.approx(1.5 / 6)
     assert metrics["rollout/accuracy"] == pytest.approx(1 / 6)
     assert metrics["rollout/pass@2"] == pytest.approx(1 / 3)

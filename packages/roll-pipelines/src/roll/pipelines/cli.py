@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import time
 
 from roll.runtime import ConfigError, RollError, WorkerError
 
@@ -86,11 +88,22 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from roll.pipelines.config import load_config
-    from roll.pipelines.launcher import run_config
+    from roll.pipelines.launcher import TRAINED_RECIPES, run_config
+    from roll.pipelines.summary import summarize_run
 
+    started = time.perf_counter()
     _announce_roll_format(args.config, args.overrides)
     config = load_config(args.config, args.overrides)
     run_config(config)
+    notes = [
+        f"(of which training the cached recipe {name}: {seconds / 60:.1f} min)" for name, seconds in TRAINED_RECIPES
+    ]
+    # Wall times on a shared machine mean little without its load.
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    notes.append(f"machine: {os.cpu_count()} CPUs, load average {load} (1, 5, 15 min)")
+    table = summarize_run(config.resolved_output_dir, wall_s=time.perf_counter() - started, notes=notes)
+    if table:
+        print(f"\n{config.exp_name}: held-out before/after\n{table}\n")
     print(f"done: outputs in {config.resolved_output_dir} (metrics.jsonl, plots/, checkpoints/)")
     return 0
 

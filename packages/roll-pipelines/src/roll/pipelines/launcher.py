@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,12 @@ from roll.pipelines.config import BaseConfig, load_config
 from roll.pipelines.recipes import recipe_data
 from roll.pipelines.registry import resolve_pipeline
 
-__all__ = ["build_pipeline", "prepare_config", "run_cached_recipe", "run_config"]
+__all__ = ["TRAINED_RECIPES", "build_pipeline", "prepare_config", "run_cached_recipe", "run_config"]
 
 logger = logging.getLogger(__name__)
+
+# (recipe, wall seconds) of every cached recipe this process trained, for the end-of-run report.
+TRAINED_RECIPES: list[tuple[str, float]] = []
 
 
 def prepare_config(config: BaseConfig) -> BaseConfig:
@@ -74,7 +78,9 @@ def run_cached_recipe(name: str, overrides: list[str] | None = None) -> Path:
         name,
         [*overrides, f"output_dir={out}", "resume_from_checkpoint=auto", "export_hf=true", f"exp_name={name}"],
     )
+    started = time.perf_counter()
     run_config(config)
+    TRAINED_RECIPES.append((name, time.perf_counter() - started))
     if not export.is_dir():
         raise RuntimeError(f"recipe {name} finished without writing {export}")
     write_stamp(stamp, {"recipe": name, "overrides": overrides})

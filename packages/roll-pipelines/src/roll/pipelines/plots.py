@@ -8,8 +8,10 @@ from roll.pipelines.tracking import read_metrics
 
 __all__ = ["PLOT_GROUPS", "write_plots"]
 
-# File name -> substrings selecting metric keys for that figure.
+# File name -> substrings selecting metric keys for that figure. "skill" holds the held-out correctness and format
+# curves (roll.pipelines.evaluation), apart from the reward the verifier gives.
 PLOT_GROUPS: dict[str, tuple[str, ...]] = {
+    "skill": ("val/correct", "val/format", "pass@", "exact_match"),
     "loss": ("loss",),
     "reward": ("reward", "accuracy", "score", "pass@"),
     "kl": ("kl",),

@@ -60,7 +60,18 @@ class JsonlTracker:
         self._file.close()
 
 
-_HEADLINE = ("loss", "val/loss", "reward", "val/accuracy", "accuracy", "kl", "grad_norm", "lr")
+_HEADLINE = (
+    "val/correct",
+    "val/format",
+    "loss",
+    "val/loss",
+    "reward",
+    "val/accuracy",
+    "accuracy",
+    "kl",
+    "grad_norm",
+    "lr",
+)
 
 
 def format_metrics_line(step: int, metrics: Mapping[str, Any], max_items: int = 8) -> str:

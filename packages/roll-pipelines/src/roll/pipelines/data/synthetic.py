@@ -1,8 +1,12 @@
 """Deterministic synthetic datasets for the tiny recipes, and the ``synthetic://`` URI resolver.
 
 All generators draw from one pool of small arithmetic problems ("What is 12 + 7?"). Each problem belongs to
-exactly one split, decided by a hash of the problem itself (80% train, 10% eval, 10% test), so splits never
-overlap whatever ``n``, ``seed`` or generator is used: an SFT train set and an RL eval set are disjoint too.
+exactly one split (80% train, 10% eval, 10% test), decided by a hash of its *canonical key*
+(:func:`problem_key`): the operands of ``+`` and ``*`` sorted, and one key per pair for the comparisons
+("larger: 3 or 7", "larger: 7 or 3" and "smaller: 3 or 7" ask about the same pair). So a problem, its commuted
+twin and its operand-swapped twins always share a split, whatever ``n``, ``seed`` or generator is used: an SFT
+train set and an RL eval set are disjoint too. :func:`split_leaks` finds problems shared by two sets of prompts
+under that key.
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ import os
 import random
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from roll.pipelines.data._work import column_addition
 from roll.pipelines.data.errors import DataError
 
 __all__ = [
@@ -30,13 +35,18 @@ __all__ = [
     "arithmetic_sft",
     "extract_boxed",
     "is_correct_arithmetic",
+    "parse_arithmetic",
     "preference_pairs",
+    "problem_key",
+    "prompt_key",
     "resolve_data_uri",
     "solve_arithmetic",
+    "split_leaks",
+    "split_of",
 ]
 
 # Bump when a generator's output changes, so cached files from older versions are not reused.
-_GENERATOR_VERSION = 2
+_GENERATOR_VERSION = 3
 _OPS: dict[str, tuple[str, Callable[[int, int], int]]] = {
     "add": ("+", operator.add),
     "sub": ("-", operator.sub),
@@ -47,9 +57,11 @@ _OPS: dict[str, tuple[str, Callable[[int, int], int]]] = {
     "min": ("min", min),
 }
 _WORDS = {"max": "larger", "min": "smaller"}
+# Operators whose operands can be swapped without changing the problem.
+_COMMUTATIVE = frozenset({"+", "*", "max", "min"})
 _SPLIT_ALIASES = {"train": "train", "eval": "eval", "val": "eval", "validation": "eval", "test": "test"}
-_PROMPT_RE = re.compile(r"What is (\d+) ([+\-*]) (\d+)\?")
-_COMPARE_RE = re.compile(r"Which is (larger|smaller): (\d+) or (\d+)\?")
+_PROMPT_RE = re.compile(r"What is (\d+) ([+\-*]) (\d+)\?", re.IGNORECASE)
+_COMPARE_RE = re.compile(r"Which is (larger|smaller): (\d+) or (\d+)\?", re.IGNORECASE)
 _BOXED_RE = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
@@ -69,11 +81,35 @@ class ArithmeticProblem:
         return f"What is {self.a} {self.symbol} {self.b}?"
 
     @property
+    def key(self) -> str:
+        """The canonical key: equal for a problem and its commuted / operand-swapped twins (see module doc)."""
+        return problem_key(self)
+
+    @property
     def split(self) -> str:
-        """The split this problem belongs to, from a hash of the problem (independent of every setting)."""
-        digest = hashlib.sha256(f"{self.a} {self.symbol} {self.b}".encode()).digest()
-        bucket = int.from_bytes(digest[:4], "big") % 10
-        return "eval" if bucket == 0 else "test" if bucket == 1 else "train"
+        """The split this problem belongs to, from a hash of its canonical key (independent of every setting)."""
+        return split_of(self)
+
+
+def problem_key(problem: ArithmeticProblem) -> str:
+    """``"+:7,12"`` for 12 + 7 and 7 + 12; ``"-:12,7"`` for 12 - 7; ``"cmp:3,7"`` for either comparison of 3, 7."""
+    a, b = problem.a, problem.b
+    if problem.symbol in _COMMUTATIVE:
+        a, b = min(a, b), max(a, b)
+    kind = "cmp" if problem.symbol in _WORDS else problem.symbol
+    return f"{kind}:{a},{b}"
+
+
+def _split_key(problem: ArithmeticProblem) -> str:
+    """What the split hash reads (a module-level seam, so a test can make it leaky and watch the check fail)."""
+    return problem_key(problem)
+
+
+def split_of(problem: ArithmeticProblem) -> str:
+    """ "train" (80%), "eval" (10%) or "test" (10%), from a hash of the problem's split key."""
+    digest = hashlib.sha256(_split_key(problem).encode()).digest()
+    bucket = int.from_bytes(digest[:4], "big") % 10
+    return "eval" if bucket == 0 else "test" if bucket == 1 else "train"
 
 
 def _split_name(split: str) -> str:
@@ -131,6 +167,15 @@ def _answer_text(value: int | str) -> str:
     return f"The answer is \\boxed{{{value}}}."
 
 
+def _check_show_work(show_work: int, ops: str) -> bool:
+    """Whether to write worked solutions; they exist for two-digit addition only."""
+    if show_work not in (0, 1):
+        raise DataError(f"show_work must be 0 or 1, got {show_work}")
+    if show_work and {name.strip() for name in ops.split(",") if name.strip()} != {"add"}:
+        raise DataError(f"show_work=1 writes column-addition steps and needs ops=add, got ops={ops!r}")
+    return bool(show_work)
+
+
 def arithmetic_sft(
     n: int,
     seed: int = 0,
@@ -139,19 +184,26 @@ def arithmetic_sft(
     max_operand: int = 20,
     ops: str = "add,sub",
     boxed_percent: int = 100,
+    show_work: int = 0,
 ) -> list[dict[str, str]]:
     """SFT rows ``{"prompt": "What is 12 + 7?", "response": "The answer is \\\\boxed{19}."}``.
 
     With ``boxed_percent`` < 100, that share of responses states the answer without ``\\boxed{}`` ("The answer
-    is 19."): a warm-up that knows the answers but not yet the required format, which RL then fixes.
+    is 19."). With ``show_work=1`` (addition only) the response first works the sum out column by column
+    (``"2 + 7 = 9. 1 + 0 = 1. The answer is \\\\boxed{19}."``, see ``roll.pipelines.data._work``).
     """
     if not 0 <= boxed_percent <= 100:
         raise DataError(f"boxed_percent must be within 0..100, got {boxed_percent}")
+    work = _check_show_work(show_work, ops)
     problems, rng = _draw(n, seed, "sft", split, max_operand, ops)
     rows = []
     for p in problems:
         boxed = boxed_percent == 100 or rng.random() * 100 < boxed_percent
-        rows.append({"prompt": p.prompt, "response": _answer_text(p.answer) if boxed else f"The answer is {p.answer}."})
+        response = _answer_text(p.answer) if boxed else f"The answer is {p.answer}."
+        if work:
+            steps = column_addition(p.a, p.b)[0]
+            response = steps if boxed else steps.replace(f"\\boxed{{{p.answer}}}", str(p.answer))
+        rows.append({"prompt": p.prompt, "response": response})
     return rows
 
 
@@ -164,38 +216,64 @@ def arithmetic_prompts(
 
 
 def preference_pairs(
-    n: int, seed: int = 0, *, split: str = "train", max_operand: int = 20, ops: str = "add,sub"
+    n: int, seed: int = 0, *, split: str = "train", max_operand: int = 20, ops: str = "add,sub", show_work: int = 0
 ) -> list[dict[str, str]]:
-    """Preference rows ``{"prompt", "chosen", "rejected"}``.
+    """Preference rows ``{"prompt", "chosen", "rejected"}`` that differ in content, never in format alone.
 
-    The rule, checkable with :func:`is_correct_arithmetic`: ``chosen`` states the correct answer in
-    ``\\boxed{}``; ``rejected`` either boxes a wrong answer (off by 1-3; for comparisons, the other operand) or
-    gives the right number unboxed.
+    The rule, checkable with :func:`is_correct_arithmetic`: both responses box an answer in the same words;
+    ``chosen``'s is correct, ``rejected``'s is wrong (for comparisons the other operand, else off by 1-3). With
+    ``show_work=1`` both are worked solutions; the rejected one slips in the units column and carries the slip on.
     """
+    work = _check_show_work(show_work, ops)
     problems, rng = _draw(n, seed, "preference", split, max_operand, ops)
     rows = []
     for p in problems:
-        if rng.random() < 2 / 3:
-            # A wrong answer: for comparisons the other operand (the natural mistake), else off by 1-3.
-            wrong = p.a + p.b - p.answer if p.symbol in _WORDS else p.answer + rng.choice([-3, -2, -1, 1, 2, 3])
-            rejected = _answer_text(wrong)
-        else:
-            rejected = f"The answer is {p.answer}."
-        rows.append({"prompt": p.prompt, "chosen": _answer_text(p.answer), "rejected": rejected})
+        if work:
+            slips = [slip for slip in (-2, -1, 1, 2) if column_addition(p.a, p.b, units_slip=slip)[1] != p.answer]
+            rejected = column_addition(p.a, p.b, units_slip=rng.choice(slips))[0]
+            rows.append({"prompt": p.prompt, "chosen": column_addition(p.a, p.b)[0], "rejected": rejected})
+            continue
+        # A wrong answer: for comparisons the other operand (the natural mistake), else off by 1-3.
+        wrong = p.a + p.b - p.answer if p.symbol in _WORDS else p.answer + rng.choice([-3, -2, -1, 1, 2, 3])
+        rows.append({"prompt": p.prompt, "chosen": _answer_text(p.answer), "rejected": _answer_text(wrong)})
     return rows
 
 
-def solve_arithmetic(prompt: str) -> int | None:
-    """The answer to a synthetic prompt, or None if ``prompt`` is not one."""
+def parse_arithmetic(prompt: str) -> ArithmeticProblem | None:
+    """The synthetic problem a prompt asks, or None if ``prompt`` is not one."""
     compare = _COMPARE_RE.search(prompt)
     if compare is not None:
         a, b = int(compare.group(2)), int(compare.group(3))
-        return max(a, b) if compare.group(1) == "larger" else min(a, b)
+        name = "max" if compare.group(1).lower() == "larger" else "min"
+        return ArithmeticProblem(a, name, b, _OPS[name][1](a, b))
     match = _PROMPT_RE.search(prompt)
     if match is None:
         return None
     a, symbol, b = int(match.group(1)), match.group(2), int(match.group(3))
-    return next(fn(a, b) for sym, fn in _OPS.values() if sym == symbol)
+    return ArithmeticProblem(a, symbol, b, next(fn(a, b) for sym, fn in _OPS.values() if sym == symbol))
+
+
+def solve_arithmetic(prompt: str) -> int | None:
+    """The answer to a synthetic prompt, or None if ``prompt`` is not one."""
+    problem = parse_arithmetic(prompt)
+    return None if problem is None else problem.answer
+
+
+def prompt_key(prompt: str) -> str:
+    """The canonical key of a synthetic prompt; any other prompt is keyed by its normalised text (duplicates)."""
+    problem = parse_arithmetic(prompt)
+    return problem_key(problem) if problem is not None else "text:" + " ".join(prompt.lower().split())
+
+
+def split_leaks(train_prompts: Iterable[str], eval_prompts: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """Problems asked in both sets (same canonical key): key -> (a train prompt, an eval prompt). Empty = no leak."""
+    seen = {prompt_key(p): p for p in train_prompts}
+    leaks: dict[str, tuple[str, str]] = {}
+    for prompt in eval_prompts:
+        key = prompt_key(prompt)
+        if key in seen and key not in leaks:
+            leaks[key] = (seen[key], prompt)
+    return leaks
 
 
 def extract_boxed(text: str) -> str | None:
@@ -215,10 +293,13 @@ SYNTHETIC_GENERATORS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "arithmetic_prompts": arithmetic_prompts,
     "preference_pairs": preference_pairs,
 }
-_INT_PARAMS = ("n", "seed", "max_operand", "boxed_percent")
+_INT_PARAMS = ("n", "seed", "max_operand", "boxed_percent", "show_work")
 _PARAM_DEFAULTS: dict[str, Any] = {"n": 1000, "seed": 0, "max_operand": 20, "ops": "add,sub"}
 # Parameters only some generators take.
-_EXTRA_PARAMS: dict[str, dict[str, Any]] = {"arithmetic_sft": {"boxed_percent": 100}}
+_EXTRA_PARAMS: dict[str, dict[str, Any]] = {
+    "arithmetic_sft": {"boxed_percent": 100, "show_work": 0},
+    "preference_pairs": {"show_work": 0},
+}
 
 
 def _parse_uri(uri: str, default_split: str) -> tuple[str, dict[str, Any]]:

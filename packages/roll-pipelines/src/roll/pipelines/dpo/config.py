@@ -17,6 +17,8 @@ FLAT_KEYS: dict[str, str] = {
     "label_smoothing": "loss.label_smoothing",
     "loss_type": "loss.loss_type",
     "val_batch_size": "validation.batch_size",
+    "val_generation_rows": "validation.generation_rows",
+    "val_max_new_tokens": "validation.max_new_tokens",
 }
 
 
@@ -29,9 +31,14 @@ class DPOLossSection(RollModel):
 
 
 class DPOValidationSection(RollModel):
-    """Held-out preference accuracy and reward margin (every eval_steps and at the end)."""
+    """Held-out preference accuracy, ties and reward margin (every eval_steps and at the end); optionally greedy
+    answers of the policy graded for correctness and format."""
 
     batch_size: int = Field(default=32, ge=1, description="Pairs per validation batch.")
+    generation_rows: int = Field(
+        default=0, ge=0, description="Held-out prompts answered greedily at each validation (val/correct); 0: off."
+    )
+    max_new_tokens: int = Field(default=32, ge=1, description="Token budget of those greedy answers.")
 
 
 class DPOConfig(BaseConfig):

@@ -3,7 +3,9 @@
 Per step: a batch of P preference pairs laid out as 2P rows (chosen, rejected, chosen, ...);
 ``reference.compute_sequence_log_probs`` scores them once; ``actor_train.train_step`` minimizes the DPO
 (sigmoid, with label smoothing) or IPO loss. Validation reports held-out preference accuracy (implicit reward of
-the chosen answer above the rejected one) and the reward margin.
+the chosen answer strictly above the rejected one; ties, e.g. every pair before training, are reported apart as
+``ties``) and the reward margin; with ``validation.generation_rows``, also greedy answers of the policy graded for
+correctness and format (``val/correct``, ``val/format``) and ``val/correct_change`` since the first validation.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.data import PreferenceCollator
 from roll.pipelines.dpo.config import DPOConfig
 from roll.pipelines.dpo.workers import DPOWorker, dpo_metrics
+from roll.pipelines.evaluation import HeldOutAnswers
 from roll.pipelines.stages import BatchStream, batched, is_eval_step, load_splits
 from roll.pipelines.tokenizers import load_tokenizer
 from roll.pipelines.workers import LogProbWorker
@@ -35,6 +38,15 @@ class DPOPipeline(BasePipeline):
         self.tokenizer = load_tokenizer(cfg.actor_train.model_args)
         self.splits = load_splits(data_args, "preference", self.tokenizer)
         self.collator = PreferenceCollator(self.tokenizer.pad_token_id, cast(int, data_args.max_length))
+        validation = cfg.validation
+        self.held_out = HeldOutAnswers.build(
+            self.splits.eval,
+            self.tokenizer,
+            rows=validation.generation_rows,
+            max_new_tokens=validation.max_new_tokens,
+            batch_size=validation.batch_size,
+        )
+        self.initial_correct: float | None = None
         # 2. session; 3. roles
         self.open_session()
         clusters = self.create_clusters(
@@ -70,7 +82,19 @@ class DPOPipeline(BasePipeline):
         for batch in batched(self.splits.eval, self.config.validation.batch_size, self.collator):
             policy.append(self.actor_train.compute_sequence_log_probs(batch).batch["seq_log_prob"])
             reference.append(self.reference.compute_sequence_log_probs(batch).batch["seq_log_prob"])
-        return dpo_metrics(torch.cat(policy), torch.cat(reference), self.config.loss.beta, "val/")
+        metrics = dpo_metrics(torch.cat(policy), torch.cat(reference), self.config.loss.beta, "val/")
+        metrics.update(self.held_out(self.actor_train))
+        if "val/correct" in metrics:
+            if self.initial_correct is None:
+                self.initial_correct = metrics["val/correct"]
+            metrics["val/correct_change"] = metrics["val/correct"] - self.initial_correct
+        return metrics
+
+    def algorithm_state(self) -> dict[str, Any]:
+        return {} if self.initial_correct is None else {"initial_correct": self.initial_correct}
+
+    def load_algorithm_state(self, state: dict[str, Any]) -> None:
+        self.initial_correct = state.get("initial_correct")
 
     def step(self, step: int) -> dict[str, Any]:
         began = time.perf_counter()

@@ -15,15 +15,23 @@ from roll.strategies import LossScale
 __all__ = ["DPOWorker", "dpo_metrics"]
 
 
+# Margins this close to 0 are ties: the policy and the reference compute the same log-probs up to rounding.
+TIE_TOLERANCE = 1e-6
+
+
 def dpo_metrics(policy: torch.Tensor, reference: torch.Tensor, beta: float, prefix: str) -> dict[str, float]:
-    """Accuracy and reward statistics of pairs laid out as rows (chosen, rejected, ...)."""
+    """Accuracy, ties and reward statistics of pairs laid out as rows (chosen, rejected, ...).
+
+    ``accuracy`` is the share of pairs whose chosen response has the strictly higher implicit reward; ``ties``
+    (|margin| <= TIE_TOLERANCE, e.g. every pair while the policy equals the reference) count as not preferred.
+    """
     chosen = beta * (policy[0::2] - reference[0::2])
     rejected = beta * (policy[1::2] - reference[1::2])
     margin = chosen - rejected
-    # A tie (e.g. policy == reference before training) counts as half right, so an untrained policy scores 0.5.
-    accuracy = (margin > 0).float() + 0.5 * (margin == 0).float()
+    tie = margin.abs() <= TIE_TOLERANCE
     return {
-        f"{prefix}accuracy": float(accuracy.mean()),
+        f"{prefix}accuracy": float(((margin > 0) & ~tie).float().mean()),
+        f"{prefix}ties": float(tie.float().mean()),
         f"{prefix}rewards/chosen": float(chosen.mean()),
         f"{prefix}rewards/rejected": float(rejected.mean()),
         f"{prefix}rewards/margin": float(margin.mean()),

@@ -23,6 +23,7 @@ from roll.pipelines.algorithms import make_kl_controller
 from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.data import PromptCollator
 from roll.pipelines.engines import EnginePool
+from roll.pipelines.evaluation import grade_rollouts, share
 from roll.pipelines.rewards import resolve_reward_worker
 from roll.pipelines.rlvr.advantage import compute_training_targets
 from roll.pipelines.rlvr.async_mode import async_step, make_scheduler
@@ -252,7 +253,7 @@ class RLVRPipeline(BasePipeline):
 
 
 def rollout_metrics(batch: DataProto) -> dict[str, float]:
-    """Score, accuracy and lengths of a step's kept samples, overall and per tag."""
+    """Score, accuracy, correctness and format (format-insensitive answers), lengths of a step's kept samples."""
     data = batch.batch
     lengths = data["response_mask"].float().sum(-1)
     scores = data["scores"].float()
@@ -263,6 +264,11 @@ def rollout_metrics(batch: DataProto) -> dict[str, float]:
         "rollout/response_length_max": float(lengths.max()),
         "rollout/samples": float(len(batch)),
     }
+    correct, formatted = grade_rollouts(batch)
+    out["rollout/correct"] = share(correct) or 0.0
+    format_share = share(formatted)
+    if format_share is not None:
+        out["rollout/format"] = format_share
     for tag in sorted(set(batch.non_tensor_batch["tag"])):
         rows = torch.tensor([t == tag for t in batch.non_tensor_batch["tag"]])
         out[f"rollout/score/{tag}"] = float(scores[rows].mean())

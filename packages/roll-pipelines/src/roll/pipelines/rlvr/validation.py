@@ -1,4 +1,12 @@
-"""Validation on held-out prompts: mean score, accuracy and pass@k, overall and per tag."""
+"""Validation on held-out prompts: correctness and format apart, the verifier's score, pass@k, per tag.
+
+``val/correct`` grades each answer format-insensitively against its ``ground_truth``
+(:mod:`roll.pipelines.evaluation`); ``val/format`` is the share of answers in the requested format (a complete
+``\\boxed{}``). Rows without a ``ground_truth`` (e.g. code) count as correct when the verifier gives full marks.
+``val/score`` and ``val/accuracy`` are the verifier's mean score and share of full marks: what training
+optimizes, format requirements included. With ``k`` samples per prompt, ``val/pass@k`` is the share of prompts
+with a correct sample (``val/score_pass@k``: with full marks).
+"""
 
 from __future__ import annotations
 
@@ -8,13 +16,14 @@ from typing import Any
 import torch
 
 from roll.pipelines.data import PromptCollator
+from roll.pipelines.evaluation import FULL_MARKS, grade_rollouts, share
 from roll.pipelines.rlvr.config import RLVRConfig
 from roll.pipelines.stages import batched
 from roll.strategies import GenerationConfig
 
 __all__ = ["validate_policy", "validation_generation_config"]
 
-CORRECT = 1.0 - 1e-6
+CORRECT = FULL_MARKS
 
 
 def validation_generation_config(config: RLVRConfig) -> GenerationConfig:
@@ -29,16 +38,31 @@ def validate_policy(
     generation = validation_generation_config(config)
     k = generation.num_return_sequences
     scores, tags = [], []
+    correct: list[bool] = []
+    formatted: list[bool | None] = []
     for prompt_batch in batched(prompts, config.validation.batch_size, collator):
         batch = rollouts.score(rollouts.generate(prompt_batch, generation))
         scores.append(batch.batch["scores"].float())
         tags += list(batch.non_tensor_batch["tag"])
+        rows_correct, rows_formatted = grade_rollouts(batch)
+        correct += rows_correct
+        formatted += rows_formatted
     score = torch.cat(scores)
-    correct = (score >= CORRECT).float()
-    metrics = {"val/score": float(score.mean()), "val/accuracy": float(correct.mean())}
+    full_marks = (score >= CORRECT).float()
+    solved = torch.tensor(correct, dtype=torch.float32)
+    metrics = {
+        "val/score": float(score.mean()),
+        "val/accuracy": float(full_marks.mean()),
+        "val/correct": float(solved.mean()),
+    }
+    format_share = share(formatted)
+    if format_share is not None:
+        metrics["val/format"] = format_share
     if k > 1:
-        metrics[f"val/pass@{k}"] = float(correct.view(-1, k).max(-1).values.mean())
+        metrics[f"val/pass@{k}"] = float(solved.view(-1, k).max(-1).values.mean())
+        metrics[f"val/score_pass@{k}"] = float(full_marks.view(-1, k).max(-1).values.mean())
     for tag in sorted(set(tags)):
         rows = torch.tensor([t == tag for t in tags])
-        metrics[f"val/accuracy/{tag}"] = float(correct[rows].mean())
+        metrics[f"val/accuracy/{tag}"] = float(full_marks[rows].mean())
+        metrics[f"val/correct/{tag}"] = float(solved[rows].mean())
     return metrics

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from roll.pipelines.evaluation import grade_rollouts, share
 from roll.pipelines.rlvr.validation import CORRECT
 from roll.protocol import DataProto
 
@@ -36,6 +37,11 @@ def rollout_metrics(batch: DataProto, n: int) -> dict[str, float]:
     }
     if n > 1:
         out[f"rollout/pass@{n}"] = float(_passes(correct, n).mean())
+    answers_correct, formatted = grade_rollouts(batch)
+    out["rollout/correct"] = share(answers_correct) or 0.0
+    format_share = share(formatted)
+    if format_share is not None:
+        out["rollout/format"] = format_share
     tags = np.asarray(batch.non_tensor_batch["tag"], dtype=object)
     for tag in sorted(set(tags.tolist())):
         rows = torch.from_numpy(tags == tag)

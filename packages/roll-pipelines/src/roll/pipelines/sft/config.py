@@ -12,13 +12,22 @@ from roll.runtime import RollModel
 
 __all__ = ["FLAT_KEYS", "SFTConfig", "SFTValidationSection"]
 
-FLAT_KEYS: dict[str, str] = {"val_batch_size": "validation.batch_size"}
+FLAT_KEYS: dict[str, str] = {
+    "val_batch_size": "validation.batch_size",
+    "val_generation_rows": "validation.generation_rows",
+    "val_max_new_tokens": "validation.max_new_tokens",
+}
 
 
 class SFTValidationSection(RollModel):
-    """Validation loss over the whole eval set (every eval_steps and at the end)."""
+    """Validation over the whole eval set (every eval_steps and at the end): the loss on all target tokens and
+    on the final answer's tokens alone, and optionally greedy answers graded for correctness and format."""
 
     batch_size: int = Field(default=64, ge=1, description="Rows per validation batch.")
+    generation_rows: int = Field(
+        default=0, ge=0, description="Held-out examples answered greedily at each validation (val/correct); 0: off."
+    )
+    max_new_tokens: int = Field(default=32, ge=1, description="Token budget of those greedy answers.")
 
 
 class SFTConfig(BaseConfig):

@@ -1,7 +1,10 @@
 """The SFT pipeline: next-token loss on response tokens, validation loss, checkpoints, HF export.
 
 Per step: ``batch = next(train_data)``; ``sft_train.train_step(batch)``; every ``eval_steps`` the validation
-loss (token-weighted mean NLL over the whole eval set); every ``save_steps`` a checkpoint.
+loss (token-weighted mean NLL over the whole eval set), the loss on the final answer's tokens alone
+(``val/answer_loss``: the part a fixed response template cannot lower) and, with
+``validation.generation_rows``, greedy answers to held-out prompts graded for correctness and format apart
+(``val/correct``, ``val/format``, ``val/exact_match``); every ``save_steps`` a checkpoint.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import Any, cast
 
 from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.data import SFTCollator
+from roll.pipelines.evaluation import HeldOutAnswers, answer_loss, answer_only_examples
 from roll.pipelines.sft.config import SFTConfig
 from roll.pipelines.sft.workers import SFTWorker
 from roll.pipelines.stages import BatchStream, batched, is_eval_step, load_splits
@@ -34,6 +38,15 @@ class SFTPipeline(BasePipeline):
         pad = self.tokenizer.pad_token_id
         self.val_collator = SFTCollator(pad, max_length)
         collator = SFTCollator(pad, max_length, pack=data_args.pack_sequences)
+        self.val_answers, _ = answer_only_examples(self.splits.eval, self.tokenizer)
+        validation = cfg.validation
+        self.held_out = HeldOutAnswers.build(
+            self.splits.eval,
+            self.tokenizer,
+            rows=validation.generation_rows,
+            max_new_tokens=validation.max_new_tokens,
+            batch_size=validation.batch_size,
+        )
         # 2. session; 3. roles
         self.open_session()
         self.sft_train = self.create_clusters({"sft_train": Role(SFTWorker, role)})["sft_train"]
@@ -60,11 +73,15 @@ class SFTPipeline(BasePipeline):
         if not self.splits.eval:
             return {}
         nll, tokens = 0.0, 0
-        for batch in batched(self.splits.eval, self.config.validation.batch_size, self.val_collator):
+        size = self.config.validation.batch_size
+        for batch in batched(self.splits.eval, size, self.val_collator):
             out = self.sft_train.compute_sequence_log_probs(batch)
             nll -= float(out.batch["seq_log_prob"].sum())
             tokens += int(out.batch["num_target_tokens"].sum())
-        return {"val/loss": nll / max(tokens, 1), "val/num_tokens": float(tokens)}
+        metrics = {"val/loss": nll / max(tokens, 1), "val/num_tokens": float(tokens)}
+        metrics.update(answer_loss(self.sft_train, self.val_answers, self.val_collator, batch_size=size))
+        metrics.update(self.held_out(self.sft_train))
+        return metrics
 
     def step(self, step: int) -> dict[str, Any]:
         began = time.perf_counter()

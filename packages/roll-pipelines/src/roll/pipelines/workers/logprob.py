@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from roll.pipelines.workers.generation import greedy_decode
 from roll.protocol import DataProto, Dispatch, register
 from roll.strategies import StrategyWorker
 from roll.strategies.ops import log_probs_from_logits
@@ -36,3 +37,15 @@ class LogProbWorker(StrategyWorker):
     def compute_sequence_log_probs(self, batch: DataProto) -> DataProto:
         out = self.strategy.forward_step(batch, sequence_log_prob_forward())
         return DataProto.from_dict({"seq_log_prob": out["seq_log_prob"], "num_target_tokens": out["num_target_tokens"]})
+
+    @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
+    def generate_greedy(self, batch: DataProto, max_new_tokens: int) -> DataProto:
+        """Greedy answers to left-padded prompts by forward passes (see :func:`greedy_decode`)."""
+        tokenizer = self.strategy.tokenizer
+        return greedy_decode(
+            self.strategy,
+            batch,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )

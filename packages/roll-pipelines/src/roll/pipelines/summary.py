@@ -1,0 +1,77 @@
+"""The before/after table printed at the end of ``roll run``: what the run changed on held-out data.
+
+It reads the run's ``metrics.jsonl``: the first and the last validation (``val/*``) rows are "before" and
+"after". Rows shown, when the run reports them: ``val/correct`` (answers right, any format), ``val/format``
+(answers in the requested format), the verifier's reward ``val/score`` and its full-marks share
+``val/accuracy``, pass@k, the SFT losses and the DPO preference accuracy; then the steps and the minutes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from roll.pipelines.tracking import read_metrics
+
+__all__ = ["SUMMARY_METRICS", "before_after", "format_before_after", "summarize_run"]
+
+# Metric -> label, in table order.
+SUMMARY_METRICS: dict[str, str] = {
+    "val/correct": "correct (answer right, any format)",
+    "val/format": "format (answer in \\boxed{})",
+    "val/score": "reward (verifier score)",
+    "val/accuracy": "accuracy (verifier full marks / preference)",
+    "val/exact_match": "exact match (whole response)",
+    "val/answer_loss": "loss on answer tokens",
+    "val/loss": "loss on response tokens",
+}
+
+
+def before_after(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``{"before": row, "after": row, "steps": int, "step_minutes": float}`` from metrics rows.
+
+    ``before``/``after`` are the first/last rows holding ``val/`` metrics ({} when there are none);
+    ``step_minutes`` sums ``time/step_s`` (training steps, their validations included).
+    """
+    evaluated = [row for row in rows if any(key.startswith("val/") for key in row)]
+    steps = max((int(row.get("step", 0)) for row in rows), default=0)
+    step_s = sum(float(row.get("time/step_s", 0.0)) for row in rows)
+    return {
+        "before": evaluated[0] if evaluated else {},
+        "after": evaluated[-1] if evaluated else {},
+        "steps": steps,
+        "step_minutes": step_s / 60,
+    }
+
+
+def _value(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, int | float) else "-"
+
+
+def format_before_after(summary: dict[str, Any], *, wall_s: float | None = None, notes: Sequence[str] = ()) -> str:
+    """A plain-text table: metric | before (step a) | after (step b) | change; then steps and minutes."""
+    before, after = summary["before"], summary["after"]
+    keys = [k for k in SUMMARY_METRICS if k in before or k in after]
+    keys += sorted(k for k in after if k.startswith("val/pass@"))
+    head = ("metric (held-out)", f"before (step {before.get('step', 0)})", f"after (step {after.get('step', 0)})")
+    lines = [f"{head[0]:<46} {head[1]:>16} {head[2]:>16} {'change':>9}"]
+    for key in keys:
+        a, b = before.get(key), after.get(key)
+        change = f"{b - a:+.3f}" if isinstance(a, int | float) and isinstance(b, int | float) else "-"
+        label = SUMMARY_METRICS.get(key, key[len("val/") :])
+        lines.append(f"{label:<46} {_value(a):>16} {_value(b):>16} {change:>9}")
+    lines.append(f"{'steps':<46} {summary['steps']:>16}")
+    lines.append(f"{'minutes in steps (training + validation)':<46} {summary['step_minutes']:>16.1f}")
+    if wall_s is not None:
+        lines.append(f"{'minutes, whole command':<46} {wall_s / 60:>16.1f}")
+    lines.extend(notes)
+    return "\n".join(lines)
+
+
+def summarize_run(output_dir: str | Path, *, wall_s: float | None = None, notes: Sequence[str] = ()) -> str:
+    """The before/after table of the run in ``output_dir`` ("" when it logged no validation)."""
+    summary = before_after(read_metrics(Path(output_dir) / "metrics.jsonl"))
+    if not summary["before"]:
+        return ""
+    return format_before_after(summary, wall_s=wall_s, notes=notes)
