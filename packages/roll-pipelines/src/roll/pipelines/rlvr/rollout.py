@@ -180,18 +180,32 @@ class Rollouts:
         batch.non_tensor_batch["reward_info"] = info
         return batch
 
+    def unscored(self, batch: DataProto) -> DataProto:
+        """``batch`` with zero ``scores`` and empty ``reward_info``: samples no reward looks at (pure OPD)."""
+        batch.batch["scores"] = torch.zeros(len(batch), dtype=torch.float32)
+        batch.non_tensor_batch["reward_info"] = [""] * len(batch)
+        return batch
+
     def collect(
-        self, source: PromptSource, generation_config: GenerationConfig, *, dynamic_sampling: bool, max_rounds: int
+        self,
+        source: PromptSource,
+        generation_config: GenerationConfig,
+        *,
+        dynamic_sampling: bool,
+        max_rounds: int,
+        score: bool = True,
     ) -> RolloutResult:
         """One step's samples. With dynamic sampling, groups whose rewards all agree are dropped and more prompts
-        are generated (at most ``max_rounds`` rounds) until a full batch of informative groups is collected."""
+        are generated (at most ``max_rounds`` rounds) until a full batch of informative groups is collected.
+        ``score=False``: no reward cluster is called (the samples get zero scores)."""
         target = sum(source.quotas.values())
         n = generation_config.num_return_sequences
         kept: list[DataProto] = []
         kept_groups = rounds = generated_groups = 0
         while kept_groups < target and rounds < max(1, max_rounds if dynamic_sampling else 1):
             rounds += 1
-            batch = self.score(self.generate(source.next_batch(), generation_config))
+            generated = self.generate(source.next_batch(), generation_config)
+            batch = self.score(generated) if score else self.unscored(generated)
             generated_groups += len(batch) // n
             if dynamic_sampling:
                 keep = zero_variance_group_mask(batch.batch["scores"], batch.batch["group_index"])
