@@ -12,7 +12,7 @@ The driver only ever holds small handles to the teacher's top-k; see :mod:`roll.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.data import PromptCollator, SFTCollator
@@ -40,7 +40,7 @@ class DistillPipeline(BasePipeline):
         # 1. data: training rows (SFT rows, or prompts for sequence-level KD) and held-out prompts
         self.tokenizer = load_tokenizer(cfg.student.model_args)
         pad = self.tokenizer.pad_token_id
-        task = "prompt" if cfg.distill.teacher_generates else "sft"
+        task: Literal["prompt", "sft"] = "prompt" if cfg.distill.teacher_generates else "sft"
         if data_args.default_tag is None:  # prompts need a tag; distillation routes nothing by it
             data_args = data_args.model_copy(update={"default_tag": "distill"})
         self.splits = load_splits(data_args, task, self.tokenizer)
