@@ -108,6 +108,9 @@ FLAT_VALUES: dict[str, Any] = {
     "overlong_penalty_factor": 0.5,
     "val_batch_size": 11,
     "val_generating_args": {"temperature": 0.7, "num_return_sequences": 3},
+    "is_pure_opd": False,
+    "use_opd": False,
+    "opd_kl_penalty": "k3",
 }
 
 
