@@ -109,6 +109,9 @@ FLAT_VALUES: dict[str, Any] = {
     "val_batch_size": 11,
     "val_generating_args": {"temperature": 0.7, "num_return_sequences": 3},
     "async_generation_ratio": 2,
+    "is_pure_opd": False,
+    "use_opd": False,
+    "opd_kl_penalty": "k3",
 }
 
 

@@ -13,6 +13,7 @@ PIPELINES.register("sft", "roll.pipelines.sft.pipeline:SFTPipeline")
 PIPELINES.register("dpo", "roll.pipelines.dpo.pipeline:DPOPipeline")
 PIPELINES.register("rlvr", "roll.pipelines.rlvr.pipeline:RLVRPipeline")
 PIPELINES.register("rlvr_rollout", "roll.pipelines.rlvr_rollout.pipeline:RLVRRolloutPipeline")
+PIPELINES.register("distill", "roll.pipelines.distill.pipeline:DistillPipeline")
 
 
 def resolve_pipeline(name: str) -> Any:

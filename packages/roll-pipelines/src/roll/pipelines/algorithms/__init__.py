@@ -1,6 +1,7 @@
 """roll's algorithm maths as pure functions on tensors: masked reductions, KL estimators and controllers,
-reward shaping, advantage estimators, policy/value/KL/entropy losses, importance weights, DPO and the agentic
-(multi-turn) estimators: reward normalisation by grouping, step returns, GiGPO, step_reinforce, agentic_reinforce.
+reward shaping, advantage estimators, policy/value/KL/entropy losses, importance weights, DPO, knowledge
+distillation (top-k teacher distributions, KD divergences, the OPD advantage) and the agentic (multi-turn)
+estimators: reward normalisation by grouping, step returns, GiGPO, step_reinforce, agentic_reinforce.
 
 Conventions: token-level tensors are (batch, response_len) with a right-padded ``response_mask`` (bool or float,
 non-zero = valid); response-level tensors are (batch,); groups of samples of one prompt are given by a (batch,)
@@ -36,6 +37,15 @@ from roll.pipelines.algorithms.agentic import (
     step_discounted_returns,
     step_reinforce_rewards,
 )
+from roll.pipelines.algorithms.distill import (
+    KD_OBJECTIVES,
+    TeacherTopK,
+    gather_student_logits,
+    kd_divergence,
+    kd_loss,
+    opd_advantages,
+    teacher_topk,
+)
 from roll.pipelines.algorithms.dpo import DPO_LOSS_TYPES, dpo_loss, sequence_log_probs
 from roll.pipelines.algorithms.kl import (
     KL_ESTIMATORS,
@@ -66,6 +76,7 @@ from roll.pipelines.algorithms.rewards import (
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "DPO_LOSS_TYPES",
+    "KD_OBJECTIVES",
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
     "NORMALIZE_MODES",
@@ -74,6 +85,7 @@ __all__ = [
     "AdaptiveKLController",
     "FixedKLController",
     "GigpoRewards",
+    "TeacherTopK",
     "agentic_reinforce_advantages",
     "aggregate_loss",
     "clip_rewards",
@@ -81,9 +93,12 @@ __all__ = [
     "dpo_loss",
     "entropy_loss",
     "gae_advantages",
+    "gather_student_logits",
     "gigpo_rewards",
     "grouped_reward_norm",
     "grpo_advantages",
+    "kd_divergence",
+    "kd_loss",
     "kl_loss",
     "kl_penalty",
     "labels_to_index",
@@ -93,6 +108,7 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "normalize_scores",
+    "opd_advantages",
     "overlong_mask",
     "overlong_penalty",
     "policy_loss",
@@ -106,6 +122,7 @@ __all__ = [
     "state_group_index",
     "step_discounted_returns",
     "step_reinforce_rewards",
+    "teacher_topk",
     "token_level_rewards_from_scores",
     "truncated_importance_weights",
     "value_loss",

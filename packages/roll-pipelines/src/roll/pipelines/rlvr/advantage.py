@@ -3,7 +3,8 @@
 Reads ``scores``, ``response_mask``, ``finish_reason``, ``group_index``, ``old_log_probs``, optionally
 ``ref_log_probs``, ``values`` and ``rollout_log_probs``; writes ``token_level_rewards``, ``advantages``,
 ``returns``, the training ``response_mask`` (truncated responses removed when ``mask_truncated``) and
-``is_weights`` (when ``correction.tis_cap`` is set). All maths comes from :mod:`roll.pipelines.algorithms`.
+``is_weights`` (when ``correction.tis_cap`` is set). With on-policy distillation (``opd``) it also reads
+``teacher_log_probs`` (see :mod:`roll.pipelines.rlvr.opd`). All maths comes from :mod:`roll.pipelines.algorithms`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from roll.pipelines.algorithms.roll_knobs import (
     reinforce_returns,
 )
 from roll.pipelines.rlvr.config import AdvantageSection, RLVRConfig
+from roll.pipelines.rlvr.opd import apply_opd
 from roll.protocol import DataProto
 
 __all__ = ["compute_training_targets"]
@@ -98,11 +100,20 @@ def compute_training_targets(batch: DataProto, config: RLVRConfig, kl_coef: floa
     else:
         token_rewards = token_level_rewards_from_scores(scores, response_mask)
     loss_mask = response_mask * _sample_mask(config, data["scores"].float(), data["group_index"], lengths, truncated)
-    inputs = _estimator_inputs(advantage, data, scores, token_rewards, response_mask)
-    if advantage.estimator == "reinforce":
-        advantages, returns = reinforce_returns(**inputs)  # type: ignore[arg-type]
+    opd_coef = config.teacher.opd_kl_coef if config.opd.on and config.teacher is not None else None
+    if config.opd.pure and opd_coef is not None:  # the teacher's KL is the whole advantage (and its return)
+        advantages, opd_metrics = apply_opd(data, None, response_mask, config.opd, opd_coef)
+        returns = advantages
+        metrics.update(opd_metrics)
     else:
-        advantages, returns = compute_advantages(advantage.estimator, **inputs)
+        inputs = _estimator_inputs(advantage, data, scores, token_rewards, response_mask)
+        if advantage.estimator == "reinforce":
+            advantages, returns = reinforce_returns(**inputs)  # type: ignore[arg-type]
+        else:
+            advantages, returns = compute_advantages(advantage.estimator, **inputs)
+        if opd_coef is not None:
+            advantages, opd_metrics = apply_opd(data, advantages, response_mask, config.opd, opd_coef)
+            metrics.update(opd_metrics)
     advantages = whiten_and_clip_advantages(advantages, loss_mask, advantage.whiten, advantage.clip)
     data["token_level_rewards"] = token_rewards
     data["advantages"] = advantages * loss_mask

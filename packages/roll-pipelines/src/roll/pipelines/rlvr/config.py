@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from roll.pipelines.config import BaseConfig, RoleConfig, field_default, is_int, raw_section, raw_value
+from roll.pipelines.rlvr.opd import OPD_FLAT_KEYS, OPDSection, TeacherConfig, map_student_roles
 from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
 from roll.runtime import RollModel
 from roll.strategies import GenerationConfig
@@ -95,6 +96,7 @@ FLAT_KEYS: dict[str, str] = {
     "error_max_len_clip": "sample_mask.error_max_len_clip",
     "error_max_len_threshold": "sample_mask.error_max_len_threshold",
     "async_generation_ratio": "asynchrony.generation_ratio",
+    **OPD_FLAT_KEYS,
 }
 
 Estimator = Literal["gae", "grpo", "reinforce", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"]
@@ -331,6 +333,7 @@ class RLVRConfig(BaseConfig):
     )
     critic: RoleConfig | None = Field(default=None, description="Value model; required by advantage.estimator=gae.")
     rewards: dict[str, RewardConfig] = Field(description="Reward domains: {math: {...}, code: {...}}.")
+    teacher: TeacherConfig | None = Field(default=None, description="On-policy distillation's teacher (see opd).")
     # --- algorithm --------------------------------------------------------------------------------------
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     update: UpdateSection = Field(default_factory=UpdateSection)
@@ -344,6 +347,14 @@ class RLVRConfig(BaseConfig):
     sample_mask: SampleMaskSection = Field(default_factory=SampleMaskSection)
     validation: ValidationSection = Field(default_factory=ValidationSection)
     asynchrony: AsyncSection = Field(default_factory=AsyncSection)
+    opd: OPDSection = Field(default_factory=OPDSection)
+
+    @classmethod
+    def normalize(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Flat keys, and ROLL's pure-OPD role names (student_train, student_infer) as actor_train, actor_infer."""
+        data = super().normalize(data)
+        map_student_roles(data)
+        return data
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -426,7 +437,14 @@ class RLVRConfig(BaseConfig):
         estimator = self.advantage.estimator
         if estimator == "gae" and self.critic is None:
             raise ValueError("advantage.estimator=gae needs a critic role (model_args.model_head: value)")
-        if estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline") and self.group_size < 2:
+        if self.opd.on and self.teacher is None:
+            raise ValueError(
+                "is_pure_opd / use_opd need a teacher role (teacher: {model_args: ..., strategy_args: ...})"
+            )
+        if self.opd.pure and self.dynamic_sampling.enabled:
+            raise ValueError("is_pure_opd does not score training rollouts: turn dynamic_sampling off")
+        pure = self.opd.pure
+        if not pure and estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline") and self.group_size < 2:
             raise ValueError(
                 f"advantage.estimator={estimator} compares samples of one prompt: set "
                 f"actor_infer.generating_args.num_return_sequences >= 2"

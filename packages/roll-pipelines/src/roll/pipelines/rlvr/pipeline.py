@@ -4,6 +4,7 @@ One step::
 
     rollouts = actor_infer.generate(prompts); rewards[domain].compute_rewards(rollouts)   (+ dynamic sampling)
     ref_log_probs = reference.compute_log_probs(rollouts)        if KL is on
+    teacher_log_probs = teacher.compute_log_probs(rollouts)      on-policy distillation (opd; rlvr/opd.py)
     old_log_probs = actor_train.compute_log_probs(rollouts)      (or the rollout engine's)
     values = critic.compute_values(rollouts)                     for GAE
     advantages = estimator(scores, masks, KL, values)
@@ -78,12 +79,15 @@ class RLVRPipeline(BasePipeline):
             roles["reference"] = Role(PolicyWorker, cfg.reference, cfg.policy_settings())
         if cfg.critic is not None:
             roles["critic"] = Role(CriticWorker, cfg.critic, cfg.critic_settings())
+        if cfg.opd.on and cfg.teacher is not None:
+            roles["teacher"] = Role(PolicyWorker, cfg.teacher, cfg.policy_settings())
         for domain, reward in cfg.rewards.items():
             roles[f"reward/{domain}"] = Role(reward_workers[domain], reward)
         clusters = self.create_clusters(roles)
         self.actor_train, self.actor_infer = clusters["actor_train"], clusters.get("actor_infer")
         self.reference = clusters.get("reference")
         self.critic = clusters.get("critic")
+        self.teacher = clusters.get("teacher")
         # 4. wiring
         reward_clusters = {domain: clusters[f"reward/{domain}"] for domain in cfg.rewards}
         self.rollouts = Rollouts(self.actor_infer, reward_clusters, cfg.rewards, self.tokenizer)  # type: ignore[arg-type]
@@ -137,6 +141,8 @@ class RLVRPipeline(BasePipeline):
         pending = {}
         if self.reference is not None:
             pending["ref"] = self.reference.compute_log_probs(batch, blocking=False)
+        if self.teacher is not None:
+            pending["teacher"] = self.teacher.compute_log_probs(batch, blocking=False)
         if self.config.recompute_old_log_probs(plan.num_mini_batches):
             pending["old"] = self.actor_train.compute_log_probs(batch, blocking=False)
         if self.critic is not None:
@@ -144,6 +150,8 @@ class RLVRPipeline(BasePipeline):
         results = dict(zip(pending, materialize_all(*pending.values())))
         if "ref" in results:
             batch.batch["ref_log_probs"] = results["ref"].batch["log_probs"]
+        if "teacher" in results:
+            batch.batch["teacher_log_probs"] = results["teacher"].batch["log_probs"]
         if "old" in results:
             batch.batch["old_log_probs"] = results["old"].batch["log_probs"]
             batch.batch["entropy"] = results["old"].batch["entropy"]
@@ -193,11 +201,12 @@ class RLVRPipeline(BasePipeline):
                 step_generation_config(cfg.actor_infer.generating_args, cfg.seed, step),
                 dynamic_sampling=cfg.dynamic_sampling.enabled,
                 max_rounds=cfg.dynamic_sampling.max_generation_rounds,
+                score=not cfg.opd.pure,
             )
         metrics.update(rollout.metrics)
         batch = rollout.batch
         if batch is not None:  # dynamic sampling may keep no informative group
-            metrics.update(rollout_metrics(batch))
+            metrics.update(rollout_metrics(batch, scored=not cfg.opd.pure))
             if cfg.rollout.dump:
                 self._dump(step, batch)
             plan = self.update_plan(batch, step)
@@ -252,18 +261,21 @@ class RLVRPipeline(BasePipeline):
         return last
 
 
-def rollout_metrics(batch: DataProto) -> dict[str, float]:
-    """Score, accuracy, correctness and format (format-insensitive answers), lengths of a step's kept samples."""
+def rollout_metrics(batch: DataProto, *, scored: bool = True) -> dict[str, float]:
+    """Lengths of a step's kept samples and, when ``scored``, score, accuracy, correctness and format
+    (format-insensitive answers), overall and per tag."""
     data = batch.batch
     lengths = data["response_mask"].float().sum(-1)
     scores = data["scores"].float()
     out = {
-        "rollout/score": float(scores.mean()),
-        "rollout/accuracy": float((scores >= 1.0 - 1e-6).float().mean()),
         "rollout/response_length": float(lengths.mean()),
         "rollout/response_length_max": float(lengths.max()),
         "rollout/samples": float(len(batch)),
     }
+    if not scored:
+        return out
+    out["rollout/score"] = float(scores.mean())
+    out["rollout/accuracy"] = float((scores >= 1.0 - 1e-6).float().mean())
     correct, formatted = grade_rollouts(batch)
     out["rollout/correct"] = share(correct) or 0.0
     format_share = share(formatted)

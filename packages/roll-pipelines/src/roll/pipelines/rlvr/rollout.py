@@ -194,11 +194,24 @@ class Rollouts:
         batch.non_tensor_batch["reward_info"] = info
         return batch
 
+    def unscored(self, batch: DataProto) -> DataProto:
+        """``batch`` with zero ``scores`` and empty ``reward_info``: samples no reward looks at (pure OPD)."""
+        batch.batch["scores"] = torch.zeros(len(batch), dtype=torch.float32)
+        batch.non_tensor_batch["reward_info"] = [""] * len(batch)
+        return batch
+
     def collect(
-        self, source: PromptSource, generation_config: GenerationConfig, *, dynamic_sampling: bool, max_rounds: int
+        self,
+        source: PromptSource,
+        generation_config: GenerationConfig,
+        *,
+        dynamic_sampling: bool,
+        max_rounds: int,
+        score: bool = True,
     ) -> RolloutResult:
         """One step's samples. With dynamic sampling, groups whose rewards all agree are dropped and more prompts
-        are generated (at most ``max_rounds`` rounds) until a full batch of informative groups is collected."""
+        are generated (at most ``max_rounds`` rounds) until a full batch of informative groups is collected.
+        ``score=False``: no reward cluster is called (the samples get zero scores)."""
         target = sum(source.quotas.values())
         n = generation_config.num_return_sequences
         kept: list[DataProto] = []
@@ -208,7 +221,8 @@ class Rollouts:
             config = generation_config
             if config.seed is not None and rounds > 1:  # each round of dynamic sampling draws fresh samples
                 config = config.model_copy(update={"seed": (config.seed + 104_729 * (rounds - 1)) % 2**31})
-            batch = self.score(self.generate(source.next_batch(), config))
+            generated = self.generate(source.next_batch(), config)
+            batch = self.score(generated) if score else self.unscored(generated)
             generated_groups += len(batch) // n
             if dynamic_sampling:
                 keep = zero_variance_group_mask(batch.batch["scores"], batch.batch["group_index"])

@@ -1,0 +1,38 @@
+"""End-to-end distillation runs (`roll run distill-tiny`, `roll run opd-tiny`), read back from metrics.jsonl.
+
+Both use the cached teacher recipe (rlvr-tiny-warmup); opd-tiny's student is distill-tiny's plain-SFT baseline
+(``recipe://distill-tiny?distill_loss_weight=0.0``), trained once per cache. Bounds are looser than the
+Must-show numbers in docs/results/distill.md, for shorter runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from roll.pipelines.tracking import read_metrics
+
+pytestmark = pytest.mark.integration
+
+
+def test_distill_tiny_moves_the_student_towards_the_teacher_on_held_out_data(tmp_path, roll):
+    out = tmp_path / "distill"
+    roll(["run", "distill-tiny", f"output_dir={out}"], timeout=3600)
+    rows = read_metrics(out / "metrics.jsonl")
+    kl = {row["step"]: row["val/kl_to_teacher"] for row in rows if "val/kl_to_teacher" in row}
+    assert sorted(kl) == [0, 15, 30], kl
+    assert kl[30] <= 0.7 * kl[0], kl  # held-out KL to the teacher falls by 30% at least
+    assert rows[0]["val/teacher_correct"] > 0.2  # the teacher is measured once, at the first validation
+    trained = [row for row in rows if "student/distill_loss" in row]
+    assert trained and all(row["distill/topk_mb"] > 0 for row in trained)
+
+
+def test_opd_tiny_raises_held_out_accuracy_without_a_training_reward(tmp_path, roll):
+    out = tmp_path / "opd"
+    roll(["run", "opd-tiny", f"output_dir={out}"], timeout=3600)
+    rows = read_metrics(out / "metrics.jsonl")
+    accuracy = {row["step"]: row["val/accuracy"] for row in rows if "val/accuracy" in row}
+    assert sorted(accuracy) == [0, 6, 12], accuracy
+    assert accuracy[12] >= accuracy[0] + 0.05, accuracy
+    trained = [row for row in rows if "opd/reverse_kl" in row]
+    assert len(trained) == 12
+    assert not any("rollout/score" in row for row in trained)  # training rollouts are never scored
