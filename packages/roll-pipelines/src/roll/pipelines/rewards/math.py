@@ -166,10 +166,20 @@ def _symbolic_match(answer: str, ground_truth: str) -> bool | None:
     return bool(verify(gold, pred, timeout_seconds=None))
 
 
+def _unboxed(text: str) -> str:
+    """The content of the last box in ``text`` if it has one, else ``text``."""
+    boxed = extract_boxed(text)
+    return text if boxed is None else boxed
+
+
 def answers_match(answer: str, ground_truth: str, timeout_s: float = 5.0) -> bool:
     """Whether ``answer`` equals ``ground_truth`` (see module docstring). Raises TimeoutError if the symbolic
-    check takes longer than ``timeout_s``."""
-    norm_answer, norm_truth = normalize_answer(answer), normalize_answer(ground_truth)
+    check takes longer than ``timeout_s``.
+
+    A ``\\boxed{...}`` around either side (ground truths are often stored boxed) is looked through, so the string and
+    number checks compare the boxed contents as math-verify does."""
+    norm_answer = normalize_answer(_unboxed(answer))
+    norm_truth = normalize_answer(_unboxed(ground_truth))
     if norm_answer == norm_truth:
         return True
     num_answer, num_truth = _as_number(norm_answer), _as_number(norm_truth)
