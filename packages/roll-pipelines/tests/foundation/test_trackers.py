@@ -107,9 +107,10 @@ def _assert_series(got: dict[int, dict[str, float]], rename: Callable[[str], str
 
 
 def test_tensorboard_event_files_hold_every_scalar(logged):
+    root = logged("tensorboard")  # first: it skips the test where the package is missing
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(logged("tensorboard") / "out" / "tensorboard"))
+    events = EventAccumulator(str(root / "out" / "tensorboard"))
     events.Reload()
     got: dict[int, dict[str, float]] = {}
     for tag in events.Tags()["scalars"]:
@@ -120,9 +121,9 @@ def test_tensorboard_event_files_hold_every_scalar(logged):
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:mlflow")  # SQLAlchemy's, raised inside MLflow's store
 def test_mlflow_store_in_the_output_folder_holds_metrics_and_flattened_config(logged):
+    out = logged("mlflow") / "out"
     from mlflow.tracking import MlflowClient
 
-    out = logged("mlflow") / "out"
     client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name(EXP).experiment_id])
     assert run.info.run_name == EXP and run.info.status == "FINISHED"
@@ -135,9 +136,9 @@ def test_mlflow_store_in_the_output_folder_holds_metrics_and_flattened_config(lo
 
 
 def test_wandb_offline_run_file_holds_history_and_config(logged):
+    (run_file,) = (logged("wandb") / "out" / "wandb").glob("offline-run-*/run-*.wandb")
     from wandb.proto import wandb_internal_pb2
 
-    (run_file,) = (logged("wandb") / "out" / "wandb").glob("offline-run-*/run-*.wandb")
     got: dict[int, dict[str, float]] = {}
     config: dict[str, object] = {}
     for raw in _leveldb_records(run_file, b":W&B"):
@@ -164,9 +165,9 @@ def test_trackio_local_database_holds_metrics_and_config(logged):
 
 
 def test_swanlab_offline_run_file_holds_scalars(logged):
+    (run_file,) = (logged("swanlab") / "out" / "swanlog").glob("run-*/run-*.swanlab")
     from swanlab.proto.swanlab.record.v1 import record_pb2
 
-    (run_file,) = (logged("swanlab") / "out" / "swanlog").glob("run-*/run-*.swanlab")
     got: dict[int, dict[str, float]] = {}
     for raw in _leveldb_records(run_file, b":SWL"):
         record = record_pb2.Record()
