@@ -82,6 +82,7 @@ def test_pants_distribution_labels_carry_the_package_version():
 def test_python_version_is_declared_the_same_everywhere():
     root = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert root["tool"]["ruff"]["target-version"] == "py311"
+    assert root["tool"]["mypy"]["python_version"] == "3.11"
     for name in LAYERS:
         project = tomllib.loads((REPO / "packages" / f"roll-{name}" / "pyproject.toml").read_text())["project"]
         assert project["requires-python"] == ">=3.11", name

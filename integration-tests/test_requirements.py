@@ -22,6 +22,7 @@ REQUIREMENTS = REPO / "3rdparty" / "python" / "requirements.txt"
 NOT_RESOLVED_BY_PANTS = {
     "pytest": "Pants runs tests with its own [pytest] tool; a second pytest in the resolve breaks both",
     "ruff": "a linter, run by ./tools/dev; no code imports it",
+    "mypy": "the type checker, run by ./tools/dev; no code imports it",
 }
 # In requirements.txt with a narrower specifier than the pyproject's, which the pin must satisfy.
 PINNED = {
@@ -48,11 +49,12 @@ def _project(name: str) -> dict:
 
 
 def _sibling_extras() -> set[tuple[str, str]]:
-    """(package, extra) for each extra of a roll package that another one requires (``roll-protocol[torch]``): its
-    entries are runtime dependencies of the stack, as much as the plain ``dependencies``."""
+    """(package, extra) for each extra of a roll package that a package or its tests require (``roll-protocol[torch]``):
+    its entries are dependencies of the stack, as much as the plain ``dependencies``."""
     wanted = set()
     for package in PACKAGES:
-        for entry in _project(package).get("dependencies", []):
+        project = _project(package)
+        for entry in project.get("dependencies", []) + project.get("optional-dependencies", {}).get("test", []):
             requirement = Requirement(entry)
             if requirement.name.startswith("roll-"):
                 wanted |= {(requirement.name.removeprefix("roll-"), extra) for extra in requirement.extras}
