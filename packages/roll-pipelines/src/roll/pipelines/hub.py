@@ -19,7 +19,15 @@ from typing import Any
 
 from roll.runtime import ConfigError, MissingExtraError
 
-__all__ = ["HubError", "hf_cache_dir", "hub_offline", "is_hub_id", "resolve_hub_repo", "use_modelscope"]
+__all__ = [
+    "HubError",
+    "cached_hub_repo",
+    "hf_cache_dir",
+    "hub_offline",
+    "is_hub_id",
+    "resolve_hub_repo",
+    "use_modelscope",
+]
 
 # "name" or "namespace/name": letters, digits, '-', '_', '.'; no leading '.', no '..' (as the HF hub allows).
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
@@ -126,3 +134,24 @@ def resolve_hub_repo(repo_id: str, *, revision: str | None = None, repo_type: st
     if use_modelscope():
         return _from_modelscope(repo_id, revision, repo_type)
     return _from_hf(repo_id, revision, repo_type)
+
+
+def cached_hub_repo(repo_id: str, *, revision: str | None = None, repo_type: str = "model") -> Path | None:
+    """The Hugging Face cache's snapshot of ``repo_id`` without contacting the hub; None if it is not cached and the
+    hub may be contacted (it will be downloaded at run time).
+
+    Raises:
+        HubError: it is not cached and ``HF_HUB_OFFLINE`` is set (the error a run would give).
+    """
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        path = snapshot_download(
+            repo_id, repo_type=repo_type, revision=revision, cache_dir=str(hf_cache_dir()), local_files_only=True
+        )
+    except LocalEntryNotFoundError:
+        if hub_offline():
+            return _from_hf(repo_id, revision, repo_type)  # raises the offline error
+        return None
+    return Path(str(path))

@@ -10,7 +10,9 @@ back to the checkpoint's step, so a resumed run's file reads exactly like an uni
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -21,9 +23,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from roll.runtime import MissingExtraError, Registry
+from roll.runtime import ConfigError, MissingExtraError, Registry
 
-__all__ = ["TRACKERS", "JsonlTracker", "Tracker", "format_metrics_line", "read_metrics"]
+__all__ = [
+    "TRACKERS",
+    "JsonlTracker",
+    "Tracker",
+    "check_tracker_installed",
+    "check_tracker_names",
+    "format_metrics_line",
+    "read_metrics",
+]
 
 TRACKERS: Registry[type] = Registry("tracker", entry_point_group="roll.trackers")
 
@@ -252,6 +262,37 @@ for _name, _cls in {
     "swanlab": SwanlabTracker,
 }.items():
     TRACKERS.register(_name, _cls)
+
+
+# tracker -> the module its backend imports (the pip extra has the tracker's name).
+TRACKER_MODULES = {
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+    "mlflow": "mlflow",
+    "trackio": "trackio",
+    "swanlab": "swanlab",
+}
+
+
+def check_tracker_names(names: list[str]) -> None:
+    """Raise ConfigError naming every entry of ``track_with`` that is no registered tracker (with the known names
+    and the closest one)."""
+    known = ["jsonl", *TRACKERS.names()]
+    unknown = [name for name in names if name not in known]
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise ConfigError(f"track_with: unknown tracker {', '.join(hints)}; known trackers: {', '.join(known)}")
+
+
+def check_tracker_installed(name: str) -> None:
+    """Raise MissingExtraError with the pip command if tracker ``name``'s package is not installed (no import)."""
+    module = TRACKER_MODULES.get(name)
+    if module is not None and importlib.util.find_spec(module) is None:
+        raise MissingExtraError(f"tracker {name!r}", "roll-pipelines", name, cause=f"no module named {module!r}")
 
 
 class Tracker:
