@@ -94,27 +94,38 @@ def _check_tokenizer(where: str, path: Path, trust_remote_code: bool) -> None:
     from transformers import AutoTokenizer
 
     try:
-        AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
     except Exception as e:  # as above: no common base class
         raise ConfigError(f"{where}: {path} holds no loadable tokenizer ({type(e).__name__}: {e})") from None
+    if len(tokenizer) <= 1:  # transformers builds an empty tokenizer from a model config alone
+        raise ConfigError(
+            f"{where}: {path} holds no loadable tokenizer (no vocabulary: its tokenizer files are missing); set "
+            f"tokenizer_name_or_path to a folder that has them"
+        )
 
 
-def _model_checks(name: str, role: RoleConfig, seen: dict[tuple[str, str], str]) -> list[Callable[[], str | None]]:
+def _model_checks(name: str, role: RoleConfig, seen: set[str]) -> list[Callable[[], str | None]]:
+    """Checks of ``role``'s model and tokenizer; a reference already checked for another role is skipped (the
+    tokenizer is loaded from the model's folder unless ``tokenizer_name_or_path`` names another one)."""
     args = role.model_args
+    loads: dict[str, list[Any]] = {}
+    if args.model_name_or_path:
+        loads.setdefault(args.model_name_or_path, [f"{name}.model_args.model_name_or_path"]).append(_check_model)
+    if args.tokenizer_path:
+        field = "tokenizer_name_or_path" if args.tokenizer_name_or_path else "model_name_or_path"
+        loads.setdefault(args.tokenizer_path, [f"{name}.model_args.{field}"]).append(_check_tokenizer)
     checks: list[Callable[[], str | None]] = []
-    refs = [("model_name_or_path", args.model_name_or_path, _check_model)]
-    refs.append(("tokenizer_name_or_path", args.tokenizer_path, _check_tokenizer))
-    for field, value, load in refs:
-        if not value or (field, value) in seen:
+    for value, (where, *steps) in loads.items():
+        if value in seen:
             continue
-        seen[(field, value)] = name
-        where = f"{name}.model_args.{field}"
+        seen.add(value)
 
-        def check(where: str = where, value: str = value, load: Any = load) -> str | None:
+        def check(where: str = where, value: str = value, steps: list[Any] = steps) -> str | None:
             folder = _local_model_folder(where, value, args.revision)
             if folder is None:
-                return f"{where}: {value} is made or downloaded at run time" if is_hub_id(value) else None
-            load(where, folder, args.trust_remote_code)
+                return f"{where}: {value} is downloaded at run time" if is_hub_id(value) else None
+            for load in steps:
+                load(where, folder, args.trust_remote_code)
             return None
 
         checks.append(check)
@@ -248,7 +259,7 @@ def validate_deployment(config: BaseConfig, *, check_ray: bool = True) -> list[s
     lines: list[str] = []
     for tracker in config.track_with:
         problems.run(_tracker_check(tracker), lines)
-    seen: dict[tuple[str, str], str] = {}
+    seen: set[str] = set()
     for name, role in config.roles().items():
         problems.run(_backend_check(name, role), lines)
         for check in [*_model_checks(name, role, seen), *_data_refs(name, role)]:
