@@ -10,8 +10,6 @@ from pathlib import Path
 
 import yaml
 
-from roll.runtime import ConfigError
-
 __all__ = ["list_recipes", "recipe_path"]
 
 _DIR = Path(__file__).parent
@@ -59,6 +57,8 @@ def list_recipes() -> dict[str, str]:
 def recipe_path(name: str) -> Path:
     path = next((p for p in _recipe_files() if p.stem == name), _DIR / f"{name}.yaml")
     if not path.is_file():
+        from roll.runtime import ConfigError  # here, so `roll recipes` starts without Ray
+
         raise ConfigError(
             f"{name!r} is neither a config file nor a built-in recipe; recipes: {', '.join(list_recipes())}"
         )
