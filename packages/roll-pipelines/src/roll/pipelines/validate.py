@@ -10,6 +10,7 @@ not just the first.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -142,9 +143,7 @@ def _data_refs(role_name: str, role: RoleConfig) -> list[Callable[[], str | None
     checks: list[Callable[[], str | None]] = []
     for split in ("train", "eval"):
         for item in data.files(split):
-            checks.append(
-                lambda item=item, split=split: check_data_reference(item, f"{role_name}.{data.field_for(split)}")
-            )
+            checks.append(functools.partial(check_data_reference, item, f"{role_name}.{data.field_for(split)}"))
     return checks
 
 
@@ -264,7 +263,7 @@ def validate_deployment(config: BaseConfig, *, check_ray: bool = True) -> list[s
         problems.run(_backend_check(name, role), lines)
         for check in [*_model_checks(name, role, seen), *_data_refs(name, role)]:
             problems.run(check, lines)
-        problems.run(lambda name=name, role=role: _check_declared_devices(config, name, role), lines)
+        problems.run(functools.partial(_check_declared_devices, config, name, role), lines)
         backend = role.strategy_args.strategy_name if role.strategy_args else "-"
         placement = f"devices {role.device_mapping}" if role.device_mapping is not None else "CPU"
         lines.append(f"{name}: {role.world_size} worker(s), {backend}, {placement}")
