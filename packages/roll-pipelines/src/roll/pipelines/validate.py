@@ -6,6 +6,10 @@ the task needs, and the device mapping fits the cluster (the declared ``num_node
 Ray cluster itself unless ``--no-ray``). Pipeline-wide: each tracker of ``track_with`` has its package, each reward
 domain's ``reward_type`` resolves, and every prompt carries the fields its reward needs. Every problem is reported,
 not just the first.
+
+With ``--no-ray`` (checking a config away from the machine it runs on), what depends on this machine (a package that
+is not installed, a local model or data file that is not here, a hub id missing from the offline cache) is a warning
+line, not an error; the config's own problems stay errors.
 """
 
 from __future__ import annotations
@@ -18,22 +22,37 @@ from urllib.parse import urlparse
 
 from roll.pipelines.config import BaseConfig, RoleConfig
 from roll.pipelines.hub import HubError, cached_hub_repo, hub_offline, is_hub_id, use_modelscope
-from roll.runtime import ConfigError, RollError
+from roll.runtime import ConfigError, MissingExtraError, RollError
 
-__all__ = ["validate_deployment"]
+__all__ = ["NotHereError", "validate_deployment"]
+
+
+class NotHereError(ConfigError):
+    """A model reference names a local folder that does not exist (on this machine)."""
+
+
+def _about_this_machine(error: RollError) -> bool:
+    from roll.pipelines.data.sources import DataNotFoundError
+
+    return isinstance(error, MissingExtraError | HubError | NotHereError | DataNotFoundError)
 
 
 class _Problems:
-    """Roll errors collected from independent checks; raised together at the end."""
+    """Roll errors collected from independent checks; raised together at the end. Away from the run's machine
+    (``here=False``), problems of this machine only are warning lines."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, here: bool) -> None:
+        self.here = here
         self.errors: list[RollError] = []
 
     def run(self, check: Callable[[], str | None], lines: list[str]) -> None:
         try:
             line = check()
         except RollError as e:
-            self.errors.append(e)
+            if self.here or not _about_this_machine(e):
+                self.errors.append(e)
+            else:
+                lines.append(f"warning: {e} (not checked further: --no-ray)")
         else:
             if line:
                 lines.append(line)
@@ -72,7 +91,7 @@ def _local_model_folder(where: str, value: str, revision: str | None) -> Path | 
     if path.exists():
         return path
     if not is_hub_id(value):
-        raise ConfigError(f"{where}={value!r} does not exist and is not a hub id; give a local HF folder or a hub id")
+        raise NotHereError(f"{where}={value!r} does not exist and is not a hub id; give a local HF folder or a hub id")
     if use_modelscope():
         return None
     try:
@@ -254,7 +273,7 @@ def validate_deployment(config: BaseConfig, *, check_ray: bool = True) -> list[s
         MissingExtraError: the only problem is an optional package that is not installed (with its pip command).
         ConfigError: any other problem, or several problems (each listed on its own line).
     """
-    problems = _Problems()
+    problems = _Problems(here=check_ray)
     lines: list[str] = []
     for tracker in config.track_with:
         problems.run(_tracker_check(tracker), lines)

@@ -23,10 +23,14 @@ from roll.pipelines.data.errors import DataError
 from roll.pipelines.hub import HubError, cached_hub_repo, is_hub_id, resolve_hub_repo, use_modelscope
 from roll.runtime import MissingExtraError
 
-__all__ = ["FILE_SUFFIXES", "check_data_reference", "is_saved_dataset", "read_source"]
+__all__ = ["FILE_SUFFIXES", "DataNotFoundError", "check_data_reference", "is_saved_dataset", "read_source"]
 
 FILE_SUFFIXES = (".json", ".jsonl", ".parquet", ".arrow")
 _EVAL_SPLITS = ("test", "validation", "eval")
+
+
+class DataNotFoundError(DataError):
+    """A data reference names a local file that does not exist (on this machine)."""
 
 
 def _datasets() -> Any:
@@ -141,7 +145,7 @@ def _local(text: str, field: str) -> Path | None:
         return path
     if is_hub_id(_split_hub_name(text)[0]) and path.suffix.lower() not in FILE_SUFFIXES:
         return None
-    raise DataError(
+    raise DataNotFoundError(
         f"{field} lists {text!r}, which does not exist (looked for {path.absolute()}); fix the path in {field}"
     )
 
