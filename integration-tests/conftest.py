@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from roll.protocol.pytest_plugin import pytest_collection_modifyitems, pytest_configure  # noqa: F401 (roll's markers)
+
 
 @pytest.fixture(scope="session")
 def roll_env(tmp_path_factory) -> dict[str, str]:

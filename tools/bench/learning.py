@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = args.cache_dir or Path(os.environ.get("ROLL_CACHE_DIR") or Path.home() / ".cache" / "roll")
     env = environment()
     meta: dict[str, Any] = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "env": env,
         "load_start": env["loadavg"],
         "command": "./tools/dev bench learning " + " ".join(argv if argv is not None else sys.argv[1:]),

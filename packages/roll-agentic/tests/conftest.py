@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from roll.protocol.pytest_plugin import pytest_collection_modifyitems, pytest_configure  # noqa: F401 (roll's markers)
 from roll.strategies.testing import default_corpus, make_tokenizer
 
 # Text of the games, so the tiny BPE tokenizer encodes observations and actions in few tokens.

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
 
+import roll.agentic
+
 
 def test_public_names_resolve() -> None:
-    module = importlib.import_module("roll.agentic")
-    missing = [name for name in module.__all__ if not hasattr(module, name)]
-    assert not missing and {"RolloutScheduler", "PolicyClient", "EnvironmentWorker", "make_env"} <= set(module.__all__)
+    missing = [name for name in roll.agentic.__all__ if not hasattr(roll.agentic, name)]
+    assert not missing
+    assert {"RolloutScheduler", "PolicyClient", "EnvironmentWorker", "make_env"} <= set(roll.agentic.__all__)
 
 
 def test_import_does_not_load_optional_extras() -> None:

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from roll.protocol import DataProto
+from roll.protocol.pytest_plugin import pytest_collection_modifyitems, pytest_configure  # noqa: F401 (roll's markers)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from roll.protocol.pytest_plugin import pytest_collection_modifyitems, pytest_configure  # noqa: F401 (roll's markers)
 from roll.runtime import ResourceManager
 from roll.runtime.testing import local_ray
 

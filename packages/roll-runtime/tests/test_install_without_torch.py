@@ -28,7 +28,9 @@ def _run(args: list[str], env: dict[str, str], cwd: Path, timeout: float) -> str
 
 
 @pytest.mark.slow
+@pytest.mark.extra("pip")  # Pants' test environment has no pip; ./tools/dev test runs this one in the dev venv
 def test_runtime_wheels_install_and_run_without_torch(tmp_path):
+    pytest.importorskip("pip", reason="builds wheels with pip")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS")}
     env["RAY_AUTH_MODE"] = "disabled"
     wheels = tmp_path / "wheels"

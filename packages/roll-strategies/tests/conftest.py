@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from roll.protocol.pytest_plugin import pytest_collection_modifyitems, pytest_configure  # noqa: F401 (roll's markers)
 from roll.strategies.testing import make_tiny_causal_lm
 
 

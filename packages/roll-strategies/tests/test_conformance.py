@@ -99,8 +99,9 @@ BACKENDS: dict[str, Backend] = {
     ),
 }
 # Generating backends compared with hf_infer; logit/scoring backends compared with hf_infer's log-probs.
-GENERATORS = ["vllm", pytest.param("sglang", marks=pytest.mark.gpu)]
-SCORERS = ["fsdp2_infer", "vllm", pytest.param("megatron_infer", marks=pytest.mark.gpu)]
+VLLM = pytest.param("vllm", marks=pytest.mark.extra("vllm"))
+GENERATORS = [VLLM, pytest.param("sglang", marks=pytest.mark.gpu)]
+SCORERS = ["fsdp2_infer", VLLM, pytest.param("megatron_infer", marks=pytest.mark.gpu)]
 
 
 def role_config(model: Path, strategy_name: str, name: str | None = None, **overrides: Any) -> StrategyWorkerConfig:
@@ -457,6 +458,7 @@ def trained_reference(trainer: Cluster, folder: Path) -> Any:
     return load_transformers(folder)
 
 
+@pytest.mark.extra("vllm")
 @pytest.mark.parametrize("ranks", [1, 2], ids=["1rank", "2ranks"])
 @pytest.mark.parametrize("transport", ["shared_memory", "collective", "object_store"])
 def test_vllm_decodes_the_trained_weights_after_a_weight_sync(transport, ranks, clusters, tmp_path):
@@ -489,6 +491,7 @@ def test_vllm_decodes_the_trained_weights_after_a_weight_sync(transport, ranks, 
     assert after != before, "the training step should have changed the greedy output"
 
 
+@pytest.mark.extra("vllm")
 @pytest.mark.parametrize("transport", ["shared_memory", "collective"])
 def test_a_weight_sync_that_fails_midway_is_loud_and_the_next_one_repairs_vllm(transport, clusters, tmp_path):
     trainer = clusters.trainers[2]
@@ -508,6 +511,7 @@ def test_a_weight_sync_that_fails_midway_is_loud_and_the_next_one_repairs_vllm(t
 
 
 # --- d. exported folders ----------------------------------------------------------------------------------------
+@pytest.mark.extra("vllm")
 def test_exported_folder_loads_in_transformers_with_the_strategys_logits(clusters):
     exported = load_transformers(clusters.export)
     batch = scoring_batch()
@@ -518,6 +522,7 @@ def test_exported_folder_loads_in_transformers_with_the_strategys_logits(cluster
     torch.testing.assert_close(clusters.export_logits[valid], logits.logits[valid], **LOGIT_TOL)
 
 
+@pytest.mark.extra("vllm")
 def test_exported_folder_loads_in_vllm_with_transformers_greedy_output(clusters, model_dir):
     exported = load_transformers(clusters.export)
     assert clusters.export_greedy == transformers_greedy(exported, PROMPTS)

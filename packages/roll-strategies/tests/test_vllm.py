@@ -24,6 +24,8 @@ from roll.strategies.ops import log_probs_from_logits, position_ids_from_attenti
 from roll.strategies.vllm import VllmConfig
 from roll.strategies.weights import iter_buckets
 
+pytestmark = pytest.mark.extra("vllm")
+
 PAD = 3  # the tiny tokenizer's <|pad|>
 PROMPTS = [[5, 6, 7, 8], [100, 200, 300], [42], [17, 250, 401, 77, 9, 64]]
 

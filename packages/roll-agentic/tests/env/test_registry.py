@@ -59,6 +59,7 @@ def test_not_an_env() -> None:
         make_env("collections:OrderedDict")
 
 
+@pytest.mark.extra("gem")
 def test_gem_env_by_id() -> None:
     pytest.importorskip("gem")
     env = make_env("game:GuessTheNumber-v0-easy")
@@ -80,6 +81,7 @@ def test_gem_env_by_id() -> None:
     assert terminated and reward == 1.0 and info["success"] is True
 
 
+@pytest.mark.extra("gem")
 def test_gem_unknown_id() -> None:
     pytest.importorskip("gem")
     with pytest.raises(ConfigError, match="unknown GEM env id"):

@@ -56,6 +56,7 @@ def _run(tokenizer, envs, tag, policy, manager="traj", groups=2, group_size=2):
         scheduler.close()
 
 
+@pytest.mark.extra("gem")
 @pytest.mark.parametrize("manager", ["traj", "step"])
 def test_gem_guess_the_number(tokenizer, manager) -> None:
     pytest.importorskip("gem")

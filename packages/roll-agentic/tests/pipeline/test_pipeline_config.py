@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from roll.agentic.pipeline import PIPELINE_ENTRY_POINTS, AgenticConfig, register_pipelines
 from roll.pipelines.config import load_config

@@ -18,6 +18,8 @@ from roll.runtime import ConfigError, MissingExtraError, RollError, RpcTimeoutEr
 def test_a_backend_missing_in_a_worker_prints_the_pip_command_and_exits_non_zero(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_AUTH_MODE"] = "disabled"
+    # The test's own import path: under Pants, roll's sources are not installed, only on this process's sys.path.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     command = [sys.executable, "-m", "roll.pipelines.cli", "run", "rlvr-rollout-tiny"]
     overrides = ["actor_infer.strategy_args.strategy_name=sglang", f"output_dir={tmp_path / 'out'}"]
     result = subprocess.run(command + overrides, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 
 from roll.pipelines.metrics import reduce_metrics
 from roll.pipelines.plots import write_plots
 from roll.pipelines.tracking import Tracker, format_metrics_line, read_metrics
-from roll.runtime import MissingExtraError
+from roll.runtime import ConfigError, MissingExtraError
 
 
 def test_metrics_jsonl_and_truncation_on_resume(tmp_path):
@@ -35,19 +36,17 @@ def test_console_line_puts_headline_metrics_first():
     assert line.startswith("step 7: loss=0.1235") and "val/accuracy=0.5" in line
 
 
-def test_missing_tracker_extra_names_the_pip_command(tmp_path, monkeypatch):
-    import builtins
+@pytest.mark.parametrize("name", ["tensorboard", "wandb", "mlflow", "trackio", "swanlab"])
+def test_missing_tracker_extra_names_the_pip_command(tmp_path, monkeypatch, name):
+    monkeypatch.setitem(sys.modules, name, None)  # `import name` now raises ImportError, as when not installed
+    with pytest.raises(MissingExtraError, match=rf"tracker '{name}'.*pip install 'roll-pipelines\[{name}\]'"):
+        Tracker(tmp_path, [name])
+    assert not list(tmp_path.glob(name + "*"))
 
-    real_import = builtins.__import__
 
-    def no_wandb(name, *args, **kwargs):
-        if name == "wandb":
-            raise ImportError("No module named 'wandb'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_wandb)
-    with pytest.raises(MissingExtraError, match=r"pip install 'roll-pipelines\[wandb\]'"):
-        Tracker(tmp_path, ["wandb"])
+def test_unknown_tracker_lists_the_known_ones(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown tracker .nosuchtracker.; known names: .*swanlab"):
+        Tracker(tmp_path, ["nosuchtracker"])
 
 
 def test_plots_are_written_per_group(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 import time
 
 import pytest
@@ -90,6 +91,25 @@ def test_without_math_verify_numbers_and_strings_still_compare(monkeypatch):
     monkeypatch.setattr(math_reward, "_math_verify", lambda: None)
     assert answers_match("0.5", r"\frac{1}{2}")
     assert answers_match(r"\left( 1, 2 \right)", "(1,2)")
+    assert not answers_match("x+1", "1+x")  # symbolic equivalence needs math-verify
+
+
+@pytest.fixture
+def without_math_verify(monkeypatch):
+    """``import math_verify`` fails (as when it is not installed) for the duration of the test."""
+    monkeypatch.setitem(sys.modules, "math_verify", None)  # None in sys.modules makes the import raise ImportError
+    math_reward._math_verify.cache_clear()
+    yield
+    math_reward._math_verify.cache_clear()
+
+
+def test_fallback_path_without_math_verify_scores_boxed_and_plain_answers(without_math_verify):
+    assert math_reward._math_verify() is None
+    assert math_score(r"\boxed{19}", r"\boxed{19}") == (1.0, "correct")
+    assert math_score("so it is 19", r"\boxed{19}") == (1.0, "correct")
+    assert math_score(r"\boxed{\frac{1}{2}}", r"\boxed{0.5}") == (1.0, "correct")
+    assert math_score(r"\boxed{18}", r"\boxed{19}") == (0.0, r"wrong answer: got 18, expected \boxed{19}")
+    assert answers_match(r"\boxed{x+1}", "x+1")
     assert not answers_match("x+1", "1+x")  # symbolic equivalence needs math-verify
 
 

@@ -213,6 +213,10 @@ def test_tiny_recipe_rolls_out_every_prompt_once(tmp_path: Path, ray_env: None) 
     assert summary["accuracy"] == pytest.approx(sum(r["score"] == 1.0 for r in rows) / len(rows))
     assert (out / "checkpoints" / "step-00000004" / "pipeline_state.json").is_file()
     assert not (out / "hf_export").exists()
+    # The workers' own output (library warnings and notices) went to workers.log: one header per worker.
+    workers_log = (out / "workers.log").read_text()
+    for role in (pipeline.config.actor_infer, pipeline.config.rewards["math"]):
+        assert f"----- {role.name}-0 (pid" in workers_log
 
 
 def test_crash_and_resume_continues_without_duplicates(tmp_path: Path, ray_env: None) -> None:

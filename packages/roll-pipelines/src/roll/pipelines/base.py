@@ -32,7 +32,7 @@ from roll.pipelines.config import BaseConfig, RoleConfig
 from roll.pipelines.metrics import reduce_metrics
 from roll.pipelines.plots import write_plots
 from roll.pipelines.tracking import Tracker
-from roll.runtime import Cluster, ConfigError, ResourceManager, init, materialize_all
+from roll.runtime import ENV_WORKER_LOG, Cluster, ConfigError, ResourceManager, init, materialize_all
 from roll.strategies import ModelUpdateGroup
 
 __all__ = ["BasePipeline", "Role", "Session", "set_seed"]
@@ -71,6 +71,16 @@ class Session:
     resources: ResourceManager
     tracker: Tracker
 
+    @property
+    def worker_log(self) -> Path:
+        """Where the workers' stdout and stderr go (third-party library output); roll's warnings stay on the console."""
+        return self.output_dir / "workers.log"
+
+    @property
+    def worker_env(self) -> dict[str, str]:
+        """Environment variables every worker of this session gets (a role's ``system_envs`` override them)."""
+        return {ENV_WORKER_LOG: str(self.worker_log.resolve())}
+
     @classmethod
     def open(cls, config: BaseConfig) -> Session:
         """Check the output folder and resume path, write config.yaml, start Ray, resources and tracking."""
@@ -92,7 +102,9 @@ class Session:
         tracker = Tracker(
             output_dir, config.track_with, exp_name=config.exp_name, config=dumped, tracker_kwargs=config.tracker_kwargs
         )
-        return cls(output_dir, checkpoints, resume_path, resources, tracker)
+        session = cls(output_dir, checkpoints, resume_path, resources, tracker)
+        logger.info("workers' library output (warnings, notices) goes to %s", session.worker_log)
+        return session
 
     def close(self, *, plots: bool) -> None:
         self.resources.destroy()
@@ -146,7 +158,8 @@ class BasePipeline:
 
         def build(item: tuple[str, Role]) -> tuple[str, Cluster]:
             key, role = item
-            return key, Cluster(role.config.name, role.config.worker_cls or role.worker_cls, resources, role.config)
+            worker_cls = role.config.worker_cls or role.worker_cls
+            return key, Cluster(role.config.name, worker_cls, resources, role.config, env=self.session.worker_env)
 
         with ThreadPoolExecutor(max_workers=max(1, len(roles))) as pool:
             futures = [pool.submit(build, item) for item in roles.items()]
@@ -236,13 +249,12 @@ class BasePipeline:
 
     # --- loop helpers -----------------------------------------------------------------------------------
     def steps(self, start: int) -> Iterator[int]:
-        """Steps ``start+1 .. max_steps`` with a progress bar (ETA) on stderr."""
-        from tqdm import tqdm
+        """Steps ``start+1 .. max_steps`` with their progress on stderr: a bar (ETA) on a terminal, plain periodic
+        lines when stderr goes to a file or a pipe."""
+        from roll.pipelines.progress import step_progress
 
         total = self.max_steps
-        with tqdm(
-            total=total, initial=start, desc=self.config.exp_name, unit="step", dynamic_ncols=True, leave=True
-        ) as bar:
+        with step_progress(total, start, self.config.exp_name) as bar:
             for step in range(start + 1, total + 1):
                 yield step
                 bar.update(1)

@@ -4,8 +4,11 @@ roll run CONFIG_OR_RECIPE [field.path=value ...]    run a pipeline
 roll validate CONFIG_OR_RECIPE [field.path=value]   check a config without starting workers
 roll convert ROLL.yaml [-o OUT.yaml]                 ROLL config -> roll YAML, with what became of every key
 roll recipes                                        list built-in recipes
+roll --version                                      the versions of roll's packages
 
 ROLL's own YAML files (Hydra ``defaults``, ``${...}``, flat PPO keys) are accepted by run, validate and convert.
+Only argparse is imported before the arguments are parsed, and ``--help``, ``--version`` and ``recipes`` import no
+torch, Ray or transformers: they answer at once.
 """
 
 from __future__ import annotations
@@ -15,13 +18,32 @@ import logging
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from roll.runtime import ConfigError, RollError, WorkerError
+if TYPE_CHECKING:
+    from roll.runtime import RollError
 
 __all__ = ["main"]
 
-EXIT_CONFIG = ConfigError.exit_code  # a config, data or environment problem the user fixes (RollError.exit_code)
+EXIT_CONFIG = 2  # a config, data or environment problem the user fixes (ConfigError.exit_code)
 EXIT_INTERRUPTED = 130
+_PACKAGES = ("roll-protocol", "roll-runtime", "roll-strategies", "roll-pipelines", "roll-agentic")
+
+
+def _versions() -> str:
+    """``roll-pipelines 0.1.0`` and the other installed roll packages (from their metadata: nothing is imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from roll.pipelines import __version__
+
+    parts = [f"roll-pipelines {__version__}"]
+    for name in _PACKAGES:
+        if name != "roll-pipelines":
+            try:
+                parts.append(f"{name} {version(name)}")
+            except PackageNotFoundError:
+                continue
+    return ", ".join(parts)
 
 
 def _cmd_recipes(args: argparse.Namespace) -> int:
@@ -108,9 +130,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, its text computed only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"{parser.prog}: {_versions()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="roll", description="Post-training LLMs on Ray: SFT, DPO, RLVR.")
     parser.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
+    parser.add_argument("-V", "--version", action=_VersionAction, help="Show the roll packages' versions and exit.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="Run a pipeline from a YAML config or a built-in recipe.")
     run.add_argument("config", help="Path to a YAML file, or a recipe name (see `roll recipes`).")
@@ -141,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: workers stopped; the last checkpoint (if any) is intact", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except RollError as e:
+    except Exception as e:
+        from roll.protocol.errors import RollError
+
+        if not isinstance(e, RollError):
+            raise
         message, code = describe_error(e, verbose=args.verbose)
         print(f"error: {message}", file=sys.stderr)
         return code
@@ -153,6 +191,9 @@ def describe_error(error: RollError, verbose: bool = False) -> tuple[str, int]:
     A worker that raised a roll error on purpose (a missing extra, a bad config value) is reported with that error's
     own message and exit code; its remote traceback is noise to a user and is shown only with ``--verbose``.
     """
+    from roll.protocol.errors import RollError
+    from roll.runtime import WorkerError
+
     if isinstance(error, WorkerError) and isinstance(error.cause, RollError):
         message = error.summary + (f"\nworker traceback:\n{error.remote_traceback}" if verbose else "")
         return message, error.cause.exit_code

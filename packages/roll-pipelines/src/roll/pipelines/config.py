@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from roll.pipelines.data import DataArgs
 from roll.pipelines.recipes import recipe_path
 from roll.pipelines.registry import resolve_pipeline
+from roll.pipelines.tracking import check_tracker_names
 from roll.runtime import ConfigError, RollModel
 from roll.runtime.config import validation_error_lines
 from roll.strategies import StrategyWorkerConfig
@@ -224,6 +225,15 @@ class BaseConfig(RollModel):
     @classmethod
     def _listify(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
+
+    @field_validator("track_with")
+    @classmethod
+    def _check_trackers(cls, value: list[str]) -> list[str]:
+        try:
+            check_tracker_names(value)
+        except ConfigError as e:
+            raise ValueError(str(e).removeprefix("track_with: ")) from None
+        return value
 
     @field_validator("resume_from_checkpoint")
     @classmethod

@@ -1,4 +1,8 @@
-"""Experiment tracking: ``metrics.jsonl`` always, plus optional console, TensorBoard, W&B, MLflow, trackio.
+"""Experiment tracking: ``metrics.jsonl`` always, plus optional console, TensorBoard, W&B, MLflow, trackio, SwanLab.
+
+Each optional backend is an extra of roll-pipelines (``pip install 'roll-pipelines[wandb]'``, or ``[trackers]`` for
+all); selecting one that is not installed raises MissingExtraError with that command. ``tracker_kwargs.<name>`` goes
+to the backend's constructor (see each class).
 
 ``metrics.jsonl`` holds one JSON object per logged step (``{"step": N, ...metrics}``). On resume it is cut
 back to the checkpoint's step, so a resumed run's file reads exactly like an uninterrupted one.
@@ -6,17 +10,30 @@ back to the checkpoint's step, so a resumed run's file reads exactly like an uni
 
 from __future__ import annotations
 
+import difflib
+import importlib
+import importlib.util
 import json
 import math
 import os
+import re
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from roll.runtime import MissingExtraError, Registry
+from roll.runtime import ConfigError, MissingExtraError, Registry
 
-__all__ = ["TRACKERS", "JsonlTracker", "Tracker", "format_metrics_line", "read_metrics"]
+__all__ = [
+    "TRACKERS",
+    "JsonlTracker",
+    "Tracker",
+    "check_tracker_installed",
+    "check_tracker_names",
+    "format_metrics_line",
+    "read_metrics",
+]
 
 TRACKERS: Registry[type] = Registry("tracker", entry_point_group="roll.trackers")
 
@@ -97,73 +114,143 @@ class ConsoleTracker:
         pass
 
 
+def _require(module: str, tracker: str) -> Any:
+    """Import ``module`` for ``tracker``, or raise MissingExtraError with the pip command of its extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise MissingExtraError(f"tracker {tracker!r}", "roll-pipelines", tracker, cause=str(e)) from e
+
+
+def _scalars(metrics: Mapping[str, Any]) -> dict[str, float | int]:
+    """The numeric metrics (0-d tensors and numpy scalars unwrapped, bools as 0/1, NaN and inf kept as floats)."""
+    out: dict[str, float | int] = {}
+    for key, value in metrics.items():
+        if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+            value = value.item()
+        if isinstance(value, bool):
+            value = int(value)
+        if isinstance(value, int | float):
+            out[key] = value
+    return out
+
+
 class TensorBoardTracker:
+    """Scalars to ``<output_dir>/tensorboard`` (event files; ``tensorboard --logdir <output_dir>/tensorboard``)."""
+
     def __init__(self, output_dir: Path, **_: Any) -> None:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError as e:
-            raise MissingExtraError("tracker 'tensorboard'", "roll-pipelines", "tensorboard", cause=str(e)) from e
+        _require("tensorboard", "tensorboard")
+        from torch.utils.tensorboard import SummaryWriter
+
         self.writer = SummaryWriter(log_dir=str(output_dir / "tensorboard"))
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
-        for key, value in metrics.items():
-            value = _clean(value)
-            if isinstance(value, int | float):
-                self.writer.add_scalar(key, value, step)
+        for key, value in _scalars(metrics).items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()
 
     def finish(self) -> None:
         self.writer.close()
 
 
 class WandbTracker:
+    """A W&B run in ``<output_dir>/wandb``; tracker_kwargs go to ``wandb.init`` (``project``, ``mode: offline``, ...)."""
+
     def __init__(self, output_dir: Path, exp_name: str = "roll", config: dict | None = None, **kwargs: Any) -> None:
-        try:
-            import wandb
-        except ImportError as e:
-            raise MissingExtraError("tracker 'wandb'", "roll-pipelines", "wandb", cause=str(e)) from e
-        self.run = wandb.init(name=exp_name, config=config, dir=str(output_dir), **kwargs)
+        wandb = _require("wandb", "wandb")
+        self.run = wandb.init(**{"name": exp_name, "config": config, "dir": str(output_dir), **kwargs})
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
-        self.run.log({k: _clean(v) for k, v in metrics.items()}, step=step)
+        self.run.log(_scalars(metrics), step=step)
 
     def finish(self) -> None:
         self.run.finish()
 
 
+_MLFLOW_KEY = re.compile(r"[^\w\-./ ]")
+
+
 class MlflowTracker:
-    def __init__(self, output_dir: Path, exp_name: str = "roll", config: dict | None = None, **kwargs: Any) -> None:
-        try:
-            import mlflow
-        except ImportError as e:
-            raise MissingExtraError("tracker 'mlflow'", "roll-pipelines", "mlflow", cause=str(e)) from e
-        self.mlflow = mlflow
-        mlflow.set_experiment(kwargs.get("experiment", exp_name))
-        self.run = mlflow.start_run(run_name=exp_name)
+    """An MLflow run, through ``MlflowClient`` (no process-wide MLflow state).
+
+    tracker_kwargs: ``tracking_uri`` (default: ``$MLFLOW_TRACKING_URI``, else a SQLite store
+    ``<output_dir>/mlflow.db`` with artifacts in ``<output_dir>/mlflow-artifacts``; ``mlflow ui --backend-store-uri
+    sqlite:///<output_dir>/mlflow.db`` shows it), ``experiment`` (default: exp_name), ``tags``.
+    """
+
+    def __init__(
+        self,
+        output_dir: Path,
+        exp_name: str = "roll",
+        config: dict | None = None,
+        tracking_uri: str | None = None,
+        experiment: str | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> None:
+        _require("mlflow", "mlflow")
+        from mlflow.entities import Metric, Param
+        from mlflow.tracking import MlflowClient
+
+        self._metric, self._param = Metric, Param
+        artifact_location = None
+        uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            uri = f"sqlite:///{(output_dir / 'mlflow.db').resolve()}"
+            artifact_location = (output_dir / "mlflow-artifacts").resolve().as_uri()
+        self.client = MlflowClient(tracking_uri=uri)
+        name = experiment or exp_name
+        found = self.client.get_experiment_by_name(name)
+        experiment_id = (
+            found.experiment_id if found else self.client.create_experiment(name, artifact_location=artifact_location)
+        )
+        self.run_id = self.client.create_run(experiment_id, run_name=exp_name, tags=tags).info.run_id
         if config:
-            mlflow.log_params({k: str(v)[:250] for k, v in _flatten(config).items()})
+            params = [self._param(k, str(v)[:250]) for k, v in _flatten(config).items()]
+            for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
+                self.client.log_batch(self.run_id, params=params[i : i + 100])
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
-        numeric = {k.replace("@", "_"): _clean(v) for k, v in metrics.items() if isinstance(_clean(v), int | float)}
-        self.mlflow.log_metrics(numeric, step=step)
+        now = int(time.time() * 1000)
+        batch = [self._metric(_MLFLOW_KEY.sub("_", k), float(v), now, step) for k, v in _scalars(metrics).items()]
+        for i in range(0, len(batch), 1000):  # and at most 1000 metrics
+            self.client.log_batch(self.run_id, metrics=batch[i : i + 1000])
 
     def finish(self) -> None:
-        self.mlflow.end_run()
+        self.client.set_terminated(self.run_id)
 
 
 class TrackioTracker:
+    """A trackio run (local by default: trackio's own folder, ``$TRACKIO_DIR``; ``trackio show`` opens it).
+
+    tracker_kwargs go to ``trackio.init`` (``project``, default exp_name; ``space_id``; ...).
+    """
+
     def __init__(self, output_dir: Path, exp_name: str = "roll", config: dict | None = None, **kwargs: Any) -> None:
-        try:
-            import trackio
-        except ImportError as e:
-            raise MissingExtraError("tracker 'trackio'", "roll-pipelines", "trackio", cause=str(e)) from e
-        self.trackio = trackio
-        trackio.init(project=kwargs.get("project", exp_name), config=config)
+        trackio = _require("trackio", "trackio")
+        self.run = trackio.init(**{"project": exp_name, "config": config, **kwargs})
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
-        self.trackio.log({k: _clean(v) for k, v in metrics.items()}, step=step)
+        self.run.log(_scalars(metrics), step=step)
 
     def finish(self) -> None:
-        self.trackio.finish()
+        self.run.finish()
+
+
+class SwanlabTracker:
+    """A SwanLab run with its files in ``<output_dir>/swanlog``; tracker_kwargs go to ``swanlab.init``
+    (``project``, default exp_name; ``mode``: ``cloud``, ``offline`` or ``local``; ``workspace``; ...)."""
+
+    def __init__(self, output_dir: Path, exp_name: str = "roll", config: dict | None = None, **kwargs: Any) -> None:
+        swanlab = _require("swanlab", "swanlab")
+        defaults = {"project": exp_name, "name": exp_name, "config": config, "log_dir": str(output_dir / "swanlog")}
+        self.run = swanlab.init(**{**defaults, **kwargs})
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        self.run.log(_scalars(metrics), step=step)
+
+    def finish(self) -> None:
+        self.run.finish()
 
 
 def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -183,8 +270,40 @@ for _name, _cls in {
     "wandb": WandbTracker,
     "mlflow": MlflowTracker,
     "trackio": TrackioTracker,
+    "swanlab": SwanlabTracker,
 }.items():
     TRACKERS.register(_name, _cls)
+
+
+# tracker -> the module its backend imports (the pip extra has the tracker's name).
+TRACKER_MODULES = {
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+    "mlflow": "mlflow",
+    "trackio": "trackio",
+    "swanlab": "swanlab",
+}
+
+
+def check_tracker_names(names: list[str]) -> None:
+    """Raise ConfigError naming every entry of ``track_with`` that is no registered tracker (with the known names
+    and the closest one)."""
+    known = ["jsonl", *TRACKERS.names()]
+    unknown = [name for name in names if name not in known]
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise ConfigError(f"track_with: unknown tracker {', '.join(hints)}; known trackers: {', '.join(known)}")
+
+
+def check_tracker_installed(name: str) -> None:
+    """Raise MissingExtraError with the pip command if tracker ``name``'s package is not installed (no import)."""
+    module = TRACKER_MODULES.get(name)
+    if module is not None and importlib.util.find_spec(module) is None:
+        raise MissingExtraError(f"tracker {name!r}", "roll-pipelines", name, cause=f"no module named {module!r}")
 
 
 class Tracker:

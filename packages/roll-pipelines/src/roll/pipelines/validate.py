@@ -1,86 +1,295 @@
-"""``roll validate``: check a config's references and device mapping without starting any worker."""
+"""``roll validate``: everything about a config that is knowable without starting a worker.
+
+Checked, per role: the backend's library is installed (its pip extra otherwise), the model and tokenizer load
+(their configs and tokenizer files are read; hub ids from the local cache), the data files exist and have the columns
+the task needs, and the device mapping fits the cluster (the declared ``num_nodes`` x ``num_gpus_per_node``, and the
+Ray cluster itself unless ``--no-ray``). Pipeline-wide: each tracker of ``track_with`` has its package, each reward
+domain's ``reward_type`` resolves, and every prompt carries the fields its reward needs. Every problem is reported,
+not just the first.
+
+With ``--no-ray`` (checking a config away from the machine it runs on), what depends on this machine (a package that
+is not installed, a local model or data file that is not here, a hub id missing from the offline cache) is a warning
+line, not an error; the config's own problems stay errors.
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from roll.pipelines.config import BaseConfig
-from roll.runtime import ConfigError
+from roll.pipelines.config import BaseConfig, RoleConfig
+from roll.pipelines.hub import HubError, cached_hub_repo, hub_offline, is_hub_id, use_modelscope
+from roll.runtime import ConfigError, MissingExtraError, RollError
 
-__all__ = ["validate_deployment"]
+__all__ = ["NotHereError", "validate_deployment"]
 
 
-def _check_model_ref(role: str, field: str, value: str | None) -> None:
-    if not value:
-        return
+class NotHereError(ConfigError):
+    """A model reference names a local folder that does not exist (on this machine)."""
+
+
+def _about_this_machine(error: RollError) -> bool:
+    from roll.pipelines.data.sources import DataNotFoundError
+
+    return isinstance(error, MissingExtraError | HubError | NotHereError | DataNotFoundError)
+
+
+class _Problems:
+    """Roll errors collected from independent checks; raised together at the end. Away from the run's machine
+    (``here=False``), problems of this machine only are warning lines."""
+
+    def __init__(self, *, here: bool) -> None:
+        self.here = here
+        self.errors: list[RollError] = []
+
+    def run(self, check: Callable[[], str | None], lines: list[str]) -> None:
+        try:
+            line = check()
+        except RollError as e:
+            if self.here or not _about_this_machine(e):
+                self.errors.append(e)
+            else:
+                lines.append(f"warning: {e} (not checked further: --no-ray)")
+        else:
+            if line:
+                lines.append(line)
+
+    def raise_if_any(self) -> None:
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            listed = "\n".join(f"  - {e}" for e in self.errors)
+            raise ConfigError(f"{len(self.errors)} problems found:\n{listed}")
+
+
+# --- models -----------------------------------------------------------------------------------------------------
+def _local_model_folder(where: str, value: str, revision: str | None) -> Path | None:
+    """The local folder a model reference reads, or None when it is only made at run time (recipe://, hub ids to be
+    downloaded, smollm2://, ModelScope ids)."""
     if value.startswith("tiny://"):
         from roll.strategies.testing import TINY_PRESETS
 
         preset = urlparse(value).netloc or "nano"
         if preset not in TINY_PRESETS:
-            raise ConfigError(
-                f"{role}.model_args.{field}={value!r}: unknown tiny preset; use one of {sorted(TINY_PRESETS)}"
-            )
-    elif value.startswith("recipe://"):
+            raise ConfigError(f"{where}={value!r}: unknown tiny preset; use one of {sorted(TINY_PRESETS)}")
+        return None
+    if value.startswith("recipe://"):
         from roll.pipelines.recipes import recipe_path
 
         recipe_path(urlparse(value).netloc)
-    elif "://" in value:
+        return None
+    if "://" in value:
         from roll.pipelines.assets import MODEL_SCHEMES
 
         if value.partition("://")[0] not in MODEL_SCHEMES:
-            raise ConfigError(
-                f"{role}.model_args.{field}={value!r}: unknown scheme; use one of {sorted(MODEL_SCHEMES)}"
-            )
-    elif not Path(value).expanduser().exists():
+            raise ConfigError(f"{where}={value!r}: unknown scheme; use one of {sorted(MODEL_SCHEMES)} or recipe")
+        return None
+    path = Path(value).expanduser()
+    if path.exists():
+        return path
+    if not is_hub_id(value):
+        raise NotHereError(f"{where}={value!r} does not exist and is not a hub id; give a local HF folder or a hub id")
+    if use_modelscope():
+        return None
+    try:
+        cached = cached_hub_repo(value, revision=revision)
+    except HubError as e:
+        raise HubError(f"{where}={value!r} is no local folder, and as a hub id: {e}") from e
+    return cached
+
+
+def _check_model(where: str, path: Path, trust_remote_code: bool) -> None:
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    except Exception as e:  # transformers raises OSError, ValueError, KeyError... for unusable folders
+        raise ConfigError(f"{where}: {path} holds no loadable model config ({type(e).__name__}: {e})") from None
+
+
+def _check_tokenizer(where: str, path: Path, trust_remote_code: bool) -> None:
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    except Exception as e:  # as above: no common base class
+        raise ConfigError(f"{where}: {path} holds no loadable tokenizer ({type(e).__name__}: {e})") from None
+    if len(tokenizer) <= 1:  # transformers builds an empty tokenizer from a model config alone
         raise ConfigError(
-            f"{role}.model_args.{field}={value!r} does not exist; give a local HF folder or tiny://<preset>"
+            f"{where}: {path} holds no loadable tokenizer (no vocabulary: its tokenizer files are missing); set "
+            f"tokenizer_name_or_path to a folder that has them"
         )
 
 
-def _check_data_ref(role: str, field: str, value: object) -> None:
-    values = value if isinstance(value, list) else [value]
-    for item in values:
-        if not item or not isinstance(item, str) or item.startswith("synthetic://"):
+def _model_checks(name: str, role: RoleConfig, seen: set[str]) -> list[Callable[[], str | None]]:
+    """Checks of ``role``'s model and tokenizer; a reference already checked for another role is skipped (the
+    tokenizer is loaded from the model's folder unless ``tokenizer_name_or_path`` names another one)."""
+    args = role.model_args
+    loads: dict[str, list[Any]] = {}
+    if args.model_name_or_path:
+        loads.setdefault(args.model_name_or_path, [f"{name}.model_args.model_name_or_path"]).append(_check_model)
+    if args.tokenizer_path:
+        field = "tokenizer_name_or_path" if args.tokenizer_name_or_path else "model_name_or_path"
+        loads.setdefault(args.tokenizer_path, [f"{name}.model_args.{field}"]).append(_check_tokenizer)
+    checks: list[Callable[[], str | None]] = []
+    for value, (where, *steps) in loads.items():
+        if value in seen:
             continue
-        if not Path(item).expanduser().is_file():
-            raise ConfigError(f"{role}.data_args.{field}: file {item!r} does not exist")
+        seen.add(value)
+
+        def check(where: str = where, value: str = value, steps: list[Any] = steps) -> str | None:
+            folder = _local_model_folder(where, value, args.revision)
+            if folder is None:
+                return f"{where}: {value} is downloaded at run time" if is_hub_id(value) else None
+            for load in steps:
+                load(where, folder, args.trust_remote_code)
+            return None
+
+        checks.append(check)
+    return checks
+
+
+# --- data and rewards -------------------------------------------------------------------------------------------
+def _data_refs(role_name: str, role: RoleConfig) -> list[Callable[[], str | None]]:
+    from roll.pipelines.data import check_data_reference
+
+    data = role.data_args
+    if data is None:
+        return []
+    checks: list[Callable[[], str | None]] = []
+    for split in ("train", "eval"):
+        for item in data.files(split):
+            checks.append(functools.partial(check_data_reference, item, f"{role_name}.{data.field_for(split)}"))
+    return checks
+
+
+def _prompt_role(config: BaseConfig) -> tuple[str, RoleConfig] | None:
+    roles = config.roles()
+    for name in ("actor_train", "actor_infer"):
+        if name in roles and roles[name].data_args is not None:
+            return name, roles[name]
+    return None
+
+
+def _check_rewards(config: BaseConfig) -> str | None:
+    """Each reward domain's type resolves, and every prompt has the fields its domain's reward needs."""
+    from roll.pipelines.data import load_task_rows
+    from roll.pipelines.rewards import resolve_reward_worker
+    from roll.pipelines.rlvr.rollout import check_reward_fields
+
+    rewards: dict[str, Any] = getattr(config, "rewards", None) or {}
+    found = _prompt_role(config)
+    if not rewards or found is None:
+        return None
+    workers = {domain: resolve_reward_worker(reward.reward_type) for domain, reward in rewards.items()}
+    role_name, role = found
+    data = role.require_data()
+    counted = []
+    for split in ("train", "eval"):
+        if not data.files(split):
+            continue
+        rows = load_task_rows(data, "prompt", split=split)
+        examples = [_prompt_fields(row, data) for row in rows]
+        check_reward_fields(examples, rewards, workers, data_field=f"{role_name}.data_args")
+        counted.append(f"{len(rows)} {split}")
+    types = ", ".join(f"{domain}={reward.reward_type}" for domain, reward in rewards.items())
+    return f"rewards: {types}; prompts checked for their fields ({', '.join(counted)})"
+
+
+def _prompt_fields(row: dict[str, Any], data: Any) -> dict[str, Any]:
+    """The fields an encoded prompt carries (see roll.pipelines.data.encoding.encode_prompt), without tokenizing."""
+    out = {"prompt": row.get(data.prompt_key)}
+    if data.tag_key in row or data.default_tag is not None:
+        out["tag"] = row.get(data.tag_key, data.default_tag)
+    if data.messages_key is not None:
+        out["messages"] = row.get(data.messages_key)
+    out.update({key: row[key] for key in data.extra_keys if key in row})
+    return out
+
+
+# --- devices ------------------------------------------------------------------------------------------------------
+def _check_declared_devices(config: BaseConfig, name: str, role: RoleConfig) -> str | None:
+    """``device_mapping`` against the cluster the config declares (num_nodes x num_gpus_per_node), if it does."""
+    mapping = role.device_mapping
+    if mapping is None or config.num_gpus_per_node is None:
+        return None
+    per_node = config.num_gpus_per_node
+    total = (config.num_nodes or 1) * per_node
+    beyond = sorted(d for d in mapping if d >= total)
+    if beyond:
+        raise ConfigError(
+            f"{name}.device_mapping uses device ids {beyond}, but num_nodes={config.num_nodes or 1} x "
+            f"num_gpus_per_node={per_node} gives ids 0..{total - 1}; use ids below {total} or declare more devices"
+        )
+    for rank in range(role.world_size or 1):
+        nodes = sorted({d // per_node for d in role.devices_of(rank)})
+        if len(nodes) > 1:
+            raise ConfigError(
+                f"{name} rank {rank} would span nodes {nodes} with devices {role.devices_of(rank)}; a worker's "
+                f"devices must sit on one node (num_gpus_per_node={per_node})"
+            )
+    return None
+
+
+def _check_ray(config: BaseConfig) -> str:
+    from roll.runtime import ResourceManager, init
+
+    info = init()
+    manager = ResourceManager(num_nodes=config.num_nodes, num_gpus_per_node=config.num_gpus_per_node)
+    for role in config.roles().values():
+        manager.validate(role)
+    return f"Ray: {len(manager.nodes)} node(s), {manager.total_devices} device(s), {info.num_cpus:g} CPUs"
+
+
+# --- all together -------------------------------------------------------------------------------------------------
+def _backend_check(name: str, role: RoleConfig) -> Callable[[], str | None]:
+    from roll.strategies import check_backend_installed
+
+    def check() -> str | None:
+        if role.strategy_args is not None:
+            check_backend_installed(role.strategy_args.strategy_name, lora=role.model_args.lora_rank > 0)
+        return None
+
+    return check
+
+
+def _tracker_check(tracker: str) -> Callable[[], str | None]:
+    from roll.pipelines.tracking import check_tracker_installed
+
+    def check() -> str | None:
+        check_tracker_installed(tracker)
+        return None
+
+    return check
 
 
 def validate_deployment(config: BaseConfig, *, check_ray: bool = True) -> list[str]:
-    """Raise ConfigError on the first unusable reference or device mapping; return a summary per role.
+    """A summary line per role (and per finding); raise the problems found, all of them, as one error.
 
-    Without ``check_ray`` (``roll validate --no-ray``: checking a config away from the machine it runs on), a model
-    or data file that is not here is a warning line, not an error.
+    Raises:
+        MissingExtraError: the only problem is an optional package that is not installed (with its pip command).
+        ConfigError: any other problem, or several problems (each listed on its own line).
     """
-    lines = []
+    problems = _Problems(here=check_ray)
+    lines: list[str] = []
+    for tracker in config.track_with:
+        problems.run(_tracker_check(tracker), lines)
+    seen: set[str] = set()
     for name, role in config.roles().items():
-        checks: list[tuple[Callable[[str, str, Any], None], str, Any]] = [
-            (_check_model_ref, "model_name_or_path", role.model_args.model_name_or_path),
-            (_check_model_ref, "tokenizer_name_or_path", role.model_args.tokenizer_name_or_path),
-        ]
-        if role.data_args is not None:
-            checks.append((_check_data_ref, "file_name", role.data_args.file_name))
-            checks.append((_check_data_ref, "eval_file_name", getattr(role.data_args, "eval_file_name", None)))
-        for check, field, value in checks:
-            try:
-                check(name, field, value)
-            except ConfigError as e:
-                if check_ray:
-                    raise
-                lines.append(f"warning: {e} (not checked further: --no-ray)")
+        problems.run(_backend_check(name, role), lines)
+        for check in [*_model_checks(name, role, seen), *_data_refs(name, role)]:
+            problems.run(check, lines)
+        problems.run(functools.partial(_check_declared_devices, config, name, role), lines)
         backend = role.strategy_args.strategy_name if role.strategy_args else "-"
         placement = f"devices {role.device_mapping}" if role.device_mapping is not None else "CPU"
         lines.append(f"{name}: {role.world_size} worker(s), {backend}, {placement}")
-    if check_ray:
-        from roll.runtime import ResourceManager, init
-
-        info = init()
-        manager = ResourceManager(num_nodes=config.num_nodes, num_gpus_per_node=config.num_gpus_per_node)
-        for role in config.roles().values():
-            manager.validate(role)
-        lines.append(f"Ray: {len(manager.nodes)} node(s), {manager.total_devices} device(s), {info.num_cpus:g} CPUs")
+    problems.run(lambda: _check_rewards(config), lines)
+    if check_ray and not problems.errors:
+        problems.run(lambda: _check_ray(config), lines)
+    problems.raise_if_any()
+    if hub_offline():
+        lines.append("hub ids: HF_HUB_OFFLINE is set; only the local cache is read")
     return lines

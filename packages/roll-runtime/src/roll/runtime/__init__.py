@@ -9,6 +9,7 @@ from roll.protocol import DataProto, Dispatch, Execute, RankInfo, register
 from roll.runtime._bootstrap import RayInfo, init, shutdown
 from roll.runtime._calls import PendingCall, materialize_all, materialize_concat
 from roll.runtime._cluster import Cluster, MethodProxy, RemoteMethod
+from roll.runtime._output import ENV_WORKER_LOG
 from roll.runtime._resources import NodeInfo, Placement, ResourceManager
 from roll.runtime._worker import Worker
 from roll.runtime.config import RollModel, WorkerConfig, parse_device_mapping
@@ -26,6 +27,7 @@ from roll.runtime.registry import Registry, import_target
 __version__ = "0.1.0"
 
 __all__ = [
+    "ENV_WORKER_LOG",
     "Cluster",
     "ConfigError",
     "DataProto",

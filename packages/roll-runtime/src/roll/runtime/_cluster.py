@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, cast
 
@@ -109,9 +109,12 @@ class Cluster(Generic[W]):
         worker_cls: type[W] | str,
         resource_manager: ResourceManager,
         worker_config: WorkerConfig,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        """``env``: environment variables for every worker (the role's ``system_envs`` override them)."""
         self.name = name
         self.worker_config = worker_config
+        self.env = dict(env or {})
         self.worker_cls: type[W] = _resolve_worker_cls(name, worker_cls)  # type: ignore[assignment]
         self.resource_manager = resource_manager
         self.timeout_s = worker_config.rpc_timeout_s
@@ -215,6 +218,7 @@ class Cluster(Generic[W]):
             env["CUDA_VISIBLE_DEVICES"] = placement.visible_devices
             # Ray would overwrite CUDA_VISIBLE_DEVICES with the token GPU share it granted; we pin devices ourselves.
             env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
+        env.update(self.env)
         env.update(self.worker_config.system_envs)
         return env
 

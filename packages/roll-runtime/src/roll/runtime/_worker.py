@@ -17,6 +17,7 @@ from typing import Any
 
 from roll.protocol import RankInfo, get_registration, register
 from roll.protocol._dispatch import Dispatch
+from roll.runtime._output import ENV_WORKER_LOG, redirect_worker_output
 from roll.runtime.config import WorkerConfig
 
 ENV_CLUSTER_NAME = "ROLL_CLUSTER_NAME"
@@ -108,7 +109,8 @@ class Worker:
     """Base class of a role's actor. Subclass it and mark the role's operations with ``@register``.
 
     The runtime sets, before ``__init__`` runs: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-    ``CUDA_VISIBLE_DEVICES`` for device workers, and the role's ``system_envs``. ``MASTER_ADDR`` and
+    ``CUDA_VISIBLE_DEVICES`` for device workers, the cluster's ``env`` (e.g. ``ROLL_WORKER_LOG``: this worker's
+    stdout and stderr go to that file, see :mod:`roll.runtime._output`) and the role's ``system_envs``. ``MASTER_ADDR`` and
     ``MASTER_PORT`` (torch.distributed's env:// rendezvous, chosen by rank 0) are set once every rank has started,
     before the first registered call: initialize process groups in ``initialize``, not in ``__init__``.
     """
@@ -121,9 +123,11 @@ class Worker:
 
     def __init__(self, worker_config: WorkerConfig) -> None:
         self.worker_config = worker_config
-        _apply_num_threads(worker_config.num_threads)
         self.cluster_name = os.environ.get(ENV_CLUSTER_NAME, worker_config.name)
         self.rank = int(os.environ.get("RANK", "0"))
+        if os.environ.get(ENV_WORKER_LOG):  # first, so that what follows prints there too
+            redirect_worker_output(os.environ[ENV_WORKER_LOG], f"{self.cluster_name}-{self.rank}")
+        _apply_num_threads(worker_config.num_threads)
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.rank_info = RankInfo(rank=self.rank, world_size=self.world_size)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from roll.runtime.errors import ConfigError
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing import Self
 
 __all__ = ["RollModel", "WorkerConfig", "format_validation_error", "parse_device_mapping", "validation_error_lines"]
 

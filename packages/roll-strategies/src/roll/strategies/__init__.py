@@ -17,7 +17,13 @@ from roll.strategies.contract import (
     check_logits_to_keep,
 )
 from roll.strategies.model_update import ModelUpdateGroup
-from roll.strategies.registry import STRATEGIES, STRATEGY_CONFIGS, create_strategy, validate_strategy_config
+from roll.strategies.registry import (
+    STRATEGIES,
+    STRATEGY_CONFIGS,
+    check_backend_installed,
+    create_strategy,
+    validate_strategy_config,
+)
 from roll.strategies.worker import StrategyWorker
 
 __version__ = "0.1.0"
@@ -39,6 +45,7 @@ __all__ = [
     "StrategyWorkerConfig",
     "TrainStrategy",
     "TrainingArgs",
+    "check_backend_installed",
     "check_logits_to_keep",
     "create_strategy",
     "validate_strategy_config",

@@ -21,8 +21,14 @@ Dtype = Literal["float32", "bfloat16", "float16"]
 class ModelArgs(RollModel):
     """The model a role loads."""
 
-    model_name_or_path: str | None = Field(default=None, description="Local folder in HF format (or a hub id).")
+    model_name_or_path: str | None = Field(
+        default=None,
+        description="Local folder in HF format, or a hub id (Hugging Face; ModelScope with USE_MODELSCOPE).",
+    )
     tokenizer_name_or_path: str | None = Field(default=None, description="Defaults to model_name_or_path.")
+    revision: str | None = Field(
+        default=None, description="Branch, tag or commit of a hub id (model and tokenizer); ignored for local folders."
+    )
     dtype: Dtype = Field(default="bfloat16", description="Parameter dtype; float32 on CPU unless it supports bf16.")
     attn_implementation: str | None = Field(default=None, description="e.g. 'sdpa', 'eager', 'flash_attention_2'.")
     model_head: Literal["causal_lm", "value"] = Field(

@@ -49,7 +49,7 @@ class StrategyError(RollError):
     """A strategy was asked for something its backend cannot do, or its backend failed."""
 
 
-class OffloadTarget(str, enum.Enum):
+class OffloadTarget(enum.StrEnum):
     """What ``offload_states`` / ``load_states`` move between the device and host memory."""
 
     MODEL_PARAMS = "model_params"

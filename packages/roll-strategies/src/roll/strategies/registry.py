@@ -7,18 +7,19 @@ the backend is used.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from roll.runtime import ConfigError, Registry, RollModel
+from roll.runtime import ConfigError, MissingExtraError, Registry, RollModel
 from roll.runtime.config import validation_error_lines
 
 if TYPE_CHECKING:
     from roll.runtime import Worker
     from roll.strategies.base import InferenceStrategy
 
-__all__ = ["STRATEGIES", "STRATEGY_CONFIGS", "create_strategy", "validate_strategy_config"]
+__all__ = ["STRATEGIES", "STRATEGY_CONFIGS", "check_backend_installed", "create_strategy", "validate_strategy_config"]
 
 STRATEGIES: Registry[type[InferenceStrategy]] = Registry("strategy", entry_point_group="roll.strategies")
 STRATEGY_CONFIGS: Registry[type[RollModel]] = Registry("strategy", entry_point_group="roll.strategy_configs")
@@ -59,6 +60,40 @@ _BUILTINS: dict[str, tuple[str, str, str | None]] = {
         None,
     ),
 }
+
+# extra -> the modules it provides that a backend imports, looked up without importing them (``roll validate``).
+# fsdp2's extra (peft) is needed only for LoRA.
+_EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "vllm": ("vllm",),
+    "sglang": ("sglang",),
+    "megatron": ("megatron.core",),
+    "fsdp2": ("peft",),
+}
+_LORA_ONLY_EXTRAS = {"fsdp2"}
+
+
+def _module_installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a missing parent package of a dotted name
+        return False
+
+
+def check_backend_installed(strategy_name: str, *, lora: bool = False) -> None:
+    """Raise MissingExtraError (with its pip command) if backend ``strategy_name``'s library is not installed.
+
+    Nothing is imported: the backend's modules are only looked up, so this is cheap and safe on a machine without
+    accelerators. Unknown names raise ConfigError listing the known ones; plug-in backends are not checked.
+    """
+    if strategy_name not in STRATEGIES:
+        raise ConfigError(f"unknown strategy {strategy_name!r}; known names: {', '.join(STRATEGIES.names())}")
+    extra = _BUILTINS[strategy_name][2] if strategy_name in _BUILTINS else None
+    if extra is None or (extra in _LORA_ONLY_EXTRAS and not lora):
+        return
+    missing = [m for m in _EXTRA_MODULES.get(extra, ()) if not _module_installed(m)]
+    if missing:
+        raise MissingExtraError(f"strategy {strategy_name!r}", _PACKAGE, extra, cause=f"no module named {missing[0]!r}")
+
 
 for _name, (_impl, _config, _extra) in _BUILTINS.items():
     STRATEGIES.register(_name, _impl, package=_PACKAGE, extra=_extra)

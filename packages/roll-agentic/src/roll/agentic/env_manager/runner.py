@@ -135,7 +135,7 @@ class EnvRunner:
             future = self._thread.submit(loop, getattr(env, method), *args)
             try:
                 return await asyncio.wait_for(future, self.timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self._discard()
                 raise EnvFault("env_timeout", f"{method}() did not return within {self.timeout_s:g} s") from None
             except (Exception, SystemExit) as e:  # an env calling sys.exit() is an env error too

@@ -2,7 +2,7 @@
 
 The path of a dataset through a pipeline::
 
-    rows = load_task_rows(data_args, "sft")                         # json/jsonl/parquet/synthetic://, validated
+    rows = load_task_rows(data_args, "sft")     # files, save_to_disk folders, hub names, synthetic://; validated
     examples, report = prepare_examples(rows, "sft", tokenizer, data_args)   # encode + length filter (reported)
     batches = StatefulBatchIterator(len(examples), batch_size, seed=data_args.seed)
     batch = SFTCollator(tokenizer.pad_token_id, max_length)([examples[i] for i in next(batches)])  # DataProto
@@ -34,6 +34,7 @@ from roll.pipelines.data.loading import (
 )
 from roll.pipelines.data.packing import pack_sft_examples, packed_attention_mask
 from roll.pipelines.data.sampler import StatefulBatchIterator
+from roll.pipelines.data.sources import FILE_SUFFIXES, check_data_reference, read_source
 from roll.pipelines.data.synthetic import (
     SYNTHETIC_GENERATORS,
     ArithmeticProblem,
@@ -48,6 +49,7 @@ from roll.pipelines.data.synthetic import (
 )
 
 __all__ = [
+    "FILE_SUFFIXES",
     "IGNORE_INDEX",
     "RESERVED_COLUMNS",
     "SYNTHETIC_GENERATORS",
@@ -64,6 +66,7 @@ __all__ = [
     "arithmetic_problems",
     "arithmetic_prompts",
     "arithmetic_sft",
+    "check_data_reference",
     "default_cache_dir",
     "encode_preference",
     "encode_prompt",
@@ -77,6 +80,7 @@ __all__ = [
     "packed_attention_mask",
     "preference_pairs",
     "prepare_examples",
+    "read_source",
     "required_columns",
     "resolve_data_uri",
     "solve_arithmetic",

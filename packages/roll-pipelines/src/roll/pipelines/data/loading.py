@@ -1,8 +1,9 @@
-"""Load json / jsonl / parquet files (and ``synthetic://`` URIs) into rows, with row-precise errors.
+"""Load data references (files, save_to_disk folders, hub datasets, ``synthetic://``) into validated rows.
 
-Rows are plain ``list[dict]``: every file is parsed and validated here, so a bad row is reported with its file,
-0-based row, key and fix instead of surfacing later as an opaque tokenizer or collator failure. (HF ``datasets``
-is not used: its json loader reports malformed lines without the row, and the recipes' data fits in memory.)
+Rows are plain ``list[dict]``: every source is read (see :mod:`roll.pipelines.data.sources`) and validated here, so
+a bad row is reported with its source, 0-based row, key and fix instead of surfacing later as an opaque tokenizer or
+collator failure. json/jsonl are parsed here rather than by HF ``datasets``, whose json loader reports malformed lines
+without the row; folders and hub names go through ``datasets``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from roll.pipelines.data.args import DataArgs, Task
 from roll.pipelines.data.errors import DataError, describe_keys, row_location
+from roll.pipelines.data.sources import read_source
 
 __all__ = [
     "ChatMessages",
@@ -28,7 +30,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_SUFFIXES = (".json", ".jsonl", ".parquet")
 TypeSpec = type | tuple[type, ...]
 
 
@@ -150,46 +151,15 @@ def _read_json_array(text: str, source: str) -> list[Any]:
     return value
 
 
-def _read_file(path: Path, source: str) -> list[Any]:
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        try:
-            return pq.read_table(path).to_pylist()
-        except (pa.ArrowException, OSError) as e:
-            raise DataError(f"{source}: not a readable parquet file ({e}); regenerate or replace it") from None
+def read_json_rows(path: Path, source: str) -> list[Any]:
+    """The rows of a .json (an array of objects, or JSON lines) or .jsonl file."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise DataError(f"{source}: not UTF-8 text (byte {e.start}); re-encode the file as UTF-8") from None
-    if suffix == ".json" and text.lstrip().startswith("["):
+    if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
         return _read_json_array(text, source)
     return _read_json_lines(text, source)
-
-
-def _resolve(name: str | Path, field: str, split: str, cache_dir: Path | None) -> tuple[Path, str]:
-    """The local file for ``name`` and the name to show in messages."""
-    text = str(name)
-    if text.startswith("synthetic://"):
-        from roll.pipelines.data.synthetic import resolve_data_uri
-
-        default_split = "train" if split == "train" else "eval"
-        return resolve_data_uri(text, cache_dir or default_cache_dir(), default_split=default_split), text
-    path = Path(text).expanduser()
-    if not path.exists():
-        raise DataError(
-            f"{field} lists {text!r}, which does not exist (looked for {path.absolute()}); fix the path in {field}"
-        )
-    if path.is_dir():
-        raise DataError(f"{field} lists {text!r}, which is a directory; list the data files inside it instead")
-    if path.suffix.lower() not in SUPPORTED_SUFFIXES:
-        raise DataError(
-            f"{field} lists {text!r}: unsupported file type {path.suffix or '(none)'!r}; "
-            f"use one of {', '.join(SUPPORTED_SUFFIXES)}"
-        )
-    return path, text
 
 
 def load_rows(
@@ -200,7 +170,8 @@ def load_rows(
     fields: Mapping[str, str] | None = None,
     cache_dir: str | Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Read and concatenate the rows of json / jsonl / parquet files and ``synthetic://`` URIs.
+    """Read and concatenate the rows of data references (json / jsonl / parquet / arrow files, save_to_disk folders,
+    hub dataset names, ``synthetic://`` URIs).
 
     A ``.json`` file may hold one array of objects or JSON lines. Each file is validated on its own (see
     :func:`validate_rows`; an empty file is always an error) so messages name the file and its own row numbers.
@@ -211,11 +182,10 @@ def load_rows(
     field = "data_args.file_name" if split == "train" else "data_args.eval_file_name"
     if not names:
         raise DataError(f"{field} lists no files; give at least one path or synthetic:// URI")
-    cache = Path(cache_dir) if cache_dir is not None else None
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     rows: list[dict[str, Any]] = []
     for name in names:
-        path, source = _resolve(name, field, split, cache)
-        file_rows = _read_file(path, source)
+        file_rows, source = read_source(name, field, split, cache)
         validate_rows(file_rows, source, required or {}, fields=fields)
         logger.info("loaded %d rows from %s", len(file_rows), source)
         rows.extend(file_rows)

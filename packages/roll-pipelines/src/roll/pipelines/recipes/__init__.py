@@ -10,8 +10,6 @@ from pathlib import Path
 
 import yaml
 
-from roll.runtime import ConfigError
-
 __all__ = ["list_recipes", "recipe_path"]
 
 _DIR = Path(__file__).parent
@@ -31,18 +29,36 @@ def _recipe_files() -> list[Path]:
     return list(seen.values())
 
 
+def _description(text: str) -> str:
+    """A recipe's one-line description: the first line of its leading comment, plus the lines that continue its last
+    sentence (a line that starts in lower case, or follows one ending in ``,;:-(``), joined."""
+    comment = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        comment.append(line[1:].strip())
+    parts: list[str] = []
+    for line in comment:
+        if not line:
+            if parts:
+                break
+            continue
+        if parts and not (line[0].islower() or parts[-1].endswith((",", ";", ":", "-", "("))):
+            break
+        parts.append(line)
+    return " ".join(parts)
+
+
 def list_recipes() -> dict[str, str]:
-    """Recipe name -> its one-line description (the YAML's leading comment)."""
-    out = {}
-    for path in sorted(_recipe_files(), key=lambda p: p.stem):
-        first = path.read_text().splitlines()[0] if path.stat().st_size else ""
-        out[path.stem] = first.lstrip("# ").strip()
-    return out
+    """Recipe name -> its description (the leading comment's first line, with the lines that finish its sentence)."""
+    return {path.stem: _description(path.read_text()) for path in sorted(_recipe_files(), key=lambda p: p.stem)}
 
 
 def recipe_path(name: str) -> Path:
     path = next((p for p in _recipe_files() if p.stem == name), _DIR / f"{name}.yaml")
     if not path.is_file():
+        from roll.runtime import ConfigError  # here, so `roll recipes` starts without Ray
+
         raise ConfigError(
             f"{name!r} is neither a config file nor a built-in recipe; recipes: {', '.join(list_recipes())}"
         )

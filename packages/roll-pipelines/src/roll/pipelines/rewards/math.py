@@ -133,6 +133,14 @@ def _math_verify() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
     return parse, verify
 
 
+@functools.cache
+def _math_verify_loaded() -> None:
+    """Import math-verify and what its first parse needs (sympy, the LaTeX grammar) outside any timeout."""
+    mv = _math_verify()
+    if mv is not None:
+        mv[0]("$1$", parsing_timeout=None)
+
+
 def _run_with_timeout(fn: Callable[[], Any], timeout_s: float) -> Any:
     """``fn()`` on a daemon thread; TimeoutError if it takes longer (the thread is abandoned, not killed)."""
     box: dict[str, Any] = {}
@@ -166,15 +174,27 @@ def _symbolic_match(answer: str, ground_truth: str) -> bool | None:
     return bool(verify(gold, pred, timeout_seconds=None))
 
 
+def _unboxed(text: str) -> str:
+    """The content of the last box in ``text`` if it has one, else ``text``."""
+    boxed = extract_boxed(text)
+    return text if boxed is None else boxed
+
+
 def answers_match(answer: str, ground_truth: str, timeout_s: float = 5.0) -> bool:
     """Whether ``answer`` equals ``ground_truth`` (see module docstring). Raises TimeoutError if the symbolic
-    check takes longer than ``timeout_s``."""
-    norm_answer, norm_truth = normalize_answer(answer), normalize_answer(ground_truth)
+    check takes longer than ``timeout_s``.
+
+    A ``\\boxed{...}`` around either side (ground truths are often stored boxed) is looked through, so the string and
+    number checks compare the boxed contents as math-verify does."""
+    norm_answer = normalize_answer(_unboxed(answer))
+    norm_truth = normalize_answer(_unboxed(ground_truth))
     if norm_answer == norm_truth:
         return True
     num_answer, num_truth = _as_number(norm_answer), _as_number(norm_truth)
     if num_answer is not None and num_truth is not None:
         return math.isclose(num_answer, num_truth, rel_tol=1e-6, abs_tol=1e-9)
+    # Imported (once, slowly: sympy) before the clock starts, so the timeout bounds only the check itself.
+    _math_verify_loaded()
     verdict = _run_with_timeout(lambda: _symbolic_match(answer, ground_truth), timeout_s)
     return bool(verdict)
 

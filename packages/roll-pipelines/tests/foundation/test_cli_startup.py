@@ -1,0 +1,72 @@
+"""``roll --help``, ``roll --version`` and ``roll recipes`` answer without importing torch, Ray or transformers (what
+made them take seconds). Checked by the modules a fresh interpreter has loaded, not by timing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import roll.pipelines
+from roll.pipelines.cli import EXIT_CONFIG
+from roll.runtime import ConfigError
+
+HEAVY = ("torch", "ray", "transformers", "tensordict", "vllm", "pyarrow")
+
+_SCRIPT = """
+import json, sys
+from roll.pipelines.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as e:
+    code = e.code
+heavy = [name for name in {heavy!r} if name in sys.modules]
+print("RESULT " + json.dumps({{"code": code, "heavy": heavy}}))
+"""
+
+
+def _run(*args: str) -> tuple[dict, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT.format(heavy=HEAVY), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    lines = done.stdout.splitlines()
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    return result, "\n".join(lines[:-1])
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["recipes"], ["run", "--help"]])
+def test_quick_commands_import_no_heavy_library(args):
+    result, _ = _run(*args)
+    assert result["code"] in (0, None)
+    assert result["heavy"] == []
+
+
+def test_version_names_each_roll_package():
+    _, out = _run("--version")
+    assert out.startswith(f"roll: roll-pipelines {roll.pipelines.__version__}")
+
+
+def test_recipes_lists_every_recipe_with_its_description():
+    _, out = _run("recipes")
+    rows = dict(line.split(None, 1) for line in out.splitlines())
+    assert set(rows) >= {"sft-tiny", "dpo-tiny", "rlvr-tiny", "rlvr-rollout-tiny"}
+    assert rows["sft-tiny"].startswith("SFT of a tiny random-init model")
+
+
+def test_lazy_package_exports_still_resolve():
+    assert roll.pipelines.load_config.__module__ == "roll.pipelines.config"
+    assert "run_config" in dir(roll.pipelines)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        roll.pipelines.nope  # noqa: B018
+
+
+def test_exit_code_for_config_errors_is_config_errors():
+    assert ConfigError.exit_code == EXIT_CONFIG

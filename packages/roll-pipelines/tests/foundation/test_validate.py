@@ -1,0 +1,155 @@
+"""``roll validate`` finds, without starting workers or Ray, what would fail at run time: a backend whose extra is
+missing, unknown or uninstalled trackers, unknown reward types and prompts without the fields their reward needs,
+models and tokenizers that do not load (hub ids from the offline cache), device ids beyond the declared cluster."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import ray
+
+from roll.pipelines import tracking
+from roll.pipelines.cli import main
+from roll.strategies.testing import make_tiny_causal_lm
+
+RECIPE = "rlvr-rollout-tiny"
+SGLANG_INSTALLED = importlib.util.find_spec("sglang") is not None
+
+
+@pytest.fixture(autouse=True)
+def caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROLL_CACHE_DIR", str(tmp_path / "roll-cache"))
+    monkeypatch.setenv("ROLL_DATA_CACHE", str(tmp_path / "roll-data"))
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_causal_lm(tmp_path_factory.mktemp("tiny") / "model", preset="nano", seed=0)
+
+
+def validate(capsys: pytest.CaptureFixture[str], *overrides: str, here: bool = False) -> tuple[int, str, str]:
+    """``roll validate RECIPE overrides --no-ray``; ``here=True`` drops --no-ray (this machine is the run's: what it
+    lacks is an error; the Ray cluster is checked only when nothing else failed, so failing cases start no Ray)."""
+    code = main(["validate", RECIPE, *overrides, *([] if here else ["--no-ray"])])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_valid_config_passes_without_starting_ray(capsys, monkeypatch):
+    def no_ray(*args, **kwargs):
+        raise AssertionError("roll validate --no-ray started Ray")
+
+    was_up = ray.is_initialized()  # another test file in the same session may have started it
+    monkeypatch.setattr(ray, "init", no_ray)
+    monkeypatch.setattr("roll.runtime.init", no_ray)
+    code, out, err = validate(capsys)
+    assert code == 0, err
+    assert f"OK: {RECIPE} is a valid rlvr_rollout config" in out
+    assert "actor_infer: 1 worker(s), hf_infer, CPU" in out
+    assert "rewards: math=math; prompts checked for their fields (32 train, 16 eval)" in out
+    assert ray.is_initialized() == was_up
+
+
+@pytest.mark.skipif(SGLANG_INSTALLED, reason="checks the error for a machine without SGLang")
+def test_a_backend_whose_extra_is_missing_fails_with_the_pip_command(capsys):
+    ray_was_up = ray.is_initialized()
+    code, _, err = validate(capsys, "actor_infer.strategy_args.strategy_name=sglang", here=True)
+    assert code == 2
+    assert "strategy 'sglang' needs an optional dependency that is not installed" in err
+    assert "pip install 'roll-strategies[sglang]'" in err
+    assert not ray.is_initialized() or ray_was_up
+    # Away from the run's machine (--no-ray), what this machine lacks is a warning.
+    code, out, err = validate(capsys, "actor_infer.strategy_args.strategy_name=sglang")
+    assert code == 0, err
+    assert "warning: strategy 'sglang' needs an optional dependency" in out
+
+
+def test_an_unknown_tracker_fails_with_the_closest_name(capsys):
+    code, _, err = validate(capsys, "track_with=[console, swanlab-typo]")
+    assert code == 2
+    assert "unknown tracker 'swanlab-typo' (did you mean 'swanlab'?)" in err
+
+
+def test_a_tracker_without_its_package_fails_with_the_pip_command(capsys, monkeypatch):
+    monkeypatch.setitem(tracking.TRACKER_MODULES, "wandb", "roll_test_not_installed_wandb")
+    code, _, err = validate(capsys, "track_with=[wandb]", here=True)
+    assert code == 2
+    assert "tracker 'wandb' needs an optional dependency" in err
+    assert "pip install 'roll-pipelines[wandb]'" in err
+
+
+def test_an_unknown_reward_type_fails(capsys):
+    code, _, err = validate(capsys, "rewards.math.reward_type=mth")
+    assert code == 2
+    assert "unknown reward_type 'mth'" in err
+
+
+def test_prompts_without_the_field_their_reward_needs_fail(capsys):
+    code, _, err = validate(capsys, "actor_infer.data_args.extra_keys=[]")
+    assert code == 2
+    assert "reward domain 'math' (math) needs a 'ground_truth' field, but prompt 0 has only" in err
+    assert "actor_infer.data_args.extra_keys" in err
+
+
+def test_a_model_folder_that_does_not_load_fails(capsys, tmp_path, tiny_model):
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    code, _, err = validate(capsys, f"actor_infer.model_args.model_name_or_path={empty}")
+    assert code == 2
+    assert f"actor_infer.model_args.model_name_or_path: {empty} holds no loadable model config" in err
+    # A loadable model whose tokenizer folder has no tokenizer.
+    no_tokenizer = tmp_path / "no-tokenizer"
+    no_tokenizer.mkdir()
+    (no_tokenizer / "config.json").write_text((tiny_model / "config.json").read_text())
+    code, _, err = validate(
+        capsys,
+        f"actor_infer.model_args.model_name_or_path={tiny_model}",
+        f"actor_infer.model_args.tokenizer_name_or_path={no_tokenizer}",
+    )
+    assert code == 2
+    assert f"actor_infer.model_args.tokenizer_name_or_path: {no_tokenizer} holds no loadable tokenizer" in err
+    code, _, err = validate(capsys, f"actor_infer.model_args.model_name_or_path={tiny_model}")
+    assert code == 0, err
+
+
+def test_hub_ids_are_checked_in_the_offline_cache(capsys, hub_cache, tiny_model):
+    hub_cache("roll-test/tiny", tiny_model)
+    code, out, err = validate(capsys, "actor_infer.model_args.model_name_or_path=roll-test/tiny")
+    assert code == 0, err
+    assert "HF_HUB_OFFLINE is set" in out
+    code, _, err = validate(capsys, "actor_infer.model_args.model_name_or_path=roll-test/missing", here=True)
+    assert code == 2
+    assert "'roll-test/missing' is not in the Hugging Face cache" in err
+    assert str(hub_cache.cache) in err
+
+
+def test_device_ids_beyond_the_declared_cluster_fail(capsys):
+    code, _, err = validate(
+        capsys,
+        "num_nodes=1",
+        "num_gpus_per_node=2",
+        "actor_infer.device_mapping=[0,1,2,3]",
+        "actor_infer.world_size=4",
+    )
+    assert code == 2
+    assert "actor_infer.device_mapping uses device ids [2, 3], but num_nodes=1 x num_gpus_per_node=2" in err
+
+
+def test_every_problem_is_reported_at_once(capsys, tmp_path, hub_cache):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text(json.dumps({"prompt": "1 + 1?", "tag": "math"}) + "\n")
+    code, _, err = validate(
+        capsys,
+        "track_with=[console]",
+        "actor_infer.model_args.model_name_or_path=roll-test/missing-too",
+        f"actor_infer.data_args.file_name={data}",
+        "actor_infer.data_args.eval_file_name=null",
+        "actor_infer.data_args.extra_keys=[]",
+        here=True,
+    )
+    assert code == 2
+    assert "2 problems found:" in err
+    assert "roll-test/missing-too" in err and "needs a 'ground_truth' field" in err
