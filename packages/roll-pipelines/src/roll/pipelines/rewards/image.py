@@ -109,16 +109,21 @@ class ShapeClassifier(nn.Module):
     def __init__(self, num_classes: int = NUM_CONDITIONS, width: int = 32) -> None:
         super().__init__()
         self.config = {"num_classes": num_classes, "width": width}
+        # Max-pooling keeps the position-independent evidence of edges and corners that tells shapes apart.
         self.net = nn.Sequential(
             nn.Conv2d(3, width, 3, padding=1),
             nn.SiLU(),
-            nn.Conv2d(width, width, 3, stride=2, padding=1),
+            nn.Conv2d(width, width, 3, padding=1),
             nn.SiLU(),
-            nn.Conv2d(width, 2 * width, 3, stride=2, padding=1),
+            nn.MaxPool2d(2),
+            nn.Conv2d(width, 2 * width, 3, padding=1),
             nn.SiLU(),
-            nn.AdaptiveAvgPool2d(2),
+            nn.MaxPool2d(2),
+            nn.Conv2d(2 * width, 2 * width, 3, padding=1),
+            nn.SiLU(),
+            nn.AdaptiveMaxPool2d(1),
             nn.Flatten(),
-            nn.Linear(8 * width, num_classes),
+            nn.Linear(2 * width, num_classes),
         )
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
