@@ -39,7 +39,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--gen-lr", type=float, default=5e-5)
+    parser.add_argument("--gen-lr", type=float, default=2e-4)
     parser.add_argument("--fake-lr", type=float, default=2e-4)
     parser.add_argument("--fake-updates", type=int, default=1)
     parser.add_argument("--regression-weight", type=float, default=0.25)

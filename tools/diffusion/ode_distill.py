@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--eval-n", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)

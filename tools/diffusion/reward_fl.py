@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--sample-steps", type=int, default=10)
     parser.add_argument("--grad-steps", type=int, default=4)
     parser.add_argument("--kl-coef", type=float, default=0.02)
-    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--eval-every", type=int, default=50)
     parser.add_argument("--eval-n", type=int, default=192)
     parser.add_argument("--seed", type=int, default=0)
