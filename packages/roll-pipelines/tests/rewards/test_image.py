@@ -18,8 +18,8 @@ from roll.pipelines.rewards.image import (
     save_shape_classifier,
     train_shape_classifier,
 )
-from roll.pipelines.rewards.image_worker import ImageRewardRoleConfig, ImageRewardSettings, ImageRewardWorker
-from roll.runtime import Cluster, ConfigError, DataProto
+from roll.pipelines.rewards.image_worker import ImageRewardSettings, ImageRewardWorker
+from roll.runtime import Cluster, ConfigError, DataProto, WorkerConfig
 
 
 def _flat(rgb: tuple[float, float, float], n: int = 2) -> torch.Tensor:
@@ -98,10 +98,10 @@ def test_reward_role_of_two_workers_scores_rows_in_order(resources):
         "reward_kwargs": {"weights": {"brightness": 1.0, "colour": 0.5}},
         "batch_size": 3,
     }
-    config = ImageRewardRoleConfig(name="image_reward", world_size=2, reward=ImageRewardSettings(**settings))
+    config = WorkerConfig(name="image_reward", world_size=2)
     cluster = Cluster("image_reward", ImageRewardWorker, resources, config)
     try:
-        cluster.initialize(None)
+        cluster.initialize(ImageRewardSettings(**settings))
         out = cluster.compute_rewards(DataProto.from_dict({"images": data.images, "class_labels": data.class_labels}))
         with pytest.raises(Exception, match="tensor column 'images'"):
             cluster.compute_rewards(DataProto.from_dict({"class_labels": data.class_labels}))

@@ -1,8 +1,11 @@
-"""Shared pieces of the diffusion recipes (pretrain, Reward-FL, DMD, ODE distillation): one training step of each
-as a loss (:mod:`.steps`), evaluation (sampling with fixed noise, distances to the data), image grids, and the
-in-process teacher pretraining. The maths is in :mod:`roll.pipelines.algorithms.diffusion`, the models in
-:mod:`roll.strategies.diffusion`, the data in :mod:`roll.pipelines.data.shapes`, rewards in
-:mod:`roll.pipelines.rewards.image`.
+"""The diffusion pipelines (``diffusion_reward_fl``, ``diffusion_dmd``, ``diffusion_ode_distill``) and their shared
+pieces: one training step of each as a loss (:mod:`.steps`), the role workers (:mod:`.workers`), configs
+(:mod:`.config`), evaluation (sampling with fixed noise, distances to the data), image grids, and the in-process
+teacher pretraining behind ``diffusion-teacher://`` model references. The maths is in
+:mod:`roll.pipelines.algorithms.diffusion`, the models in :mod:`roll.strategies.diffusion`, the data in
+:mod:`roll.pipelines.data.shapes`, rewards in :mod:`roll.pipelines.rewards.image`.
+
+Pipelines and configs are imported lazily (through the pipeline registry), so this package imports without Ray.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from roll.pipelines.diffusion.steps import (
     reward_fl_step,
     teacher_trajectories,
 )
-from roll.pipelines.diffusion.teacher import PretrainSettings, pretrain_teacher
+from roll.pipelines.diffusion.teacher import PretrainSettings, pretrain_teacher, teacher_uri_path
 
 __all__ = [
     "DistributionReference",
@@ -35,4 +38,5 @@ __all__ = [
     "reward_fl_step",
     "save_image_grid",
     "teacher_trajectories",
+    "teacher_uri_path",
 ]

@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from urllib.parse import parse_qsl, urlparse
 
 import torch
 from pydantic import Field
@@ -23,11 +24,14 @@ from roll.pipelines.algorithms.diffusion import (
     noise_process_from_scheduler,
     sample_training_timesteps,
 )
+from roll.pipelines.cache import cache_dir
 from roll.pipelines.data.shapes import shape_dataset
 from roll.pipelines.diffusion.steps import ema_update, pretrain_step
-from roll.runtime import RollModel
+from roll.runtime import ConfigError, RollModel
 
-__all__ = ["PretrainSettings", "pretrain_teacher"]
+__all__ = ["TEACHER_SCHEME", "PretrainSettings", "pretrain_teacher", "teacher_uri_path"]
+
+TEACHER_SCHEME = "diffusion-teacher"
 
 logger = logging.getLogger(__name__)
 
@@ -103,3 +107,22 @@ def pretrain_teacher(settings: PretrainSettings, out_dir: str | Path, *, log_eve
     return save_diffusion_model(
         ema, out_dir, scheduler=scheduler, extra_files={"roll_pretrain.json": json.dumps(record, indent=1)}
     )
+
+
+def teacher_uri_path(uri: str) -> Path:
+    """The folder of ``diffusion-teacher://<preset>?steps=..&scheduler=..&seed=..`` (any PretrainSettings field),
+    trained once with :func:`pretrain_teacher` and cached under ``<cache>/diffusion/teacher-<fingerprint>``."""
+    parsed = urlparse(uri)
+    if parsed.scheme != TEACHER_SCHEME:
+        raise ConfigError(f"{uri!r} is not a {TEACHER_SCHEME}:// reference")
+    params: dict[str, object] = dict(parse_qsl(parsed.query))
+    preset = parsed.netloc or parsed.path.strip("/")
+    if preset:
+        params["preset"] = preset
+    try:
+        settings = PretrainSettings.model_validate(params)
+    except ValueError as e:
+        raise ConfigError(
+            f"{uri!r}: bad teacher settings ({e}); fields: {sorted(PretrainSettings.model_fields)}"
+        ) from e
+    return pretrain_teacher(settings, cache_dir() / "diffusion" / f"teacher-{settings.fingerprint()}")

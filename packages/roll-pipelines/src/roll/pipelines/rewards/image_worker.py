@@ -14,9 +14,9 @@ import torch
 from pydantic import Field
 
 from roll.pipelines.rewards.image import build_image_reward
-from roll.runtime import ConfigError, DataProto, Dispatch, RollModel, Worker, WorkerConfig, register
+from roll.runtime import ConfigError, DataProto, Dispatch, RollModel, Worker, register
 
-__all__ = ["ImageRewardRoleConfig", "ImageRewardSettings", "ImageRewardWorker"]
+__all__ = ["ImageRewardSettings", "ImageRewardWorker"]
 
 
 class ImageRewardSettings(RollModel):
@@ -29,28 +29,21 @@ class ImageRewardSettings(RollModel):
     batch_size: int = Field(default=256, ge=1, description="Images scored per forward pass.")
 
 
-class ImageRewardRoleConfig(WorkerConfig):
-    """The reward role's deployment plus its typed settings."""
-
-    reward: ImageRewardSettings = Field(default_factory=ImageRewardSettings)
-
-
 class ImageRewardWorker(Worker):
-    """Scores images with the reward module built from ``worker_config.reward`` (an :class:`ImageRewardSettings`)."""
+    """Scores images with the reward module its settings name (an :class:`ImageRewardSettings`, given to
+    ``initialize``)."""
 
     def __init__(self, worker_config: Any) -> None:
         super().__init__(worker_config)
-        settings = getattr(worker_config, "reward", None)
-        self.settings = (
-            settings
-            if isinstance(settings, ImageRewardSettings)
-            else ImageRewardSettings.model_validate(settings or {})
-        )
+        self.settings = ImageRewardSettings()
         self.reward_model: torch.nn.Module | None = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
-    def initialize(self, pipeline_config: Any = None) -> None:
-        super().initialize(pipeline_config)
+    def initialize(self, settings: Any = None) -> None:
+        super().initialize(settings)
+        if settings is not None and not isinstance(settings, ImageRewardSettings):
+            raise ConfigError(f"{self.worker_name}: initialize needs ImageRewardSettings, got {type(settings)}")
+        self.settings = settings or ImageRewardSettings()
         self.reward_model = build_image_reward(self.settings.reward_type, self.settings.reward_kwargs)
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE, clear_cache=False)
