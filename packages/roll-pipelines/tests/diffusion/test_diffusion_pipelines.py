@@ -35,16 +35,16 @@ def test_reward_fl_raises_heldout_reward_and_keeps_quality(ray_env, tmp_path):
         tmp_path,
         ray_env,
         ["actor_train"],
-        max_steps=20,
+        max_steps=25,
         eval_steps=0,
         export_hf="true",
         **{"evaluation.num_samples": 64},
     )
     start, end = rows[0], rows[-1]
-    assert (start["step"], end["step"]) == (0, 20)
+    assert (start["step"], end["step"]) == (0, 25)
     assert end["val/reward"] > 1.10 * start["val/reward"], (start["val/reward"], end["val/reward"])
     assert abs(end["val/denoising_rel_change"]) < 0.25, end["val/denoising_rel_change"]
-    assert (tmp_path / "plots" / "samples_step0020.png").is_file()
+    assert (tmp_path / "plots" / "samples_step0025.png").is_file()
     assert (tmp_path / "hf_export" / "scheduler" / "scheduler_config.json").is_file()
 
 

@@ -22,14 +22,14 @@ def image_grid(images: torch.Tensor, *, nrow: int = 8, padding: int = 1, scale: 
     pixels = ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
     if pixels.shape[1] == 1:
         pixels = pixels.expand(-1, 3, -1, -1)
-    pixels = pixels.repeat_interleave(scale, dim=2).repeat_interleave(scale, dim=3).permute(0, 2, 3, 1).numpy()
-    n, h, w, _ = pixels.shape
+    array = pixels.repeat_interleave(scale, dim=2).repeat_interleave(scale, dim=3).permute(0, 2, 3, 1).numpy()
+    n, h, w, _ = array.shape
     rows = (n + nrow - 1) // nrow
     grid = np.full((rows * (h + padding) + padding, nrow * (w + padding) + padding, 3), 128, dtype=np.uint8)
     for i in range(n):
         r, c = divmod(i, nrow)
         top, left = padding + r * (h + padding), padding + c * (w + padding)
-        grid[top : top + h, left : left + w] = pixels[i]
+        grid[top : top + h, left : left + w] = array[i]
     return grid
 
 

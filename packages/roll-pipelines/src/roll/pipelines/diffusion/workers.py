@@ -200,7 +200,7 @@ class RewardFLWorker(DiffusionTrainWorker):
             raise ConfigError(f"RewardFLWorker.initialize needs RewardFLSettings, got {type(settings)}")
         super().initialize(settings)
         device = self.strategy.device
-        reference = load_diffusion_model(self.worker_config.model_args.model_name_or_path, train=False).to(device)
+        reference = load_diffusion_model(self.strategy.model_args.model_name_or_path or "", train=False).to(device)
         self.reference_call = device_call(reference, device)
         reward = settings.reward
         self.reward_model = build_image_reward(reward.reward_type, reward.reward_kwargs).to(device)
