@@ -69,6 +69,11 @@ class _DiffusionConfig(BaseConfig):
 
     @model_validator(mode="after")
     def _check_models(self) -> _DiffusionConfig:
+        if self.eval_steps and self.eval_steps % self.logging_steps:
+            raise ValueError(
+                f"eval_steps={self.eval_steps} is not a multiple of logging_steps={self.logging_steps}: evaluation "
+                "metrics are written on logging steps only; make logging_steps divide eval_steps"
+            )
         for name in self.model_roles:
             role: RoleConfig = getattr(self, name)
             if role.model_args.model_kind != "diffusion":
