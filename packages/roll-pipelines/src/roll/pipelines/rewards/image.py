@@ -97,7 +97,7 @@ class AnalyticImageReward(nn.Module):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The (B,) reward and its components."""
         parts = self.components(images, class_labels)
-        return sum(self.weights[name] * value for name, value in parts.items()), parts
+        return torch.stack([self.weights[name] * value for name, value in parts.items()]).sum(dim=0), parts
 
     def forward(self, images: torch.Tensor, class_labels: torch.Tensor | None = None) -> torch.Tensor:
         return self.scored(images, class_labels)[0]

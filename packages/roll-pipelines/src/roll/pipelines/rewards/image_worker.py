@@ -58,12 +58,14 @@ class ImageRewardWorker(Worker):
         labels = batch.batch["class_labels"] if "class_labels" in keys else None
         if images.dim() != 4 or images.shape[1] != 3:
             raise ConfigError(f"{self.worker_name}: 'images' must be (B, 3, H, W), got {tuple(images.shape)}")
-        scores, parts = [], {}
+        scores: list[torch.Tensor] = []
+        parts: dict[str, list[torch.Tensor]] = {}
+        reward_model: Any = self.reward_model
         with torch.no_grad():
             for start in range(0, images.shape[0], self.settings.batch_size):
                 chunk = images[start : start + self.settings.batch_size]
                 chunk_labels = None if labels is None else labels[start : start + self.settings.batch_size]
-                score, components = self.reward_model.scored(chunk, chunk_labels)
+                score, components = reward_model.scored(chunk, chunk_labels)
                 scores.append(score.float())
                 for name, value in components.items():
                     parts.setdefault(name, []).append(value.float())

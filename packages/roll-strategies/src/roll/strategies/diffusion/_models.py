@@ -93,7 +93,8 @@ def _no_label_dropout(model: nn.Module) -> nn.Module:
     the equality of sharded and unsharded steps."""
     for module in model.modules():
         if type(module).__name__ == "LabelEmbedding":
-            module.dropout_prob = 0.0
+            label_embedding: Any = module
+            label_embedding.dropout_prob = 0.0
     return model
 
 
@@ -144,7 +145,7 @@ def predict(
     return call(model, sample, timesteps, class_labels)
 
 
-def _model_cls(name: str) -> type:
+def _model_cls(name: str) -> Any:
     if name not in DIFFUSION_MODEL_CLASSES:
         raise ConfigError(
             f"diffusion model class {name!r} is not supported; use one of {sorted(DIFFUSION_MODEL_CLASSES)}"
@@ -243,10 +244,11 @@ def save_diffusion_model(
     """
     path = Path(path)
     name = diffusion_model_class(model)
-    target = model
+    target: Any = model
     if state_dict is not None or type(model).__name__ != name:
         # A sharded (FSDPxxx) module cannot be saved directly: rebuild the plain class and load full tensors.
-        target = _model_cls(name).from_config(dict(model.config))
+        plain: Any = model
+        target = _model_cls(name).from_config(dict(plain.config))
         missing, unexpected = target.load_state_dict(
             dict(state_dict if state_dict is not None else model.state_dict()), strict=False
         )

@@ -7,6 +7,7 @@ models; it works over gloo on CPUs and NCCL on GPUs alike.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -25,9 +26,11 @@ def diffusion_blocks(model: nn.Module, block_classes: Sequence[str] | None = Non
         names = set(block_classes)
         blocks = [m for m in model.modules() if m is not model and type(m).__name__ in names]
     elif diffusion_model_class(model) == "UNet2DModel":
-        blocks = [*model.down_blocks, *([model.mid_block] if model.mid_block is not None else []), *model.up_blocks]
+        unet: Any = model
+        blocks = [*unet.down_blocks, *([unet.mid_block] if unet.mid_block is not None else []), *unet.up_blocks]
     else:
-        blocks = list(model.transformer_blocks)
+        dit: Any = model
+        blocks = list(dit.transformer_blocks)
     if not blocks:
         raise ConfigError(
             f"no block of {type(model).__name__} matches {sorted(block_classes or [])}; give the class names of "
@@ -41,7 +44,8 @@ def _reused_units(model: nn.Module) -> list[nn.Module]:
     (a unit's parameters are gathered only inside its own forward): DiT conditions its output layer with
     ``transformer_blocks[0].norm1.emb``."""
     if diffusion_model_class(model) == "DiTTransformer2DModel":
-        norm = getattr(model.transformer_blocks[0], "norm1", None)
+        dit: Any = model
+        norm = getattr(dit.transformer_blocks[0], "norm1", None)
         emb = getattr(norm, "emb", None)
         return [emb] if isinstance(emb, nn.Module) else []
     return []
@@ -71,4 +75,7 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """Full, unsharded CPU tensors of a sharded (or plain) model, on every rank (a collective)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state: dict[str, torch.Tensor] = dict(
+        get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))  # type: ignore[arg-type]
+    )
+    return state

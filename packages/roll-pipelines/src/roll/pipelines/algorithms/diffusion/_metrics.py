@@ -41,7 +41,8 @@ def random_feature_net(seed: int = 0, *, in_channels: int = 3, width: int = 32) 
         if isinstance(module, nn.Conv2d):
             fan_in = module.in_channels * 9
             module.weight.data = torch.randn(module.weight.shape, generator=generator) * (2.0 / fan_in) ** 0.5
-            module.bias.data = torch.randn(module.bias.shape, generator=generator) * 0.1
+            if module.bias is not None:
+                module.bias.data = torch.randn(module.bias.shape, generator=generator) * 0.1
     net.requires_grad_(False)
     return net.eval()
 
@@ -83,7 +84,7 @@ def mmd_rbf(
 
     def kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         d2 = torch.cdist(a, b).pow(2)
-        return sum(torch.exp(-d2 / (2 * (c * bandwidth) ** 2)) for c in scales)
+        return torch.stack([torch.exp(-d2 / (2 * (c * bandwidth) ** 2)) for c in scales]).sum(dim=0)
 
     n, m = x.shape[0], y.shape[0]
     kxx, kyy, kxy = kernel(x, x), kernel(y, y), kernel(x, y)
