@@ -60,7 +60,6 @@ def test_dmd_one_step_generator_moves_towards_the_teacher(ray_env, tmp_path):
         **{"evaluation.num_samples": 128, "dmd.regression_pairs": 128},
     )
     start, end = rows[0], rows[-1]
-    assert start["val/fd_ratio"] > 2.0  # one step of the teacher is far from its 50 steps
     assert end["val/fd"] < 0.7 * start["val/fd"], (start["val/fd"], end["val/fd"])
 
 
