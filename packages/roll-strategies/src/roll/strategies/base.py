@@ -28,7 +28,14 @@ import torch
 
 from roll.protocol import DataProto, RankInfo
 from roll.strategies.config import GenerationConfig, StrategyWorkerConfig
-from roll.strategies.contract import ForwardFunc, LossFunc, OffloadTarget, StrategyError
+from roll.strategies.contract import (
+    ForwardFunc,
+    LossFunc,
+    ModelForwardFunc,
+    ModelLossFunc,
+    OffloadTarget,
+    StrategyError,
+)
 
 if TYPE_CHECKING:
     from roll.runtime import RollModel, Worker
@@ -72,6 +79,11 @@ class InferenceStrategy(ABC):
 
         ``logits_to_keep=k``: ``forward_func`` reads only the last k positions, so a backend may compute those only.
         """
+
+    def forward_model(self, batch: DataProto, forward_func: ModelForwardFunc) -> dict[str, torch.Tensor]:
+        """Run ``forward_func(micro, model_call)`` over ``batch`` in micro-batches without gradients and concatenate
+        its outputs; for models the function calls itself (``model_args.model_kind: diffusion``)."""
+        raise StrategyError(f"{self.strategy_name} cannot run model functions (forward_model)")
 
     def generate(self, batch: DataProto, generation_config: GenerationConfig) -> DataProto:
         raise StrategyError(
@@ -124,6 +136,13 @@ class TrainStrategy(InferenceStrategy):
 
         Returns metrics: at least ``loss`` (mini-batch loss over all data-parallel ranks), ``grad_norm``, ``lr``.
         """
+
+    def train_model_step(
+        self, batch: DataProto, loss_func: ModelLossFunc, *, loss_mask_key: str | None = None
+    ) -> dict[str, float]:
+        """Like :meth:`train_step`, but ``loss_func(micro, model_call, scale)`` calls the model itself, as often as
+        the algorithm needs (a diffusion sampler with gradients through its last steps, a one-step generator)."""
+        raise StrategyError(f"{self.strategy_name} cannot train with model functions (train_model_step)")
 
     @abstractmethod
     def save_checkpoint(self, path: str) -> None:

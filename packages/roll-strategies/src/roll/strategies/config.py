@@ -31,6 +31,13 @@ class ModelArgs(RollModel):
     )
     dtype: Dtype = Field(default="bfloat16", description="Parameter dtype; float32 on CPU unless it supports bf16.")
     attn_implementation: str | None = Field(default=None, description="e.g. 'sdpa', 'eager', 'flash_attention_2'.")
+    model_kind: Literal["causal_lm", "diffusion"] = Field(
+        default="causal_lm",
+        description=(
+            "'diffusion': a diffusers model folder (UNet2DModel, DiT...; roll-strategies[diffusion]) that workers "
+            "call through forward_model / train_model_step; no tokenizer."
+        ),
+    )
     model_head: Literal["causal_lm", "value"] = Field(
         default="causal_lm", description="'value' loads a one-output token-classification head (PPO critic)."
     )

@@ -39,6 +39,9 @@ __all__ = [
     "ForwardFunc",
     "LossFunc",
     "LossScale",
+    "ModelCall",
+    "ModelForwardFunc",
+    "ModelLossFunc",
     "OffloadTarget",
     "StrategyError",
     "check_logits_to_keep",
@@ -78,6 +81,18 @@ class LossScale:
         if not _is_int(self.num_seqs) or self.num_seqs < 1:
             raise StrategyError(f"LossScale.num_seqs must be an integer >= 1, got {self.num_seqs!r}")
 
+
+ModelCall: TypeAlias = Callable[..., torch.Tensor]
+"""The loaded model as a function of its inputs, on the strategy's device: for a diffusion model
+``model_call(sample, timesteps, class_labels) -> prediction`` (whatever the diffusers class)."""
+
+ModelForwardFunc: TypeAlias = Callable[[DataProto, ModelCall], dict[str, torch.Tensor]]
+"""``forward_func(micro_batch, model_call) -> {name: tensor with one row per micro-batch row}`` (no gradients).
+For models that are called several times per row (a diffusion sampler), not once on token ids."""
+
+ModelLossFunc: TypeAlias = Callable[[DataProto, ModelCall, LossScale], tuple[torch.Tensor, dict[str, float]]]
+"""``loss_func(micro_batch, model_call, scale) -> (loss, metrics)``: the micro-batch's share of the loss, computed
+by calling the model as often as the algorithm needs (e.g. the last K steps of a sampler)."""
 
 ForwardFunc: TypeAlias = Callable[[DataProto, torch.Tensor], dict[str, torch.Tensor]]
 """``forward_func(micro_batch, logits) -> {name: tensor with one row per micro-batch row}``."""

@@ -2,6 +2,8 @@
 reward shaping, advantage estimators, policy/value/KL/entropy losses, importance weights, DPO, knowledge
 distillation (top-k teacher distributions, KD divergences, the OPD advantage) and the agentic (multi-turn)
 estimators: reward normalisation by grouping, step returns, GiGPO, step_reinforce, agentic_reinforce.
+Diffusion maths (noising, samplers, Reward-FL/DMD/ODE-distillation losses, image-distribution distances) live in
+the :mod:`roll.pipelines.algorithms.diffusion` subpackage.
 
 Conventions: token-level tensors are (batch, response_len) with a right-padded ``response_mask`` (bool or float,
 non-zero = valid); response-level tensors are (batch,); groups of samples of one prompt are given by a (batch,)
@@ -11,6 +13,7 @@ integer ``group_index`` in any order. Results keep the floating dtype of their m
 
 from __future__ import annotations
 
+from roll.pipelines.algorithms import diffusion
 from roll.pipelines.algorithms._masked import masked_mean, masked_sum, masked_var, masked_whiten
 from roll.pipelines.algorithms.advantages import (
     ADVANTAGE_ESTIMATORS,
@@ -90,6 +93,7 @@ __all__ = [
     "aggregate_loss",
     "clip_rewards",
     "compute_advantages",
+    "diffusion",
     "dpo_loss",
     "entropy_loss",
     "gae_advantages",

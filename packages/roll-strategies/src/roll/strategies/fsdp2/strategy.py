@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import logging
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -22,6 +22,8 @@ from roll.strategies.contract import (
     ForwardFunc,
     LossFunc,
     LossScale,
+    ModelForwardFunc,
+    ModelLossFunc,
     OffloadTarget,
     StrategyError,
     check_logits_to_keep,
@@ -57,6 +59,9 @@ class _Fsdp2Model(InferenceStrategy):
         )
         _model.set_seed(self.worker_config.training_args.seed)
         self.compute_dtype, reduce_dtype = _model.resolve_dtypes(self.config, self.model_args, self.device)
+        if self.model_args.model_kind == "diffusion":
+            self._load_diffusion(train=train, reduce_dtype=reduce_dtype)
+            return
         self.tokenizer = _model.load_tokenizer(self.model_args)
         # Training keeps float32 master weights (the optimizer updates them); FSDP casts them to compute dtype.
         model = _model.load_model(self.model_args, torch.float32 if train else self.compute_dtype, train=train)
@@ -71,6 +76,29 @@ class _Fsdp2Model(InferenceStrategy):
         self.model = _model.shard_model(
             model, self.mesh, self.config, param_dtype=self.compute_dtype, reduce_dtype=reduce_dtype
         )
+
+    def _load_diffusion(self, *, train: bool, reduce_dtype: torch.dtype) -> None:
+        """A diffusers model (no tokenizer), its blocks sharded like decoder layers (``wrap_modules`` = block classes)."""
+        from roll.strategies.diffusion import shard_diffusion_model
+        from roll.strategies.diffusion._strategy import load_role_model
+
+        model = load_role_model(
+            self.model_args.model_name_or_path, torch.float32 if train else self.compute_dtype, train=train
+        )
+        self.hf_config, self.generation_config, self._keeps_logits = model.config, None, False
+        self.model = shard_diffusion_model(
+            model,
+            self.mesh,
+            block_classes=self.config.wrap_modules,
+            reshard_after_forward=self.config.reshard_after_forward,
+            param_dtype=self.compute_dtype,
+            reduce_dtype=reduce_dtype,
+        )
+
+    def _model_call(self) -> Any:
+        from roll.strategies.diffusion._strategy import device_call
+
+        return device_call(self.model, self.device)
 
     @property
     def dp_size(self) -> int:
@@ -134,6 +162,33 @@ class _Fsdp2Model(InferenceStrategy):
                 for key, value in forward_func(micros[index], logits).items():
                     outputs.setdefault(key, []).append(value.detach().cpu())
                 del logits
+        return {key: torch.cat(values) for key, values in outputs.items()}
+
+    def _check_rows(self, local_rows: int) -> int:
+        """The most micro-batches any rank has; fails on every rank if one has no rows (model functions cannot run
+        a stand-in micro-batch)."""
+        most, neg_fewest = self._all_reduce([float(local_rows), -float(local_rows)], dist.ReduceOp.MAX)
+        if neg_fewest >= 0:
+            raise StrategyError(
+                f"{self.strategy_name} got no rows on at least one of {self.dp_size} data-parallel ranks; give "
+                "every rank at least one row"
+            )
+        return int(most)
+
+    def forward_model(self, batch: DataProto, forward_func: ModelForwardFunc) -> dict[str, torch.Tensor]:
+        """``forward_func(micro, model_call)`` on micro-batches of ``infer_batch_size`` rows, without gradients."""
+        self.model.eval()
+        micros = batch.split(self.worker_config.infer_batch_size) if len(batch) else []
+        self._check_rows(len(batch))
+        num = self._num_micro_batches(len(micros))
+        call = self._model_call()
+        outputs: dict[str, list[torch.Tensor]] = {}
+        with torch.no_grad():
+            for index in range(num):
+                result = forward_func(micros[min(index, len(micros) - 1)].to(self.device), call)
+                if index < len(micros):  # a rank with fewer micro-batches repeats its last one for the collectives
+                    for key, value in result.items():
+                        outputs.setdefault(key, []).append(value.detach().cpu())
         return {key: torch.cat(values) for key, values in outputs.items()}
 
     def _move_model(self, device: torch.device) -> None:
@@ -208,6 +263,23 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
     ) -> dict[str, float]:
         """One optimizer step over the local rows of the mini-batch; see the loss normalization in contract.py."""
         keep = check_logits_to_keep(logits_to_keep)
+        return self._train(
+            batch, lambda micro, scale: loss_func(micro, self._logits(micro, keep), scale), loss_mask_key
+        )
+
+    def train_model_step(
+        self, batch: DataProto, loss_func: ModelLossFunc, *, loss_mask_key: str | None = None
+    ) -> dict[str, float]:
+        """One optimizer step where ``loss_func(micro, model_call, scale)`` calls the model itself."""
+        call = self._model_call()
+        return self._train(batch, lambda micro, scale: loss_func(micro.to(self.device), call, scale), loss_mask_key)
+
+    def _train(
+        self,
+        batch: DataProto,
+        micro_loss: Callable[[DataProto, LossScale], tuple[torch.Tensor, dict[str, float]]],
+        loss_mask_key: str | None,
+    ) -> dict[str, float]:
         self.model.train()
         args = self.worker_config.training_args
         micros = batch.split(args.per_device_train_batch_size) if len(batch) else []
@@ -218,7 +290,7 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
         for index in range(num_steps):
             real = index < len(micros)
             micro = micros[index] if real else micros[-1]
-            loss, metrics = loss_func(micro, self._logits(micro, keep), scale)
+            loss, metrics = micro_loss(micro, scale)
             # FSDP averages gradients over the dp group but the loss is already a share of the global loss.
             (loss * (self.dp_size if real else 0.0)).backward()
             if real:
@@ -271,6 +343,12 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
         load_training_state(path, self.model, self.optimizer, self.scheduler, self._meta())
 
     def export_hf(self, path: str) -> None:
+        if self.model_args.model_kind == "diffusion":
+            from roll.strategies.diffusion._strategy import export_diffusion_folder
+
+            source = self.model_args.model_name_or_path
+            export_diffusion_folder(path, self.model, self.named_weights(), source, rank=self.worker.rank)
+            return
         export_hf_folder(
             path,
             self.named_weights(),

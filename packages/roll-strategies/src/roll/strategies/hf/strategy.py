@@ -24,7 +24,13 @@ import torch
 from roll.protocol import DataProto
 from roll.strategies.base import InferenceStrategy
 from roll.strategies.config import GenerationConfig
-from roll.strategies.contract import ForwardFunc, OffloadTarget, StrategyError, check_logits_to_keep
+from roll.strategies.contract import (
+    ForwardFunc,
+    ModelForwardFunc,
+    OffloadTarget,
+    StrategyError,
+    check_logits_to_keep,
+)
 from roll.strategies.generation import build_generation_output
 from roll.strategies.hf import _loading
 from roll.strategies.hf._sampling import (
@@ -75,6 +81,12 @@ class HfInferStrategy(InferenceStrategy):
         _loading.require_folder(self.model_args.model_name_or_path, "model_args.model_name_or_path")
         self.device = _loading.choose_device(self.config)
         dtype = _loading.choose_dtype(self.model_args, self.config, self.device)
+        if self.model_args.model_kind == "diffusion":
+            from roll.strategies.diffusion._strategy import load_role_model
+
+            self.model = load_role_model(self.model_args.model_name_or_path, dtype, train=False).to(self.device)
+            logger.info("hf_infer loaded diffusion model %s on %s", self.model_args.model_name_or_path, self.device)
+            return
         self.tokenizer = _loading.load_tokenizer(self.model_args)
         self.model = _loading.load_model(self.model_args, dtype, self.device)
         self._keeps_logits = accepts_logits_to_keep(self.model)
@@ -135,6 +147,18 @@ class HfInferStrategy(InferenceStrategy):
                 result = forward_func(micro, logits)
                 del logits  # the contract: one micro-batch's logits alive at a time
                 for key, value in result.items():
+                    outputs.setdefault(key, []).append(value.detach().cpu())
+        return {key: torch.cat(values, dim=0) for key, values in outputs.items()}
+
+    def forward_model(self, batch: DataProto, forward_func: ModelForwardFunc) -> dict[str, torch.Tensor]:
+        """``forward_func(micro, model_call)`` on micro-batches of ``infer_batch_size`` rows, without gradients."""
+        from roll.strategies.diffusion._strategy import device_call
+
+        call = device_call(self._require_ready(), self.device)
+        outputs: dict[str, list[torch.Tensor]] = {}
+        with torch.no_grad():
+            for micro in batch.split(self.worker_config.infer_batch_size):
+                for key, value in forward_func(micro.to(self.device), call).items():
                     outputs.setdefault(key, []).append(value.detach().cpu())
         return {key: torch.cat(values, dim=0) for key, values in outputs.items()}
 

@@ -1,0 +1,42 @@
+"""The diffusion pipelines (``diffusion_reward_fl``, ``diffusion_dmd``, ``diffusion_ode_distill``) and their shared
+pieces: one training step of each as a loss (:mod:`.steps`), the role workers (:mod:`.workers`), configs
+(:mod:`.config`), evaluation (sampling with fixed noise, distances to the data), image grids, and the in-process
+teacher pretraining behind ``diffusion-teacher://`` model references. The maths is in
+:mod:`roll.pipelines.algorithms.diffusion`, the models in :mod:`roll.strategies.diffusion`, the data in
+:mod:`roll.pipelines.data.shapes`, rewards in :mod:`roll.pipelines.rewards.image`.
+
+Pipelines and configs are imported lazily (through the pipeline registry), so this package imports without Ray.
+"""
+
+from __future__ import annotations
+
+from roll.pipelines.diffusion.evaluation import DistributionReference, fixed_noise, generate
+from roll.pipelines.diffusion.images import image_grid, save_image_grid
+from roll.pipelines.diffusion.steps import (
+    dmd_fake_score_step,
+    dmd_generator_step,
+    ema_update,
+    ode_distill_step,
+    pretrain_step,
+    reward_fl_step,
+    teacher_trajectories,
+)
+from roll.pipelines.diffusion.teacher import PretrainSettings, pretrain_teacher, teacher_uri_path
+
+__all__ = [
+    "DistributionReference",
+    "PretrainSettings",
+    "dmd_fake_score_step",
+    "dmd_generator_step",
+    "ema_update",
+    "fixed_noise",
+    "generate",
+    "image_grid",
+    "ode_distill_step",
+    "pretrain_step",
+    "pretrain_teacher",
+    "reward_fl_step",
+    "save_image_grid",
+    "teacher_trajectories",
+    "teacher_uri_path",
+]
