@@ -20,7 +20,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from roll.pipelines.config import load_config
@@ -70,23 +69,32 @@ class EngineSignaller(threading.Thread):
         self.pids: list[int] = []
         self.stop = threading.Event()
 
-    def _busy_engine(self) -> psutil.Process | None:
-        for proc in psutil.process_iter(["pid", "cmdline"]):
-            try:
-                title = " ".join(proc.info["cmdline"] or [])
-                busy = title.startswith("ray::InferWorker.generate_requests")
-                if busy and proc.environ().get(ENV_CLUSTER_NAME, "").startswith(self.engine_prefix):
-                    return proc
-            except (psutil.Error, OSError):
+    def _busy_engine(self) -> int | None:
+        """The pid of this run's engine process while it generates (Ray sets the process title), read from /proc."""
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
                 continue
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    title = f.read().replace(b"\0", b" ").decode(errors="replace")
+                if not title.startswith("ray::InferWorker.generate_requests"):
+                    continue
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    env = dict(
+                        item.split("=", 1) for item in f.read().decode(errors="replace").split("\0") if "=" in item
+                    )
+            except OSError:
+                continue  # the process ended, or is not ours to read
+            if env.get(ENV_CLUSTER_NAME, "").startswith(self.engine_prefix):
+                return int(entry.name)
         return None
 
     def run(self) -> None:
         while not self.stop.is_set() and not self.pids:
-            proc = self._busy_engine()
-            if proc is not None:
-                os.kill(proc.pid, self.sig)
-                self.pids.append(proc.pid)
+            pid = self._busy_engine()
+            if pid is not None:
+                os.kill(pid, self.sig)
+                self.pids.append(pid)
             time.sleep(0.05)
 
     def cleanup(self) -> None:

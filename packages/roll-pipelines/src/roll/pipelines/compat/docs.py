@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel
-from pydantic_core import PydanticUndefined
+from pydantic.fields import PydanticUndefined
 
 from roll.pipelines.compat.keys import (
     DATA_ARGS,

@@ -17,7 +17,7 @@ _DIR = Path(__file__).parent
 
 def _recipe_files() -> list[Path]:
     """Every recipe file: this folder's first, then those of other roll.* packages (first name wins)."""
-    import roll
+    import roll  # pants: no-infer-dep (the namespace package itself, to list its folders)
 
     folders = [_DIR]
     for root in getattr(roll, "__path__", []):
