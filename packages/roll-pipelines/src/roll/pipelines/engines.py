@@ -78,7 +78,8 @@ class EnginePool:
         self.request_timeout_s = request_timeout_s
         self.max_restarts = max_restarts
         self.version = 0
-        self.weights: list[Any] | None = None  # object-store buckets of the current version (None: initial model)
+        # The sync plan and object-store buckets of the current version (None: the initial model).
+        self.weights: tuple[Any, list[Any]] | None = None
         self.restarts = 0
         self.failures: list[EngineFailure] = []
         self.calls = 0
@@ -162,8 +163,9 @@ class EnginePool:
             self._load(engine.cluster, self.weights)
 
     @staticmethod
-    def _load(cluster: Cluster, weights: list[Any]) -> None:
-        cluster.load_weight_buckets(weights)
+    def _load(cluster: Cluster, weights: tuple[Any, list[Any]]) -> None:
+        plan, refs = weights
+        cluster.load_weight_buckets(plan, refs)
         cluster.process_weights_after_loading()
 
     # --- weights -------------------------------------------------------------------------------------------
@@ -172,8 +174,9 @@ class EnginePool:
         if self.in_flight:
             raise RollError(f"{self.name}: drain the engines before a weight sync ({self.in_flight} calls in flight)")
         start = time.perf_counter()
-        self.weights = [ref for per_rank in trainer.export_weight_buckets(bucket_bytes) for ref in per_rank]
-        pending = [(e, e.cluster.load_weight_buckets(self.weights, blocking=False)) for e in self.engines]
+        leader = trainer.export_weight_buckets(bucket_bytes)[0]  # rank 0 holds the plan and every bucket's ref
+        plan, refs = self.weights = (leader["plan"], leader["refs"])
+        pending = [(e, e.cluster.load_weight_buckets(plan, refs, blocking=False)) for e in self.engines]
         for engine, call in pending:
             try:
                 call.materialize()
