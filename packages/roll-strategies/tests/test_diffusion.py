@@ -29,6 +29,8 @@ from roll.strategies.diffusion import (
 )
 
 ship_module_by_value(__name__)
+pytestmark = pytest.mark.extra("diffusers")  # diffusers is outside the Pants resolve
+
 TOL = {"atol": 1e-6, "rtol": 1e-5}
 
 

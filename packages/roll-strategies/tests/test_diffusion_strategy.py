@@ -29,6 +29,8 @@ from roll.strategies.diffusion import (
     predict,
 )
 
+pytestmark = pytest.mark.extra("diffusers")  # diffusers is outside the Pants resolve
+
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 
 

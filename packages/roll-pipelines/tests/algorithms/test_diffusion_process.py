@@ -21,6 +21,8 @@ from roll.pipelines.algorithms.diffusion import (
 )
 from roll.runtime.errors import ConfigError
 
+pytestmark = pytest.mark.extra("diffusers")  # diffusers is outside the Pants resolve
+
 diffusers = pytest.importorskip("diffusers")
 TOL = {"atol": 1e-6, "rtol": 1e-6}
 

@@ -11,6 +11,8 @@ from roll.pipelines.diffusion.teacher import teacher_uri_path
 from roll.pipelines.registry import resolve_pipeline
 from roll.runtime import ConfigError
 
+pytestmark = pytest.mark.extra("diffusers")  # diffusers is outside the Pants resolve
+
 
 @pytest.mark.parametrize(
     ("recipe", "config_cls", "trained"),

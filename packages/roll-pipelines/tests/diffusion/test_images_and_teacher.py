@@ -21,6 +21,8 @@ from roll.pipelines.diffusion import (
 )
 from roll.runtime.errors import ConfigError
 
+pytestmark = pytest.mark.extra("diffusers")  # diffusers is outside the Pants resolve
+
 
 def test_image_grid_layout_and_values(tmp_path):
     images = torch.full((5, 3, 4, 4), -1.0)

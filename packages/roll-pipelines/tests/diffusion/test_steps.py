@@ -18,6 +18,8 @@ from roll.pipelines.diffusion import (
 )
 from roll.runtime.errors import ConfigError
 
+pytestmark = pytest.mark.extra("diffusers")  # diffusers is outside the Pants resolve
+
 TOL = {"atol": 1e-6, "rtol": 1e-6}
 
 
