@@ -11,7 +11,7 @@ import pytest
 
 from roll.pipelines.tracking import read_metrics
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.learning]
 
 
 def test_distill_tiny_moves_the_student_towards_the_teacher_on_held_out_data(tmp_path, roll):

@@ -16,7 +16,7 @@ import pytest
 
 from tools.bench.learning import run_variant
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.learning]
 
 STEPS = 10
 MIN_GAIN = 0.03

@@ -6,7 +6,7 @@ import pytest
 
 from roll.pipelines.tracking import read_metrics
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.learning]
 
 
 def _series(rows: list[dict], key: str) -> dict[int, float]:

@@ -16,6 +16,7 @@ def _series(rows: list[dict], key: str) -> dict[int, float]:
     return {row["step"]: row[key] for row in rows if key in row}
 
 
+@pytest.mark.learning
 def test_sft_tiny_learns_to_answer_held_out_problems(tmp_path, roll):
     out = tmp_path / "sft"
     done = roll(["run", "sft-tiny", f"output_dir={out}", "save_steps=0"])
@@ -33,6 +34,7 @@ def test_sft_tiny_learns_to_answer_held_out_problems(tmp_path, roll):
     assert "held-out before/after" in done.stdout
 
 
+@pytest.mark.learning
 def test_dpo_tiny_prefers_correct_answers_on_held_out_pairs(tmp_path, roll):
     out = tmp_path / "dpo"
     roll(["run", "dpo-tiny", f"output_dir={out}", "save_steps=0"])

@@ -19,7 +19,7 @@ from roll.pipelines.config import load_config
 from roll.pipelines.launcher import run_config
 from roll.pipelines.tracking import read_metrics
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.learning]
 
 
 def _run(recipe: str, out: Path, teacher: str, roles: list[str], **overrides: Any) -> list[dict[str, Any]]:

@@ -17,6 +17,8 @@ MARKERS = {
     "gpu": "needs a CUDA device; skipped without one",
     "slow": "takes more than ~30 s",
     "integration": "cross-package end-to-end run",
+    "learning": "runs a recipe for minutes and asserts a learning result; `./tools/dev test` leaves these out (run them "
+    "with `pytest -m learning`)",
     "extra(name)": "needs an optional package left out of the Pants resolve (vLLM, trackers); skips without it, and "
     "`./tools/dev test` runs these tests with plain pytest in the dev venv",
 }
