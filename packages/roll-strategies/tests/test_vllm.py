@@ -149,6 +149,18 @@ def test_seeded_sampling_is_reproducible_and_log_probs_follow_temperature(engine
     assert first["finish_reason"].tolist() == ["length"] * 12
 
 
+def test_seeded_sampling_of_more_prompt_tokens_than_one_engine_step_takes(engine):
+    # vLLM's CPU default budget is 4096 tokens per engine step; a batch past it was prefilled in chunks, and after a
+    # partial prefill vLLM rewinds a seeded request's generator, which a CPU torch.Generator cannot do.
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(10, 400, (48,), generator=generator).tolist() for _ in range(96)]
+    config = GenerationConfig(max_new_tokens=4, temperature=1.0, num_return_sequences=2, seed=7, ignore_eos=True)
+    first = engine.generate(left_padded(prompts), config)
+    again = engine.generate(left_padded(prompts), config)
+    assert len(first) == 192 and first["responses"].shape == (192, 4)
+    assert torch.equal(first["responses"], again["responses"])
+
+
 def test_stop_token_ids_end_the_response_with_the_stop_token(engine):
     config = GenerationConfig(max_new_tokens=16, temperature=1.0, seed=5, ignore_eos=True)
     tokens = engine.generate(left_padded(PROMPTS[:1]), config)["responses"][0].tolist()

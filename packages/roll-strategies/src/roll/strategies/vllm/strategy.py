@@ -157,6 +157,11 @@ class VllmStrategy(InferenceStrategy):
             kwargs["max_model_len"] = cfg.max_model_len
         if cfg.max_num_seqs is not None:
             kwargs["max_num_seqs"] = cfg.max_num_seqs
+        if not on_gpu:
+            # After a step that prefilled part of a prompt, vLLM rewinds that request's seeded generator, which a CPU
+            # torch.Generator cannot do ("CPU Generator does not use offset"): on CPU every prompt is prefilled whole
+            # (vLLM then raises max_num_batched_tokens to max_model_len if it is below it).
+            kwargs["enable_chunked_prefill"] = False
         return {**kwargs, **cfg.engine_kwargs}
 
     def shutdown(self) -> None:
