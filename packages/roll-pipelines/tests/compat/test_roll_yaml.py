@@ -93,18 +93,8 @@ def test_total_rl_options_has_no_unknown_key() -> None:
     assert top_level == set(data)
 
 
-def test_total_rl_options_fails_only_on_the_reward_roll_lacks() -> None:
-    with pytest.raises(ConfigError) as info:
-        load_config(TOTAL)
-    lines = [line.strip() for line in str(info.value).splitlines()[1:]]
-    assert len(lines) == 1 and lines[0].startswith("rewards.ifeval.worker_cls: unsupported")
-
-
-def test_it_loads_with_the_reward_roll_lacks_removed(tmp_path: Path) -> None:
-    data, _referenced = compose_file(TOTAL)
-    del data["rewards"]["ifeval"]
-    data["actor_train"]["data_args"]["domain_interleave_probs"].pop("ifeval")
-    config = load_config(data)
+def test_total_rl_options_loads() -> None:
+    config = load_config(TOTAL)
     assert config.pipeline_cls == "rlvr"
     assert config.advantage.estimator == "grpo" and config.advantage.whiten and config.advantage.clip == 2.0
     assert config.kl.use_loss and config.kl.loss_coef == 0.001 and config.kl.penalty == "kl"
@@ -116,6 +106,8 @@ def test_it_loads_with_the_reward_roll_lacks_removed(tmp_path: Path) -> None:
     assert config.rewards["crossthinkqa"].reward_type == "crossthinkqa"
     assert config.rewards["crossthinkqa"].reward_kwargs == {"mode": "soft"}
     assert config.rewards["math_rule"].reward_type == "math"
+    assert config.rewards["ifeval"].reward_type == "ifeval"
+    assert config.rewards["ifeval"].reward_kwargs == {}  # ROLL's IFEval worker does not read reward_type
     assert config.actor_train.model_args.model_name_or_path == "Qwen/Qwen2.5-7B"
 
 

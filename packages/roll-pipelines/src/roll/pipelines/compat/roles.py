@@ -72,9 +72,11 @@ class RoleTranslator:
             where = f"{path}.{key}"
             if key == "worker_cls":
                 self.worker_cls(where, value, reward_class, out)
-            elif key == "reward_type" and reward_class in ("ifeval", "crossthinkqa"):
+            elif key == "reward_type" and reward_class == "crossthinkqa":
                 out.setdefault("reward_kwargs", {})["mode"] = value
                 top.row(where, "renamed", f"{path}.reward_kwargs.mode", "ROLL's soft/hard scoring mode")
+            elif key == "reward_type" and reward_class is not None:
+                top.row(where, "ignored", note=f"ROLL's {reward_class} reward worker does not read reward_type")
             elif key in ("model_args", "training_args", "generating_args", "data_args") and isinstance(value, dict):
                 out[key] = self.section(where, key, value, model)
             elif key == "strategy_args" and isinstance(value, dict):

@@ -40,6 +40,8 @@ REWARDS.register("python", "roll.pipelines.rewards.python_fn:PythonFunctionRewar
 REWARDS.register("llm_judge", "roll.pipelines.rewards.llm_judge:LLMJudgeRewardWorker")
 REWARDS.register("crossthinkqa", "roll.pipelines.rewards.choice:CrossThinkQARewardWorker")
 REWARDS.register("multiple_choice", "roll.pipelines.rewards.choice:MultipleChoiceRewardWorker")
+REWARDS.register("general_val", "roll.pipelines.rewards.choice:GeneralValRewardWorker")
+REWARDS.register("ifeval", "roll.pipelines.rewards.ifeval:IFEvalRewardWorker")
 
 ScoredRow = tuple[float, str]
 

@@ -7,6 +7,10 @@ whole answer). It is correct when it equals the first character of ``ground_trut
 * ``multiple_choice``: 1.0 when boxed and correct, else 0.0.
 * ``crossthinkqa``: by ``mode`` (ROLL's ``reward_type``) for (correct, boxed) = (yes, yes) / (yes, no) / (no, yes)
   / (no, no): ``loose`` 1, 1, -1, -1; ``soft`` 1, 0.5, -0.5, -1; ``strict`` 1, -1, -1, -1.
+* ``general_val`` (ROLL's ``GeneralValRuleRewardWorker``, a validation scorer for single-choice benchmarks such as
+  ceval, race_high, mmlu_pro, commonsense_qa): 1.0 when the choice is correct, boxed or not, else 0.0. ROLL trains
+  on a zero reward for this domain (its response-level reward is all zeros; the score is only logged); roll's
+  score is the reward, so use it for validation domains.
 """
 
 from __future__ import annotations
@@ -17,7 +21,13 @@ from typing import Any
 from roll.pipelines.rewards.base import RewardWorker
 from roll.runtime import ConfigError
 
-__all__ = ["CrossThinkQARewardWorker", "MultipleChoiceRewardWorker", "choice_answer", "crossthinkqa_score"]
+__all__ = [
+    "CrossThinkQARewardWorker",
+    "GeneralValRewardWorker",
+    "MultipleChoiceRewardWorker",
+    "choice_answer",
+    "crossthinkqa_score",
+]
 
 _BOXED = re.compile(r"\\boxed\{([^}]+)\}")
 _MODES: dict[str, tuple[float, float, float, float]] = {
@@ -77,3 +87,14 @@ class CrossThinkQARewardWorker(RewardWorker):
 
     def score_row(self, row: dict[str, Any]) -> tuple[float, str]:
         return crossthinkqa_score(row.get("response_text") or "", row.get("ground_truth"), self.mode)
+
+
+class GeneralValRewardWorker(RewardWorker):
+    """Single-choice validation: 1.0 when the chosen letter equals ``ground_truth``'s first character, else 0.0."""
+
+    required_fields = (("ground_truth",),)
+
+    def score_row(self, row: dict[str, Any]) -> tuple[float, str]:
+        letter, boxed = choice_answer(row.get("response_text") or "")
+        correct = _correct(letter, row.get("ground_truth"))
+        return (1.0 if correct else 0.0), f"choice={letter} boxed={boxed} correct={correct}"
