@@ -111,6 +111,35 @@ def test_total_rl_options_loads() -> None:
     assert config.actor_train.model_args.model_name_or_path == "Qwen/Qwen2.5-7B"
 
 
+@pytest.mark.parametrize(
+    ("worker_cls", "given", "expected"),
+    [
+        (
+            "roll.pipeline.rlvr.actor_pg_worker.ActorPGWorker",
+            {"pg_variant": "topr", "topr_negative_weight": 0.5},
+            "topr",
+        ),
+        ("roll.pipeline.rlvr.actor_pg_worker.ActorPGWorker", {}, "vanilla"),  # ActorPGWorker's default
+        (None, {"pg_variant": "cispo"}, "ppo"),  # ROLL's plain ActorWorker does not read pg_variant
+    ],
+)
+def test_pg_variant_follows_rolls_actor_worker(worker_cls: str | None, given: dict, expected: str) -> None:
+    data, referenced = compose_file(TOTAL)
+    data["actor_train"].pop("worker_cls", None)
+    if worker_cls:
+        data["actor_train"]["worker_cls"] = worker_cls
+    data["actor_train"].update(given)
+    data["pg_variant"] = "kimi15"  # top level: only an interpolation source in ROLL
+    translation = translate(data, referenced)
+    assert translation.problems == []
+    config = load_config(data)
+    assert config.policy_loss.variant == expected
+    settings = config.actor_settings()
+    assert settings.pg_variant == expected
+    if "topr_negative_weight" in given:
+        assert settings.pg_params.topr_negative_weight == 0.5
+
+
 def test_dpo_example_round_trips_through_convert(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = FIXTURES / "roll" / "qwen2.5-3B_dpo_megatron.yaml"
     out = tmp_path / "converted.yaml"

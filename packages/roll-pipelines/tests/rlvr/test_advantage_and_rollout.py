@@ -207,3 +207,35 @@ def test_on_policy_loss_without_recompute_equals_the_loss_with_recomputed_old_lo
     torch.testing.assert_close(grad_on_policy, grad_recomputed, atol=1e-6, rtol=0)
     assert metrics_on_policy["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-7)
     assert "actor/entropy" in metrics_on_policy and "actor/entropy" not in metrics_recomputed
+
+
+@pytest.mark.parametrize("variant", ["vanilla", "tis", "topr", "cispo", "kimi15"])
+def test_actor_loss_runs_the_configured_pg_variant(variant):
+    from roll.pipelines.algorithms.pg_variants import PGVariantParams, pg_variant_loss
+    from roll.pipelines.rlvr.workers import actor_loss
+
+    settings = make_config(pg_variant=variant, topr_negative_weight=0.5).actor_settings()
+    assert settings.pg_variant == variant and settings.pg_params.topr_negative_weight == 0.5
+    torch.manual_seed(1)
+    prompt, response, vocab = 3, 4, 11
+    logits = torch.randn(4, prompt + response, vocab)
+    batch = scored_batch()
+    batch.batch["responses"] = torch.randint(0, vocab, (4, response))
+    batch.batch["advantages"] = torch.randn(4, response) * batch.batch["response_mask"]
+    batch.batch["old_log_probs"] = torch.randn(4, response) * 0.1 - 1.0
+    scale = LossScale(num_tokens=int(batch.batch["response_mask"].sum()), num_seqs=4)
+    loss, metrics = actor_loss(settings, batch, logits, scale, on_policy=False)
+    log_probs = torch.log_softmax(logits[:, prompt - 1 : -1], -1).gather(-1, batch.batch["responses"].unsqueeze(-1))
+    expected, _ = pg_variant_loss(
+        variant,
+        log_probs.squeeze(-1),
+        batch.batch["old_log_probs"],
+        batch.batch["advantages"],
+        batch.batch["response_mask"],
+        scores=batch.batch["scores"],
+        params=PGVariantParams(topr_negative_weight=0.5),
+        num_tokens=scale.num_tokens,
+        num_seqs=scale.num_seqs,
+    )
+    torch.testing.assert_close(loss, expected, atol=1e-6, rtol=0)
+    assert metrics["actor/pg_loss"] == pytest.approx(float(expected), abs=1e-6)

@@ -99,6 +99,9 @@ TOP_KEYS: dict[str, Rule] = {
     "tag_to_template": _ignored("one chat template (the tokenizer's) for every domain"),
     "reward": _unsupported("a single `reward` role: give reward domains under `rewards`"),
     "reward_model": _unsupported("a reward-model role: use rewards.<domain> with reward_type llm_judge"),
+    "pg_variant": _ignored("ROLL reads pg_variant from actor_train (ActorPGWorker); at the top it feeds ${} only"),
+    "topr_positive_weight": _ignored("ROLL reads the TOPR weights from actor_train, not from the top level"),
+    "topr_negative_weight": _ignored("ROLL reads the TOPR weights from actor_train, not from the top level"),
     "use_pg_clip_range": Rule("implemented-as", note="false: pg_clip_low/pg_clip_high are ignored, as in ROLL"),
     "use_reward_scaling": _unsupported("running reward scaling"),
     "add_len_reward": _unsupported("length reward"),
@@ -143,14 +146,14 @@ TOP_KEYS: dict[str, Rule] = {
 # Keys of ROLL's WorkerConfig (a role) that roll does not have under the same name.
 ROLE_KEYS: dict[str, Rule] = {
     "worker_cls": Rule("implemented-as", note="ROLL worker classes map to roll's role workers / reward types"),
-    "pg_variant": _unsupported(
-        "pg_variant other than ppo/vanilla (tis, topr, cispo, kimi15)", noop=_equals(None, "vanilla", "ppo")
+    "pg_variant": Rule(
+        "renamed", "policy_loss.variant", "actor_train with worker_cls ActorPGWorker (default vanilla); else ignored"
     ),
     "model_update_frequency": Rule("renamed", "rollout.model_update_frequency"),
     "backend_timeout": Rule("renamed", "start_timeout_s", "seconds to start the backend"),
     "offload_nccl": _ignored("NCCL buffer offload; roll keeps communicators"),
-    "topr_positive_weight": _unsupported("TOPR weights", noop=_equals(None, 1.0, 1)),
-    "topr_negative_weight": _unsupported("TOPR weights", noop=_equals(None, 1.0, 1)),
+    "topr_positive_weight": Rule("renamed", "policy_loss.topr_positive_weight", "actor_train, ActorPGWorker"),
+    "topr_negative_weight": Rule("renamed", "policy_loss.topr_negative_weight", "actor_train, ActorPGWorker"),
     "use_dynamic_batching_in_train": _ignored(_PERF),
     "max_tokens_per_microbatch_in_train": _ignored(_PERF),
     "sequence_length_round_in_train": _ignored(_PERF),

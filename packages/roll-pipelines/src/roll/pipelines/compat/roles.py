@@ -29,6 +29,17 @@ _POLICY_ROLES = ("actor_train", "actor_infer", "reference", "sft_train")
 _STRATEGY_PASSTHROUGH = {"vllm": "engine_kwargs", "sglang": "engine_kwargs"}
 
 
+_PG_KEYS = {
+    "pg_variant": "policy_loss.variant",
+    "topr_positive_weight": "policy_loss.topr_positive_weight",
+    "topr_negative_weight": "policy_loss.topr_negative_weight",
+}
+
+
+def _pg_worker(raw: dict[str, Any]) -> bool:
+    return str(raw.get("worker_cls") or "").endswith("ActorPGWorker")
+
+
 def _fields(model: type[BaseModel]) -> set[str]:
     names = set(model.model_fields)
     for info in model.model_fields.values():  # validation aliases (data_args: prompt, response, messages, tag)
@@ -81,6 +92,8 @@ class RoleTranslator:
                 out[key] = self.section(where, key, value, model)
             elif key == "strategy_args" and isinstance(value, dict):
                 out[key] = self.strategy(where, value)
+            elif key in _PG_KEYS and path == "actor_train":
+                self.pg_key(where, key, value, raw)
             elif key == "model_update_frequency":
                 top.out.setdefault("model_update_frequency", value)
                 top.row(where, "renamed", "rollout.model_update_frequency")
@@ -98,12 +111,25 @@ class RoleTranslator:
                 out[key] = value
                 close = difflib.get_close_matches(key, [*known, *ROLE_KEYS], n=1)
                 top.row(where, "unknown", note=f"unknown key; did you mean {close[0]!r}?" if close else "unknown key")
+        if path == "actor_train" and _pg_worker(raw) and "pg_variant" not in raw:
+            top.set_path("policy_loss.variant", "vanilla", f"{path}.worker_cls")
+            top.row(f"({path}.pg_variant)", "implemented-as", "policy_loss.variant", "ROLL's ActorPGWorker default")
         if reward_class is not None and "reward_type" not in out:
             out["reward_type"] = reward_class
         if out.get("data_args") == {} and path != top.trained:
             del out["data_args"]  # ROLL gives every role a template only; roll's data lives on the trained role
         self.pipeline_wide(path, raw, out)
         return out
+
+    def pg_key(self, where: str, key: str, value: Any, raw: dict[str, Any]) -> None:
+        """pg_variant and the TOPR weights: read by ROLL's ActorPGWorker only; its plain ActorWorker runs PPO."""
+        top = self.top
+        if not _pg_worker(raw):
+            top.row(where, "ignored", note="only ROLL's ActorPGWorker reads it; this actor_train runs PPO")
+            return
+        target = _PG_KEYS[key]
+        top.set_path(target, "vanilla" if key == "pg_variant" and value is None else value, where)
+        top.row(where, "renamed", target)
 
     def reward_class(self, path: str, raw: dict[str, Any]) -> str | None:
         cls = raw.get("worker_cls")

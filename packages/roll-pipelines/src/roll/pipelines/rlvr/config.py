@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from roll.pipelines.algorithms.pg_variants import PGVariantParams
 from roll.pipelines.config import BaseConfig, RoleConfig, field_default, is_int, raw_section, raw_value
 from roll.pipelines.rlvr.opd import OPD_FLAT_KEYS, OPDSection, TeacherConfig, map_student_roles
 from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
@@ -76,6 +77,9 @@ FLAT_KEYS: dict[str, str] = {
     "importance_sampling": "policy_loss.importance_sampling",
     "loss_agg_mode": "policy_loss.loss_agg_mode",
     "entropy_loss_coef": "policy_loss.entropy_coef",
+    "pg_variant": "policy_loss.variant",
+    "topr_positive_weight": "policy_loss.topr_positive_weight",
+    "topr_negative_weight": "policy_loss.topr_negative_weight",
     "value_clip": "value_loss.clip",
     "tis_cap": "correction.tis_cap",
     "tis_level": "correction.tis_level",
@@ -206,8 +210,24 @@ class KLSection(RollModel):
 
 
 class PolicyLossSection(RollModel):
-    """The PPO-clip family: clip range (clip-higher), dual clip, token or sequence ratios (GSPO), entropy bonus."""
+    """The PPO-clip family: clip range (clip-higher), dual clip, token or sequence ratios (GSPO), entropy bonus;
+    or another of ROLL's policy-gradient variants (``variant``; see roll.pipelines.algorithms.pg_variants)."""
 
+    variant: Literal["ppo", "vanilla", "tis", "topr", "cispo", "kimi15"] = Field(
+        default="ppo",
+        description="ppo: PPO-clip (the clip settings below); vanilla: REINFORCE; tis: truncated-IS REINFORCE; "
+        "topr: tapered off-policy REINFORCE; cispo: clipped-IS REINFORCE (MiniMax-M1); kimi15: Kimi k1.5.",
+    )
+    tis_lower_bound: float = Field(default=0.0, ge=0, description="variant tis: the ratio's lower clip.")
+    tis_upper_bound: float = Field(default=1.0, ge=0, description="variant tis: the ratio's upper clip.")
+    topr_positive_weight: float = Field(default=1.0, ge=0, description="variant topr: weight of score > 0 samples.")
+    topr_negative_weight: float = Field(default=1.0, ge=0, description="variant topr: weight of score <= 0 samples.")
+    cispo_epsilon_low: float = Field(default=0.1, ge=0, le=1, description="variant cispo: ratio floor 1 - eps.")
+    cispo_epsilon_high: float = Field(default=0.1, ge=0, description="variant cispo: ratio ceiling 1 + eps.")
+    cispo_unified_mask: bool = Field(
+        default=False, description="variant cispo: drop tokens whose ratio left the range in the advantage's direction."
+    )
+    kimi15_tau: float = Field(default=0.1, ge=0, description="variant kimi15: weight of the squared log-ratio term.")
     clip: float = Field(default=0.2, gt=0)
     clip_low: float | None = Field(default=None, gt=0, description="Default: clip.")
     clip_high: float | None = Field(default=None, gt=0, description="Default: clip; raise it for clip-higher.")
@@ -215,6 +235,14 @@ class PolicyLossSection(RollModel):
     importance_sampling: Literal["token", "sequence"] = Field(default="token", description="'sequence' is GSPO.")
     loss_agg_mode: LossAggMode = "token-mean"
     entropy_coef: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _check_tis_bounds(self) -> PolicyLossSection:
+        if self.tis_lower_bound > self.tis_upper_bound:
+            raise ValueError(
+                f"policy_loss.tis_lower_bound={self.tis_lower_bound} exceeds tis_upper_bound={self.tis_upper_bound}"
+            )
+        return self
 
 
 class ValueLossSection(RollModel):
@@ -421,6 +449,17 @@ class RLVRConfig(BaseConfig):
             entropy_coef=loss.entropy_coef,
             kl_loss_coef=self.kl.loss_coef if self.kl.loss_on else 0.0,
             kl_penalty=self.kl.penalty,
+            pg_variant=loss.variant,
+            pg_params=PGVariantParams(
+                tis_lower_bound=loss.tis_lower_bound,
+                tis_upper_bound=loss.tis_upper_bound,
+                topr_positive_weight=loss.topr_positive_weight,
+                topr_negative_weight=loss.topr_negative_weight,
+                cispo_epsilon_low=loss.cispo_epsilon_low,
+                cispo_epsilon_high=loss.cispo_epsilon_high,
+                cispo_unified_mask=loss.cispo_unified_mask,
+                kimi15_tau=loss.kimi15_tau,
+            ),
         )
 
     def critic_settings(self) -> CriticSettings:

@@ -7,10 +7,11 @@ value already resolved (e.g. the sampling temperature, taken from ``actor_infer`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from roll.pipelines.algorithms import LOSS_AGG_MODES
+from roll.pipelines.algorithms.pg_variants import PG_VARIANTS, PGVariantParams
 from roll.runtime import ConfigError
 
 __all__ = ["ActorSettings", "CriticSettings", "PolicySettings"]
@@ -33,7 +34,8 @@ class PolicySettings:
 
 @dataclass(frozen=True)
 class ActorSettings:
-    """The trained policy's loss: PPO-clip family (clip-higher, dual clip, GSPO), KL loss and entropy bonus.
+    """The trained policy's loss: PPO-clip family (clip-higher, dual clip, GSPO) or another of ROLL's pg_variants
+    (vanilla, tis, topr, cispo, kimi15; constants in ``pg_params``), KL loss and entropy bonus.
 
     ``temperature``: that of the rollouts (greedy sampling counts as 1); ``kl_loss_coef`` 0 means no KL loss term.
     """
@@ -47,9 +49,13 @@ class ActorSettings:
     entropy_coef: float = 0.0
     kl_loss_coef: float = 0.0
     kl_penalty: str = "k3"
+    pg_variant: str = "ppo"
+    pg_params: PGVariantParams = field(default_factory=PGVariantParams)
 
     def __post_init__(self) -> None:
         _positive("ActorSettings", "temperature", self.temperature)
+        if self.pg_variant not in PG_VARIANTS:
+            raise ConfigError(f"ActorSettings.pg_variant must be one of {PG_VARIANTS}, got {self.pg_variant!r}")
         _positive("ActorSettings", "clip_low", self.clip_low)
         _positive("ActorSettings", "clip_high", self.clip_high)
         _positive("ActorSettings", "dual_clip", self.dual_clip, above=1.0)

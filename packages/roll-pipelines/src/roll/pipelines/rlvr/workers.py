@@ -8,9 +8,12 @@ own settings at ``initialize`` (:mod:`roll.pipelines.rlvr.settings`) and its upd
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from roll.pipelines.algorithms import entropy_loss, kl_loss, masked_mean, policy_loss, value_loss
+from roll.pipelines.algorithms.pg_variants import pg_variant_loss
 from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
 from roll.pipelines.stages import UpdatePlan, run_update
 from roll.protocol import DataProto, Dispatch, register
@@ -43,19 +46,8 @@ def actor_loss(
     log_probs = log_probs_from_logits(predicting, data["responses"], settings.temperature)
     mask = data["response_mask"]
     counts = {"num_tokens": scale.num_tokens, "num_seqs": scale.num_seqs}
-    loss, metrics = policy_loss(
-        log_probs,
-        log_probs.detach() if on_policy else data["old_log_probs"],
-        data["advantages"],
-        mask,
-        clip_low=settings.clip_low,
-        clip_high=settings.clip_high,
-        dual_clip=settings.dual_clip,
-        ratio_level=settings.importance_sampling,
-        loss_agg_mode=settings.loss_agg_mode,
-        is_weights=data["is_weights"] if "is_weights" in data.keys() else None,
-        **counts,
-    )
+    old_log_probs = log_probs.detach() if on_policy else data["old_log_probs"]
+    loss, metrics = _policy_gradient_loss(settings, log_probs, old_log_probs, micro, counts)
     metrics = {f"actor/{k}": v for k, v in metrics.items()}
     metrics["actor/pg_loss"] = float(loss.detach())
     if on_policy:  # the recompute pass would have reported it
@@ -80,6 +72,44 @@ def actor_loss(
         loss = loss - settings.entropy_coef * bonus
         metrics["actor/entropy_loss"] = float(bonus.detach())
     return loss, metrics
+
+
+def _policy_gradient_loss(
+    settings: ActorSettings,
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    micro: DataProto,
+    counts: dict[str, Any],
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO-clip (clip-higher, dual clip, GSPO) or one of ROLL's other pg_variants, with importance weights."""
+    data = micro.batch
+    is_weights = data["is_weights"] if "is_weights" in data.keys() else None
+    if settings.pg_variant == "ppo":
+        return policy_loss(
+            log_probs,
+            old_log_probs,
+            data["advantages"],
+            data["response_mask"],
+            clip_low=settings.clip_low,
+            clip_high=settings.clip_high,
+            dual_clip=settings.dual_clip,
+            ratio_level=settings.importance_sampling,
+            loss_agg_mode=settings.loss_agg_mode,
+            is_weights=is_weights,
+            **counts,
+        )
+    return pg_variant_loss(
+        settings.pg_variant,
+        log_probs,
+        old_log_probs,
+        data["advantages"],
+        data["response_mask"],
+        scores=data["scores"] if "scores" in data.keys() else None,
+        params=settings.pg_params,
+        loss_agg_mode=settings.loss_agg_mode,
+        is_weights=is_weights,
+        **counts,
+    )
 
 
 class InferWorker(StrategyWorker):
