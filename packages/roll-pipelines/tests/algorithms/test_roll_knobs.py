@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from roll.pipelines.algorithms.roll_knobs import (
+    RunningMoments,
     difficulty_mask,
     error_length_mask,
     normalize_rewards,
     reinforce_returns,
+    whiten_token_rewards,
 )
 
 SCORES = [1.0, 0.0, 0.5, 1.0, 0.0, 0.0, 2.0, -1.0, 0.25]
@@ -38,11 +40,51 @@ def test_normalize_rewards_matches_reference(mean_type, std_type):
     assert got.tolist() == pytest.approx(_reference_norm(mean_type, std_type), abs=1e-6)
 
 
-def test_normalize_rewards_rejects_running():
+def test_running_needs_its_moments():
     from roll.runtime import ConfigError
 
-    with pytest.raises(ConfigError, match="norm_mean_type='running'"):
-        normalize_rewards(torch.tensor(SCORES), torch.tensor(GROUPS), "running", None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="running"):
+        normalize_rewards(torch.tensor(SCORES), torch.tensor(GROUPS), "running", None)
+
+
+STREAM = [[1.0, 0.0, 0.5, 1.0], [0.0, 0.0, 2.0], [-1.0, 0.25, 0.75, 0.5, 3.0]]
+
+
+def test_running_moments_equal_the_statistics_of_everything_seen():
+    moments = RunningMoments()
+    seen: list[float] = []
+    for batch in STREAM:
+        moments.update(torch.tensor(batch))
+        seen += batch
+        assert moments.mean == pytest.approx(statistics.mean(seen), abs=1e-9)
+        assert moments.std == pytest.approx(statistics.stdev(seen), abs=1e-9)
+    restored = RunningMoments()
+    restored.load_state_dict(moments.state_dict())
+    assert restored.state_dict() == moments.state_dict()
+
+
+@pytest.mark.parametrize(("mean_type", "std_type"), [("running", "running"), ("running", None), ("batch", "running")])
+def test_running_normalization_uses_the_updated_moments(mean_type, std_type):
+    moments = RunningMoments()
+    moments.update(torch.tensor(STREAM[0]))
+    moments.update(torch.tensor(SCORES))  # ROLL updates with the batch, then normalizes it
+    seen = STREAM[0] + SCORES
+    got = normalize_rewards(torch.tensor(SCORES), torch.tensor(GROUPS), mean_type, std_type, moments)
+    mean = statistics.mean(seen) if mean_type == "running" else statistics.mean(SCORES)
+    expected = [(s - mean) / ((statistics.stdev(seen) + 1e-6) if std_type else 1.0) for s in SCORES]
+    assert got.tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def test_whiten_token_rewards_matches_reference():
+    rewards = [[0.0, 0.0, 1.0, 7.0], [0.0, 0.5, 0.0, -2.0], [3.0, 0.0, 0.0, 0.0]]
+    mask = [[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
+    valid = [r for row, m in zip(rewards, mask) for r, k in zip(row, m) if k]
+    mean, var = statistics.mean(valid), statistics.variance(valid)
+    expected = [[(r - mean) / (var + 1e-8) ** 0.5 if k else 0.0 for r, k in zip(row, m)] for row, m in zip(rewards, mask)]
+    got = whiten_token_rewards(torch.tensor(rewards), torch.tensor(mask))
+    assert torch.allclose(got, torch.tensor(expected), atol=1e-6)
+    one = whiten_token_rewards(torch.tensor([[2.0, 5.0]]), torch.tensor([[1, 0]]))
+    assert one.tolist() == [[2.0, 0.0]]  # one valid token: no whitening (ROLL turns it off)
 
 
 def test_reinforce_returns_are_discounted_returns_to_go():

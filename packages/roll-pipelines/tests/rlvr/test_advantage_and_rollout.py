@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -239,3 +240,52 @@ def test_actor_loss_runs_the_configured_pg_variant(variant):
     )
     torch.testing.assert_close(loss, expected, atol=1e-6, rtol=0)
     assert metrics["actor/pg_loss"] == pytest.approx(float(expected), abs=1e-6)
+
+
+def _tagged(batch: DataProto, tags: list[str]) -> DataProto:
+    batch.non_tensor_batch["tag"] = np.array(tags, dtype=object)
+    return batch
+
+
+def test_running_reward_norm_keeps_one_moment_per_domain():
+    from roll.pipelines.algorithms.roll_knobs import RunningMoments
+
+    config = make_config(
+        adv_estimator="reinforce",
+        norm_mean_type="running",
+        norm_std_type="running",
+        rewards={"math": {"reward_type": "math"}, "code": {"reward_type": "code"}},
+    )
+    running = {"math": RunningMoments(), "code": RunningMoments()}
+    running["math"].update(torch.tensor([0.0, 0.0, 1.0]))  # an earlier step
+    batch = _tagged(scored_batch(), ["math", "math", "code", "code"])
+    compute_training_targets(batch, config, 0.0, running)
+    seen_math = [0.0, 0.0, 1.0, 1.0, 0.0]
+    mean = sum(seen_math) / 5
+    std = (sum((x - mean) ** 2 for x in seen_math) / 4) ** 0.5
+    # reinforce (gamma 1): every valid token carries the normalized score
+    assert float(batch.batch["advantages"][0, 0]) == pytest.approx((1.0 - mean) / (std + 1e-6), abs=1e-6)
+    assert running["code"].mean == pytest.approx(1.0) and running["math"].count == pytest.approx(5)
+    # code's two scores are both 1: (1 - 1) / (0 + 1e-6) = 0
+    assert float(batch.batch["advantages"][2, 0]) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_whiten_rewards_under_grpo_runs_rolls_grpo():
+    from roll.pipelines.algorithms.rewards import token_level_rewards_from_scores
+    from roll.pipelines.algorithms.roll_knobs import reinforce_returns, whiten_token_rewards
+
+    batch = _tagged(scored_batch(), ["math"] * 4)
+    compute_training_targets(batch, make_config(adv_estimator="grpo", whiten_rewards=True), 0.0)
+    scores = scored_batch().batch["scores"]
+    mask = scored_batch().batch["response_mask"].float()
+    normalized = torch.tensor([(1.0 - 0.5) / (0.7071067811865476 + 1e-6), (0.0 - 0.5) / (0.7071067811865476 + 1e-6)])
+    normalized = torch.cat([normalized, torch.zeros(2)])  # group 1: both 1.0 -> 0
+    assert scores.tolist() == [1.0, 0.0, 1.0, 1.0]
+    tokens = whiten_token_rewards(token_level_rewards_from_scores(normalized, mask), mask)
+    expected, _ = reinforce_returns(tokens, mask, 1.0)
+    torch.testing.assert_close(batch.batch["advantages"], expected, atol=1e-6, rtol=0)
+
+
+def test_whiten_rewards_rejects_estimators_roll_lacks():
+    with pytest.raises(ValueError, match="whiten_rewards"):
+        make_config(adv_estimator="rloo", whiten_rewards=True)

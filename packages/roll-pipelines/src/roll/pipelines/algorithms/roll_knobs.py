@@ -1,8 +1,12 @@
 """ROLL's RLVR knobs that reshape rewards or mask whole samples (``norm_mean_type``/``norm_std_type``, the
 REINFORCE return, ``difficulty_mask``, ``error_max_len_clip``), with ROLL's semantics.
 
-* :func:`normalize_rewards`: subtract a mean (batch, group or none) and divide by a std (batch, group or none;
-  unbiased, ``+1e-6``), per response.
+* :func:`normalize_rewards`: subtract a mean (batch, group, running or none) and divide by a std (batch, group,
+  running or none; unbiased, ``+1e-6``), per response. ``running`` uses a :class:`RunningMoments` already updated
+  with this batch's scores (ROLL updates first, then normalizes).
+* :class:`RunningMoments`: the running mean and std of every score seen so far (parallel-variance update).
+* :func:`whiten_token_rewards`: ROLL's ``whiten_rewards``: token rewards whitened over the batch's valid tokens
+  (unbiased variance, ``+1e-8``), 0 outside the mask; left as they are with fewer than two valid tokens.
 * :func:`reinforce_returns`: the discounted return-to-go of token rewards (no baseline, no whitening).
 * :func:`difficulty_mask`: keep samples whose group's mean score is strictly between ``low`` and ``high``.
 * :func:`error_length_mask`: keep correct samples (score 1) and wrong ones (score 0) shorter than a threshold.
@@ -14,11 +18,21 @@ from typing import Literal
 
 import torch
 
+from roll.pipelines.algorithms._masked import masked_whiten
 from roll.pipelines.algorithms._validation import check_choice
+from roll.runtime.errors import ConfigError
 
-__all__ = ["NormType", "difficulty_mask", "error_length_mask", "normalize_rewards", "reinforce_returns"]
+__all__ = [
+    "NormType",
+    "RunningMoments",
+    "difficulty_mask",
+    "error_length_mask",
+    "normalize_rewards",
+    "reinforce_returns",
+    "whiten_token_rewards",
+]
 
-NormType = Literal["batch", "group"] | None
+NormType = Literal["batch", "group", "running"] | None
 _EPS = 1e-6
 
 
@@ -35,14 +49,50 @@ def _group_mean_std(scores: torch.Tensor, group_index: torch.Tensor) -> tuple[to
     return mean, std
 
 
+class RunningMoments:
+    """Running mean and std of a stream of scores (Chan et al.'s parallel update), starting from mean 0, var 1
+    with a negligible weight, so the first update gives that batch's mean and unbiased std."""
+
+    def __init__(self) -> None:
+        self.mean, self.var, self.std, self.count = 0.0, 1.0, 1.0, 1e-24
+
+    @torch.no_grad()
+    def update(self, values: torch.Tensor) -> None:
+        values = values.double().flatten()
+        n = values.numel()
+        if n == 0:
+            return
+        batch_mean = float(values.mean())
+        batch_var = float(values.var(unbiased=False))
+        total = self.count + n
+        delta = batch_mean - self.mean
+        spread = self.var * self.count + batch_var * n + delta * delta * self.count * n / total
+        self.mean += delta * n / total
+        self.var = spread / total
+        self.std = (self.var * total / (total - 1)) ** 0.5 if total > 1 else 0.0
+        self.count = total
+
+    def state_dict(self) -> dict[str, float]:
+        return {"mean": self.mean, "var": self.var, "std": self.std, "count": self.count}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.mean, self.var, self.std, self.count = state["mean"], state["var"], state["std"], state["count"]
+
+
 @torch.no_grad()
 def normalize_rewards(
-    scores: torch.Tensor, group_index: torch.Tensor, mean_type: NormType, std_type: NormType
+    scores: torch.Tensor,
+    group_index: torch.Tensor,
+    mean_type: NormType,
+    std_type: NormType,
+    running: RunningMoments | None = None,
 ) -> torch.Tensor:
     """``(scores - mean) / (std + 1e-6)`` with ROLL's choices of mean and std (None: 0 and no division)."""
     for name, value in (("norm_mean_type", mean_type), ("norm_std_type", std_type)):
         if value is not None:
-            check_choice(name, value, ("batch", "group"))
+            check_choice(name, value, ("batch", "group", "running"))
+    if running is None and "running" in (mean_type, std_type):
+        raise ConfigError("norm_mean_type/norm_std_type 'running' needs the RunningMoments of the scores' domain")
     scores = scores.float()
     group_mean, group_std = _group_mean_std(scores, group_index)
     mean: torch.Tensor | float = 0.0
@@ -50,11 +100,24 @@ def normalize_rewards(
         mean = scores.mean()
     elif mean_type == "group":
         mean = group_mean
+    elif mean_type == "running" and running is not None:
+        mean = running.mean
     centred = scores - mean
     if std_type is None:
         return centred
+    if std_type == "running" and running is not None:
+        return centred / (running.std + _EPS)
     std = scores.std() if std_type == "batch" else group_std
     return centred / (std + _EPS)
+
+
+@torch.no_grad()
+def whiten_token_rewards(token_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """ROLL's ``whiten_rewards``: whitened over all valid tokens (needs >= 2 of them), then 0 outside the mask."""
+    mask = response_mask.float()
+    if int(mask.sum()) <= 1:
+        return token_rewards * mask
+    return masked_whiten(token_rewards, mask) * mask
 
 
 @torch.no_grad()

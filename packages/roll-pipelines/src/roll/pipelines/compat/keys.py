@@ -54,6 +54,8 @@ def _unsupported(note: str, noop: Callable[[Any], bool] = _falsy) -> Rule:
 
 _PROFILING = "profiling/tracing output; roll reports time/* metrics per step instead"
 _OFFLOAD = "roll strategies offload and reload their own states between phases; no switch needed"
+_DECLARED_UNREAD = "a field of ROLL's PPOConfig that no ROLL pipeline code reads (no effect in ROLL either)"
+_NOT_A_FIELD = "not a field of ROLL's config classes: ROLL's loader (dacite, non-strict) drops it"
 _PERF = "performance-only knob (the same maths runs padded); roll's own packing is data_args.pack_sequences for SFT"
 
 # Top-level keys of ROLL's BaseConfig / PPOConfig / RLVRConfig / SFTConfig / DPOConfig. Keys roll has under the
@@ -103,12 +105,12 @@ TOP_KEYS: dict[str, Rule] = {
     "topr_positive_weight": _ignored("ROLL reads the TOPR weights from actor_train, not from the top level"),
     "topr_negative_weight": _ignored("ROLL reads the TOPR weights from actor_train, not from the top level"),
     "use_pg_clip_range": Rule("implemented-as", note="false: pg_clip_low/pg_clip_high are ignored, as in ROLL"),
-    "use_reward_scaling": _unsupported("running reward scaling"),
-    "add_len_reward": _unsupported("length reward"),
-    "use_reward_norm": _unsupported("running reward normalization; use norm_mean_type/norm_std_type"),
-    "whiten_rewards": _unsupported("whitening token rewards before the estimator"),
-    "reward_shift": _unsupported("reward shifting"),
-    "reward_scale": _unsupported("reward scaling"),
+    "use_reward_scaling": _ignored(_DECLARED_UNREAD),
+    "add_len_reward": _ignored(_DECLARED_UNREAD),
+    "use_reward_norm": _ignored(_DECLARED_UNREAD + "; running normalization is norm_mean_type/norm_std_type: running"),
+    "reward_norm": _ignored(_NOT_A_FIELD + "; ROLL's reward normalization is norm_mean_type/norm_std_type"),
+    "reward_shift": _ignored(_NOT_A_FIELD),
+    "reward_scale": _ignored(_NOT_A_FIELD),
     "enable_reference": Rule(
         "implemented-as", note="roll creates the reference role when KL uses it (kl.in_reward or kl.use_loss)"
     ),

@@ -246,12 +246,17 @@ class _Translator:
             clip = data.get("pg_clip", 0.2)
             value = 1 + 2 * float(clip) if value is True else (None if value is False else value)
             note = "true: dual-clip bound 1 + 2 * pg_clip, as ROLL"
-        elif key == "reward_norm" and value is None:
-            value = "none"
         elif key == "importance_sampling" and value == "seq":
             value, note = "sequence", "'seq' -> 'sequence'"
         elif key == "kl_penalty" and value == "full":
-            self.row(key, "unsupported", target, "kl_penalty 'full' (full-vocabulary KL) is not implemented")
+            self.row(
+                key,
+                "unsupported",
+                target,
+                "kl_penalty 'full' is full-vocabulary KL, which needs the reference's whole distribution per token; "
+                "ROLL's own 'full' sums per-token log-prob KL over the sequence and cannot broadcast it back to "
+                "tokens, so it has no working semantics to follow",
+            )
             return
         elif key in ("pg_clip_low", "pg_clip_high") and not data.get("use_pg_clip_range", False):
             self.row(key, "ignored", note="used only with use_pg_clip_range: true, as in ROLL")

@@ -9,6 +9,8 @@ Reads ``scores``, ``response_mask``, ``finish_reason``, ``group_index``, ``old_l
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from roll.pipelines.algorithms import (
@@ -23,10 +25,12 @@ from roll.pipelines.algorithms import (
     whiten_and_clip_advantages,
 )
 from roll.pipelines.algorithms.roll_knobs import (
+    RunningMoments,
     difficulty_mask,
     error_length_mask,
     normalize_rewards,
     reinforce_returns,
+    whiten_token_rewards,
 )
 from roll.pipelines.rlvr.config import AdvantageSection, RLVRConfig
 from roll.pipelines.rlvr.opd import apply_opd
@@ -70,8 +74,40 @@ def _sample_mask(config: RLVRConfig, raw_scores, group_index, lengths, truncated
     return keep.unsqueeze(-1)
 
 
-def compute_training_targets(batch: DataProto, config: RLVRConfig, kl_coef: float) -> dict[str, float]:
-    """Fill the training fields of ``batch`` in place; returns metrics (KL, masks, reward statistics)."""
+def _roll_reward_norm(
+    batch: DataProto, scores: torch.Tensor, config: RLVRConfig, running: Mapping[str, RunningMoments] | None
+) -> torch.Tensor:
+    """ROLL's norm_mean_type / norm_std_type (with ``whiten_rewards`` under GRPO, the group normalization that ROLL
+    applies to GRPO). 'running' keeps one RunningMoments per reward domain, updated with the domain's scores, and
+    then normalizes each domain's rows by its own statistics, as ROLL does per domain."""
+    advantage = config.advantage
+    mean_type, std_type = advantage.norm_mean_type, advantage.norm_std_type
+    if advantage.estimator == "grpo" and advantage.whiten_rewards:
+        mean_type, std_type = "group", ("group" if advantage.norm_std else None)
+    if mean_type is None and std_type is None:
+        return scores
+    group_index = batch.batch["group_index"]
+    if "running" not in (mean_type, std_type):
+        return normalize_rewards(scores, group_index, mean_type, std_type)
+    if running is None:
+        raise ValueError("norm_mean_type/norm_std_type 'running' needs the pipeline's running moments per domain")
+    owner = {tag: domain for domain, reward in config.rewards.items() for tag in reward.tag_included}
+    domains = [owner.get(str(tag), "") for tag in batch.non_tensor_batch["tag"]]
+    out = scores.clone()
+    for domain in sorted(set(domains)):
+        rows = torch.tensor([d == domain for d in domains])
+        moments = running[domain]
+        moments.update(scores[rows])
+        out[rows] = normalize_rewards(scores[rows], group_index[rows], mean_type, std_type, moments)
+    return out
+
+
+def compute_training_targets(
+    batch: DataProto, config: RLVRConfig, kl_coef: float, running: Mapping[str, RunningMoments] | None = None
+) -> dict[str, float]:
+    """Fill the training fields of ``batch`` in place; returns metrics (KL, masks, reward statistics).
+
+    ``running``: per reward domain, the running score moments of ``norm_*_type: running`` (updated here)."""
     data = batch.batch
     response_mask = data["response_mask"].float()
     lengths = response_mask.sum(-1)
@@ -89,8 +125,7 @@ def compute_training_targets(batch: DataProto, config: RLVRConfig, kl_coef: floa
         metrics["rollout/overlong_penalty"] = float(penalty.mean())
     scores = clip_rewards(scores, advantage.reward_clip)
     scores = normalize_scores(scores, data["group_index"], advantage.reward_norm)
-    if advantage.norm_mean_type is not None or advantage.norm_std_type is not None:
-        scores = normalize_rewards(scores, data["group_index"], advantage.norm_mean_type, advantage.norm_std_type)
+    scores = _roll_reward_norm(batch, scores, config, running)
     kl = None
     if "ref_log_probs" in data.keys():
         kl = kl_penalty(data["old_log_probs"], data["ref_log_probs"], config.kl.penalty)
@@ -100,6 +135,8 @@ def compute_training_targets(batch: DataProto, config: RLVRConfig, kl_coef: floa
     else:
         token_rewards = token_level_rewards_from_scores(scores, response_mask)
     loss_mask = response_mask * _sample_mask(config, data["scores"].float(), data["group_index"], lengths, truncated)
+    if advantage.whiten_rewards:  # ROLL: over the tokens left in the loss, before the estimator
+        token_rewards = whiten_token_rewards(token_rewards, loss_mask)
     opd_coef = config.teacher.opd_kl_coef if config.opd.on and config.teacher is not None else None
     if config.opd.pure and opd_coef is not None:  # the teacher's KL is the whole advantage (and its return)
         advantages, opd_metrics = apply_opd(data, None, response_mask, config.opd, opd_coef)
@@ -109,6 +146,9 @@ def compute_training_targets(batch: DataProto, config: RLVRConfig, kl_coef: floa
         inputs = _estimator_inputs(advantage, data, scores, token_rewards, response_mask)
         if advantage.estimator == "reinforce":
             advantages, returns = reinforce_returns(**inputs)  # type: ignore[arg-type]
+        elif advantage.estimator == "grpo" and advantage.whiten_rewards:
+            # ROLL's GRPO: group-normalized scores as token rewards (whitened above), then REINFORCE returns
+            advantages, returns = reinforce_returns(token_rewards, response_mask, advantage.gamma)
         else:
             advantages, returns = compute_advantages(advantage.estimator, **inputs)
         if opd_coef is not None:

@@ -101,7 +101,7 @@ def async_step(pipeline: RLVRPipeline, step: int) -> dict[str, Any]:
         pipeline.score_with_models(batch, plan)
     metrics.update(entropy_metric(batch))
     with timer.phase("advantage"):
-        metrics.update(compute_training_targets(batch, cfg, pipeline.kl_ctrl.value))
+        metrics.update(compute_training_targets(batch, cfg, pipeline.kl_ctrl.value, pipeline.running))
     if "actor/kl" in metrics:
         pipeline.kl_ctrl.update(metrics["actor/kl"], len(batch))
     with timer.phase("train"):

@@ -61,6 +61,7 @@ FLAT_KEYS: dict[str, str] = {
     "reward_norm": "advantage.reward_norm",
     "reward_clip": "advantage.reward_clip",
     "whiten_advantages": "advantage.whiten",
+    "whiten_rewards": "advantage.whiten_rewards",
     "advantage_clip": "advantage.clip",
     "kl_penalty": "kl.penalty",
     "add_token_level_kl": "kl.in_reward",
@@ -156,11 +157,19 @@ class AdvantageSection(RollModel):
     reward_clip: float | None = Field(default=None, gt=0)
     whiten: bool = Field(default=False, description="Whiten advantages over the batch.")
     clip: float | None = Field(default=None, gt=0, description="Clip advantages to [-clip, clip].")
-    norm_mean_type: Literal["batch", "group"] | None = Field(
-        default=None, description="ROLL reward normalization: subtract the batch or group mean score (None: 0)."
+    norm_mean_type: Literal["batch", "group", "running"] | None = Field(
+        default=None,
+        description="ROLL reward normalization: subtract the batch, group or running (per reward domain, over every "
+        "step so far) mean score (None: 0).",
     )
-    norm_std_type: Literal["batch", "group"] | None = Field(
-        default=None, description="ROLL reward normalization: divide by the batch or group std (None: no division)."
+    norm_std_type: Literal["batch", "group", "running"] | None = Field(
+        default=None,
+        description="ROLL reward normalization: divide by the batch, group or running std (None: no division).",
+    )
+    whiten_rewards: bool = Field(
+        default=False,
+        description="ROLL: whiten the token rewards over the batch's loss tokens before the estimator (gae, "
+        "reinforce, reinforce_plus_plus; grpo then runs as ROLL's: group-normalized rewards, REINFORCE returns).",
     )
 
 
@@ -474,6 +483,11 @@ class RLVRConfig(BaseConfig):
         if self.needs_reference and self.reference is None:
             raise ValueError("KL is on (kl.in_reward or kl.use_loss) but no reference role is configured")
         estimator = self.advantage.estimator
+        if self.advantage.whiten_rewards and estimator in ("rloo", "reinforce_plus_plus_baseline"):
+            raise ValueError(
+                f"advantage.whiten_rewards (ROLL's) applies to gae, reinforce, reinforce_plus_plus and grpo, "
+                f"not to advantage.estimator={estimator}"
+            )
         if estimator == "gae" and self.critic is None:
             raise ValueError("advantage.estimator=gae needs a critic role (model_args.model_head: value)")
         if self.opd.on and self.teacher is None:

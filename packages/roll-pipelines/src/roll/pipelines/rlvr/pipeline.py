@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from roll.pipelines.algorithms import make_kl_controller
+from roll.pipelines.algorithms.roll_knobs import RunningMoments
 from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.data import PromptCollator
 from roll.pipelines.engines import EnginePool
@@ -99,6 +100,7 @@ class RLVRPipeline(BasePipeline):
         self.set_checkpoint_clusters(*[c for c in (self.actor_train, self.critic) if c is not None])
         kl = cfg.kl
         self.kl_ctrl = make_kl_controller(kl.ctrl_type, kl.init_coef, kl.target, kl.horizon)
+        self.running = {domain: RunningMoments() for domain in cfg.rewards}  # norm_*_type: running
 
     # --- state ------------------------------------------------------------------------------------------
     def data_state(self) -> dict[str, Any]:
@@ -112,11 +114,15 @@ class RLVRPipeline(BasePipeline):
             self.scheduler.load_state_dict(state["async"])
 
     def algorithm_state(self) -> dict[str, Any]:
-        return {"kl_ctrl": self.kl_ctrl.state_dict()}
+        running = {domain: moments.state_dict() for domain, moments in self.running.items()}
+        return {"kl_ctrl": self.kl_ctrl.state_dict(), "running": running}
 
     def load_algorithm_state(self, state: dict[str, Any]) -> None:
         if "kl_ctrl" in state:
             self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        for domain, moments in state.get("running", {}).items():
+            if domain in self.running:
+                self.running[domain].load_state_dict(moments)
 
     # --- one step ---------------------------------------------------------------------------------------
     def update_plan(self, batch: DataProto, step: int) -> UpdatePlan:
@@ -214,7 +220,7 @@ class RLVRPipeline(BasePipeline):
                 self.score_with_models(batch, plan)
             metrics.update(entropy_metric(batch))
             with timer.phase("advantage"):
-                metrics.update(compute_training_targets(batch, cfg, self.kl_ctrl.value))
+                metrics.update(compute_training_targets(batch, cfg, self.kl_ctrl.value, self.running))
             if "actor/kl" in metrics:
                 self.kl_ctrl.update(metrics["actor/kl"], len(batch))
             with timer.phase("train"):  # critic.train_step, actor_train.train_step
