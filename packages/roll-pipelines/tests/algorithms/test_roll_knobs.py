@@ -12,7 +12,9 @@ from roll.pipelines.algorithms.roll_knobs import (
     difficulty_mask,
     error_length_mask,
     normalize_rewards,
+    query_filter_mask,
     reinforce_returns,
+    sample_loss_weights,
     whiten_token_rewards,
 )
 
@@ -80,7 +82,9 @@ def test_whiten_token_rewards_matches_reference():
     mask = [[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
     valid = [r for row, m in zip(rewards, mask) for r, k in zip(row, m) if k]
     mean, var = statistics.mean(valid), statistics.variance(valid)
-    expected = [[(r - mean) / (var + 1e-8) ** 0.5 if k else 0.0 for r, k in zip(row, m)] for row, m in zip(rewards, mask)]
+    expected = [
+        [(r - mean) / (var + 1e-8) ** 0.5 if k else 0.0 for r, k in zip(row, m)] for row, m in zip(rewards, mask)
+    ]
     got = whiten_token_rewards(torch.tensor(rewards), torch.tensor(mask))
     assert torch.allclose(got, torch.tensor(expected), atol=1e-6)
     one = whiten_token_rewards(torch.tensor([[2.0, 5.0]]), torch.tensor([[1, 0]]))
@@ -112,3 +116,55 @@ def test_error_length_mask():
     scores = torch.tensor([1.0, 0.0, 0.0, 0.5])
     lengths = torch.tensor([100.0, 10.0, 50.0, 5.0])
     assert error_length_mask(scores, lengths, 20).tolist() == [1, 1, 0, 0]
+
+
+@pytest.mark.parametrize(
+    ("kind", "args", "kept_groups"),
+    [
+        ("no_filter", {}, [0, 1, 2]),
+        ("mean_filter", {"threshold_up": 0.9, "threshold_down": 0.4}, [0, 2]),  # means 0.5, 1/3, 5/12
+        ("mean_filter", {"threshold_up": 0.45}, [1, 2]),
+        ("mean_filter", {}, [0, 1, 2]),  # ROLL's defaults: up inf, down -1
+        ("std_filter", {"std_threshold": 0.5}, [1, 2]),  # stds 0.5, 0.577, 1.52
+        ("std_filter", {}, [0, 1, 2]),
+    ],
+)
+def test_query_filter_mask_matches_reference(kind, args, kept_groups):
+    scores = [1.0, 0.0, 0.5, 1.0, 0.0, 0.0, 2.0, -1.0, 0.25]
+    groups = [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    got = query_filter_mask(torch.tensor(scores), torch.tensor(groups), kind, **args)
+    assert got.tolist() == [g in kept_groups for g in groups]
+    by_group = {g: [s for s, gg in zip(scores, groups) if gg == g] for g in set(groups)}
+    if kind == "std_filter" and args:
+        assert [statistics.stdev(v) > args["std_threshold"] for v in by_group.values()] == [False, True, True]
+
+
+def test_query_filter_keeps_groups_of_one():
+    got = query_filter_mask(torch.tensor([5.0, 0.0]), torch.tensor([0, 1]), "std_filter", std_threshold=10.0)
+    assert got.tolist() == [True, True]
+
+
+@pytest.mark.parametrize(("use_difficulty", "use_length"), [(True, False), (False, True), (True, True)])
+def test_sample_loss_weights_match_reference(use_difficulty, use_length):
+    lengths = [3.0, 10.0, 7.0, 5.0]
+    difficulty = [0.2, 1.4, -0.1, 0.5]
+    raw = []
+    for length, d in zip(lengths, difficulty):
+        w = 1.0
+        if use_difficulty:
+            w *= 0.5 + 1.5 * min(max(d, 0.0), 1.0)
+        if use_length:
+            w *= 1.5 - (length - min(lengths)) / (max(lengths) - min(lengths) + 1e-8)
+        raw.append(w)
+    expected = [w * len(raw) / (sum(raw) + 1e-8) for w in raw]
+    got = sample_loss_weights(
+        torch.tensor(lengths), torch.tensor(difficulty), use_difficulty=use_difficulty, use_length=use_length
+    )
+    assert got.tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def test_difficulty_weights_need_the_column():
+    from roll.runtime import ConfigError
+
+    with pytest.raises(ConfigError, match="difficulty"):
+        sample_loss_weights(torch.tensor([1.0, 2.0]), None, use_difficulty=True, use_length=False)

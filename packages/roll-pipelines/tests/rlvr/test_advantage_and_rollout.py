@@ -289,3 +289,52 @@ def test_whiten_rewards_under_grpo_runs_rolls_grpo():
 def test_whiten_rewards_rejects_estimators_roll_lacks():
     with pytest.raises(ValueError, match="whiten_rewards"):
         make_config(adv_estimator="rloo", whiten_rewards=True)
+
+
+def test_query_filter_drops_groups_per_domain():
+    rewards = make_config(
+        rewards={
+            "math": {"reward_type": "math", "query_filter_config": {"type": "std_filter"}},
+            "code": {
+                "reward_type": "code",
+                "query_filter_config": {"type": "mean_filter", "filter_args": {"threshold_up": 0.9}},
+            },
+        }
+    ).rewards
+    rollouts = Rollouts(None, {}, rewards, tokenizer=None)
+    batch = DataProto.from_dict(
+        {"scores": torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 1.0]), "group_index": torch.tensor([0, 0, 1, 1, 2, 2])},
+        {"tag": ["math", "math", "math", "math", "code", "code"]},
+    )
+    # math: std_filter with ROLL's default threshold -1 keeps everything; code: mean 1.0 >= 0.9 is dropped
+    assert rollouts.query_filter_keep(batch).tolist() == [True, True, True, True, False, False]
+
+
+def test_length_and_difficulty_weights_weigh_the_policy_loss():
+    from roll.pipelines.rlvr.workers import actor_loss
+
+    config = make_config(length_loss_weight=True, difficulty_loss_weight=True, pg_variant="vanilla")
+    batch = _tagged(scored_batch(), ["math"] * 4)
+    batch.non_tensor_batch["difficulty"] = np.array([0.0, 1.0, 0.5, 0.5], dtype=object)
+    compute_training_targets(batch, config, 0.0)
+    assert batch.batch["response_lengths"].tolist() == [3.0, 4.0, 2.0, 1.0]
+    torch.manual_seed(2)
+    logits = torch.randn(4, 7, 11)
+    batch.batch["responses"] = torch.randint(0, 11, (4, 4))
+    batch.batch["advantages"] = torch.randn(4, 4) * batch.batch["response_mask"]
+    scale = LossScale(num_tokens=int(batch.batch["response_mask"].sum()), num_seqs=4)
+    weighted, _ = actor_loss(config.actor_settings(), batch, logits, scale, on_policy=True)
+    plain, _ = actor_loss(make_config(pg_variant="vanilla").actor_settings(), batch, logits, scale, on_policy=True)
+    log_probs = torch.log_softmax(logits[:, 2:-1], -1).gather(-1, batch.batch["responses"].unsqueeze(-1)).squeeze(-1)
+    raw = [(0.5 + 1.5 * d) * (1.5 - (n - 1) / (3 + 1e-8)) for d, n in zip([0.0, 1.0, 0.5, 0.5], [3, 4, 2, 1])]
+    w = torch.tensor([x * 4 / (sum(raw) + 1e-8) for x in raw]).unsqueeze(-1)
+    mask = batch.batch["response_mask"].float()
+    expected = (-batch.batch["advantages"] * log_probs * w * mask).sum() / mask.sum()
+    torch.testing.assert_close(weighted, expected, atol=1e-6, rtol=0)
+    assert not torch.allclose(weighted, plain)
+
+
+def test_difficulty_weight_needs_the_column():
+    batch = _tagged(scored_batch(), ["math"] * 4)
+    with pytest.raises(ConfigError, match="extra_keys"):
+        compute_training_targets(batch, make_config(difficulty_loss_weight=True), 0.0)

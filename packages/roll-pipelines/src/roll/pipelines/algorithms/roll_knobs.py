@@ -10,10 +10,15 @@ REINFORCE return, ``difficulty_mask``, ``error_max_len_clip``), with ROLL's sema
 * :func:`reinforce_returns`: the discounted return-to-go of token rewards (no baseline, no whitening).
 * :func:`difficulty_mask`: keep samples whose group's mean score is strictly between ``low`` and ``high``.
 * :func:`error_length_mask`: keep correct samples (score 1) and wrong ones (score 0) shorter than a threshold.
+* :func:`query_filter_mask`: ROLL's per-domain ``query_filter_config``: drop prompt groups by their mean score
+  (``mean_filter``: mean <= threshold_down or >= threshold_up) or its unbiased std (``std_filter``: std <=
+  std_threshold); a group of one sample is always kept.
+* :func:`sample_loss_weights`: ROLL's ``difficulty_loss_weight`` / ``length_loss_weight`` per-sample weights.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -28,7 +33,9 @@ __all__ = [
     "difficulty_mask",
     "error_length_mask",
     "normalize_rewards",
+    "query_filter_mask",
     "reinforce_returns",
+    "sample_loss_weights",
     "whiten_token_rewards",
 ]
 
@@ -147,3 +154,55 @@ def error_length_mask(scores: torch.Tensor, response_lengths: torch.Tensor, thre
     """1.0 for correct samples (score 1) and wrong ones (score 0) shorter than ``threshold`` tokens, else 0.0."""
     keep = ((scores == 0) & (response_lengths < threshold)) | (scores == 1)
     return keep.float()
+
+
+@torch.no_grad()
+def query_filter_mask(
+    scores: torch.Tensor,
+    group_index: torch.Tensor,
+    kind: str,
+    *,
+    threshold_up: float = math.inf,
+    threshold_down: float = -1.0,
+    std_threshold: float = -1.0,
+) -> torch.Tensor:
+    """(batch,) bool: samples of the prompt groups the filter keeps."""
+    check_choice("query_filter_config.type", kind, ("no_filter", "mean_filter", "std_filter"))
+    keep = torch.ones(scores.shape[0], dtype=torch.bool)
+    if kind == "no_filter":
+        return keep
+    scores = scores.double()
+    for group in torch.unique(group_index):
+        members = group_index == group
+        values = scores[members]
+        if values.numel() < 2:
+            continue
+        if kind == "mean_filter":
+            mean = float(values.mean())
+            keep[members] = not (mean <= threshold_down or mean >= threshold_up)
+        else:
+            keep[members] = not float(values.std()) <= std_threshold
+    return keep
+
+
+@torch.no_grad()
+def sample_loss_weights(
+    response_lengths: torch.Tensor, difficulty: torch.Tensor | None, *, use_difficulty: bool, use_length: bool
+) -> torch.Tensor:
+    """(batch,) weights of the samples' policy-gradient losses, averaging 1 over the batch.
+
+    Difficulty (clamped to [0, 1]) gives ``0.5 + 1.5 * d``; length gives ``1.5 - (L - min L) / (max L - min L +
+    1e-8)`` (shorter responses weigh more); the product is rescaled to sum to the batch size, as ROLL does per
+    micro-batch."""
+    lengths = response_lengths.double()
+    weights = torch.ones_like(lengths)
+    if use_difficulty:
+        if difficulty is None:
+            raise ConfigError("difficulty_loss_weight needs each sample's 'difficulty' (a data column in [0, 1])")
+        weights = weights * (0.5 + 1.5 * difficulty.double().clamp(0.0, 1.0))
+    if use_length:
+        weights = weights * (1.5 - (lengths - lengths.min()) / (lengths.max() - lengths.min() + 1e-8))
+    total = weights.sum()
+    if total > 0:
+        weights = weights * (lengths.numel() / (total + 1e-8))
+    return weights.to(response_lengths.dtype if response_lengths.is_floating_point() else torch.float32)

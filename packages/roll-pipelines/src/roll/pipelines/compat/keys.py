@@ -119,8 +119,6 @@ TOP_KEYS: dict[str, Rule] = {
     "dataset_filter": _unsupported(
         "difficulty-based dataset filtering", noop=lambda v: _falsy(v) or (isinstance(v, dict) and not v.get("source"))
     ),
-    "difficulty_loss_weight": _unsupported("difficulty loss weights"),
-    "length_loss_weight": _unsupported("length loss weights"),
     "postive_loss_coef": _unsupported("positive-sample loss coefficient", noop=_equals(None, 1.0, 1)),
     "positive_loss_coef": _ignored("not a ROLL field (ROLL's is spelled postive_loss_coef), so ROLL drops it too"),
     "reward_system_config": _unsupported("a remote reward system"),
@@ -182,14 +180,12 @@ ROLE_KEYS: dict[str, Rule] = {
     "judge_api_key": _unsupported("a remote judge API"),
     "format_pattern": _unsupported("a format regex on responses"),
     "response_length_penalty_coef": _unsupported("response length penalty"),
-    "query_filter_config": _unsupported(
-        "reward-based query filtering (use dynamic_sampling)",
-        noop=lambda v: _falsy(v) or (isinstance(v, dict) and v.get("type") in (None, "no_filter")),
+    "query_filter_config": Rule(
+        "kept",
+        "rewards.<domain>.query_filter_config",
+        "mean_filter/std_filter per reward domain; dropped prompt groups are replaced by newly generated ones",
     ),
-    "response_filter_config": _unsupported(
-        "reward-based response filtering",
-        noop=lambda v: _falsy(v) or (isinstance(v, dict) and v.get("type") in (None, "no_filter")),
-    ),
+    "response_filter_config": _ignored("ROLL's response filter keeps every response whatever this says"),
     "reward_manager_config": _unsupported("reward system plugins"),
 }
 

@@ -35,6 +35,7 @@ from roll.pipelines.algorithms.roll_knobs import (
 from roll.pipelines.rlvr.config import AdvantageSection, RLVRConfig
 from roll.pipelines.rlvr.opd import apply_opd
 from roll.protocol import DataProto
+from roll.runtime import ConfigError
 
 __all__ = ["compute_training_targets"]
 
@@ -90,7 +91,7 @@ def _roll_reward_norm(
     if "running" not in (mean_type, std_type):
         return normalize_rewards(scores, group_index, mean_type, std_type)
     if running is None:
-        raise ValueError("norm_mean_type/norm_std_type 'running' needs the pipeline's running moments per domain")
+        raise ConfigError("norm_mean_type/norm_std_type 'running' needs the pipeline's running moments per domain")
     owner = {tag: domain for domain, reward in config.rewards.items() for tag in reward.tag_included}
     domains = [owner.get(str(tag), "") for tag in batch.non_tensor_batch["tag"]]
     out = scores.clone()
@@ -100,6 +101,23 @@ def _roll_reward_norm(
         moments.update(scores[rows])
         out[rows] = normalize_rewards(scores[rows], group_index[rows], mean_type, std_type, moments)
     return out
+
+
+def _sample_weight_inputs(batch: DataProto, config: RLVRConfig, lengths: torch.Tensor) -> None:
+    """What the actor's difficulty/length loss weights read: ``response_lengths`` (before sample masks, as ROLL)
+    and ``difficulty`` (the data column) as (batch,) float tensors."""
+    loss = config.policy_loss
+    if not (loss.difficulty_loss_weight or loss.length_loss_weight):
+        return
+    batch.batch["response_lengths"] = lengths.float()
+    if loss.difficulty_loss_weight:
+        if "difficulty" not in batch.non_tensor_batch:
+            raise ConfigError(
+                "policy_loss.difficulty_loss_weight needs a 'difficulty' column in the prompts; add it to "
+                "actor_train.data_args.extra_keys"
+            )
+        values = [float(v) for v in batch.non_tensor_batch["difficulty"]]
+        batch.batch["difficulty"] = torch.tensor(values, dtype=torch.float32)
 
 
 def compute_training_targets(
@@ -155,6 +173,7 @@ def compute_training_targets(
             advantages, opd_metrics = apply_opd(data, advantages, response_mask, config.opd, opd_coef)
             metrics.update(opd_metrics)
     advantages = whiten_and_clip_advantages(advantages, loss_mask, advantage.whiten, advantage.clip)
+    _sample_weight_inputs(batch, config, lengths)
     data["token_level_rewards"] = token_rewards
     data["advantages"] = advantages * loss_mask
     data["returns"] = returns

@@ -11,6 +11,7 @@ Workers get their own resolved settings (:meth:`RLVRConfig.actor_settings` and f
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
@@ -32,6 +33,8 @@ __all__ = [
     "KLSection",
     "OverlongSection",
     "PolicyLossSection",
+    "QueryFilterArgs",
+    "QueryFilterConfig",
     "RLVRConfig",
     "RewardConfig",
     "RolloutSection",
@@ -79,6 +82,8 @@ FLAT_KEYS: dict[str, str] = {
     "loss_agg_mode": "policy_loss.loss_agg_mode",
     "entropy_loss_coef": "policy_loss.entropy_coef",
     "pg_variant": "policy_loss.variant",
+    "difficulty_loss_weight": "policy_loss.difficulty_loss_weight",
+    "length_loss_weight": "policy_loss.length_loss_weight",
     "topr_positive_weight": "policy_loss.topr_positive_weight",
     "topr_negative_weight": "policy_loss.topr_negative_weight",
     "value_clip": "value_loss.clip",
@@ -108,12 +113,32 @@ Estimator = Literal["gae", "grpo", "reinforce", "reinforce_plus_plus", "reinforc
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
+class QueryFilterArgs(RollModel):
+    """Thresholds of a query filter (ROLL's ``filter_args``)."""
+
+    threshold_up: float = Field(default=math.inf, description="mean_filter: drop groups whose mean score is >= this.")
+    threshold_down: float = Field(default=-1.0, description="mean_filter: drop groups whose mean score is <= this.")
+    std_threshold: float = Field(default=-1.0, description="std_filter: drop groups whose score std is <= this.")
+
+
+class QueryFilterConfig(RollModel):
+    """ROLL's per-domain query filter: prompt groups dropped by their scores, replaced by newly generated ones."""
+
+    type: Literal["no_filter", "mean_filter", "std_filter"] = "no_filter"
+    filter_args: QueryFilterArgs = Field(default_factory=QueryFilterArgs)
+
+
 class RewardConfig(RoleConfig):
     """One reward domain: a cluster of reward workers and the sample tags routed to it."""
 
     reward_type: str = Field(default="math", description="Registered reward: math, code, python, llm_judge, ...")
     reward_kwargs: dict[str, Any] = Field(default_factory=dict, description="Settings of that reward (see its docs).")
     tag_included: list[str] = Field(default_factory=list, description="Sample tags scored here (default: the domain).")
+    query_filter_config: QueryFilterConfig = Field(
+        default_factory=QueryFilterConfig,
+        description="Drop this domain's prompt groups by mean or std of their scores and generate more (at most "
+        "dynamic_sampling.max_generation_rounds rounds); groups of one sample are kept.",
+    )
 
 
 class RolloutSection(RollModel):
@@ -237,6 +262,16 @@ class PolicyLossSection(RollModel):
         default=False, description="variant cispo: drop tokens whose ratio left the range in the advantage's direction."
     )
     kimi15_tau: float = Field(default=0.1, ge=0, description="variant kimi15: weight of the squared log-ratio term.")
+    difficulty_loss_weight: bool = Field(
+        default=False,
+        description="Weigh each sample's policy loss by 0.5 + 1.5 * difficulty (its data column 'difficulty' in "
+        "[0, 1]; add it to data_args.extra_keys), weights averaging 1 per micro-batch.",
+    )
+    length_loss_weight: bool = Field(
+        default=False,
+        description="Weigh each sample's policy loss by 1.5 - its min-max normalized response length (per "
+        "micro-batch), weights averaging 1.",
+    )
     clip: float = Field(default=0.2, gt=0)
     clip_low: float | None = Field(default=None, gt=0, description="Default: clip.")
     clip_high: float | None = Field(default=None, gt=0, description="Default: clip; raise it for clip-higher.")
@@ -459,6 +494,8 @@ class RLVRConfig(BaseConfig):
             kl_loss_coef=self.kl.loss_coef if self.kl.loss_on else 0.0,
             kl_penalty=self.kl.penalty,
             pg_variant=loss.variant,
+            difficulty_loss_weight=loss.difficulty_loss_weight,
+            length_loss_weight=loss.length_loss_weight,
             pg_params=PGVariantParams(
                 tis_lower_bound=loss.tis_lower_bound,
                 tis_upper_bound=loss.tis_upper_bound,

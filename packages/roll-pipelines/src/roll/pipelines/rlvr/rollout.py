@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from roll.pipelines.algorithms import zero_variance_group_mask
+from roll.pipelines.algorithms.roll_knobs import query_filter_mask
 from roll.pipelines.data import PromptCollator, StatefulBatchIterator
 from roll.protocol import DataProto
 from roll.runtime import Cluster, ConfigError
@@ -158,6 +159,11 @@ class Rollouts:
         self.actor_infer = actor_infer
         self.reward_clusters = reward_clusters
         self.owner = {tag: domain for domain, cfg in rewards_cfg.items() for tag in cfg.tag_included}
+        self.query_filters = {
+            domain: cfg.query_filter_config
+            for domain, cfg in rewards_cfg.items()
+            if getattr(cfg, "query_filter_config", None) is not None and cfg.query_filter_config.type != "no_filter"
+        }
         self.tokenizer = tokenizer
         self._next_group = 0
 
@@ -194,6 +200,25 @@ class Rollouts:
         batch.non_tensor_batch["reward_info"] = info
         return batch
 
+    def query_filter_keep(self, batch: DataProto) -> torch.Tensor:
+        """(batch,) bool: rows kept by their domain's ``query_filter_config`` (ROLL's per-domain query filter)."""
+        keep = torch.ones(len(batch), dtype=torch.bool)
+        domains = [self.owner.get(tag) for tag in batch.non_tensor_batch["tag"]]
+        for domain, spec in self.query_filters.items():
+            rows = torch.tensor([d == domain for d in domains])
+            if not rows.any():
+                continue
+            args = spec.filter_args
+            keep[rows] = query_filter_mask(
+                batch.batch["scores"][rows],
+                batch.batch["group_index"][rows],
+                spec.type,
+                threshold_up=args.threshold_up,
+                threshold_down=args.threshold_down,
+                std_threshold=args.std_threshold,
+            )
+        return keep
+
     def unscored(self, batch: DataProto) -> DataProto:
         """``batch`` with zero ``scores`` and empty ``reward_info``: samples no reward looks at (pure OPD)."""
         batch.batch["scores"] = torch.zeros(len(batch), dtype=torch.float32)
@@ -209,14 +234,17 @@ class Rollouts:
         max_rounds: int,
         score: bool = True,
     ) -> RolloutResult:
-        """One step's samples. With dynamic sampling, groups whose rewards all agree are dropped and more prompts
-        are generated (at most ``max_rounds`` rounds) until a full batch of informative groups is collected.
+        """One step's samples. With dynamic sampling, groups whose rewards all agree are dropped, and so are groups a
+        domain's ``query_filter_config`` rejects; more prompts are generated (at most ``max_rounds`` rounds) until
+        a full batch of kept groups is collected.
         ``score=False``: no reward cluster is called (the samples get zero scores)."""
         target = sum(source.quotas.values())
         n = generation_config.num_return_sequences
         kept: list[DataProto] = []
         kept_groups = rounds = generated_groups = 0
-        while kept_groups < target and rounds < max(1, max_rounds if dynamic_sampling else 1):
+        refill = dynamic_sampling or bool(self.query_filters)
+        filtered_groups = 0
+        while kept_groups < target and rounds < max(1, max_rounds if refill else 1):
             rounds += 1
             config = generation_config
             if config.seed is not None and rounds > 1:  # each round of dynamic sampling draws fresh samples
@@ -224,6 +252,10 @@ class Rollouts:
             generated = self.generate(source.next_batch(), config)
             batch = self.score(generated) if score else self.unscored(generated)
             generated_groups += len(batch) // n
+            if self.query_filters and score:
+                keep = self.query_filter_keep(batch)
+                filtered_groups += int((~keep).sum()) // n
+                batch = batch.select_idxs(keep.numpy())
             if dynamic_sampling:
                 keep = zero_variance_group_mask(batch.batch["scores"], batch.batch["group_index"])
                 batch = batch.select_idxs(keep.numpy())
@@ -231,6 +263,8 @@ class Rollouts:
                 kept.append(batch)
                 kept_groups += len(batch) // n
         metrics = {"rollout/generation_rounds": float(rounds), "rollout/generated_groups": float(generated_groups)}
+        if self.query_filters:
+            metrics["rollout/query_filtered_groups"] = float(filtered_groups)
         if not kept:
             logger.warning("no informative groups after %d generation rounds: skipping this step's update", rounds)
             return RolloutResult(None, {**metrics, "rollout/kept_groups": 0.0})

@@ -35,7 +35,8 @@ class PolicySettings:
 @dataclass(frozen=True)
 class ActorSettings:
     """The trained policy's loss: PPO-clip family (clip-higher, dual clip, GSPO) or another of ROLL's pg_variants
-    (vanilla, tis, topr, cispo, kimi15; constants in ``pg_params``), KL loss and entropy bonus.
+    (vanilla, tis, topr, cispo, kimi15; constants in ``pg_params``), per-sample difficulty/length weights of the
+    policy loss (ROLL's), KL loss and entropy bonus.
 
     ``temperature``: that of the rollouts (greedy sampling counts as 1); ``kl_loss_coef`` 0 means no KL loss term.
     """
@@ -51,6 +52,8 @@ class ActorSettings:
     kl_penalty: str = "k3"
     pg_variant: str = "ppo"
     pg_params: PGVariantParams = field(default_factory=PGVariantParams)
+    difficulty_loss_weight: bool = False
+    length_loss_weight: bool = False
 
     def __post_init__(self) -> None:
         _positive("ActorSettings", "temperature", self.temperature)

@@ -14,6 +14,7 @@ import torch
 
 from roll.pipelines.algorithms import entropy_loss, kl_loss, masked_mean, policy_loss, value_loss
 from roll.pipelines.algorithms.pg_variants import pg_variant_loss
+from roll.pipelines.algorithms.roll_knobs import sample_loss_weights
 from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
 from roll.pipelines.stages import UpdatePlan, run_update
 from roll.protocol import DataProto, Dispatch, register
@@ -81,9 +82,19 @@ def _policy_gradient_loss(
     micro: DataProto,
     counts: dict[str, Any],
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO-clip (clip-higher, dual clip, GSPO) or one of ROLL's other pg_variants, with importance weights."""
+    """PPO-clip (clip-higher, dual clip, GSPO) or one of ROLL's other pg_variants, with importance weights and
+    ROLL's per-sample difficulty/length weights (these weigh the policy-gradient term only, as in ROLL)."""
     data = micro.batch
     is_weights = data["is_weights"] if "is_weights" in data.keys() else None
+    if settings.difficulty_loss_weight or settings.length_loss_weight:
+        weights = sample_loss_weights(
+            data["response_lengths"],
+            data["difficulty"] if "difficulty" in data.keys() else None,
+            use_difficulty=settings.difficulty_loss_weight,
+            use_length=settings.length_loss_weight,
+        ).unsqueeze(-1)
+        per_token = weights.expand_as(data["response_mask"]).to(torch.float32)
+        is_weights = per_token if is_weights is None else is_weights * per_token
     if settings.pg_variant == "ppo":
         return policy_loss(
             log_probs,
