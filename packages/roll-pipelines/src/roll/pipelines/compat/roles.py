@@ -111,6 +111,7 @@ class RoleTranslator:
                 out[key] = value
                 close = difflib.get_close_matches(key, [*known, *ROLE_KEYS], n=1)
                 top.row(where, "unknown", note=f"unknown key; did you mean {close[0]!r}?" if close else "unknown key")
+        self.sglang_tp(path, raw, out)
         if path == "actor_train" and _pg_worker(raw) and "pg_variant" not in raw:
             top.set_path("policy_loss.variant", "vanilla", f"{path}.worker_cls")
             top.row(f"({path}.pg_variant)", "implemented-as", "policy_loss.variant", "ROLL's ActorPGWorker default")
@@ -120,6 +121,21 @@ class RoleTranslator:
             del out["data_args"]  # ROLL gives every role a template only; roll's data lives on the trained role
         self.pipeline_wide(path, raw, out)
         return out
+
+    def sglang_tp(self, path: str, raw: dict[str, Any], out: dict[str, Any]) -> None:
+        """ROLL's sglang engine spans the worker's GPUs (tp_size = num_gpus_per_worker) unless the config says."""
+        strategy = out.get("strategy_args")
+        if not isinstance(strategy, dict) or strategy.get("strategy_name") != "sglang":
+            return
+        config = strategy.setdefault("strategy_config", {})
+        gpus = raw.get("num_gpus_per_worker")
+        if isinstance(gpus, int) and gpus > 1 and not {"tp_size", "tensor_parallel_size"} & set(config):
+            config["tp_size"] = gpus
+            self.top.row(
+                f"{path}.strategy_args.strategy_config.tp_size",
+                "implemented-as",
+                note=f"{gpus}: ROLL's sglang engine spans num_gpus_per_worker GPUs",
+            )
 
     def pg_key(self, where: str, key: str, value: Any, raw: dict[str, Any]) -> None:
         """pg_variant and the TOPR weights: read by ROLL's ActorPGWorker only; its plain ActorWorker runs PPO."""
@@ -236,6 +252,21 @@ class RoleTranslator:
                 f"{where}.strategy_config.recompute_method",
                 "implemented-as",
                 note="full recompute without a method: uniform, 1 layer per checkpoint (Megatron's usual)",
+            )
+        tp = config.get("tensor_model_parallel_size", 1)
+        if str(mapped).startswith("megatron") and config.get("sequence_parallel") and tp == 1:
+            config = {**config, "sequence_parallel": False}
+            top.row(
+                f"{where}.strategy_config.sequence_parallel",
+                "implemented-as",
+                note="false: ROLL (mcore_adapter) turns sequence parallelism off when tensor_model_parallel_size is 1",
+            )
+        if str(mapped).startswith("megatron") and "transformer_impl" in known and "transformer_impl" not in config:
+            out["strategy_config"]["transformer_impl"] = "transformer_engine"
+            top.row(
+                f"{where}.strategy_config.transformer_impl",
+                "implemented-as",
+                note="transformer_engine: ROLL's (mcore_adapter's) default, written in",
             )
         passthrough = _STRATEGY_PASSTHROUGH.get(str(mapped))
         for key, value in config.items():

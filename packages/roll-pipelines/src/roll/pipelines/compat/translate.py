@@ -273,7 +273,36 @@ class _Translator:
         self.out[key] = value
         self.row(key, "mapped", target, note)
 
+    def derive_num_nodes(self, data: dict[str, Any]) -> None:
+        """ROLL ignores a file's num_nodes: it counts nodes from the highest device id in any role's
+        device_mapping and num_gpus_per_node (its default 8; at run time the machine's GPU count)."""
+        from roll.runtime.config import parse_device_mapping
+
+        ids: list[int] = []
+        for value in self.out.values():
+            roles = value.values() if isinstance(value, dict) and "device_mapping" not in value else [value]
+            for role in roles:
+                if isinstance(role, dict) and role.get("device_mapping") is not None:
+                    try:
+                        ids += parse_device_mapping(role["device_mapping"]) or []
+                    except ValueError:
+                        continue  # reported by validation with the role's name
+        if not ids:
+            return
+        per_node = self.out.setdefault("num_gpus_per_node", data.get("num_gpus_per_node", 8))
+        if not isinstance(per_node, int) or per_node < 1:
+            return
+        nodes = -(-(max(ids) + 1) // per_node)
+        if "num_nodes" in data and data["num_nodes"] != nodes:
+            self.rows = [row for row in self.rows if row.key != "num_nodes"]
+            self.row("num_nodes", "implemented-as", "num_nodes", f"{data['num_nodes']} replaced: ROLL derives it")
+        self.out["num_nodes"] = nodes
+        self.row(
+            "(num_nodes)", "implemented-as", "num_nodes", f"{nodes}: highest device id / num_gpus_per_node, as ROLL"
+        )
+
     def fill_roll_defaults(self, data: dict[str, Any]) -> None:
+        self.derive_num_nodes(data)
         if self.pipeline != "rlvr":
             return
         for key, value in ROLL_RLVR_DEFAULTS.items():

@@ -1,0 +1,1 @@
+"""Compatibility measurements (ROLL's example configs through roll's ROLL-config loader)."""
