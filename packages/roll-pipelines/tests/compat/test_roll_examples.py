@@ -1,5 +1,5 @@
-"""ROLL's own examples/ folder, when a checkout is given: every config of a pipeline roll has loads, or fails only
-with listed reasons (keys roll cannot honour), never with an unknown key or a crash.
+"""ROLL's own examples/ folder, when a checkout is given: every config loads, or fails only with listed reasons (keys
+roll cannot honour, or the ROLL settings of KNOWN_INVALID that roll's checks reject), never with an unknown key.
 
 Set ``ROLL_EXAMPLES_DIR`` to a ROLL checkout's ``examples`` folder to run it (skipped otherwise).
 """
@@ -18,7 +18,16 @@ from roll.runtime import ConfigError
 
 ROOT = os.environ.get("ROLL_EXAMPLES_DIR")
 FILES = sorted(p for p in Path(ROOT).rglob("*.yaml") if "config" not in p.parent.name) if ROOT else []
-OURS = {"rlvr", "sft", "dpo", "rlvr_rollout"}
+# ROLL's own files whose settings roll's checks reject after translation (each reason read in the file).
+KNOWN_INVALID = {
+    "agentic_demo/agent_val_frozen_lake_multi_nodes_demo.yaml": "grpo with group_size 1",
+    "agentic_demo/agent_val_frozen_lake_single_node_demo.yaml": "grpo with group_size 1",
+    "qwen2.5-0.5B-agentic/agentic_val_sokoban_agent_runner.yaml": "agent runners (agent_runner_cls)",
+    "qwen2.5-vl-3B-agentic/agentic_val_sokoban.yaml": "VL env prompt templates",
+    "qwen3_agentic_gem/gem_game_guess_the_number.yaml": "step_reinforce with trajectory-wise envs",
+    "qwen3_agentic_gem/gem_rg_letter_counting.yaml": "step_reinforce with trajectory-wise envs",
+    "qwen3.5-397A17-rlvr_megatron/rlvr_megatron_80GB.yaml": "a 16-GPU inference worker on 8-GPU nodes",
+}
 
 
 @pytest.mark.skipif(not ROOT, reason="ROLL_EXAMPLES_DIR is not set")
@@ -27,21 +36,18 @@ def test_roll_example(path: Path) -> None:
     try:
         data, referenced = compose_file(path)
         translation = translate(data, referenced)
-    except ConfigError as e:  # a pipeline roll lacks (agentic, distill), or an unusable file
-        assert (
-            "agentic" in str(e)
-            or "distill" in str(e)
-            or "cannot tell" in str(e)
-            or "defaults" in str(e)
-            or ("environment variable" in str(e))
-        ), str(e)
-        pytest.skip(f"not a pipeline roll has: {e}")
-    assert translation.pipeline in OURS
+    except ConfigError as e:  # an unusable file (empty, a missing include, an unset environment variable)
+        assert any(text in str(e) for text in ("cannot tell", "defaults", "environment variable")), str(e)
+        pytest.skip(f"not usable as it is: {e}")
     assert [row.key for row in translation.rows if row.status == "unknown"] == []
     if translation.problems:
         with pytest.raises(ConfigError, match="roll cannot honour"):
             load_config(path)
         return
-    config = load_config(path)
-    lines = validate_deployment(config, check_ray=False)
+    name = str(path.relative_to(ROOT))
+    if name in KNOWN_INVALID:
+        with pytest.raises(ConfigError):
+            validate_deployment(load_config(path), check_ray=False)
+        return
+    lines = validate_deployment(load_config(path), check_ray=False)
     assert all(not line.startswith("error") for line in lines)

@@ -60,8 +60,11 @@ def test_env_resolver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ({"sft_train": {}}, "sft"),
         ({"actor_train": {}, "reference": {}, "beta": 0.1}, "dpo"),
         ({"actor_infer": {}}, "rlvr_rollout"),
-        ({"train_env_manager": {}}, "agentic"),
+        ({"train_env_manager": {}, "actor_train": {}}, "agentic"),
+        ({"train_env_manager": {}, "actor_infer": {}}, "agentic_rollout"),  # ROLL's agentic rollout launcher
         ({"teacher": {}, "student": {}}, "distill"),
+        ({"teacher": {}, "student_train": {}, "rewards": {}}, "rlvr"),  # ROLL's on-policy distill launcher
+        ({"teacher": {}, "student_train": {}, "pure_opd_pipeline_type": "agentic"}, "agentic"),
     ],
 )
 def test_pipeline_is_inferred_from_the_shape(keys: dict, pipeline: str) -> None:
@@ -221,3 +224,60 @@ def test_roll_format_file_runs_one_step(tmp_path: Path, ray_env: None) -> None:
     assert metrics[-1]["step"] == 1
     assert metrics[-1]["rollout/samples"] == 4
     assert "train/skipped_no_tokens" not in metrics[-1] and metrics[-1]["actor/grad_norm"] >= 0  # it trained
+
+
+# --- distill and on-policy distillation files -----------------------------------------------------------------
+DISTILL = """
+hydra: {run: {dir: .}}
+exp_name: kd
+student_pretrain: tiny://nano
+teacher_pretrain: tiny://nano
+logits_topk: 8
+distill_loss_weight: 0.85
+kd_objective: forward_kl
+logits_transfer_backend: nccl-only
+question_key: question_zh
+answer_key: answer_zh
+student:
+  model_args: {dtype: fp32}
+  data_args: {template: qwen2_5, file_name: [data/train.jsonl], preprocessing_num_workers: 4}
+  strategy_args: {strategy_name: fsdp2_train}
+  device_mapping: list(range(0,2))
+teacher:
+  data_args: {template: qwen2_5}
+  strategy_args: {strategy_name: hf_infer}
+  device_mapping: list(range(0,2))
+"""
+
+
+def test_distill_file_maps_rolls_keys(tmp_path: Path) -> None:
+    path = _write(tmp_path / "distill.yaml", DISTILL)
+    data, referenced = compose_file(path)
+    translation = translate(data, referenced)
+    assert translation.pipeline == "distill" and translation.problems == []
+    config = load_config(path)
+    assert config.student.model_args.model_name_or_path == "tiny://nano"
+    assert config.teacher.model_args.model_name_or_path == "tiny://nano"
+    args = config.student.data_args
+    assert (args.prompt_key, args.response_key, args.max_length) == ("question_zh", "answer_zh", 2048)
+    assert config.distill.logits_topk == 8 and config.distill.distill_loss_weight == 0.85
+    assert config.num_nodes == 1 and config.num_gpus_per_node == 8  # derived from device_mapping, as ROLL
+    rows = {row.key: row for row in translation.rows}
+    assert rows["logits_transfer_backend"].status == "ignored"
+
+
+def test_onpolicy_distill_file_is_pure_opd_rlvr() -> None:
+    data, referenced = compose_file(TINY)
+    data["student_train"] = data.pop("actor_train")
+    data["student_infer"] = data.pop("actor_infer")
+    data["teacher"] = {
+        "model_args": {"model_name_or_path": "tiny://nano"},
+        "strategy_args": {"strategy_name": "hf_infer"},
+    }
+    translation = translate(data, referenced)
+    assert translation.pipeline == "rlvr" and translation.problems == []
+    config = load_config(data)
+    assert config.opd.pure and config.teacher is not None
+    data["teacher"] = {"t1": dict(data["teacher"]), "t2": dict(data["teacher"])}
+    problems = translate(data, referenced).problems
+    assert [row.key for row in problems] == ["teacher"] and "several teachers" in problems[0].note

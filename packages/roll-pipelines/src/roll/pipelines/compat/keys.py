@@ -13,8 +13,10 @@ from typing import Any, Literal
 
 __all__ = [
     "DATA_ARGS",
+    "ENV_MANAGER_KEYS",
     "GENERATING_ARGS",
     "MODEL_ARGS",
+    "PIPELINE_KEYS",
     "REWARD_CLASSES",
     "ROLE_KEYS",
     "STRATEGY_NAMES",
@@ -140,7 +142,57 @@ TOP_KEYS: dict[str, Rule] = {
     "chosen_key": Rule("renamed", "actor_train.data_args.chosen_key"),
     "rejected_key": Rule("renamed", "actor_train.data_args.rejected_key"),
     "ipo": Rule("renamed", "loss.loss_type", "true: ipo"),
+    # distill (ROLL's DistillConfig)
+    "student_pretrain": Rule("implemented-as", "student.model_args.model_name_or_path", "the student's model if unset"),
+    "teacher_pretrain": Rule("implemented-as", "teacher.model_args.model_name_or_path", "the teacher's model if unset"),
+    "question_key": Rule("renamed", "<trained role>.data_args.prompt_key", "distill: the question column"),
+    "answer_key": Rule("renamed", "<trained role>.data_args.response_key", "distill: the answer column"),
+    "logits_transfer_backend": _ignored(
+        "roll moves the teacher's top-k logits through its own transfer (object store)"
+    ),
+    # on-policy distillation (ROLL's start_onpolicy_distill_pipeline.py)
+    "pure_opd_pipeline_type": Rule(
+        "implemented-as", note="rlvr: the RLVR pipeline with is_pure_opd (agentic: agentic)"
+    ),
     # values used only as interpolation sources are reported by the translator
+}
+
+_YAML_HOLDER = "not a field of ROLL's config (a YAML anchor holder or a leftover): ROLL's loader drops it"
+
+# Top-level keys of one pipeline's ROLL config that are neither roll fields nor that pipeline's flat keys.
+PIPELINE_KEYS: dict[str, dict[str, Rule]] = {
+    "agentic": {
+        "init_kl_coef": _ignored(
+            "ROLL's agentic pipeline adds no KL to the reward, so its KL controller has no effect"
+        ),
+        "add_token_level_kl": _ignored("ROLL's agentic pipeline does not read it (no KL in the reward)"),
+        "reward_clip": _unsupported("reward clipping in the agentic pipeline"),
+        "async_generation_ratio": _unsupported("asynchronous agentic rollouts (roll's agentic step is synchronous)"),
+        "enable_old_logprobs_recompute": _ignored("roll recomputes old log-probs whenever the update is off-policy"),
+        "render_save_dir": _ignored("roll does not save rendered env frames"),
+        "parse_tool_call_parameter_to_dict": _unsupported("dict-valued tool-call arguments in the chat template"),
+        "skip_mock_system_prompt": _unsupported("skipping the mock system prompt of step-wise chat templates"),
+        **{
+            key: _ignored(_YAML_HOLDER)
+            for key in (
+                "all_response_pattern",
+                "single_prompt_agent_system_template",
+                "single_prompt_agent_template",
+                "custom_env",
+                "model_name",
+                "gem_games",
+                "gem_rg",
+                "default_history_length",
+            )
+        },
+    },
+}
+
+PIPELINE_KEYS["agentic_rollout"] = PIPELINE_KEYS["agentic"]
+
+# Keys of ROLL's EnvManagerConfig (train_env_manager, val_env_manager) that roll's does not take.
+ENV_MANAGER_KEYS: dict[str, Rule] = {
+    "format_penalty": _ignored("a field of ROLL's EnvManagerConfig that no ROLL code reads (envs set their own)"),
 }
 
 # Keys of ROLL's WorkerConfig (a role) that roll does not have under the same name.

@@ -25,7 +25,7 @@ __all__ = ["RoleTranslator"]
 
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 _ATTN = {"fa2": "flash_attention_2", "auto": None}
-_POLICY_ROLES = ("actor_train", "actor_infer", "reference", "sft_train")
+_POLICY_ROLES = ("actor_train", "actor_infer", "reference", "sft_train", "student_infer")
 _STRATEGY_PASSTHROUGH = {"vllm": "engine_kwargs", "sglang": "engine_kwargs"}
 
 
@@ -345,7 +345,9 @@ class RoleTranslator:
             where = f"validation.{key}"
             if key == "data_args" and isinstance(value, dict):
                 files = value.get("file_name")
-                if files is not None:
+                if files is not None and not top.trained:
+                    top.row(f"{where}.file_name", "ignored", note=f"the {top.pipeline} pipeline reads no data files")
+                elif files is not None:
                     top.set_path(f"{top.trained}.data_args.eval_file_name", files, where)
                     top.row(f"{where}.file_name", "renamed", f"{top.trained}.data_args.eval_file_name")
                 for other in value:
@@ -362,7 +364,13 @@ class RoleTranslator:
 
     def apply_pretrain(self, data: dict[str, Any]) -> None:
         out = self.top.out
-        for key, roles in (("pretrain", _POLICY_ROLES), ("reward_pretrain", ("critic",))):
+        pairs = (
+            ("pretrain", _POLICY_ROLES),
+            ("reward_pretrain", ("critic",)),
+            ("student_pretrain", ("student",)),
+            ("teacher_pretrain", ("teacher",)),
+        )
+        for key, roles in pairs:
             model = data.get(key)
             if model is None:
                 continue

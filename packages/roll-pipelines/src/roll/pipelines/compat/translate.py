@@ -16,13 +16,21 @@ from typing import Any
 from pydantic import BaseModel
 
 from roll.pipelines.compat.hydra import deep_merge
-from roll.pipelines.compat.keys import TOP_KEYS, Rule, Status
+from roll.pipelines.compat.keys import ENV_MANAGER_KEYS, PIPELINE_KEYS, TOP_KEYS, Rule, Status
 from roll.pipelines.compat.roles import RoleTranslator
 from roll.runtime import ConfigError
 
 __all__ = ["KeyReport", "Translation", "infer_pipeline", "translate"]
 
-PIPELINE_TRAINED_ROLE = {"rlvr": "actor_train", "sft": "sft_train", "dpo": "actor_train", "rlvr_rollout": "actor_infer"}
+PIPELINE_TRAINED_ROLE = {
+    "rlvr": "actor_train",
+    "sft": "sft_train",
+    "dpo": "actor_train",
+    "rlvr_rollout": "actor_infer",
+    "distill": "student",
+    "agentic": "",  # envs make the prompts: no role reads data
+    "agentic_rollout": "",
+}
 # ROLL PPOConfig defaults that differ from roll's: written in when the file does not set them (flat key -> value)
 ROLL_RLVR_DEFAULTS: dict[str, Any] = {
     "adv_estimator": "gae",
@@ -73,6 +81,9 @@ def infer_pipeline(data: dict[str, Any]) -> tuple[str, str]:
     """(pipeline name, why) for a ROLL config, from its shape."""
     if data.get("pipeline_cls"):
         return str(data["pipeline_cls"]), "pipeline_cls in the file"
+    if any(key in data for key in ("student_train", "student_infer", "is_pure_opd")):  # ROLL's OPD launcher
+        kind = "agentic" if data.get("pure_opd_pipeline_type") == "agentic" else "rlvr"
+        return kind, "it has student_train/student_infer (on-policy distillation: is_pure_opd)"
     shape = [
         ("agentic", ("train_env_manager", "val_env_manager", "custom_envs"), "it has env managers"),
         ("distill", ("teacher", "student", "student_train"), "it has a teacher/student"),
@@ -82,6 +93,8 @@ def infer_pipeline(data: dict[str, Any]) -> tuple[str, str]:
     ]
     for name, keys, why in shape:
         if any(key in data for key in keys):
+            if name == "agentic" and "actor_train" not in data:
+                return "agentic_rollout", why + " and no actor_train (ROLL's agentic rollout pipeline)"
             return name, why
     if "actor_train" in data and "reference" in data and "actor_infer" not in data:
         return "dpo", "it has actor_train + reference and no rollout engine"
@@ -89,7 +102,7 @@ def infer_pipeline(data: dict[str, Any]) -> tuple[str, str]:
         return "rlvr_rollout", "it has only a rollout engine (actor_infer)"
     raise ConfigError(
         "cannot tell which pipeline this ROLL config is for (no rewards, sft_train, env managers or teacher); "
-        "add pipeline_cls=rlvr|sft|dpo|rlvr_rollout"
+        "add pipeline_cls=rlvr|sft|dpo|rlvr_rollout|distill|agentic"
     )
 
 
@@ -106,8 +119,9 @@ class _Translator:
         self.flat: dict[str, str] = dict(getattr(config_cls, "flat_keys", {}))
         self.rows: list[KeyReport] = []
         self.out: dict[str, Any] = {"pipeline_cls": pipeline}
-        self.trained = PIPELINE_TRAINED_ROLE.get(pipeline, "actor_train")
+        self.trained = PIPELINE_TRAINED_ROLE.get(pipeline, "actor_train")  # "": no role holds data
         self.source: dict[str, Any] = {}
+        self.opd_launcher = False  # student_train/student_infer: ROLL's on-policy distill launcher's file
 
     def row(self, key: str, status: Status, target: str = "", note: str = "") -> None:
         self.rows.append(KeyReport(key, status, target, note))
@@ -126,7 +140,29 @@ class _Translator:
         return False
 
     # --- top level ------------------------------------------------------------------------------------------
+    def student_roles(self, data: dict[str, Any]) -> dict[str, Any]:
+        """ROLL's OPD spellings student_train / student_infer of actor_train / actor_infer; one teacher only."""
+        if self.pipeline != "rlvr":
+            return data
+        renamed = {"student_train": "actor_train", "student_infer": "actor_infer"}
+        out = {}
+        for key, value in data.items():
+            if key in renamed:
+                self.row(key, "renamed", renamed[key], "ROLL's on-policy distillation role name")
+                self.opd_launcher = True
+            out[renamed.get(key, key)] = value
+        teacher = out.get("teacher")
+        if (
+            isinstance(teacher, dict)
+            and teacher
+            and all(isinstance(v, dict) and "model_args" in v for v in teacher.values())
+        ):
+            self.row("teacher", "unsupported", note=f"several teachers {sorted(teacher)} (multi-teacher OPD routing)")
+            out.pop("teacher")
+        return out
+
     def run(self, data: dict[str, Any]) -> None:
+        data = self.student_roles(data)
         self.source = data
         roles = RoleTranslator(self)
         fields = self.config_cls.model_fields
@@ -147,8 +183,10 @@ class _Translator:
                         translated = deep_merge(earlier, translated)
                     self.out[key] = translated
                 else:
-                    self.out[key] = value
+                    self.out[key] = self.env_manager(key, value) if key.endswith("_env_manager") else value
                     self.row(key, "kept")
+            elif key in PIPELINE_KEYS.get(self.pipeline, {}):
+                self.apply_rule(key, PIPELINE_KEYS[self.pipeline][key], value)
             elif key in self.referenced:
                 self.row(key, "ignored", note="a value other keys interpolate (${" + key + "}); resolved when loading")
             else:
@@ -156,6 +194,15 @@ class _Translator:
                 self.row(key, "unknown", note=_suggest(key, [*fields, *self.flat, *TOP_KEYS]))
         self.fill_roll_defaults(data)
         roles.apply_pretrain(data)
+
+    def env_manager(self, key: str, value: Any) -> Any:
+        """ROLL's EnvManagerConfig keys that roll's env manager does not take, by their rules."""
+        if not isinstance(value, dict):
+            return value
+        out = dict(value)
+        for name in [name for name in out if name in ENV_MANAGER_KEYS]:
+            self.apply_rule(f"{key}.{name}", ENV_MANAGER_KEYS[name], out.pop(name))
+        return out
 
     def set_path(self, path: str, value: Any, key: str) -> None:
         node = self.out
@@ -175,6 +222,9 @@ class _Translator:
         if key in (
             "pretrain",
             "reward_pretrain",
+            "student_pretrain",
+            "teacher_pretrain",
+            "pure_opd_pipeline_type",
             "defaults",
             "global_template",
             "use_pg_clip_range",
@@ -186,7 +236,7 @@ class _Translator:
         elif key in ("rpc_timeout", "model_update_buffer_size_mb", "max_grad_norm"):
             self.row(key, "implemented-as", rule.target or "", rule.note)  # applied per role by RoleTranslator
         elif key == "sequence_length":
-            if self.pipeline in ("sft", "dpo"):
+            if self.pipeline in ("sft", "dpo", "distill"):
                 self.set_path(f"{self.trained}.data_args.max_length", value, key)
                 self.row(key, "renamed", f"{self.trained}.data_args.max_length")
             else:
@@ -207,7 +257,7 @@ class _Translator:
         elif key == "ipo":
             self.out["loss_type"] = "ipo" if value else "sigmoid"
             self.row(key, "renamed", "loss.loss_type", "true: ipo, false: sigmoid")
-        elif key in ("prompt_key", "response_key", "chosen_key", "rejected_key"):
+        elif key in ("prompt_key", "response_key", "chosen_key", "rejected_key", "question_key", "answer_key"):
             target = rule.target.replace("<trained role>", self.trained) if rule.target else ""
             self.set_path(target, value, key)
             self.row(key, "renamed", target)
@@ -239,7 +289,7 @@ class _Translator:
     def flat_key(self, key: str, value: Any, data: dict[str, Any]) -> None:
         target = self.flat[key]
         note = ""
-        if key == "adv_estimator" and value in UNSUPPORTED_ESTIMATORS:
+        if key == "adv_estimator" and value in UNSUPPORTED_ESTIMATORS and self.pipeline == "rlvr":
             self.row(key, "unsupported", target, f"estimator {value!r} is agentic (step-level); roll's RLVR lacks it")
             return
         if key == "dual_clip_loss":
@@ -265,6 +315,9 @@ class _Translator:
             self.out["kl_ctrl_type"] = "adaptive"
             self.out.setdefault("kl_horizon", data.get("kl_horizon", 10000))
             note = "set: adaptive KL controller, as ROLL"
+        elif key == "batch_adjust_mode" and value not in ("copy", "delete", "none"):
+            self.row(key, "unsupported", target, f"batch_adjust_mode {value!r}: roll adjusts by copy or delete")
+            return
         elif key == "async_generation_ratio" and not value:
             self.row(key, "ignored", note=f"{value!r} is ROLL's default (synchronous); roll's default step is too")
             return
@@ -303,6 +356,12 @@ class _Translator:
 
     def fill_roll_defaults(self, data: dict[str, Any]) -> None:
         self.derive_num_nodes(data)
+        if self.pipeline == "distill" and "sequence_length" not in data:
+            self.set_path("student.data_args.max_length", 2048, "(sequence_length)")
+            self.row("(sequence_length)", "implemented-as", "student.data_args.max_length", "ROLL default 2048")
+        if self.opd_launcher and "is_pure_opd" not in data:
+            self.out["is_pure_opd"] = True
+            self.row("(is_pure_opd)", "implemented-as", "opd.pure", "true: ROLL's on-policy distill launcher sets it")
         if self.pipeline != "rlvr":
             return
         for key, value in ROLL_RLVR_DEFAULTS.items():
