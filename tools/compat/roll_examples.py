@@ -37,7 +37,10 @@ def check_file(path: Path) -> dict[str, Any]:
     try:
         lines = validate_deployment(load_config(path), check_ray=False)
     except Exception as e:  # a config error after translation is a finding, not a crash of the measurement
-        return {"status": "failed", "pipeline": translation.pipeline, "reasons": [f"{type(e).__name__}: {e}"[:400]]}
+        lines = [line.strip() for line in str(e).splitlines()]
+        detail = " / ".join(lines[1:]) if len(lines) > 1 else lines[0] if lines else ""
+        reason = f"{type(e).__name__}: {detail}"[:400]
+        return {"status": "failed", "pipeline": translation.pipeline, "reasons": [reason], "unknown": unknown}
     errors = [line for line in lines if line.startswith("error")]
     status = "failed" if errors else "loaded"
     return {"status": status, "pipeline": translation.pipeline, "reasons": errors, "unknown": unknown}
