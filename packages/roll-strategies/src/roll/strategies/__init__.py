@@ -7,7 +7,14 @@ Backends are chosen by ``strategy_args.strategy_name`` and imported only when us
 from __future__ import annotations
 
 from roll.strategies.base import InferenceStrategy, TrainStrategy
-from roll.strategies.config import GenerationConfig, ModelArgs, StrategyArgs, StrategyWorkerConfig, TrainingArgs
+from roll.strategies.config import (
+    BatchingArgs,
+    GenerationConfig,
+    ModelArgs,
+    StrategyArgs,
+    StrategyWorkerConfig,
+    TrainingArgs,
+)
 from roll.strategies.contract import (
     ForwardFunc,
     LossFunc,
@@ -34,6 +41,7 @@ __version__ = "0.1.0"
 __all__ = [
     "STRATEGIES",
     "STRATEGY_CONFIGS",
+    "BatchingArgs",
     "ForwardFunc",
     "GenerationConfig",
     "InferenceStrategy",

@@ -13,7 +13,7 @@ from roll.runtime import ConfigError, RollModel, WorkerConfig
 from roll.runtime.config import parse_device_mapping
 from roll.strategies.registry import validate_strategy_config
 
-__all__ = ["GenerationConfig", "ModelArgs", "StrategyArgs", "StrategyWorkerConfig", "TrainingArgs"]
+__all__ = ["BatchingArgs", "GenerationConfig", "ModelArgs", "StrategyArgs", "StrategyWorkerConfig", "TrainingArgs"]
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 
@@ -108,6 +108,61 @@ class GenerationConfig(RollModel):
         return self.temperature == 0.0
 
 
+class BatchingArgs(RollModel):
+    """How a role groups rows into micro-batches and lays them out for the model (fsdp2_train / fsdp2_infer,
+    hf_infer, megatron_*). Exact: the functions a Worker passes see the same logits at every real token (up to float
+    rounding) and losses divide by the mini-batch's global counts, so only speed and memory change."""
+
+    dynamic_batching_in_train: bool = Field(
+        default=False,
+        description=(
+            "Training micro-batches by token budget (max_tokens_per_microbatch_in_train) instead of "
+            "per_device_train_batch_size rows: rows of similar length go together, all-padding columns are dropped."
+        ),
+    )
+    max_tokens_per_microbatch_in_train: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Token budget of a training micro-batch: rows x padded width, or the packed length with "
+            "sequence_packing. A longer row runs alone."
+        ),
+    )
+    sequence_length_round_in_train: int = Field(
+        default=1, ge=1, description="Round micro-batch widths (packed lengths) up to a multiple of this."
+    )
+    dynamic_batching_in_infer: bool = Field(
+        default=False, description="Forward (log-prob) micro-batches by token budget instead of infer_batch_size rows."
+    )
+    max_tokens_per_microbatch_in_infer: int | None = Field(
+        default=None, ge=1, description="Token budget of a forward micro-batch (see the _in_train field)."
+    )
+    sequence_length_round_in_infer: int = Field(
+        default=1, ge=1, description="Round forward micro-batch widths (packed lengths) up to a multiple of this."
+    )
+    sequence_packing: bool = Field(
+        default=False,
+        description=(
+            "Padding-free forward and training: each micro-batch's rows are concatenated without padding into one "
+            "sequence whose position_ids restart per row (varlen kernels with flash_attention_2, a block-diagonal "
+            "mask with sdpa/eager). Needs position_ids counting 0, 1, ... over each row's real tokens."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _budget_given(self) -> BatchingArgs:
+        for phase in ("train", "infer"):
+            if (
+                getattr(self, f"dynamic_batching_in_{phase}")
+                and getattr(self, f"max_tokens_per_microbatch_in_{phase}") is None
+            ):
+                raise ValueError(
+                    f"dynamic_batching_in_{phase} needs max_tokens_per_microbatch_in_{phase} (a token budget per "
+                    "micro-batch, e.g. 2 x the longest sequence x the rows you would otherwise put in one)"
+                )
+        return self
+
+
 class StrategyArgs(RollModel):
     """Backend selection: ``strategy_name`` (e.g. ``fsdp2_train``, ``vllm``) and its backend-specific settings."""
 
@@ -125,6 +180,9 @@ class StrategyWorkerConfig(WorkerConfig):
     generating_args: GenerationConfig = Field(default_factory=GenerationConfig)
     strategy_args: StrategyArgs | None = None
     infer_batch_size: int = Field(default=8, ge=1, description="Rows per forward micro-batch when not training.")
+    batching: BatchingArgs = Field(
+        default_factory=BatchingArgs, description="Token-budget micro-batches and sequence packing (exact)."
+    )
     model_update_buffer_size_mb: int = Field(default=256, ge=1, description="Weight-sync bucket size.")
     num_threads: Annotated[int, Field(ge=1)] | Literal["all"] | None = Field(
         default=None,

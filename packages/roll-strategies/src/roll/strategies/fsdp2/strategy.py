@@ -18,6 +18,15 @@ import torch.distributed as dist
 
 from roll.protocol import DataProto, RankInfo
 from roll.strategies.base import InferenceStrategy, TrainStrategy
+from roll.strategies.batching import (
+    MicroBatchPlan,
+    PaddingStats,
+    infer_plan,
+    model_layout,
+    restore_row_order,
+    split_micro_batches,
+    train_plan,
+)
 from roll.strategies.contract import (
     ForwardFunc,
     LossFunc,
@@ -34,7 +43,7 @@ from roll.strategies.fsdp2._optim import build_optimizer, build_scheduler
 from roll.strategies.fsdp2._weights import iter_full_weights, load_full_weights
 from roll.strategies.fsdp2._writer import Fsdp2WeightWriter
 from roll.strategies.fsdp2.config import Fsdp2Config
-from roll.strategies.ops import accepts_logits_to_keep, packed_attention_mask, position_ids_from_attention_mask
+from roll.strategies.ops import accepts_logits_to_keep, packed_attention_mask
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +55,12 @@ class _Fsdp2Model(InferenceStrategy):
 
     config: Fsdp2Config
     model: torch.nn.Module
+    padding: PaddingStats  # tokens the last forward_step / train_step computed, real and padding
 
     def _load(self, *, train: bool) -> None:
         """Join the process group, load tokenizer and model (LoRA-wrapped when training with lora_rank), shard it."""
         worker = self.worker
+        self.padding = PaddingStats()
         self.device = _model.pick_device(worker.local_rank)
         _model.init_process_group(self.config, self.device, worker.rank, worker.world_size)
         self.mesh = _model.build_mesh(self.config, self.device, worker.world_size)
@@ -116,29 +127,25 @@ class _Fsdp2Model(InferenceStrategy):
         """The largest number of micro-batches any rank has: every rank must run that many forward passes."""
         return int(self._all_reduce([float(local)], dist.ReduceOp.MAX)[0])
 
-    def _model_inputs(self, micro: DataProto) -> dict[str, torch.Tensor]:
-        if "input_ids" not in micro.batch.keys():
-            raise StrategyError(f"{self.strategy_name} needs an 'input_ids' tensor; the batch has {micro.keys()}")
-        input_ids = micro.batch["input_ids"]
-        keys = micro.batch.keys()
-        mask = micro.batch["attention_mask"] if "attention_mask" in keys else torch.ones_like(input_ids)
-        # Without explicit positions, skip left padding the way generation does.
-        positions = micro.batch["position_ids"] if "position_ids" in keys else position_ids_from_attention_mask(mask)
-        if "segment_ids" in keys:
-            # Packed rows: several examples per row, each attending only to itself.
-            mask = packed_attention_mask(micro.batch["segment_ids"], self.compute_dtype)
-        return {
-            "input_ids": input_ids.to(self.device),
-            "attention_mask": mask.to(self.device),
-            "position_ids": positions.to(self.device),
-        }
+    def _logits(self, micro: DataProto, keep: int | None, plan: MicroBatchPlan) -> torch.Tensor:
+        """float32 logits (b, T, V) of one micro-batch, or (b, k, V) with ``keep=k``, laid out as ``plan`` says
+        (rows as given, a trimmed window, or packed) and mapped back onto the rows as given."""
+        layout = model_layout(micro, keep, plan, pad_token_id=self._pad_id)
+        inputs: dict[str, Any] = {name: value.to(self.device) for name, value in layout.inputs.items()}
+        segments = inputs.pop("segment_ids", None)
+        if segments is not None:  # rows already packed by the data: several examples per row, each attending itself
+            inputs["attention_mask"] = packed_attention_mask(segments, self.compute_dtype)
+        if layout.keep is not None and self._keeps_logits:
+            inputs["logits_to_keep"] = layout.keep  # the head runs on those positions only
+        self.padding.real += layout.real_tokens
+        self.padding.computed += layout.computed_tokens
+        logits = self.model(**inputs, use_cache=False).logits.float()
+        return layout.restore(logits, self._keeps_logits)
 
-    def _logits(self, micro: DataProto, keep: int | None) -> torch.Tensor:
-        """float32 logits (b, T, V) of one micro-batch, or (b, k, V) with ``keep=k``."""
-        inputs = self._model_inputs(micro)
-        if keep and self._keeps_logits:
-            inputs["logits_to_keep"] = keep  # type: ignore[assignment]  # an int, not a tensor: the head runs on those positions only
-        return self.model(**inputs, use_cache=False).logits.float()
+    @property
+    def _pad_id(self) -> int:
+        pad = getattr(self.tokenizer, "pad_token_id", None)
+        return int(pad) if pad is not None else 0
 
     def _dummy_micro(self) -> DataProto:
         """A one-token batch for ranks that ran out of rows but must join the collectives."""
@@ -148,21 +155,24 @@ class _Fsdp2Model(InferenceStrategy):
     def forward_step(
         self, batch: DataProto, forward_func: ForwardFunc, *, logits_to_keep: int | None = None
     ) -> dict[str, torch.Tensor]:
-        """Micro-batches of ``infer_batch_size`` rows without gradients; outputs concatenated on the CPU."""
+        """Micro-batches of ``infer_batch_size`` rows (or a token budget, see ``batching``) without gradients;
+        outputs concatenated on the CPU in the batch's row order."""
         keep = check_logits_to_keep(logits_to_keep)
         self.model.eval()
-        micros = batch.split(self.worker_config.infer_batch_size) if len(batch) else []
+        plan = infer_plan(self.worker_config)
+        micros, order = split_micro_batches(batch, plan)
+        self.padding = PaddingStats()
         outputs: dict[str, list[torch.Tensor]] = {}
         with torch.no_grad():
             for index in range(self._num_micro_batches(len(micros))):
                 if index >= len(micros):
-                    self._logits(micros[-1] if micros else self._dummy_micro(), keep)
+                    self._logits(micros[-1] if micros else self._dummy_micro(), keep, plan)
                     continue
-                logits = self._logits(micros[index], keep)
+                logits = self._logits(micros[index], keep, plan)
                 for key, value in forward_func(micros[index], logits).items():
                     outputs.setdefault(key, []).append(value.detach().cpu())
                 del logits
-        return {key: torch.cat(values) for key, values in outputs.items()}
+        return restore_row_order({key: torch.cat(values) for key, values in outputs.items()}, order)
 
     def _check_rows(self, local_rows: int) -> int:
         """The most micro-batches any rank has; fails on every rank if one has no rows (model functions cannot run
@@ -263,8 +273,9 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
     ) -> dict[str, float]:
         """One optimizer step over the local rows of the mini-batch; see the loss normalization in contract.py."""
         keep = check_logits_to_keep(logits_to_keep)
+        plan = train_plan(self.worker_config)
         return self._train(
-            batch, lambda micro, scale: loss_func(micro, self._logits(micro, keep), scale), loss_mask_key
+            batch, lambda micro, scale: loss_func(micro, self._logits(micro, keep, plan), scale), loss_mask_key, plan
         )
 
     def train_model_step(
@@ -272,17 +283,22 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
     ) -> dict[str, float]:
         """One optimizer step where ``loss_func(micro, model_call, scale)`` calls the model itself."""
         call = self._model_call()
-        return self._train(batch, lambda micro, scale: loss_func(micro.to(self.device), call, scale), loss_mask_key)
+        plan = MicroBatchPlan(rows=self.worker_config.training_args.per_device_train_batch_size)
+        return self._train(
+            batch, lambda micro, scale: loss_func(micro.to(self.device), call, scale), loss_mask_key, plan
+        )
 
     def _train(
         self,
         batch: DataProto,
         micro_loss: Callable[[DataProto, LossScale], tuple[torch.Tensor, dict[str, float]]],
         loss_mask_key: str | None,
+        plan: MicroBatchPlan,
     ) -> dict[str, float]:
         self.model.train()
         args = self.worker_config.training_args
-        micros = batch.split(args.per_device_train_batch_size) if len(batch) else []
+        micros, _ = split_micro_batches(batch, plan)  # the loss is a sum over rows: their order does not matter
+        self.padding = PaddingStats()
         num_tokens, num_seqs, num_steps = self._global_counts(batch, len(micros), loss_mask_key)
         scale = LossScale(num_tokens=num_tokens, num_seqs=num_seqs)
         loss_sum = 0.0
@@ -308,6 +324,10 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
         self.optimizer.zero_grad(set_to_none=True)
         out = {name: total / len(micros) for name, total in metric_sums.items()}
         out.update(loss=self._all_reduce([loss_sum], dist.ReduceOp.SUM)[0], grad_norm=grad_norm, lr=float(lr))
+        if plan.max_tokens is not None or plan.packing:
+            out.update(
+                {"batching/micro_batches": float(len(micros)), "batching/padded_fraction": self.padding.padded_fraction}
+            )
         return out
 
     def _clip_gradients(self, max_norm: float | None) -> float:
