@@ -23,6 +23,7 @@ import torch
 
 from roll.protocol import DataProto
 from roll.strategies.base import InferenceStrategy
+from roll.strategies.batching import infer_plan, model_layout, restore_row_order, split_micro_batches
 from roll.strategies.config import GenerationConfig
 from roll.strategies.contract import (
     ForwardFunc,
@@ -41,7 +42,7 @@ from roll.strategies.hf._sampling import (
     cut_responses,
 )
 from roll.strategies.hf.config import HfInferConfig
-from roll.strategies.ops import accepts_logits_to_keep, position_ids_from_attention_mask
+from roll.strategies.ops import accepts_logits_to_keep
 
 __all__ = ["HfInferStrategy"]
 
@@ -123,32 +124,26 @@ class HfInferStrategy(InferenceStrategy):
     def forward_step(
         self, batch: DataProto, forward_func: ForwardFunc, *, logits_to_keep: int | None = None
     ) -> dict[str, torch.Tensor]:
-        """Micro-batches of ``infer_batch_size`` rows; ``forward_func`` gets them on the model's device."""
+        """Micro-batches of ``infer_batch_size`` rows (or a token budget, packed or not: see ``batching``);
+        ``forward_func`` gets them on the model's device; outputs come back in the batch's row order."""
         model = self._require_ready()
         keep = check_logits_to_keep(logits_to_keep)
-        extra = {"logits_to_keep": keep} if keep and self._keeps_logits else {}
+        plan = infer_plan(self.worker_config)
+        micros, order = split_micro_batches(batch, plan)
+        pad_id = getattr(self.tokenizer, "pad_token_id", None) or 0
         outputs: dict[str, list[torch.Tensor]] = {}
         with torch.no_grad():
-            for micro in batch.split(self.worker_config.infer_batch_size):
+            for micro in micros:
                 micro = micro.to(self.device)
-                input_ids = micro.batch["input_ids"]
-                attention_mask = micro.batch["attention_mask"]
-                if "position_ids" in micro.batch.keys():
-                    position_ids = micro.batch["position_ids"]
-                else:
-                    position_ids = position_ids_from_attention_mask(attention_mask)
-                logits = model(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
-                    position_ids=position_ids,
-                    use_cache=False,
-                    **extra,
-                ).logits.float()
-                result = forward_func(micro, logits)
+                layout = model_layout(micro, keep, plan, pad_token_id=pad_id)
+                extra = {"logits_to_keep": layout.keep} if layout.keep is not None and self._keeps_logits else {}
+                inputs = {name: value for name, value in layout.inputs.items() if name != "segment_ids"}
+                logits = model(**inputs, use_cache=False, **extra).logits.float()
+                result = forward_func(micro, layout.restore(logits, self._keeps_logits))
                 del logits  # the contract: one micro-batch's logits alive at a time
                 for key, value in result.items():
                     outputs.setdefault(key, []).append(value.detach().cpu())
-        return {key: torch.cat(values, dim=0) for key, values in outputs.items()}
+        return restore_row_order({key: torch.cat(values, dim=0) for key, values in outputs.items()}, order)
 
     def forward_model(self, batch: DataProto, forward_func: ModelForwardFunc) -> dict[str, torch.Tensor]:
         """``forward_func(micro, model_call)`` on micro-batches of ``infer_batch_size`` rows, without gradients."""

@@ -14,19 +14,28 @@ Sequences are padded to a multiple of what the parallel layout needs (``tp`` wit
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from roll.protocol import DataProto
+from roll.runtime import ConfigError
 from roll.strategies.contract import StrategyError
+
+if TYPE_CHECKING:
+    from roll.strategies.batching import MicroLayout
+    from roll.strategies.config import BatchingArgs
+    from roll.strategies.megatron.config import MegatronConfig
 
 __all__ = [
     "GatherContextParallel",
     "PreparedInputs",
+    "check_batching",
     "count_loss_tokens",
     "left_shifts",
     "loss_scale",
+    "packed_cu_seqlens",
     "pad_micro_batches",
     "prepare_inputs",
     "restore_logits",
@@ -88,6 +97,8 @@ class PreparedInputs:
     shifts: torch.Tensor  # (b,)
     length: int  # T of the original batch
     padded_length: int  # T after padding to the layout's multiple
+    layout: MicroLayout | None = None  # token-budget window or packed rows: how logits map back onto the rows
+    packed_seq_params: Any = None  # megatron's PackedSeqParams (THD) for packed rows
 
 
 def prepare_inputs(
@@ -148,6 +159,36 @@ class GatherContextParallel(torch.autograd.Function):
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor):
         return zigzag_split(grad, ctx.rank, ctx.size).contiguous(), None  # type: ignore[attr-defined]
+
+
+def check_batching(batching: BatchingArgs, config: MegatronConfig) -> None:
+    """Token-budget micro-batches and packing need what the megatron backend can give them (or a ConfigError)."""
+    dynamic = batching.dynamic_batching_in_train or batching.dynamic_batching_in_infer
+    if (dynamic or batching.sequence_packing) and config.pipeline_model_parallel_size > 1:
+        raise ConfigError(
+            "batching.dynamic_batching_in_* and batching.sequence_packing need pipeline_model_parallel_size=1 on "
+            "the megatron backend (pipeline stages exchange fixed-shape activations); turn them off or use PP=1"
+        )
+    if batching.sequence_packing and config.context_parallel_size > 1:
+        raise ConfigError(
+            "batching.sequence_packing with context_parallel_size > 1 is not supported by roll's megatron backend; "
+            "set context_parallel_size=1 or sequence_packing=false"
+        )
+    if batching.sequence_packing and config.transformer_impl != "transformer_engine":
+        raise ConfigError(
+            "batching.sequence_packing on the megatron backend runs THD (varlen) attention, which needs "
+            "strategy_config.transformer_impl='transformer_engine'; set it or turn sequence_packing off"
+        )
+
+
+def packed_cu_seqlens(position_ids: torch.Tensor) -> torch.Tensor:
+    """Packed positions (1, N) restarting at 0 for every sequence -> int32 cumulative lengths (sequences + 1,)."""
+    flat = position_ids.reshape(-1)
+    starts = (flat == 0).nonzero().flatten()
+    if not len(starts) or int(starts[0]) != 0:
+        raise StrategyError("packed position_ids must start every sequence (the first one included) at 0")
+    end = torch.tensor([flat.numel()], dtype=starts.dtype, device=starts.device)
+    return torch.cat([starts, end]).to(torch.int32)
 
 
 def count_loss_tokens(batch: DataProto, key: str | None) -> int:

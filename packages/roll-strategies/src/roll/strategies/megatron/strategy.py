@@ -17,7 +17,9 @@ from __future__ import annotations
 import copy
 import gc
 import logging
+import math
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -29,6 +31,15 @@ from megatron.core.pipeline_parallel import get_forward_backward_func
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
 from roll.strategies.base import InferenceStrategy, TrainStrategy
+from roll.strategies.batching import (
+    MicroBatchPlan,
+    MicroLayout,
+    infer_plan,
+    model_layout,
+    restore_row_order,
+    split_micro_batches,
+    train_plan,
+)
 from roll.strategies.contract import (
     ForwardFunc,
     LossFunc,
@@ -41,8 +52,10 @@ from roll.strategies.megatron import _engine, _state
 from roll.strategies.megatron._batching import (
     GatherContextParallel,
     PreparedInputs,
+    check_batching,
     count_loss_tokens,
     loss_scale,
+    packed_cu_seqlens,
     pad_micro_batches,
     prepare_inputs,
     restore_logits,
@@ -84,6 +97,7 @@ class _MegatronModel(InferenceStrategy):
             logger.warning("model_args.gradient_checkpointing is ignored; set strategy_config.recompute_granularity")
         hf_config = AutoConfig.from_pretrained(path, trust_remote_code=self.model_args.trust_remote_code)
         check_model_supported(hf_config)
+        check_batching(self.worker_config.batching, self.config)
         worker, args = self.worker, self.worker_config.training_args
         self.device = _engine.init_parallel(self.config, worker.rank, worker.world_size, worker.local_rank, args.seed)
         worker.set_rank_info(rank_info_from_parallel_state(parallel_state, worker.rank, worker.world_size))
@@ -109,37 +123,73 @@ class _MegatronModel(InferenceStrategy):
         logger.info("megatron rank %s ready: %s", worker.rank, self.rank_info)
 
     # --- micro-batches ------------------------------------------------------------------------------------
-    def _prepare(self, micro: DataProto) -> PreparedInputs:
+    def _prepare(self, micro: DataProto, plan: MicroBatchPlan | None = None) -> PreparedInputs:
+        """Megatron inputs of one micro-batch: rows as given, or (``plan`` with a token budget / packing) the
+        columns holding real tokens, or the rows packed into one THD sequence."""
         keys = micro.batch.keys()
         if "input_ids" not in keys:
             raise StrategyError(f"{self.strategy_name} needs an 'input_ids' tensor; the batch has {micro.keys()}")
-        ids = micro.batch["input_ids"]
-        mask = micro.batch["attention_mask"] if "attention_mask" in keys else torch.ones_like(ids)
         info = self.rank_info
+        multiple = sequence_multiple(info.tp_size, self.config.sequence_parallel, info.cp_size)
+        layout = None
+        if plan is not None and (plan.packing or plan.max_tokens is not None):
+            round_to = math.lcm(plan.round_to, multiple)
+            layout = model_layout(micro, None, replace(plan, round_to=round_to), pad_token_id=self._pad_id)
+        if layout is not None and plan is not None and plan.packing:
+            return self._packed_inputs(layout)
+        source = micro.batch if layout is None else layout.inputs
+        ids = source["input_ids"]
         prepared = prepare_inputs(
             ids,
-            mask,
-            multiple=sequence_multiple(info.tp_size, self.config.sequence_parallel, info.cp_size),
+            source["attention_mask"] if "attention_mask" in source.keys() else torch.ones_like(ids),
+            multiple=multiple,
             cp_rank=info.cp_rank,
             cp_size=info.cp_size,
             pad_token_id=self._pad_id,
         )
         prepared.input_ids = prepared.input_ids.to(self.device)
         prepared.position_ids = prepared.position_ids.to(self.device)
+        prepared.layout = layout
         return prepared
+
+    def _packed_inputs(self, layout: MicroLayout) -> PreparedInputs:
+        from megatron.core.packed_seq_params import PackedSeqParams
+
+        ids, positions = layout.inputs["input_ids"], layout.inputs["position_ids"]
+        cu_seqlens = packed_cu_seqlens(positions).to(self.device)
+        longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+        params = PackedSeqParams(
+            qkv_format="thd",
+            cu_seqlens_q=cu_seqlens,
+            cu_seqlens_kv=cu_seqlens,
+            max_seqlen_q=longest,
+            max_seqlen_kv=longest,
+        )
+        length = ids.shape[1]
+        return PreparedInputs(
+            input_ids=ids.to(self.device),
+            position_ids=positions.to(self.device),
+            shifts=torch.zeros(1, dtype=torch.long),
+            length=length,
+            padded_length=length,
+            layout=layout,
+            packed_seq_params=params,
+        )
 
     def _full_logits(self, output: torch.Tensor, prepared: PreparedInputs) -> torch.Tensor:
         """float32 (b, T, V) logits of the micro-batch as given (un-rolled, un-padded, CP chunks gathered)."""
         if self.rank_info.cp_size > 1:
             output = GatherContextParallel.apply(output, parallel_state.get_context_parallel_group())
-        return restore_logits(output, prepared, self.layout.vocab_size)
+        logits = restore_logits(output, prepared, self.layout.vocab_size)
+        return logits if prepared.layout is None else prepared.layout.restore(logits)
 
     def _schedule(self, items: list[_Item], reduce: Callable[..., Any], *, forward_only: bool) -> list[Any]:
         """Run megatron's pipeline schedule over ``items``; returns ``reduce``'s outputs (last stage only)."""
 
         def step(data_iterator: Iterator[_Item], model: torch.nn.Module):
             micro, prepared, real = next(data_iterator)
-            output = model(prepared.input_ids, prepared.position_ids, None, runtime_gather_output=True)
+            extra = {} if prepared.packed_seq_params is None else {"packed_seq_params": prepared.packed_seq_params}
+            output = model(prepared.input_ids, prepared.position_ids, None, runtime_gather_output=True, **extra)
             return output, partial(reduce, micro, prepared, real)
 
         return get_forward_backward_func()(
@@ -172,12 +222,15 @@ class _MegatronModel(InferenceStrategy):
         for chunk in self.chunks:
             chunk.eval()
         size = min(self.worker_config.infer_batch_size, len(batch))
+        plan = replace(infer_plan(self.worker_config), rows=size)
+        order = None
         if self.rank_info.pp_size > 1:
             micros = pad_micro_batches(batch, size)  # pipeline stages exchange fixed-shape activations
         else:
-            micros = [(micro, len(micro)) for micro in batch.split(size)]
+            split, order = split_micro_batches(batch, plan)
+            micros = [(micro, len(micro)) for micro in split]
         micros = self._with_fillers(micros)
-        items = [(micro, self._prepare(micro), real) for micro, real in micros]
+        items = [(micro, self._prepare(micro, plan), real) for micro, real in micros]
 
         def reduce(micro: DataProto, prepared: PreparedInputs, real: int, output: torch.Tensor, **_: Any):
             outputs = forward_func(micro, self._full_logits(output, prepared))
@@ -187,7 +240,7 @@ class _MegatronModel(InferenceStrategy):
             results = self._schedule(items, reduce, forward_only=True)
         if not self.rank_info.is_pipeline_last_stage or not results:
             return {}
-        return {key: torch.cat([r[key] for r in results]) for key in results[0]}
+        return restore_row_order({key: torch.cat([r[key] for r in results]) for key in results[0]}, order)
 
     def _free(self) -> None:
         self.chunks = []
@@ -281,8 +334,10 @@ class MegatronTrainStrategy(_MegatronModel, TrainStrategy):
             )
         return LossScale(num_tokens=int(sums[0]), num_seqs=int(sums[1]))
 
-    def _train_micro_batches(self, batch: DataProto) -> list[tuple[DataProto, int]]:
-        size = self.worker_config.training_args.per_device_train_batch_size
+    def _train_micro_batches(self, batch: DataProto, plan: MicroBatchPlan) -> list[tuple[DataProto, int]]:
+        size = plan.rows
+        if plan.max_tokens is not None:  # token budget (PP=1, checked at setup); the loss is a sum over rows
+            return self._with_fillers([(micro, len(micro)) for micro in split_micro_batches(batch, plan)[0]])
         if self.rank_info.pp_size > 1 and len(batch) % size:
             raise StrategyError(
                 f"with pipeline parallelism every micro-batch must have per_device_train_batch_size={size} rows, but "
@@ -304,7 +359,8 @@ class MegatronTrainStrategy(_MegatronModel, TrainStrategy):
         """
         check_logits_to_keep(logits_to_keep)
         counts = self._global_counts(batch, loss_mask_key)
-        micros = self._train_micro_batches(batch)
+        plan = train_plan(self.worker_config)
+        micros = self._train_micro_batches(batch, plan)
         scale = loss_scale(self.rank_info.dp_size, len(micros))
 
         def reduce(micro: DataProto, prepared: PreparedInputs, real: int, output: torch.Tensor):
@@ -317,7 +373,7 @@ class MegatronTrainStrategy(_MegatronModel, TrainStrategy):
             chunk.train()
             chunk.zero_grad_buffer()  # type: ignore[operator]  # megatron DDP's method, hidden by Module.__getattr__
         self.optimizer.zero_grad()
-        items = [(micro, self._prepare(micro), real) for micro, real in micros]
+        items = [(micro, self._prepare(micro, plan), real) for micro, real in micros]
         results = [r for r in self._schedule(items, reduce, forward_only=False) if r is not None]
         lr = float(self.optimizer.param_groups[0]["lr"])
         updated, grad_norm, _ = self.optimizer.step()
