@@ -281,3 +281,32 @@ def test_onpolicy_distill_file_is_pure_opd_rlvr() -> None:
     data["teacher"] = {"t1": dict(data["teacher"]), "t2": dict(data["teacher"])}
     problems = translate(data, referenced).problems
     assert [row.key for row in problems] == ["teacher"] and "several teachers" in problems[0].note
+
+
+def test_batching_keys_become_the_roles_batching_settings() -> None:
+    data, referenced = compose_file(TINY)
+    data["actor_train"].update(
+        {
+            "use_dynamic_batching_in_train": True,
+            "max_tokens_per_microbatch_in_train": 512,
+            "sequence_length_round_in_train": 8,
+            "use_dynamic_batching_in_infer": False,
+            "max_tokens_per_microbatch_in_infer": 0,
+            "use_sequence_packing": False,
+            "use_remove_padding": True,
+            "sequence_packing_args": {"algorithm": "load_balance"},
+        }
+    )
+    translation = translate(data, referenced)
+    assert translation.data["actor_train"]["batching"] == {
+        "dynamic_batching_in_train": True,
+        "max_tokens_per_microbatch_in_train": 512,
+        "sequence_length_round_in_train": 8,
+        "dynamic_batching_in_infer": False,
+        "sequence_packing": True,  # use_remove_padding turns packing on whatever use_sequence_packing says
+    }
+    rows = {row.key: row for row in translation.rows}
+    assert rows["actor_train.use_dynamic_batching_in_train"].status == "renamed"
+    assert rows["actor_train.max_tokens_per_microbatch_in_infer"].status == "ignored"
+    assert rows["actor_train.sequence_packing_args"].status == "ignored"
+    assert not translation.problems

@@ -54,11 +54,17 @@ def _unsupported(note: str, noop: Callable[[Any], bool] = _falsy) -> Rule:
     return Rule("unsupported", note=note, noop=noop)
 
 
+_BATCHING = "exact: same log-probs and gradients as the padded path (fsdp2, hf_infer, megatron with PP=1)"
+
+
+def _batching(field: str, note: str = "") -> Rule:
+    return Rule("renamed", f"batching.{field}", f"{note}; {_BATCHING}" if note else _BATCHING)
+
+
 _PROFILING = "profiling/tracing output; roll reports time/* metrics per step instead"
 _OFFLOAD = "roll strategies offload and reload their own states between phases; no switch needed"
 _DECLARED_UNREAD = "a field of ROLL's PPOConfig that no ROLL pipeline code reads (no effect in ROLL either)"
 _NOT_A_FIELD = "not a field of ROLL's config classes: ROLL's loader (dacite, non-strict) drops it"
-_PERF = "performance-only knob (the same maths runs padded); roll's own packing is data_args.pack_sequences for SFT"
 
 # Top-level keys of ROLL's BaseConfig / PPOConfig / RLVRConfig / SFTConfig / DPOConfig. Keys roll has under the
 # same name (exp_name, seed, max_steps...) and flat keys of the pipeline's FLAT_KEYS are reported by the translator.
@@ -206,15 +212,20 @@ ROLE_KEYS: dict[str, Rule] = {
     "offload_nccl": _ignored("NCCL buffer offload; roll keeps communicators"),
     "topr_positive_weight": Rule("renamed", "policy_loss.topr_positive_weight", "actor_train, ActorPGWorker"),
     "topr_negative_weight": Rule("renamed", "policy_loss.topr_negative_weight", "actor_train, ActorPGWorker"),
-    "use_dynamic_batching_in_train": _ignored(_PERF),
-    "max_tokens_per_microbatch_in_train": _ignored(_PERF),
-    "sequence_length_round_in_train": _ignored(_PERF),
-    "use_dynamic_batching_in_infer": _ignored(_PERF),
-    "max_tokens_per_microbatch_in_infer": _ignored(_PERF),
-    "sequence_length_round_in_infer": _ignored(_PERF),
-    "use_sequence_packing": _ignored(_PERF),
-    "sequence_packing_args": _ignored(_PERF),
-    "use_remove_padding": _ignored(_PERF),
+    "use_dynamic_batching_in_train": _batching("dynamic_batching_in_train"),
+    "max_tokens_per_microbatch_in_train": _batching("max_tokens_per_microbatch_in_train", "0/null: unset"),
+    "sequence_length_round_in_train": _batching("sequence_length_round_in_train"),
+    "use_dynamic_batching_in_infer": _batching("dynamic_batching_in_infer"),
+    "max_tokens_per_microbatch_in_infer": _batching("max_tokens_per_microbatch_in_infer", "0/null: unset"),
+    "sequence_length_round_in_infer": _batching("sequence_length_round_in_infer"),
+    "use_sequence_packing": _batching("sequence_packing"),
+    "sequence_packing_args": _ignored(
+        "packing algorithm/limits: roll packs each micro-batch's rows into one sequence; bound it with "
+        "max_tokens_per_microbatch_*"
+    ),
+    "use_remove_padding": _batching(
+        "sequence_packing", "removing padding is packing the rows (either key turns it on)"
+    ),
     "router_replay": _unsupported(
         "MoE router replay", noop=lambda v: _falsy(v) or (isinstance(v, dict) and v.get("mode") in (None, "disable"))
     ),

@@ -103,6 +103,8 @@ class RoleTranslator:
             elif key in known:
                 out[key] = value
                 top.row(where, "kept")
+            elif key in ROLE_KEYS and (ROLE_KEYS[key].target or "").startswith("batching."):
+                self.batching(path, where, ROLE_KEYS[key], value, out)
             elif key in ROLE_KEYS and top.apply_rule(where, ROLE_KEYS[key], value):
                 continue
             elif key in ROLE_KEYS:
@@ -146,6 +148,16 @@ class RoleTranslator:
         target = _PG_KEYS[key]
         top.set_path(target, "vanilla" if key == "pg_variant" and value is None else value, where)
         top.row(where, "renamed", target)
+
+    def batching(self, path: str, where: str, rule: Rule, value: Any, out: dict[str, Any]) -> None:
+        """ROLL's flat batching keys -> the role's ``batching`` section (0/None budgets are ROLL's 'unset')."""
+        field = (rule.target or "").removeprefix("batching.")
+        section = out.setdefault("batching", {})
+        if field.startswith("max_tokens_per_microbatch") and value in (None, 0):
+            self.top.row(where, "ignored", note="0/null is ROLL's unset budget")
+            return
+        section[field] = bool(section.get(field)) or bool(value) if field == "sequence_packing" else value
+        self.top.row(where, "renamed", f"{path}.{rule.target}", rule.note)
 
     def reward_class(self, path: str, raw: dict[str, Any]) -> str | None:
         cls = raw.get("worker_cls")
