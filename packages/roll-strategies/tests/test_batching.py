@@ -28,9 +28,10 @@ from roll.strategies.batching import (
     restore_row_order,
     split_micro_batches,
 )
-from roll.strategies.megatron._batching import check_batching, packed_cu_seqlens
+from roll.strategies.megatron._batching import check_batching
 from roll.strategies.megatron.config import MegatronConfig
 from roll.strategies.ops import log_probs_from_logits
+from roll.strategies.varlen import VARLEN_SDPA, varlen_kwargs
 
 PROMPT, RESPONSE = 6, 12
 
@@ -141,9 +142,10 @@ def test_packed_layout_restarts_positions_and_rejects_other_positions():
 
 
 def test_megatron_packing_helpers():
-    assert packed_cu_seqlens(torch.tensor([[0, 1, 2, 0, 1, 0]])).tolist() == [0, 3, 5, 6]
+    bounds = varlen_kwargs(torch.tensor([[0, 1, 2, 0, 1, 0]]))
+    assert bounds["cu_seq_lens_q"].tolist() == [0, 3, 5, 6] and bounds["max_length_q"] == 3
     with pytest.raises(StrategyError, match="start every sequence"):
-        packed_cu_seqlens(torch.tensor([[1, 2, 0]]))
+        varlen_kwargs(torch.tensor([[1, 2, 0]]))
     check_batching(BatchingArgs(sequence_packing=True), MegatronConfig(transformer_impl="transformer_engine"))
     with pytest.raises(ConfigError, match="transformer_engine"):
         check_batching(BatchingArgs(sequence_packing=True), MegatronConfig())
@@ -200,6 +202,8 @@ def test_forward_log_probs_equal_the_padded_path(tiny_model, mode, attn):
         assert got.shape == want.shape
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0.0)
     assert strategy.padding.padded_fraction < reference.padding.padded_fraction
+    if MODES[mode].get("sequence_packing"):  # fsdp2 runs packed rows per sequence (cu_seqlens), not a dense mask
+        assert strategy.model.config._attn_implementation == VARLEN_SDPA
     if MODES[mode].get("sequence_packing") and "sequence_length_round_in_train" not in MODES[mode]:
         assert strategy.padding.padded_fraction == 0.0
 

@@ -44,6 +44,7 @@ from roll.strategies.fsdp2._weights import iter_full_weights, load_full_weights
 from roll.strategies.fsdp2._writer import Fsdp2WeightWriter
 from roll.strategies.fsdp2.config import Fsdp2Config
 from roll.strategies.ops import accepts_logits_to_keep, packed_attention_mask
+from roll.strategies.varlen import register_varlen_sdpa, varlen_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,10 @@ class _Fsdp2Model(InferenceStrategy):
         model = _model.load_model(self.model_args, torch.float32 if train else self.compute_dtype, train=train)
         self.hf_config = model.config
         self.generation_config = getattr(model, "generation_config", None)
+        self._varlen = self.worker_config.batching.sequence_packing
+        if self._varlen and self.model_args.attn_implementation in (None, "sdpa", "eager"):
+            # Packed rows attend per sequence (cu_seqlens) instead of through a dense block-diagonal mask.
+            model.set_attn_implementation(register_varlen_sdpa())
         if self.model_args.lora_rank > 0:
             if train:
                 model = _model.apply_lora(model, self.model_args)
@@ -135,6 +140,8 @@ class _Fsdp2Model(InferenceStrategy):
         segments = inputs.pop("segment_ids", None)
         if segments is not None:  # rows already packed by the data: several examples per row, each attending itself
             inputs["attention_mask"] = packed_attention_mask(segments, self.compute_dtype)
+        if layout.row_index is not None:  # packed: sequence bounds for varlen attention
+            inputs.update(varlen_kwargs(inputs["position_ids"]))
         if layout.keep is not None and self._keeps_logits:
             inputs["logits_to_keep"] = layout.keep  # the head runs on those positions only
         self.padding.real += layout.real_tokens

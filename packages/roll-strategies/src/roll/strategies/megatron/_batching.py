@@ -35,7 +35,6 @@ __all__ = [
     "count_loss_tokens",
     "left_shifts",
     "loss_scale",
-    "packed_cu_seqlens",
     "pad_micro_batches",
     "prepare_inputs",
     "restore_logits",
@@ -179,16 +178,6 @@ def check_batching(batching: BatchingArgs, config: MegatronConfig) -> None:
             "batching.sequence_packing on the megatron backend runs THD (varlen) attention, which needs "
             "strategy_config.transformer_impl='transformer_engine'; set it or turn sequence_packing off"
         )
-
-
-def packed_cu_seqlens(position_ids: torch.Tensor) -> torch.Tensor:
-    """Packed positions (1, N) restarting at 0 for every sequence -> int32 cumulative lengths (sequences + 1,)."""
-    flat = position_ids.reshape(-1)
-    starts = (flat == 0).nonzero().flatten()
-    if not len(starts) or int(starts[0]) != 0:
-        raise StrategyError("packed position_ids must start every sequence (the first one included) at 0")
-    end = torch.tensor([flat.numel()], dtype=starts.dtype, device=starts.device)
-    return torch.cat([starts, end]).to(torch.int32)
 
 
 def count_loss_tokens(batch: DataProto, key: str | None) -> int:

@@ -55,7 +55,6 @@ from roll.strategies.megatron._batching import (
     check_batching,
     count_loss_tokens,
     loss_scale,
-    packed_cu_seqlens,
     pad_micro_batches,
     prepare_inputs,
     restore_logits,
@@ -71,6 +70,7 @@ from roll.strategies.megatron._translate import (
     resolve_params_dtype,
 )
 from roll.strategies.megatron.config import MegatronConfig
+from roll.strategies.varlen import varlen_kwargs
 
 __all__ = ["MegatronInferStrategy", "MegatronTrainStrategy"]
 
@@ -156,8 +156,8 @@ class _MegatronModel(InferenceStrategy):
         from megatron.core.packed_seq_params import PackedSeqParams
 
         ids, positions = layout.inputs["input_ids"], layout.inputs["position_ids"]
-        cu_seqlens = packed_cu_seqlens(positions).to(self.device)
-        longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+        bounds = varlen_kwargs(positions)
+        cu_seqlens, longest = bounds["cu_seq_lens_q"].to(self.device), bounds["max_length_q"]
         params = PackedSeqParams(
             qkv_format="thd",
             cu_seqlens_q=cu_seqlens,
