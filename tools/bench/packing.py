@@ -154,7 +154,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # "no logits for prompt positions" measured against the padded path.
     timed = (*MODES, "padded_all_logits")
     clocks = {"cpu": time.process_time, "wall": time.perf_counter}
-    times = {c: {m: {"forward": [], "train": []} for m in timed} for c in clocks}
+    times: dict[str, dict[str, dict[str, list[float]]]] = {
+        c: {m: {"forward": [], "train": []} for m in timed} for c in clocks
+    }
     first_loss: dict[str, float] = {}
     for rep in range(args.warmup + args.reps):
         # Rotate the order each repetition so no mode always runs right after another's memory churn.
