@@ -79,7 +79,8 @@ class _Fsdp2Model(InferenceStrategy):
         model = _model.load_model(self.model_args, torch.float32 if train else self.compute_dtype, train=train)
         self.hf_config = model.config
         self.generation_config = getattr(model, "generation_config", None)
-        if self.worker_config.batching.sequence_packing and self.model_args.attn_implementation in (None, "sdpa", "eager"):
+        packing = self.worker_config.batching.sequence_packing
+        if packing and self.model_args.attn_implementation in (None, "sdpa", "eager"):
             # Packed rows attend per sequence (cu_seqlens) instead of through a dense block-diagonal mask.
             _model.hf_model(model).set_attn_implementation(register_varlen_sdpa())  # type: ignore[operator]
         if self.model_args.lora_rank > 0:
