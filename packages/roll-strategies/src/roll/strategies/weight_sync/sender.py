@@ -148,9 +148,10 @@ class SenderSession:
                     assert ring is not None  # writers always hold the ring
                     waited = ring.wait_read(count - ring.num_slots + 1, timeout)
                     out = self.outs[count % ring.num_slots][bucket.index]
-                cpu = time.process_time()
+                cpu, wall = time.process_time(), time.perf_counter()
                 part = self.writer.write(bucket.start, bucket.stop, out, local=self.spec.routes.local_writes)
                 write_cpu_s += time.process_time() - cpu
+                write_s = time.perf_counter() - wall
                 if self.writer_index is not None:
                     if self.device.type == "cuda":
                         torch.cuda.current_stream(self.device).synchronize()
@@ -158,7 +159,7 @@ class SenderSession:
                     ring.publish_written(self.writer_index, count + 1)
                 stats.add(part)
                 wait_s += waited
-                buckets.append({"wait_s": waited, "gather_s": part.gather_s, "pack_s": part.pack_s})
+                buckets.append({"wait_s": waited, "gather_s": part.gather_s, "pack_s": part.pack_s, "write_s": write_s})
             if self.relay is not None:
                 self.relay.join(timeout)
         except BaseException as e:
