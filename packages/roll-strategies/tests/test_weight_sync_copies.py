@@ -87,63 +87,77 @@ class _Fused(nn.Module):
                 start, size = {"q": (0, 4), "k": (4, 2), "v": (6, 2)}[name]
                 self.qkv.data.narrow(0, start, size).copy_(tensor)
                 loaded.add("qkv")
-            elif self.mode == "scaled":
+                continue
+            loaded.add("norm")
+            if self.mode == "scaled":
                 self.norm.data.copy_(tensor)
                 self.norm.data.mul_(2)
-                loaded.add("norm")
             elif self.mode == "computed":
                 self.norm.data.copy_(tensor + 1)
-                loaded.add("norm")
+            elif self.mode == "out":
+                torch.add(tensor, 1, out=self.norm.data)
+            elif self.mode == "alternating":  # a different destination every sync
+                self.norm.data.copy_(tensor if self.calls % 2 else tensor.flip(0))
             else:
                 self.norm.data.copy_(tensor)
-                loaded.add("norm")
         return loaded
 
 
-def _bucket(seed: int) -> list[tuple[str, torch.Tensor]]:
+def _bucket(seed: int, names=("q", "k", "v", "norm")) -> list[tuple[str, torch.Tensor]]:
     slot = torch.randn(64, generator=torch.Generator().manual_seed(seed))  # one flat slot, views like a sync's
-    return [("q", slot[:16].view(4, 4)), ("k", slot[16:24].view(2, 4)), ("v", slot[24:32].view(2, 4)), ("norm", slot[32:36])]
+    views = {"q": slot[:16].view(4, 4), "k": slot[16:24].view(2, 4), "v": slot[24:32].view(2, 4), "norm": slot[32:36]}
+    return [(name, views[name]) for name in names]
 
 
 def _load(cache: ReplayCache, model: _Fused, bucket: list[tuple[str, torch.Tensor]]) -> list[str]:
     return cache.load(model, bucket, lambda tensors: sorted(model.load_weights(iter(tensors))))
 
 
-def test_replay_copies_the_same_bytes_as_load_weights_without_calling_it():
+def test_replay_copies_the_same_bytes_as_load_weights_once_two_recordings_agree():
     model, cache = _Fused(), ReplayCache()
-    for seed in range(3):
+    for seed in range(4):
         bucket = _bucket(seed)
         assert _load(cache, model, bucket) == ["norm", "qkv"]
-        expected = torch.cat([bucket[0][1], bucket[1][1], bucket[2][1]])
-        assert torch.equal(model.qkv.data, expected)
+        assert torch.equal(model.qkv.data, torch.cat([bucket[0][1], bucket[1][1], bucket[2][1]]))
         assert torch.equal(model.norm.data, bucket[3][1])
-    assert model.calls == 1  # recorded once, replayed twice
+    assert model.calls == 2  # recorded twice, replayed twice
+    assert cache.counts() == (1, 0)
 
 
-@pytest.mark.parametrize("mode", ["scaled", "computed"])
-def test_a_load_that_is_not_plain_copies_always_goes_through_load_weights(mode):
-    model, cache = _Fused(mode), ReplayCache()
+def test_buckets_that_fill_part_of_a_fused_parameter_replay_their_part():
+    model, cache = _Fused(), ReplayCache()
     for seed in range(3):
+        first, second = _bucket(seed, ("q", "k")), _bucket(seed + 10, ("v", "norm"))
+        _load(cache, model, first)
+        _load(cache, model, second)
+        assert torch.equal(model.qkv.data, torch.cat([first[0][1], first[1][1], second[0][1]]))
+    assert model.calls == 4 and cache.counts() == (2, 0)
+
+
+@pytest.mark.parametrize("mode", ["scaled", "computed", "out", "alternating"])
+def test_a_load_that_is_not_the_same_plain_copies_always_goes_through_load_weights(mode):
+    model, cache = _Fused(mode), ReplayCache()
+    for seed in range(4):
         bucket = _bucket(seed)
         _load(cache, model, bucket)
-        norm = bucket[3][1] * 2 if mode == "scaled" else bucket[3][1] + 1
-        assert torch.allclose(model.norm.data, norm)
-    assert model.calls == 3
+        norm = bucket[3][1]
+        expected = {"scaled": norm * 2, "computed": norm + 1, "out": norm + 1}.get(mode)
+        if mode == "alternating":
+            expected = norm if model.calls % 2 else norm.flip(0)
+        assert torch.allclose(model.norm.data, expected)
+    assert model.calls == 4 and cache.counts() == (0, 1)
 
 
-def test_a_partial_load_is_not_replayed_and_a_moved_parameter_is_recorded_again():
-    model, cache = _Fused(), ReplayCache()
-    partial = _bucket(0)[:2]  # q and k only: qkv is reported loaded but its v rows were not written
-    _load(cache, model, partial)
-    _load(cache, model, partial)
-    assert model.calls == 2
-
+def test_a_moved_parameter_is_recorded_again():
     model, cache = _Fused(), ReplayCache()
     _load(cache, model, _bucket(0))
+    _load(cache, model, _bucket(1))
     model.qkv.data = torch.zeros(8, 4)  # new memory: the recorded views would write the old one
-    bucket = _bucket(1)
+    bucket = _bucket(2)
     _load(cache, model, bucket)
-    assert model.calls == 2
+    assert model.calls == 3
     assert torch.equal(model.qkv.data[:4], bucket[0][1])
-    _load(cache, model, _bucket(2))
-    assert model.calls == 2
+    _load(cache, model, _bucket(3))
+    _load(cache, model, bucket := _bucket(4))
+    assert model.calls == 4
+    assert torch.equal(model.qkv.data[:4], bucket[0][1])

@@ -22,7 +22,7 @@ import torch
 
 from roll.strategies.vllm._replay import ReplayCache
 
-__all__ = ["in_place_ready", "load_in_place", "parameter_names", "plain_cpu_linears"]
+__all__ = ["in_place_ready", "load_in_place", "parameter_names", "plain_cpu_linears", "replay_counts"]
 
 _UNQUANTIZED = ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod")
 _REPLAY_ATTR = "_roll_weight_replay"  # the engine worker's ReplayCache
@@ -91,3 +91,9 @@ def load_in_place(worker: Any, named_tensors: Sequence[tuple[str, torch.Tensor]]
         cache = ReplayCache()
         setattr(worker, _REPLAY_ATTR, cache)
     return cache.load(model, named_tensors, load_weights)
+
+
+def replay_counts(worker: Any) -> tuple[int, int]:
+    """(bucket layouts this engine replays, layouts it loads through ``load_weights`` every time)."""
+    cache = getattr(worker, _REPLAY_ATTR, None)
+    return (0, 0) if cache is None else cache.counts()

@@ -1,16 +1,18 @@
 """Replayed in-place loads: the copies vLLM's ``load_weights`` made for a bucket, redone without it.
 
-A bucket with the same tensors (names, dtypes, shapes) arrives every sync. The first time, the model's own
+A bucket with the same tensors (names, dtypes, shapes) arrives every sync. The first two times, the model's own
 ``load_weights`` loads it while a :class:`torch.overrides.TorchFunctionMode` records every ``copy_`` from a
-bucket tensor into a parameter (the destination view, e.g. the q slice of a fused qkv weight, and which bytes
-of which bucket tensor it read). Later syncs replay those copies directly: one ``memmove`` per contiguous pair
-(streaming stores, see :func:`roll.strategies.weight_sync.weight_sync_env`), no name mapping or weight-loader
-Python per tensor.
+bucket tensor into a parameter (the destination view, e.g. the q slice of a fused qkv weight, and which elements
+of which bucket tensor it read). If both recordings are identical, later syncs replay them directly: one
+``memmove`` per contiguous pair (streaming stores, see :func:`roll.strategies.weight_sync.weight_sync_env`), no
+name mapping or weight-loader Python per tensor.
 
-A recording is only kept when it is provably the whole load: every write into a parameter was a ``copy_`` from
-bucket bytes (no other in-place op on a parameter, no copy from a tensor the loader computed), and the copies
-cover every byte of every parameter ``load_weights`` reported. Otherwise that bucket always goes through
-``load_weights``. Before a replay, each destination parameter must still own the memory it had when recorded.
+A recording is only kept when every write into a parameter it saw was such a copy: another in-place op on a
+parameter (``mul_``, ``__setitem__``, ``out=``...), a copy from a tensor the loader computed, bucket bytes copied
+into a non-parameter, or a cast makes that bucket layout go through ``load_weights`` every time. Writes that
+bypass torch's function dispatch (C code writing parameter memory directly) cannot be seen; the CPU in-place mode
+only runs on unquantized plain layers, whose loaders copy with ``copy_``. Before a replay, each destination
+parameter must still own the memory it had when recorded.
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ class _Recording:
     copies: list[_Copy]
     loaded: list[str]
     params: list[tuple[torch.Tensor, int]]  # (parameter, its data_ptr when recorded)
+    confirmed: bool = False  # recorded twice, identically: replayed from now on
+
+
+def _signature(copy: _Copy) -> tuple[int, tuple[int, ...], tuple[int, ...], int, int, tuple[int, ...], tuple[int, ...]]:
+    dst = copy.dst
+    return (dst.data_ptr(), tuple(dst.shape), tuple(dst.stride()), copy.source, copy.offset, copy.shape, copy.stride)
 
 
 class _Recorder(TorchFunctionMode):
@@ -68,6 +76,10 @@ class _Recorder(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        out = kwargs.get("out")
+        for target in out if isinstance(out, tuple | list) else [out]:
+            if isinstance(target, torch.Tensor) and self.param_of(target) is not None:
+                self.problem = self.problem or "load_weights wrote a parameter through out="
         if func is torch.Tensor.copy_ and len(args) >= 2 and isinstance(args[1], torch.Tensor):
             self._record(args[0], args[1])
         else:
@@ -106,31 +118,17 @@ class _Recorder(TorchFunctionMode):
         return None
 
 
-def _covered(recording: list[_Copy], param: torch.Tensor) -> bool:
-    """Whether the recorded destination views write every element of ``param`` (distinct, non-overlapping)."""
-    start, end = param.data_ptr(), param.data_ptr() + param.numel() * param.element_size()
-    views = {(c.dst.data_ptr(), tuple(c.dst.shape), tuple(c.dst.stride())) for c in recording}
-    spans = []
-    for address, shape, _ in views:
-        if start <= address < end:
-            numel = 1
-            for size in shape:
-                numel *= size
-            spans.append((address, address + numel * param.element_size()))
-    spans.sort()
-    position = start
-    for begin, finish in spans:  # contiguous destination runs that tile the parameter exactly
-        if begin != position:
-            return False
-        position = finish
-    return position == end
-
-
 class ReplayCache:
     """Per engine worker: the recorded copies of each bucket layout (None: that layout is not replayable)."""
 
     def __init__(self) -> None:
         self._recordings: dict[_Key, _Recording | None] = {}
+
+    def counts(self) -> tuple[int, int]:
+        """(bucket layouts that replay, layouts that always go through ``load_weights``); others are being recorded."""
+        replayable = sum(recording is not None and recording.confirmed for recording in self._recordings.values())
+        never = sum(recording is None for recording in self._recordings.values())
+        return replayable, never
 
     def load(
         self,
@@ -138,17 +136,18 @@ class ReplayCache:
         named_tensors: Sequence[tuple[str, torch.Tensor]],
         load_weights: Callable[[Sequence[tuple[str, torch.Tensor]]], list[str]],
     ) -> list[str]:
-        """Load one bucket: replay its recorded copies, or run ``load_weights`` (recording the first time)."""
+        """Load one bucket: replay its recorded copies, or run ``load_weights`` (recording the first two times)."""
         key: _Key = tuple((name, t.dtype, tuple(t.shape)) for name, t in named_tensors)
-        recording = self._recordings.get(key, False)
-        if isinstance(recording, _Recording):
+        known = key in self._recordings
+        recording = self._recordings.get(key)
+        if known and recording is None:
+            return load_weights(named_tensors)
+        if recording is not None and recording.confirmed:
             if all(param.data_ptr() == address for param, address in recording.params):
                 return self._replay(recording, named_tensors)
             logger.info("a parameter of the engine moved since its weight-sync copies were recorded; recording again")
-            recording = False
-        if recording is None:
-            return load_weights(named_tensors)
-        return self._record(key, model, named_tensors, load_weights)
+            recording = None
+        return self._record(key, model, named_tensors, load_weights, recording)
 
     def _record(
         self,
@@ -156,6 +155,7 @@ class ReplayCache:
         model: torch.nn.Module,
         named_tensors: Sequence[tuple[str, torch.Tensor]],
         load_weights: Callable[[Sequence[tuple[str, torch.Tensor]]], list[str]],
+        previous: _Recording | None,
     ) -> list[str]:
         by_name = dict(model.named_parameters(remove_duplicate=False))
         spans = sorted(
@@ -168,14 +168,16 @@ class ReplayCache:
         params = [by_name[name] for name in loaded if name in by_name]
         if problem is None and len(params) != len(loaded):
             problem = "load_weights reported parameters the model does not list"
-        if problem is None and not all(_covered(recorder.copies, p) for p in params):
-            problem = "the recorded copies do not cover every loaded parameter"
+        unique = {_signature(c): c for c in recorder.copies}
+        if problem is None and previous is not None and set(unique) != {_signature(c) for c in previous.copies}:
+            problem = "load_weights copied differently on two syncs of the same bucket layout"
         if problem is not None:
             logger.info("weight sync: bucket %s loads through load_weights every time: %s", key[0][0], problem)
             self._recordings[key] = None
         else:
-            unique = {(c.dst.data_ptr(), tuple(c.dst.shape), tuple(c.dst.stride())): c for c in recorder.copies}
-            self._recordings[key] = _Recording(list(unique.values()), loaded, [(p, p.data_ptr()) for p in params])
+            self._recordings[key] = _Recording(
+                list(unique.values()), loaded, [(p, p.data_ptr()) for p in params], confirmed=previous is not None
+            )
         return loaded
 
     @staticmethod
