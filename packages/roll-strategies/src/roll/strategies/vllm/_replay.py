@@ -59,7 +59,7 @@ def _signature(copy: _Copy) -> tuple[int, tuple[int, ...], tuple[int, ...], int,
 class _Recorder(TorchFunctionMode):
     """Records ``copy_`` calls from bucket tensors into parameters while ``load_weights`` runs."""
 
-    def __init__(self, params: list[tuple[int, int, torch.Tensor]], sources: Sequence[torch.Tensor]) -> None:
+    def __init__(self, params: Sequence[tuple[int, int, torch.Tensor]], sources: Sequence[torch.Tensor]) -> None:
         super().__init__()
         self.params = params  # (start address, end address, parameter), sorted
         self.sources = sources

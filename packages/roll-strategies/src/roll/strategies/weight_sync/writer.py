@@ -110,8 +110,8 @@ def copy_into(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor]) -> int
         return 0
     pairs = _memcpy_pairs(dsts, srcs)
     if pairs is not None:
-        for dst, src, nbytes in pairs:
-            ctypes.memmove(dst, src, nbytes)
+        for dst_address, src_address, nbytes in pairs:
+            ctypes.memmove(dst_address, src_address, nbytes)
         return sum(nbytes for _, _, nbytes in pairs)
     same = all(d.dtype == s.dtype and d.device == s.device for d, s in zip(dsts, srcs))
     on_host = all(d.device.type == "cpu" and s.device.type == "cpu" for d, s in zip(dsts, srcs))
