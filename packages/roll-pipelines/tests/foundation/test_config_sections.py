@@ -112,6 +112,12 @@ FLAT_VALUES: dict[str, Any] = {
     "is_pure_opd": False,
     "use_opd": False,
     "opd_kl_penalty": "k3",
+    "whiten_rewards": True,
+    "pg_variant": "topr",
+    "difficulty_loss_weight": True,
+    "length_loss_weight": True,
+    "topr_positive_weight": 0.7,
+    "topr_negative_weight": 0.3,
 }
 
 
