@@ -12,9 +12,9 @@ from typing import Literal
 
 import torch
 
-from roll.pipelines.algorithms import entropy_loss, kl_loss, masked_mean, policy_loss, segment_masked_mean
+from roll.pipelines.algorithms import entropy_loss, kl_loss, masked_mean, segment_masked_mean
 from roll.pipelines.rlvr.settings import ActorSettings
-from roll.pipelines.rlvr.workers import ActorWorker
+from roll.pipelines.rlvr.workers import ActorWorker, policy_gradient_loss
 from roll.pipelines.stages import UpdatePlan, run_update
 from roll.protocol import DataProto, Dispatch, register
 from roll.runtime import ConfigError
@@ -49,17 +49,9 @@ def agentic_actor_loss(
     if settings.ratio_type == "segment":  # one ratio per assistant turn, its gradient spread over the turn
         ratio_log_probs = old + segment_masked_mean(log_probs - old, mask)
     tokens, seqs = scale.num_tokens, scale.num_seqs
-    loss, metrics = policy_loss(
-        ratio_log_probs,
-        old,
-        data["advantages"],
-        mask,
-        clip_low=settings.clip_low,
-        clip_high=settings.clip_high,
-        dual_clip=settings.dual_clip,
-        loss_agg_mode=settings.loss_agg_mode,
-        num_tokens=tokens,
-        num_seqs=seqs,
+    # RLVR's policy-gradient term (PPO-clip or ROLL's pg_variants, importance and per-sample weights) on these ratios.
+    loss, metrics = policy_gradient_loss(
+        settings, ratio_log_probs, old, micro, {"num_tokens": tokens, "num_seqs": seqs}
     )
     metrics = {f"actor/{k}": v for k, v in metrics.items()}
     metrics["actor/pg_loss"] = float(loss.detach())

@@ -22,7 +22,7 @@ from roll.strategies import GenerationConfig, LossScale, StrategyWorker
 from roll.strategies.ops import entropy_from_logits, log_probs_from_logits, response_logits
 from roll.strategies.requests import GenerateRequest, GenerateResult, generate_requests
 
-__all__ = ["ActorWorker", "CriticWorker", "InferWorker", "PolicyWorker", "actor_loss"]
+__all__ = ["ActorWorker", "CriticWorker", "InferWorker", "PolicyWorker", "actor_loss", "policy_gradient_loss"]
 
 
 def _response_length(batch: DataProto) -> int:
@@ -48,7 +48,7 @@ def actor_loss(
     mask = data["response_mask"]
     counts = {"num_tokens": scale.num_tokens, "num_seqs": scale.num_seqs}
     old_log_probs = log_probs.detach() if on_policy else data["old_log_probs"]
-    loss, metrics = _policy_gradient_loss(settings, log_probs, old_log_probs, micro, counts)
+    loss, metrics = policy_gradient_loss(settings, log_probs, old_log_probs, micro, counts)
     metrics = {f"actor/{k}": v for k, v in metrics.items()}
     metrics["actor/pg_loss"] = float(loss.detach())
     if on_policy:  # the recompute pass would have reported it
@@ -75,7 +75,7 @@ def actor_loss(
     return loss, metrics
 
 
-def _policy_gradient_loss(
+def policy_gradient_loss(
     settings: ActorSettings,
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
