@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from roll.runtime import ConfigError
+from roll.runtime.testing import spawn_process
 from roll.strategies.base import StrategyError
 from roll.strategies.weight_sync import Endpoint, TensorSpec, WeightSyncAborted, build_plan, plan_routes
 from roll.strategies.weight_sync.plan import ALIGN, slot_views, specs_of
@@ -130,8 +131,7 @@ def test_ring_hands_buckets_from_a_writer_to_a_reader_process_without_overwritin
     ctx = mp.get_context("spawn")
     ring = SharedRing.create(num_writers=1, num_readers=1, slot_bytes=4096)
     queue = ctx.Queue()
-    reader = ctx.Process(target=_reader, args=(ring.name, 6, queue))
-    reader.start()
+    reader = spawn_process(_reader, ring.name, 6, queue)
     try:
         ring.join(writer=0)
         for count in range(6):
@@ -151,12 +151,10 @@ def _die_after_join(name: str) -> None:
 
 
 def test_a_dead_peer_stops_the_wait_quickly_and_an_abort_reaches_every_participant():
-    ctx = mp.get_context("spawn")
     ring = SharedRing.create(num_writers=1, num_readers=1, slot_bytes=4096)
     try:
         ring.join(writer=0)
-        process = ctx.Process(target=_die_after_join, args=(ring.name,))
-        process.start()
+        process = spawn_process(_die_after_join, ring.name)
         process.join(60)
         ring.publish_written(0, 2)
         began = time.perf_counter()
@@ -189,8 +187,7 @@ def _create_and_die(conn) -> None:
 def test_a_segment_left_by_a_dead_creator_is_swept_by_the_next_create():
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    process = ctx.Process(target=_create_and_die, args=(child,))
-    process.start()
+    process = spawn_process(_create_and_die, child)
     assert parent.poll(120)
     name = parent.recv()
     process.join(60)

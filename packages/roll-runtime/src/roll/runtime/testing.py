@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from multiprocessing.process import BaseProcess
 from types import ModuleType
 from typing import Any
 
@@ -34,3 +36,22 @@ def ship_module_by_value(module_name: str) -> None:
     """
     module: ModuleType = sys.modules[module_name]
     ray.cloudpickle.register_pickle_by_value(module)
+
+
+def spawn_process(target: Callable[..., Any], *args: Any) -> BaseProcess:
+    """Start ``target(*args)`` in a fresh interpreter (multiprocessing's ``spawn``), ``target`` shipped by value.
+
+    ``spawn`` pickles a function by its module's name, and a test file imported by pytest's ``importlib`` mode (or
+    run under Pants) is a module the child cannot import. The arguments still go through multiprocessing, so
+    queues and pipes of the spawn context work.
+    """
+    ship_module_by_value(target.__module__)
+    process = multiprocessing.get_context("spawn").Process(
+        target=_call_shipped, args=(ray.cloudpickle.dumps(target), *args)
+    )
+    process.start()
+    return process
+
+
+def _call_shipped(payload: bytes, *args: Any) -> None:
+    ray.cloudpickle.loads(payload)(*args)
