@@ -13,7 +13,7 @@ from pathlib import Path
 
 from roll.protocol import Dispatch, register
 from roll.runtime import ENV_WORKER_LOG, Cluster, Worker, WorkerConfig
-from roll.runtime.testing import ship_module_by_value
+from roll.runtime.testing import child_env, ship_module_by_value
 
 ship_module_by_value(__name__)
 
@@ -34,7 +34,7 @@ logging.getLogger("roll.strategies.vllm").warning("roll's own warning")
 
 def test_output_goes_to_the_file_and_roll_warnings_to_the_console(tmp_path: Path) -> None:
     log = tmp_path / "out" / "workers.log"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env = child_env()
     done = subprocess.run(
         [sys.executable, "-c", _SCRIPT, str(log)], capture_output=True, text=True, env=env, timeout=120, check=True
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 
@@ -11,15 +10,14 @@ import pytest
 
 from roll.pipelines.cli import EXIT_CONFIG, describe_error
 from roll.runtime import ConfigError, MissingExtraError, RollError, RpcTimeoutError, WorkerError
+from roll.runtime.testing import child_env
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="needs an environment without SGLang")
 def test_a_backend_missing_in_a_worker_prints_the_pip_command_and_exits_non_zero(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_AUTH_MODE"] = "disabled"
-    # The test's own import path: under Pants, roll's sources are not installed, only on this process's sys.path.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env = child_env(RAY_AUTH_MODE="disabled")  # the test's own import path (under Pants roll is not installed)
+    env.pop("RAY_ADDRESS", None)
     command = [sys.executable, "-m", "roll.pipelines.cli", "run", "rlvr-rollout-tiny"]
     overrides = ["actor_infer.strategy_args.strategy_name=sglang", f"output_dir={tmp_path / 'out'}"]
     result = subprocess.run(command + overrides, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)

@@ -4,7 +4,6 @@ made them take seconds). Checked by the modules a fresh interpreter has loaded, 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -13,6 +12,7 @@ import pytest
 import roll.pipelines
 from roll.pipelines.cli import EXIT_CONFIG
 from roll.runtime import ConfigError
+from roll.runtime.testing import child_env
 
 HEAVY = ("torch", "ray", "transformers", "tensordict", "vllm", "pyarrow")
 
@@ -29,7 +29,7 @@ print("RESULT " + json.dumps({{"code": code, "heavy": heavy}}))
 
 
 def _run(*args: str) -> tuple[dict, str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env = child_env()
     done = subprocess.run(
         [sys.executable, "-c", _SCRIPT.format(heavy=HEAVY), *args],
         capture_output=True,

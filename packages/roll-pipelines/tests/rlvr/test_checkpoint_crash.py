@@ -24,6 +24,7 @@ from roll.pipelines.checkpoint import verify_manifest
 from roll.pipelines.config import load_config
 from roll.pipelines.launcher import run_config
 from roll.pipelines.tracking import read_metrics
+from roll.runtime.testing import child_env
 
 DRIVER = Path(__file__).with_name("checkpoint_crash_driver.py")
 MODEL = "tiny://nano?seed=0"
@@ -80,7 +81,7 @@ def test_driver_sigkilled_during_a_checkpoint_save_resumes_to_identical_metrics(
     expected = _comparable(read_metrics(tmp_path / "uninterrupted" / "metrics.jsonl"))
 
     out, marker = tmp_path / "crashed", tmp_path / "in-save"
-    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    env = child_env(RAY_ADDRESS=ray.get_runtime_context().gcs_address)
     driver = subprocess.Popen(
         [sys.executable, str(DRIVER), json.dumps(_overrides(out, "ckcrash")), "4", str(marker)], env=env
     )

@@ -38,6 +38,16 @@ def ship_module_by_value(module_name: str) -> None:
     ray.cloudpickle.register_pickle_by_value(module)
 
 
+def child_env(**overrides: str) -> dict[str, str]:
+    """This process's environment for a Python child, with ``PYTHONPATH`` set to this process's import path.
+
+    Under Pants roll's sources are not installed, only on ``sys.path`` (as paths relative to the sandbox), so the
+    entries are made absolute: the child may run in another folder.
+    """
+    path = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
+    return {**os.environ, "PYTHONPATH": path, **overrides}
+
+
 def spawn_process(target: Callable[..., Any], *args: Any) -> BaseProcess:
     """Start ``target(*args)`` in a fresh interpreter (multiprocessing's ``spawn``), ``target`` shipped by value.
 
