@@ -242,6 +242,7 @@ def bench_weight_sync(args: argparse.Namespace) -> list[dict[str, Any]]:
 def start_role(resources, model: Path, strategy: str, strategy_config: dict, world_size: int):
     from roll.runtime import Cluster
     from roll.strategies import ModelArgs, StrategyArgs, StrategyWorker, StrategyWorkerConfig
+    from roll.strategies.weight_sync import weight_sync_env
 
     config = StrategyWorkerConfig(
         name=f"bench-{strategy}-{uuid.uuid4().hex[:6]}",
@@ -250,7 +251,8 @@ def start_role(resources, model: Path, strategy: str, strategy_config: dict, wor
         strategy_args=StrategyArgs(strategy_name=strategy, strategy_config=strategy_config),
         system_envs={"OMP_NUM_THREADS": "1"},
     )
-    cluster = Cluster(config.name, StrategyWorker, resources, config)
+    # The environment pipelines give their workers (Session.worker_env): memcpy settings for weight sync.
+    cluster = Cluster(config.name, StrategyWorker, resources, config, env=weight_sync_env())
     try:
         cluster.initialize()
     except BaseException:

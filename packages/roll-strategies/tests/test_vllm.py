@@ -291,6 +291,29 @@ def test_weight_sync_survives_bucket_memory_reused_after_each_call(engine, hf_mo
     assert vllm_greedy(engine, PROMPTS) == original
 
 
+def test_a_repeated_bucket_layout_is_replayed_and_matches_transformers(engine, hf_model):
+    """In place, the second sync of a bucket layout replays the copies the first made (no load_weights)."""
+    if not engine._in_place:
+        pytest.skip("only in-place engines replay their loads")
+    from roll.strategies.vllm import _inplace
+
+    original = vllm_greedy(engine, PROMPTS)
+    before = engine._rpc(_inplace.replay_counts)
+    for seed in (11, 12, 13):  # recorded, recorded again and compared, replayed
+        perturbed = copy.deepcopy(hf_model)
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for param in perturbed.parameters():
+                param.add_(torch.randn(param.shape, generator=generator) * 0.05)
+        # 30 kB buckets: a layout no other test uses, with q/k/v and gate/up split across buckets.
+        push(engine, perturbed.named_parameters(), 30_000)
+        assert vllm_greedy(engine, PROMPTS) == [hf_greedy(perturbed, p, 8) for p in PROMPTS] != original
+    replayable, not_replayable = engine._rpc(_inplace.replay_counts)
+    assert replayable > before[0] and not_replayable == before[1] == 0  # every layout of this model replays
+    push(engine, hf_model.state_dict().items(), 1 << 30)
+    assert vllm_greedy(engine, PROMPTS) == original
+
+
 def test_a_sync_aborted_midway_refuses_to_generate_until_a_complete_sync(engine, hf_model):
     original = vllm_greedy(engine, PROMPTS)
     buckets = list(iter_buckets(hf_model.state_dict().items(), 40_000))

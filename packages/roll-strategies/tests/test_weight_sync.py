@@ -120,7 +120,7 @@ def _reader(name: str, buckets: int, queue) -> None:
     ring.join(reader=0)
     seen = []
     for count in range(buckets):
-        ring.wait_written(count + 1, timeout_s=30)
+        ring.wait_written(count + 1, timeout_s=300)
         seen.append(int(ring.slots[count % 2][0]))
         ring.publish_read(0, count + 1)
     queue.put(seen)
@@ -135,12 +135,14 @@ def test_ring_hands_buckets_from_a_writer_to_a_reader_process_without_overwritin
     try:
         ring.join(writer=0)
         for count in range(6):
-            ring.wait_read(count - 1, timeout_s=30)  # the reader released bucket count - 2 (same slot)
+            # The reader released bucket count - 2 (same slot). Generous: a spawned process importing torch can take
+            # over 30 s to start on a loaded machine.
+            ring.wait_read(count - 1, timeout_s=300)
             ring.slots[count % 2][0] = 10 + count
             ring.publish_written(0, count + 1)
-        assert queue.get(timeout=60) == [10, 11, 12, 13, 14, 15]
+        assert queue.get(timeout=300) == [10, 11, 12, 13, 14, 15]
     finally:
-        reader.join(60)
+        reader.join(300)
         ring.close()
 
 

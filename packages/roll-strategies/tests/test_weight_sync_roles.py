@@ -41,7 +41,11 @@ def segments() -> set[str]:
 
 
 class FaultyWriter(WeightWriter):
-    """Wraps a rank's writer; fails (or hangs) when it reaches tensor ``at`` if the worker armed a fault."""
+    """Wraps a rank's writer; fails (or hangs) when it reaches tensor ``at`` if the worker armed a fault.
+
+    With ``wait_for`` (marker files), the fault first waits until they all exist: a test that needs the receivers
+    to have loaded part of the sync does not depend on how far ahead of them the writers may run (ring slots).
+    """
 
     def __init__(self, inner: WeightWriter, worker: TrainWorker) -> None:
         self.inner, self.worker = inner, worker
@@ -51,6 +55,9 @@ class FaultyWriter(WeightWriter):
         fault = self.worker.fault
         if fault is not None and start >= fault["at"]:
             self.worker.fault = None
+            deadline = time.monotonic() + 120
+            while not all(Path(p).exists() for p in fault["wait_for"]) and time.monotonic() < deadline:
+                time.sleep(0.01)
             if fault["action"] == "hang":
                 Path(fault["marker"]).touch()
                 time.sleep(600)
@@ -68,9 +75,9 @@ class TrainWorker(StrategyWorker):
         return FaultyWriter(super().weight_writer(), self)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def arm(self, at: int, action: str = "raise", marker: str = "") -> None:
+    def arm(self, at: int, action: str = "raise", marker: str = "", wait_for: Sequence[str] = ()) -> None:
         if self.rank == 0:
-            self.fault = {"at": at, "action": action, "marker": marker}
+            self.fault = {"at": at, "action": action, "marker": marker, "wait_for": list(wait_for)}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def nudge(self, seed: int) -> None:
@@ -98,6 +105,22 @@ class InferWorker(StrategyWorker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def place_far(self, ranks: list[int]) -> None:
         self.far_ranks = tuple(ranks)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def mark_loads(self, folder: str | None) -> None:
+        """Touch ``folder/loaded-<rank>`` whenever a bucket reaches this worker's engine (None: stop)."""
+        strategy = self._bare_strategy()
+        vars(strategy).pop("update_weights", None)
+        if folder is None:
+            return
+        original = strategy.update_weights
+        marker = Path(folder) / f"loaded-{self.rank}"
+
+        def marking(named_tensors):
+            original(named_tensors)
+            marker.touch()
+
+        strategy.update_weights = marking
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def arm(self, rank: int, after: int) -> None:
@@ -160,6 +183,12 @@ def trainer(request, tiny_model, resources) -> Iterator[Cluster]:
     cluster.shutdown()
 
 
+def mark_loads(receivers: Cluster, folder: Path) -> list[str]:
+    """The marker files that appear once each receiver loaded a bucket (see InferWorker.mark_loads)."""
+    receivers.mark_loads(str(folder))
+    return [str(folder / f"loaded-{rank}") for rank in range(receivers.world_size)]
+
+
 def assert_synced(trainer: Cluster, receivers: Cluster) -> None:
     expected = trainer.weights()[0]
     for got in receivers.weights():
@@ -212,13 +241,18 @@ def test_auto_reads_in_place_on_the_node_and_broadcasts_elsewhere(trainer, recei
 
 # --- failures midway ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("transport", ["shared_memory", "collective"])
-def test_a_sender_failure_midway_fences_the_receivers_off_until_a_sync_completes(transport, trainer, receivers):
+def test_a_sender_failure_midway_fences_the_receivers_off_until_a_sync_completes(
+    transport, trainer, receivers, tmp_path
+):
     group = ModelUpdateGroup(trainer, receivers, bucket_size_mb=BUCKET_MB, transport=transport)
     try:
         group.update(0, force=True)
         assert receivers.probe() == ["ok", "ok"]
         trainer.nudge(4)
-        trainer.arm(at=8)  # a few buckets in
+        # A few buckets in, once both engines loaded one of this sync's buckets. Without the wait the writers,
+        # up to (ring slots - 1) buckets ahead, may fail before a receiver loaded anything: the receivers then
+        # rightly keep their old weights unfenced (test_a_failure_before_the_first_bucket_keeps_the_old_weights).
+        trainer.arm(at=8, wait_for=mark_loads(receivers, tmp_path))
         with pytest.raises(RollError, match="injected sender failure|aborted"):
             group.update(1, force=True)
         for rank in range(2):
@@ -229,6 +263,7 @@ def test_a_sender_failure_midway_fences_the_receivers_off_until_a_sync_completes
         assert_synced(trainer, receivers)
         assert not segments()
     finally:
+        receivers.mark_loads(None)
         group.close()
 
 
@@ -277,7 +312,7 @@ def test_a_sender_killed_midway_fails_the_sync_quickly_and_leaves_no_segment(tin
     try:
         group.update(0, force=True)
         marker = tmp_path / "hanging"
-        trainer.arm(at=8, action="hang", marker=str(marker))
+        trainer.arm(at=8, action="hang", marker=str(marker), wait_for=mark_loads(receivers, tmp_path))
         errors: list[BaseException] = []
         sync = threading.Thread(target=lambda: _capture(errors, lambda: group.update(1, force=True)))
         sync.start()

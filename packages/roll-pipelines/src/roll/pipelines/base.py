@@ -34,6 +34,7 @@ from roll.pipelines.plots import write_plots
 from roll.pipelines.tracking import Tracker
 from roll.runtime import ENV_WORKER_LOG, Cluster, ConfigError, ResourceManager, init, materialize_all
 from roll.strategies import ModelUpdateGroup
+from roll.strategies.weight_sync import weight_sync_env
 
 __all__ = ["BasePipeline", "Role", "Session", "set_seed"]
 
@@ -79,7 +80,8 @@ class Session:
     @property
     def worker_env(self) -> dict[str, str]:
         """Environment variables every worker of this session gets (a role's ``system_envs`` override them)."""
-        return {ENV_WORKER_LOG: str(self.worker_log.resolve())}
+        # weight_sync_env: memcpy settings for the processes that copy weights into and out of sync buckets.
+        return {ENV_WORKER_LOG: str(self.worker_log.resolve()), **weight_sync_env()}
 
     @classmethod
     def open(cls, config: BaseConfig) -> Session:

@@ -5,7 +5,8 @@ tensor, so a reload must rebuild each layer from scratch (materialize, copy, rep
 copying the bytes, plus fresh page faults every sync). With :func:`plain_cpu_linears` active while the engine
 loads, linear layers keep their weight tensor and run ``torch.nn.functional.linear`` on it; a sync is then the
 model's own ``load_weights`` copying each tensor straight into the live parameter (q/k/v and gate/up into their
-fused slices), with nothing to redo afterwards.
+fused slices), with nothing to redo afterwards; from the second sync on those copies are replayed without
+``load_weights`` (``_replay``).
 
 :func:`in_place_ready` checks, per engine, that every layer is in that state (unquantized, plain linear); the
 strategy falls back to the layerwise reload of ``_reload`` otherwise.
@@ -19,9 +20,12 @@ from typing import Any
 
 import torch
 
-__all__ = ["in_place_ready", "load_in_place", "parameter_names", "plain_cpu_linears"]
+from roll.strategies.vllm._replay import ReplayCache
+
+__all__ = ["in_place_ready", "load_in_place", "parameter_names", "plain_cpu_linears", "replay_counts"]
 
 _UNQUANTIZED = ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod")
+_REPLAY_ATTR = "_roll_weight_replay"  # the engine worker's ReplayCache
 
 
 @contextlib.contextmanager
@@ -69,10 +73,27 @@ def parameter_names(worker: Any) -> list[str]:
 
 
 def load_in_place(worker: Any, named_tensors: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
-    """Copy one bucket (HF names) into the live parameters; returns the vLLM parameter names it filled."""
+    """Copy one bucket (HF names) into the live parameters; returns the vLLM parameter names it filled.
+
+    The first bucket of each layout goes through the model's ``load_weights``; later ones replay the copies it
+    made (see ``_replay``).
+    """
     from vllm.config import set_current_vllm_config
 
     model = worker.model_runner.get_model()
-    with set_current_vllm_config(worker.vllm_config), torch.no_grad():
-        loaded = model.load_weights(iter(named_tensors))
-    return sorted(loaded or ())
+
+    def load_weights(tensors: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
+        with set_current_vllm_config(worker.vllm_config), torch.no_grad():
+            return sorted(model.load_weights(iter(tensors)) or ())
+
+    cache = getattr(worker, _REPLAY_ATTR, None)
+    if cache is None:
+        cache = ReplayCache()
+        setattr(worker, _REPLAY_ATTR, cache)
+    return cache.load(model, named_tensors, load_weights)
+
+
+def replay_counts(worker: Any) -> tuple[int, int]:
+    """(bucket layouts this engine replays, layouts it loads through ``load_weights`` every time)."""
+    cache = getattr(worker, _REPLAY_ATTR, None)
+    return (0, 0) if cache is None else cache.counts()

@@ -21,7 +21,7 @@ from roll.strategies.base import InferenceStrategy, StrategyError
 from roll.strategies.weight_sync.collective import BroadcastGroup, BroadcastReceiver
 from roll.strategies.weight_sync.cuda_ipc import import_slots
 from roll.strategies.weight_sync.plan import slot_views
-from roll.strategies.weight_sync.ring import NUM_SLOTS, SharedRing, WeightSyncAborted
+from roll.strategies.weight_sync.ring import SharedRing, WeightSyncAborted
 from roll.strategies.weight_sync.sender import ChannelSpec
 
 __all__ = ["LoadTracker", "ReceiverSession", "TornWeightsGuard"]
@@ -63,7 +63,7 @@ class ReceiverSession:
     def _next(self, count: int) -> tuple[int, float]:
         """The slot holding bucket ``count`` (global number) and the seconds waited for it."""
         if self.ring is not None:
-            return count % NUM_SLOTS, self.ring.wait_written(count + 1, self.spec.timeout_s)
+            return count % self.ring.num_slots, self.ring.wait_written(count + 1, self.spec.timeout_s)
         began = time.perf_counter()
         assert self.receiver is not None  # a reader without a ring is a broadcast member
         slot = self.receiver.next(self.spec.timeout_s)

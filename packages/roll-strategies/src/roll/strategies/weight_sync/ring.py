@@ -1,20 +1,24 @@
-"""A bucket ring in shared memory: two slots and the counters that hand them from writers to readers.
+"""A bucket ring in shared memory: ``n`` slots (two or more) and the counters that hand them from writers to readers.
 
 One segment per channel lives in ``/dev/shm``: a control block (a few int64 counters, one cache line each), an
-abort message, then two slots of ``slot_bytes`` (none when the slots are device memory shared by CUDA IPC). Every
-process of one node maps the same pages, so a bucket written once is read in place by every reader.
+abort message, then ``n`` slots of ``slot_bytes`` (none when the slots are device memory shared by CUDA IPC).
+Every process of one node maps the same pages, so a bucket written once is read in place by every reader.
 
 Protocol (``g`` counts buckets over the channel's life, sync after sync): a writer puts bucket ``g`` in slot
-``g % 2`` once every reader has finished bucket ``g - 2`` (all ``read`` counters >= g - 1), then sets its own
+``g % n`` once every reader has finished bucket ``g - n`` (all ``read`` counters >= g - n + 1), then sets its own
 ``written`` counter to ``g + 1``; a reader waits for every ``written`` counter >= g + 1, reads, and sets its
 ``read`` counter to ``g + 1``. Several writers (training ranks that each fill the shards they own) write
 disjoint bytes of the same bucket. Counters are aligned 8-byte stores, seen in program order on x86 (TSO).
+Waiting: a waiter sleeps on a futex over the low half of the counter it waits for, and every publish wakes that
+word's sleepers (:mod:`._futex`), so a bucket reaches its readers with one wake-up and no polling; where futexes
+are unavailable, waiters poll with sleeps of up to 1 ms.
 
-Failure: any participant that fails sets the abort flag with a message; every waiter checks it and the liveness
-of its peers (same node, so by pid), so a dead or failing process stops the others within ~100 ms instead of
-a timeout. Cleanup: the segment's name is removed as soon as every participant has mapped it (``unlink``), so
-the memory goes away with the last process that maps it, even if processes are killed. Names carry the creator's
-pid; a name left by a dead creator (killed between create and unlink) is removed by the next :meth:`create`.
+Failure: any participant that fails sets the abort flag with a message (and wakes every waiter); every waiter
+checks it and the liveness of its peers (same node, so by pid), so a dead or failing process stops the others
+within ~100 ms instead of a timeout. Cleanup: the segment's name is removed as soon as every participant has
+mapped it (``unlink``), so the memory goes away with the last process that maps it, even if processes are
+killed. Names carry the creator's pid; a name left by a dead creator (killed between create and unlink) is
+removed by the next :meth:`create`.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import numpy as np
 import torch
 
 from roll.strategies.base import StrategyError
+from roll.strategies.weight_sync import _futex
 
 __all__ = ["SHM_DIR", "SharedRing", "WeightSyncAborted", "sweep_stale_segments"]
 
@@ -40,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 SHM_DIR = Path("/dev/shm")
 PREFIX = "roll-ws-"
-NUM_SLOTS = 2
+NUM_SLOTS = 2  # the fewest slots a ring has (double buffering); host rings may have more, see create()
 _MAGIC = 0x524F4C4C5753  # "ROLLWS"
 _LINE = 8  # int64 words per cache line: every counter gets a line of its own
 _MESSAGE_BYTES = 2048
@@ -49,7 +54,7 @@ _CHECK_PEERS_S = 0.1
 _MAX_SLEEP_S = 1e-3
 
 # Word indices (in units of cache lines) of the control block.
-_W_MAGIC, _W_ABORT, _W_WRITERS, _W_READERS, _W_SLOT_BYTES, _W_SLOTS, _W_PIDNS = range(7)
+_W_MAGIC, _W_ABORT, _W_WRITERS, _W_READERS, _W_SLOT_BYTES, _W_SLOTS, _W_PIDNS, _W_NUM_SLOTS = range(8)
 _FIRST_PEER = 8  # then per writer: pid, written; per reader: pid, read
 
 _created: set[str] = set()  # names this process created and has not unlinked yet
@@ -126,6 +131,7 @@ class SharedRing:
         self.num_readers = int(head[_W_READERS * _LINE])
         self.slot_bytes = int(head[_W_SLOT_BYTES * _LINE])
         self._host_slots = bool(head[_W_SLOTS * _LINE])
+        self.num_slots = int(head[_W_NUM_SLOTS * _LINE])
         del head
         words = (_FIRST_PEER + 2 * (self.num_writers + self.num_readers)) * _LINE
         # The control words; None once closed (typed loosely so the hot paths index it without narrowing).
@@ -143,7 +149,7 @@ class SharedRing:
                 torch.from_numpy(
                     np.frombuffer(self._mmap, dtype=np.uint8, count=self.slot_bytes, offset=start + i * self.slot_bytes)
                 )
-                for i in range(NUM_SLOTS)
+                for i in range(self.num_slots)
             ]
         self._namespace = _pid_namespace()
 
@@ -163,13 +169,23 @@ class SharedRing:
 
     # --- lifecycle --------------------------------------------------------------------------------------
     @classmethod
-    def create(cls, *, num_writers: int, num_readers: int, slot_bytes: int, host_slots: bool = True) -> SharedRing:
-        """A new segment with ``NUM_SLOTS`` slots of ``slot_bytes`` (page-aligned), counters at 0."""
+    def create(
+        cls,
+        *,
+        num_writers: int,
+        num_readers: int,
+        slot_bytes: int,
+        host_slots: bool = True,
+        num_slots: int = NUM_SLOTS,
+    ) -> SharedRing:
+        """A new segment with ``num_slots`` slots of ``slot_bytes`` (page-aligned), counters at 0."""
+        if num_slots < 1:
+            raise ValueError(f"a ring needs at least one slot, got {num_slots}")
         if not SHM_DIR.is_dir():
             raise StrategyError(f"{SHM_DIR} does not exist: same-node weight sync needs POSIX shared memory")
         sweep_stale_segments()
         slot_bytes = (slot_bytes + _PAGE - 1) // _PAGE * _PAGE
-        size = cls._header_bytes(num_writers, num_readers) + (NUM_SLOTS * slot_bytes if host_slots else 0)
+        size = cls._header_bytes(num_writers, num_readers) + (num_slots * slot_bytes if host_slots else 0)
         name = f"{PREFIX}{os.getpid()}-{_pid_namespace()}-{uuid.uuid4().hex[:12]}"
         fd = os.open(SHM_DIR / name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         _created.add(name)
@@ -180,6 +196,7 @@ class SharedRing:
             head[_W_READERS * _LINE] = num_readers
             head[_W_SLOT_BYTES * _LINE] = slot_bytes
             head[_W_SLOTS * _LINE] = int(host_slots)
+            head[_W_NUM_SLOTS * _LINE] = num_slots
             head[_W_PIDNS * _LINE] = _pid_namespace()
             head[_W_MAGIC * _LINE] = _MAGIC
             os.pwrite(fd, head.tobytes(), 0)
@@ -247,26 +264,38 @@ class SharedRing:
         return int(self._ctrl[self._read].min()) if self.num_readers else 1 << 62
 
     def publish_written(self, writer: int, count: int) -> None:
-        self._ctrl[(self._writer_words[writer] + 1) * _LINE] = count
+        self._publish((self._writer_words[writer] + 1) * _LINE, count)
 
     def publish_read(self, reader: int, count: int) -> None:
-        self._ctrl[(self._reader_words[reader] + 1) * _LINE] = count
+        self._publish((self._reader_words[reader] + 1) * _LINE, count)
+
+    def _publish(self, word: int, count: int) -> None:
+        # An aligned 8-byte store, then the wake: a waiter either sees the new value or is asleep on the old one.
+        self._ctrl[word] = count
+        _futex.wake(self._address(word))
 
     def wait_written(self, count: int, timeout_s: float) -> float:
         """Block until every writer finished ``count`` buckets; returns the seconds waited."""
-        return self._wait(lambda: self.written() >= count, f"bucket {count - 1} from the writers", timeout_s)
+        return self._wait(self._written, count, f"bucket {count - 1} from the writers", timeout_s)
 
     def wait_read(self, count: int, timeout_s: float) -> float:
         """Block until every reader finished ``count`` buckets; returns the seconds waited."""
-        return self._wait(lambda: self.read() >= count, f"the readers to release bucket {count - 1}", timeout_s)
+        return self._wait(self._read, count, f"the readers to release bucket {count - 1}", timeout_s)
 
-    def _wait(self, ready, what: str, timeout_s: float) -> float:
+    def _lagging(self, words: np.ndarray, count: int) -> int | None:
+        """The first of ``words`` (control-word indices) whose counter is below ``count``, or None."""
+        for word in words.tolist():
+            if int(self._ctrl[word]) < count:
+                return int(word)
+        return None
+
+    def _wait(self, words: np.ndarray, count: int, what: str, timeout_s: float) -> float:
         start = time.perf_counter()
-        if ready():
+        if self._lagging(words, count) is None:
             self.check()
             return 0.0
         deadline, next_check, delay = start + timeout_s, start + _CHECK_PEERS_S, 2e-5
-        while not ready():
+        while (word := self._lagging(words, count)) is not None:
             self.check()
             now = time.perf_counter()
             if now >= next_check:
@@ -278,9 +307,19 @@ class SharedRing:
             if now >= deadline:
                 self.abort(f"pid {os.getpid()} waited {timeout_s:.0f} s for {what}")
                 self.check()
-            time.sleep(delay)
-            delay = min(delay * 2, _MAX_SLEEP_S)
+            if _futex.AVAILABLE:
+                # Sleep in the kernel until the lagging counter changes (its publisher wakes us) or the next check.
+                value = int(self._ctrl[word])
+                if value < count:
+                    _futex.wait(self._address(word), value, min(next_check, deadline) - now)
+            else:
+                time.sleep(delay)
+                delay = min(delay * 2, _MAX_SLEEP_S)
         return time.perf_counter() - start
+
+    def _address(self, word: int) -> int:
+        """Address of control word ``word`` (an int64; a futex watches its low half, little-endian)."""
+        return int(self._ctrl.ctypes.data) + 8 * word
 
     # --- abort ------------------------------------------------------------------------------------------
     def abort(self, message: str) -> None:
@@ -291,6 +330,8 @@ class SharedRing:
         data = message.encode()[: _MESSAGE_BYTES - 1]
         self._mmap[offset : offset + len(data) + 1] = data + b"\0"
         self._ctrl[_W_ABORT * _LINE] = 1
+        for word in self._written.tolist() + self._read.tolist():  # every waiter sleeps on one of these
+            _futex.wake(self._address(int(word)))
 
     @property
     def aborted(self) -> bool:

@@ -24,7 +24,7 @@ from roll.strategies.weight_sync.ring import NUM_SLOTS, SharedRing
 from roll.strategies.weight_sync.routes import Routes
 from roll.strategies.weight_sync.writer import WeightWriter, WriteStats
 
-__all__ = ["ChannelSpec", "SenderSession", "open_channel"]
+__all__ = ["ChannelSpec", "SenderSession", "host_slots", "open_channel"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,19 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# A host ring gets up to this many slots, within HOST_RING_BYTES (and never fewer than NUM_SLOTS).
+MAX_HOST_SLOTS = 4
+HOST_RING_BYTES = 1 << 30
+
+
+def host_slots(plan: SyncPlan) -> int:
+    """Slots of a ``/dev/shm`` ring: with more than two, writers run up to ``slots - 1`` buckets ahead of the
+    slowest reader, so a reader that is late to wake up (on a busy machine a woken process can wait tens of
+    milliseconds for a core) does not stall the writers bucket after bucket."""
+    fit = HOST_RING_BYTES // max(plan.slot_bytes, 1)
+    return max(NUM_SLOTS, min(MAX_HOST_SLOTS, len(plan.buckets), fit))
+
+
 def open_channel(
     group: str,
     plan: SyncPlan,
@@ -68,11 +81,12 @@ def open_channel(
         num_readers=routes.ring_readers,
         slot_bytes=plan.slot_bytes,
         host_slots=host,
+        num_slots=host_slots(plan) if host else NUM_SLOTS,
     )
     cuda_slots = None
     handles = None
     if not host:
-        cuda_slots = [torch.empty(plan.slot_bytes, dtype=torch.uint8, device=device) for _ in range(NUM_SLOTS)]
+        cuda_slots = [torch.empty(plan.slot_bytes, dtype=torch.uint8, device=device) for _ in range(ring.num_slots)]
         handles = export_slots(cuda_slots) if routes.readers else None
     master = (address, _free_port()) if routes.broadcast else None
     spec = ChannelSpec(group, plan, routes, ring.name, gpu, handles, master, timeout_s)
@@ -132,11 +146,12 @@ class SenderSession:
                 waited = 0.0
                 if self.writer_index is not None:
                     assert ring is not None  # writers always hold the ring
-                    waited = ring.wait_read(count - NUM_SLOTS + 1, timeout)
-                    out = self.outs[count % NUM_SLOTS][bucket.index]
-                cpu = time.process_time()
+                    waited = ring.wait_read(count - ring.num_slots + 1, timeout)
+                    out = self.outs[count % ring.num_slots][bucket.index]
+                cpu, wall = time.process_time(), time.perf_counter()
                 part = self.writer.write(bucket.start, bucket.stop, out, local=self.spec.routes.local_writes)
                 write_cpu_s += time.process_time() - cpu
+                write_s = time.perf_counter() - wall
                 if self.writer_index is not None:
                     if self.device.type == "cuda":
                         torch.cuda.current_stream(self.device).synchronize()
@@ -144,7 +159,7 @@ class SenderSession:
                     ring.publish_written(self.writer_index, count + 1)
                 stats.add(part)
                 wait_s += waited
-                buckets.append({"wait_s": waited, "gather_s": part.gather_s, "pack_s": part.pack_s})
+                buckets.append({"wait_s": waited, "gather_s": part.gather_s, "pack_s": part.pack_s, "write_s": write_s})
             if self.relay is not None:
                 self.relay.join(timeout)
         except BaseException as e:
