@@ -22,10 +22,11 @@ Weight sync
     "object_store" (Ray). Receivers (``--sync-receivers``): "vllm" (the engine as configured by default: on CPU
     each layer is rebuilt and its weights re-packed for oneDNN), "vllm-in-place" (``cpu_plain_linear``: tensors
     copied into the live weights) and "mock_infer" (loads nothing: the transport alone). All channels of one
-    model and receiver kind are alive together: each is synced once untimed (setup), then ``--reps`` rounds time
-    one sync of every channel and one memcpy of the same bytes (``np.copyto`` into a pre-faulted buffer, in a Ray
-    worker: Ray runs workers at nice 15, so a driver-side copy would be an unfair baseline on a loaded machine), so
-    every ratio compares measurements taken under the same load of this shared machine. Reported, as medians: the
+    model, receiver kind and transport are alive together (transports one after another): each is synced once
+    untimed (setup), then ``--reps`` rounds time one sync of every channel and one memcpy of the same bytes
+    (``np.copyto`` into a pre-faulted buffer, in a Ray worker: Ray runs workers at nice 15, so a driver-side copy
+    would be an unfair baseline on a loaded machine), so every ratio compares measurements taken under the same
+    load of this shared machine. Reported, as medians: the
     whole sync (driver wall clock of ``update()``) and ``transport_s`` (send start to the last bucket readable by
     the last receiver), as GB/s and as a fraction of memcpy, and the phases from the ``weight_sync/*`` metrics:
     gather (full tensors from shards), pack (copies into the bucket slots), send wait (for a free slot), receive
@@ -204,7 +205,7 @@ PHASES = (
 
 
 def bench_weight_sync(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Every (train ranks, receivers, transport) channel of one model and receiver kind is alive at once and timed
+    """Every (train ranks, receivers) channel of one model, receiver kind and transport is alive at once and timed
     round-robin, with a memcpy of the same bytes in each round: ratios compare measurements taken under the same
     machine load (this machine is shared; a slow minute hits every variant alike)."""
     from roll.runtime import ResourceManager
@@ -227,8 +228,12 @@ def bench_weight_sync(args: argparse.Namespace) -> list[dict[str, Any]]:
                         for count in args.receivers:
                             log(f"  {count} x {receiver}")
                             engines[count] = start_role(resources, model, backend, strategy_config, count)
-                        for point in time_channels(trainers, engines, args):
-                            rows.append({**point, "model": size, "params": params, "receiver": receiver})
+                        # One transport's channels at a time: beside live collective channels, shared-memory syncs
+                        # measured ~4x slower (docs/results/weight_sync.md, Run D), and a pipeline holds one channel
+                        # per pair of roles, never one of each transport.
+                        for transport in args.transports:
+                            for point in time_channels(trainers, engines, transport, args):
+                                rows.append({**point, "model": size, "params": params, "receiver": receiver})
                     finally:
                         for cluster in engines.values():
                             cluster.shutdown()
@@ -261,14 +266,13 @@ def start_role(resources, model: Path, strategy: str, strategy_config: dict, wor
     return cluster
 
 
-def time_channels(trainers: dict, engines: dict, args: argparse.Namespace) -> list[dict[str, Any]]:
+def time_channels(trainers: dict, engines: dict, transport: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     from roll.strategies import ModelUpdateGroup
 
     groups = {
         (ranks, count, transport): ModelUpdateGroup(trainer, engine, bucket_size_mb=args.bucket_mb, transport=transport)
         for ranks, trainer in trainers.items()
         for count, engine in engines.items()
-        for transport in args.transports
     }
     results: dict[tuple, list[dict[str, Any]]] = {key: [] for key in groups}
     first: dict[tuple, float] = {}
