@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
+from roll.runtime.testing import child_env
+
 
 def test_importing_the_runtime_imports_no_torch():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     code = (
         "import sys, roll.runtime\nheavy = sorted({'torch', 'tensordict'} & set(sys.modules))\nassert not heavy, heavy"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=child_env())
     assert result.returncode == 0, result.stderr

@@ -118,3 +118,16 @@ def test_config_errors_name_the_tags(tokenizer) -> None:
         make(tokenizer, tags=["Nope"])
     with pytest.raises(ConfigError, match="mix env managers"):
         make(tokenizer, tags=["FL", "FLstep"])
+
+
+def test_close_cancels_tasks_left_on_the_schedulers_loop(tokenizer) -> None:
+    """A client may park a task on the scheduler's loop (ClusterPolicyClient's batching server); close ends it."""
+    import asyncio
+
+    scheduler = make(tokenizer)
+    scheduler.get_batch(3)
+    loop = scheduler._loop
+    assert loop is not None
+    parked = loop.create_task(asyncio.Event().wait())
+    scheduler.close()
+    assert parked.cancelled() and loop.is_closed()

@@ -260,5 +260,15 @@ class RolloutScheduler:
     def close(self) -> None:
         self.executor.close()
         if self._loop is not None:
+            _cancel_pending(self._loop)  # e.g. a policy client's serve task, parked on this loop
             self._loop.close()
             self._loop = None
+
+
+def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks still parked on ``loop`` and let them finish, so none is destroyed pending."""
+    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
