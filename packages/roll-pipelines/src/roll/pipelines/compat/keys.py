@@ -142,7 +142,9 @@ TOP_KEYS: dict[str, Rule] = {
     "minibatch_data_iter_num": _unsupported("several passes per mini-batch", noop=_equals(None, 1)),
     # SFT / DPO top-level data keys
     "prompt_key": Rule("renamed", "<trained role>.data_args.prompt_key"),
-    "query_key": _unsupported("a second prompt column (Alpaca 'input'); merge it into the prompt column"),
+    "query_key": Rule(
+        "renamed", "<trained role>.data_args.query_key", "appended to the prompt after a newline when non-empty"
+    ),
     "response_key": Rule("renamed", "<trained role>.data_args.response_key"),
     "system_key": _unsupported("a per-row system column; use data_args.system_prompt"),
     "chosen_key": Rule("renamed", "actor_train.data_args.chosen_key"),

@@ -257,7 +257,7 @@ class _Translator:
         elif key == "ipo":
             self.out["loss_type"] = "ipo" if value else "sigmoid"
             self.row(key, "renamed", "loss.loss_type", "true: ipo, false: sigmoid")
-        elif key in ("prompt_key", "response_key", "chosen_key", "rejected_key", "question_key", "answer_key"):
+        elif key in ("prompt_key", "query_key", "response_key", "chosen_key", "rejected_key", "question_key", "answer_key"):
             target = rule.target.replace("<trained role>", self.trained) if rule.target else ""
             self.set_path(target, value, key)
             self.row(key, "renamed", target)
