@@ -257,7 +257,15 @@ class _Translator:
         elif key == "ipo":
             self.out["loss_type"] = "ipo" if value else "sigmoid"
             self.row(key, "renamed", "loss.loss_type", "true: ipo, false: sigmoid")
-        elif key in ("prompt_key", "query_key", "response_key", "chosen_key", "rejected_key", "question_key", "answer_key"):
+        elif key in (
+            "prompt_key",
+            "query_key",
+            "response_key",
+            "chosen_key",
+            "rejected_key",
+            "question_key",
+            "answer_key",
+        ):
             target = rule.target.replace("<trained role>", self.trained) if rule.target else ""
             self.set_path(target, value, key)
             self.row(key, "renamed", target)
@@ -315,8 +323,8 @@ class _Translator:
             self.out["kl_ctrl_type"] = "adaptive"
             self.out.setdefault("kl_horizon", data.get("kl_horizon", 10000))
             note = "set: adaptive KL controller, as ROLL"
-        elif key == "batch_adjust_mode" and value not in ("copy", "delete", "none"):
-            self.row(key, "unsupported", target, f"batch_adjust_mode {value!r}: roll adjusts by copy or delete")
+        elif key == "batch_adjust_mode" and value not in ("copy", "delete", "none", "auto", "random_sample"):
+            self.row(key, "unsupported", target, f"batch_adjust_mode {value!r}: not one of ROLL's modes")
             return
         elif key == "async_generation_ratio" and not value:
             self.row(key, "ignored", note=f"{value!r} is ROLL's default (synchronous); roll's default step is too")
