@@ -36,7 +36,7 @@ from roll.pipelines.rlvr.workers import CriticWorker, InferWorker, PolicyWorker
 from roll.pipelines.stages import StepTimer, UpdatePlan, is_eval_step
 from roll.pipelines.tokenizers import load_tokenizer
 from roll.protocol import DataProto
-from roll.runtime import ConfigError, import_target, materialize_all
+from roll.runtime import import_target, materialize_all
 
 __all__ = ["AgenticPipeline", "adjust_batch"]
 
