@@ -266,7 +266,6 @@ MODEL_ARGS: dict[str, Rule] = {
     "gradient_checkpointing_use_reentrant": _ignored("roll uses non-reentrant checkpointing"),
     "num_labels": _ignored("value heads have one output"),
     "model_config_kwargs": _unsupported("overrides of the HF model config"),
-    "freeze_module_prefix": _unsupported("freezing modules by prefix"),
     "flash_attn": _ignored("attention kernel choice; use attn_implementation"),
     "ulysses_size": _unsupported("Ulysses sequence parallelism", noop=_equals(None, 1)),
 }

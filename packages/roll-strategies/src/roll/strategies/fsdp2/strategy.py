@@ -43,6 +43,7 @@ from roll.strategies.fsdp2._optim import build_optimizer, build_scheduler
 from roll.strategies.fsdp2._weights import iter_full_weights, load_full_weights
 from roll.strategies.fsdp2._writer import Fsdp2WeightWriter
 from roll.strategies.fsdp2.config import Fsdp2Config
+from roll.strategies.freezing import freeze_by_prefix
 from roll.strategies.ops import accepts_logits_to_keep, packed_attention_mask
 from roll.strategies.varlen import register_varlen_sdpa, varlen_kwargs
 
@@ -83,6 +84,8 @@ class _Fsdp2Model(InferenceStrategy):
         if packing and self.model_args.attn_implementation in (None, "sdpa", "eager"):
             # Packed rows attend per sequence (cu_seqlens) instead of through a dense block-diagonal mask.
             _model.hf_model(model).set_attn_implementation(register_varlen_sdpa())  # type: ignore[operator]
+        if train and self.model_args.freeze_module_prefix:
+            freeze_by_prefix(model, self.model_args.freeze_module_prefix)  # HF names, before sharding
         if self.model_args.lora_rank > 0:
             if train:
                 model = _model.apply_lora(model, self.model_args)
@@ -101,6 +104,8 @@ class _Fsdp2Model(InferenceStrategy):
         model = load_role_model(
             self.model_args.model_name_or_path, torch.float32 if train else self.compute_dtype, train=train
         )
+        if train and self.model_args.freeze_module_prefix:
+            freeze_by_prefix(model, self.model_args.freeze_module_prefix)
         self.hf_config, self.generation_config, self._keeps_logits = model.config, None, False
         self.model = shard_diffusion_model(
             model,
