@@ -130,7 +130,9 @@ def test_fsdp2_frozen_params_do_not_change_and_are_not_in_the_optimizer(tiny_mod
 
 
 def test_fsdp2_unknown_prefix_fails_at_load_naming_it(tiny_model: Path) -> None:
-    with pytest.raises(ConfigError, match=r"'model\.layer\.1' matches no parameter.*nearby module names: model\.layers"):
+    with pytest.raises(
+        ConfigError, match=r"'model\.layer\.1' matches no parameter.*nearby module names: model\.layers"
+    ):
         make_strategy(tiny_model, freeze_module_prefix="model.layer.1")
 
 

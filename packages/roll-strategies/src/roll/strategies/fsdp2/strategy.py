@@ -37,13 +37,13 @@ from roll.strategies.contract import (
     StrategyError,
     check_logits_to_keep,
 )
+from roll.strategies.freezing import freeze_by_prefix
 from roll.strategies.fsdp2 import _model
 from roll.strategies.fsdp2._checkpoint import export_hf_folder, load_training_state, save_training_state
 from roll.strategies.fsdp2._optim import build_optimizer, build_scheduler
 from roll.strategies.fsdp2._weights import iter_full_weights, load_full_weights
 from roll.strategies.fsdp2._writer import Fsdp2WeightWriter
 from roll.strategies.fsdp2.config import Fsdp2Config
-from roll.strategies.freezing import freeze_by_prefix
 from roll.strategies.ops import accepts_logits_to_keep, packed_attention_mask
 from roll.strategies.varlen import register_varlen_sdpa, varlen_kwargs
 
