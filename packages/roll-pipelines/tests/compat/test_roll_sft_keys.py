@@ -91,3 +91,16 @@ def test_agentic_random_sample_is_mapped() -> None:
     row = next(row for row in translation.rows if row.key == "batch_adjust_mode")
     assert (row.status, row.target) == ("mapped", "update.batch_adjust_mode")
     assert translation.data["batch_adjust_mode"] == "random_sample"
+
+
+def test_sft_file_without_column_keys_reads_rolls_alpaca_defaults(tmp_path: Path) -> None:
+    text = SFT.format(data="train.json").replace("prompt_key: instruction\n", "").replace("response_key: output\n", "")
+    path = tmp_path / "sft.yaml"
+    path.write_text(text)
+    data, referenced = compose_file(path)
+    translation = translate(data, referenced)
+    assert translation.problems == []
+    args = translation.data["sft_train"]["data_args"]
+    assert (args["prompt_key"], args["query_key"], args["response_key"]) == ("instruction", "input", "output")
+    rows = {row.key: row.status for row in translation.rows}
+    assert rows["(prompt_key)"] == rows["(response_key)"] == "implemented-as"

@@ -362,8 +362,22 @@ class _Translator:
             "(num_nodes)", "implemented-as", "num_nodes", f"{nodes}: highest device id / num_gpus_per_node, as ROLL"
         )
 
+    def fill_sft_columns(self, data: dict[str, Any]) -> None:
+        """ROLL's SFTConfig reads Alpaca columns by default (prompt_key instruction, response_key output)."""
+        if self.pipeline != "sft":
+            return
+        role = self.out.get("sft_train")
+        given = role.get("data_args") if isinstance(role, dict) else None
+        for key, value in (("prompt_key", "instruction"), ("response_key", "output")):
+            alias = key.removesuffix("_key")
+            if key in data or (isinstance(given, dict) and (key in given or alias in given)):
+                continue
+            self.set_path(f"sft_train.data_args.{key}", value, f"({key})")
+            self.row(f"({key})", "implemented-as", f"sft_train.data_args.{key}", f"ROLL default {value!r} written in")
+
     def fill_roll_defaults(self, data: dict[str, Any]) -> None:
         self.derive_num_nodes(data)
+        self.fill_sft_columns(data)
         if self.pipeline == "distill" and "sequence_length" not in data:
             self.set_path("student.data_args.max_length", 2048, "(sequence_length)")
             self.row("(sequence_length)", "implemented-as", "student.data_args.max_length", "ROLL default 2048")
