@@ -73,4 +73,5 @@ def test_agentic_keys_roll_lacks_are_listed(lake_file: Path) -> None:
     data, referenced = compose_file(lake_file)
     data.update({"reward_clip": 20, "batch_adjust_mode": "random_sample", "adv_estimator": "gigpo"})
     problems = {row.key for row in translate(data, referenced).problems}
-    assert problems == {"reward_clip", "batch_adjust_mode"}  # gigpo is an agentic estimator roll has
+    # gigpo is an agentic estimator roll has; random_sample is ROLL's batch adjustment (roll.agentic.pipeline.adjust)
+    assert problems == {"reward_clip"}

@@ -47,6 +47,30 @@ class ModelArgs(RollModel):
     lora_alpha: int = Field(default=16, ge=1)
     lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     lora_target_modules: list[str] | str = Field(default="all-linear")
+    freeze_module_prefix: list[str] | None = Field(
+        default=None,
+        description="Training roles: freeze the parameters whose name starts with one of these prefixes (ROLL's "
+        "comma-separated string or a list; HF names such as model.embed_tokens, megatron_train also takes "
+        "megatron-core names); they are not updated and not in the optimizer. Not with LoRA.",
+    )
+
+    @field_validator("freeze_module_prefix", mode="before")
+    @classmethod
+    def _split_prefixes(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [item.strip() for item in value.split(",")]
+        if isinstance(value, list) and any(not isinstance(item, str) or not item.strip() for item in value):
+            raise ValueError(f"freeze_module_prefix has an empty prefix ({value!r}); remove the extra comma")
+        return value or None
+
+    @model_validator(mode="after")
+    def _freeze_without_lora(self) -> ModelArgs:
+        if self.freeze_module_prefix and self.lora_rank > 0:
+            raise ValueError(
+                "freeze_module_prefix and lora_rank are both set; with LoRA only the adapters train (ROLL ignores "
+                "freeze_module_prefix then), so remove one of them"
+            )
+        return self
 
     @property
     def tokenizer_path(self) -> str | None:

@@ -86,10 +86,13 @@ class AgenticRolloutSection(RollModel):
 class UpdateSection(RollModel):
     epochs: int = Field(default=1, ge=1, description="Passes over the step's samples (PPO epochs).")
     mini_batch_size: int | None = Field(default=None, ge=1, description="Rows per optimizer step (default: all).")
-    batch_adjust_mode: Literal["none", "copy", "delete"] = Field(
+    batch_adjust_mode: Literal["none", "copy", "delete", "auto", "random_sample"] = Field(
         default="copy",
         description="Step-wise batches vary in rows: make them a multiple of actor_train's data-parallel size "
-        "by repeating the first rows (copy, ROLL's default) or deleting the last ones (delete); none: must fit.",
+        "by repeating the first rows (copy, ROLL's default) or deleting the last ones (delete); auto: copy when "
+        "at least half would go, else delete; random_sample (ROLL's): keep one random batch unit of rows "
+        "(actor_train's rows per optimizer step over its ranks, lcm'd with the scoring roles' forward batches); "
+        "none: must fit.",
     )
     critic_warmup: int = Field(default=0, ge=0, description="Steps that train only the critic.")
 

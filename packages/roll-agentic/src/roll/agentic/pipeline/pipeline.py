@@ -24,6 +24,7 @@ import logging
 import time
 from typing import Any
 
+from roll.agentic.pipeline.adjust import adjust_batch, batch_unit
 from roll.agentic.pipeline.advantage import compute_agentic_targets
 from roll.agentic.pipeline.config import AgenticConfig
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
@@ -35,27 +36,11 @@ from roll.pipelines.rlvr.workers import CriticWorker, InferWorker, PolicyWorker
 from roll.pipelines.stages import StepTimer, UpdatePlan, is_eval_step
 from roll.pipelines.tokenizers import load_tokenizer
 from roll.protocol import DataProto
-from roll.runtime import ConfigError, import_target, materialize_all
+from roll.runtime import import_target, materialize_all
 
 __all__ = ["AgenticPipeline", "adjust_batch"]
 
 logger = logging.getLogger(__name__)
-
-
-def adjust_batch(batch: DataProto, divisor: int, mode: str) -> DataProto:
-    """``batch`` with a multiple of ``divisor`` rows: the last rows deleted, or the first ones repeated (copy)."""
-    extra = len(batch) % divisor
-    if extra == 0 or mode == "none":
-        if extra and mode == "none":
-            raise ConfigError(
-                f"{len(batch)} samples do not split over {divisor} training ranks; set update.batch_adjust_mode "
-                f"to delete or copy"
-            )
-        return batch
-    if mode == "delete" and len(batch) > extra:
-        return batch.select_idxs(list(range(len(batch) - extra)))
-    missing = divisor - extra
-    return DataProto.concat([batch, batch.select_idxs([i % len(batch) for i in range(missing)])])
 
 
 class AgenticPipeline(BasePipeline):
@@ -118,6 +103,21 @@ class AgenticPipeline(BasePipeline):
             self.train_scheduler._cursor = int(state["cursor"])
 
     # --- pieces of a step -------------------------------------------------------------------------------
+    def batch_unit(self) -> int:
+        """ROLL's batch unit for batch_adjust_mode random_sample (see roll.agentic.pipeline.adjust)."""
+        cfg = self.config
+        args, dp = cfg.actor_train.training_args, self.actor_train.dp_size or 1
+        infer = [cfg.actor_train.infer_batch_size * dp]
+        for role, cluster in ((cfg.reference, self.reference), (cfg.critic, self.critic)):
+            if role is not None and cluster is not None:
+                infer.append(role.infer_batch_size * (cluster.dp_size or 1))
+        if cfg.critic is not None and self.critic is not None:
+            critic = cfg.critic.training_args
+            infer.append(
+                critic.per_device_train_batch_size * critic.gradient_accumulation_steps * (self.critic.dp_size or 1)
+            )
+        return batch_unit(args.per_device_train_batch_size * args.gradient_accumulation_steps * dp, infer)
+
     def update_plan(self, batch: DataProto, step: int) -> UpdatePlan:
         update = self.config.update
         return UpdatePlan(update.num_mini_batches(len(batch)), update.epochs, self.config.seed * 100_003 + step)
@@ -180,7 +180,15 @@ class AgenticPipeline(BasePipeline):
             write_rollout(self.output_dir / "rollouts", f"step-{step:06d}", rollout, self.tokenizer)
         batch = rollout.batch
         if batch is not None:
-            batch = adjust_batch(batch, self.actor_train.dp_size or 1, cfg.update.batch_adjust_mode)
+            rows = len(batch)
+            batch = adjust_batch(
+                batch,
+                self.actor_train.dp_size or 1,
+                cfg.update.batch_adjust_mode,
+                unit=self.batch_unit(),
+                seed=cfg.seed * 100_003 + step,
+            )
+            metrics["rollout/batch_adjust_delta"] = float(len(batch) - rows)
             versions = [int(v) for v in batch.non_tensor_batch["policy_version"]]
             metrics["rollout/policy_lag"] = float(step - 1 - min(versions))
             plan = self.update_plan(batch, step)

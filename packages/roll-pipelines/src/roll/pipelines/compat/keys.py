@@ -142,7 +142,9 @@ TOP_KEYS: dict[str, Rule] = {
     "minibatch_data_iter_num": _unsupported("several passes per mini-batch", noop=_equals(None, 1)),
     # SFT / DPO top-level data keys
     "prompt_key": Rule("renamed", "<trained role>.data_args.prompt_key"),
-    "query_key": _unsupported("a second prompt column (Alpaca 'input'); merge it into the prompt column"),
+    "query_key": Rule(
+        "renamed", "<trained role>.data_args.query_key", "appended to the prompt after a newline when non-empty"
+    ),
     "response_key": Rule("renamed", "<trained role>.data_args.response_key"),
     "system_key": _unsupported("a per-row system column; use data_args.system_prompt"),
     "chosen_key": Rule("renamed", "actor_train.data_args.chosen_key"),
@@ -264,7 +266,6 @@ MODEL_ARGS: dict[str, Rule] = {
     "gradient_checkpointing_use_reentrant": _ignored("roll uses non-reentrant checkpointing"),
     "num_labels": _ignored("value heads have one output"),
     "model_config_kwargs": _unsupported("overrides of the HF model config"),
-    "freeze_module_prefix": _unsupported("freezing modules by prefix"),
     "flash_attn": _ignored("attention kernel choice; use attn_implementation"),
     "ulysses_size": _unsupported("Ulysses sequence parallelism", noop=_equals(None, 1)),
 }

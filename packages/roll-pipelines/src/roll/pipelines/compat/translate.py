@@ -257,7 +257,15 @@ class _Translator:
         elif key == "ipo":
             self.out["loss_type"] = "ipo" if value else "sigmoid"
             self.row(key, "renamed", "loss.loss_type", "true: ipo, false: sigmoid")
-        elif key in ("prompt_key", "response_key", "chosen_key", "rejected_key", "question_key", "answer_key"):
+        elif key in (
+            "prompt_key",
+            "query_key",
+            "response_key",
+            "chosen_key",
+            "rejected_key",
+            "question_key",
+            "answer_key",
+        ):
             target = rule.target.replace("<trained role>", self.trained) if rule.target else ""
             self.set_path(target, value, key)
             self.row(key, "renamed", target)
@@ -315,8 +323,8 @@ class _Translator:
             self.out["kl_ctrl_type"] = "adaptive"
             self.out.setdefault("kl_horizon", data.get("kl_horizon", 10000))
             note = "set: adaptive KL controller, as ROLL"
-        elif key == "batch_adjust_mode" and value not in ("copy", "delete", "none"):
-            self.row(key, "unsupported", target, f"batch_adjust_mode {value!r}: roll adjusts by copy or delete")
+        elif key == "batch_adjust_mode" and value not in ("copy", "delete", "none", "auto", "random_sample"):
+            self.row(key, "unsupported", target, f"batch_adjust_mode {value!r}: not one of ROLL's modes")
             return
         elif key == "async_generation_ratio" and not value:
             self.row(key, "ignored", note=f"{value!r} is ROLL's default (synchronous); roll's default step is too")
@@ -354,8 +362,22 @@ class _Translator:
             "(num_nodes)", "implemented-as", "num_nodes", f"{nodes}: highest device id / num_gpus_per_node, as ROLL"
         )
 
+    def fill_sft_columns(self, data: dict[str, Any]) -> None:
+        """ROLL's SFTConfig reads Alpaca columns by default (prompt_key instruction, response_key output)."""
+        if self.pipeline != "sft":
+            return
+        role = self.out.get("sft_train")
+        given = role.get("data_args") if isinstance(role, dict) else None
+        for key, value in (("prompt_key", "instruction"), ("response_key", "output")):
+            alias = key.removesuffix("_key")
+            if key in data or (isinstance(given, dict) and (key in given or alias in given)):
+                continue
+            self.set_path(f"sft_train.data_args.{key}", value, f"({key})")
+            self.row(f"({key})", "implemented-as", f"sft_train.data_args.{key}", f"ROLL default {value!r} written in")
+
     def fill_roll_defaults(self, data: dict[str, Any]) -> None:
         self.derive_num_nodes(data)
+        self.fill_sft_columns(data)
         if self.pipeline == "distill" and "sequence_length" not in data:
             self.set_path("student.data_args.max_length", 2048, "(sequence_length)")
             self.row("(sequence_length)", "implemented-as", "student.data_args.max_length", "ROLL default 2048")

@@ -57,6 +57,11 @@ class DataArgs(RollModel):
     eval_file_name: str | list[str] | None = Field(default=None, description="Evaluation data, same forms.")
     prompt_key: str = Field(default="prompt", validation_alias=_alias("prompt_key", "prompt"))
     response_key: str = Field(default="response", validation_alias=_alias("response_key", "response"))
+    query_key: str | None = Field(
+        default=None,
+        description="Optional second prompt column (Alpaca 'input'), appended to the prompt after a newline when "
+        "non-empty (ROLL's query_key); null or '' adds nothing. Not with messages_key.",
+    )
     messages_key: str | None = Field(
         default=None,
         validation_alias=_alias("messages_key", "messages"),
@@ -107,6 +112,15 @@ class DataArgs(RollModel):
         if len(set(value)) != len(value):
             raise ValueError("extra_keys lists a column more than once")
         return value
+
+    @model_validator(mode="after")
+    def _check_query_key(self) -> DataArgs:
+        if self.query_key is not None and self.messages_key is not None:
+            raise ValueError(
+                f"query_key={self.query_key!r} and messages_key={self.messages_key!r} are both set; a query column "
+                "extends prompt_key's text, so unset one of them"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_lengths(self) -> DataArgs:

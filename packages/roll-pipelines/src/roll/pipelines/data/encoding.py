@@ -50,18 +50,40 @@ def _column(row: Mapping[str, Any], key: str, where: str, field_name: str) -> An
     return row[key]
 
 
+def _prompt_text(row: Mapping[str, Any], args: DataArgs, where: str) -> Any:
+    """The prompt column's text, followed by the query column's (``query_key``) after a newline when that is
+    non-empty: ROLL's SFT rule (``prompt + "\\n" + query``; a null or empty query adds nothing)."""
+    prompt = _column(row, args.prompt_key, where, "prompt_key")
+    if args.query_key is None:
+        return prompt
+    if args.query_key not in row:
+        raise DataError(
+            f"{where}: missing query column {args.query_key!r} (keys: {describe_keys(row)}); give the row "
+            f'"{args.query_key}": "" (or null) when it has no query, or fix data_args.query_key'
+        )
+    query = row[args.query_key]
+    if query is None or query == "":
+        return prompt
+    if not isinstance(query, str) or not isinstance(prompt, str):
+        raise DataError(
+            f"{where}: prompt column {args.prompt_key!r} and query column {args.query_key!r} must be strings to be "
+            f"joined; got {type(prompt).__name__} and {type(query).__name__}"
+        )
+    return f"{prompt}\n{query}"
+
+
 def _prompt_messages(row: Mapping[str, Any], args: DataArgs, where: str) -> list[dict[str, Any]]:
     """The conversation that precedes the response: the messages column, or one user turn."""
     if args.messages_key is not None:
         messages = list(_column(row, args.messages_key, where, "messages_key"))
     else:
-        messages = [{"role": "user", "content": _column(row, args.prompt_key, where, "prompt_key")}]
+        messages = [{"role": "user", "content": _prompt_text(row, args, where)}]
     return with_system(messages, args.system_prompt)
 
 
 def _raw_prompt(row: Mapping[str, Any], args: DataArgs, where: str) -> str:
     """Prompt text without a chat template: the system prompt (if any) and the prompt, one per line."""
-    prompt = _column(row, args.prompt_key, where, "prompt_key")
+    prompt = _prompt_text(row, args, where)
     return prompt if args.system_prompt is None else f"{args.system_prompt}\n{prompt}"
 
 

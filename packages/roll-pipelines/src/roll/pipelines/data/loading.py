@@ -206,6 +206,8 @@ def required_columns(args: DataArgs, task: Task) -> tuple[dict[str, Any], dict[s
         need(args.messages_key, ChatMessages, "messages_key")
     else:
         need(args.prompt_key, str, "prompt_key")
+        if args.query_key is not None:
+            need(args.query_key, (str, type(None)), "query_key")
         if task == "sft":
             need(args.response_key, str, "response_key")
     if task == "preference":

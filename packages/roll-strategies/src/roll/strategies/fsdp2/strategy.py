@@ -37,6 +37,7 @@ from roll.strategies.contract import (
     StrategyError,
     check_logits_to_keep,
 )
+from roll.strategies.freezing import freeze_by_prefix
 from roll.strategies.fsdp2 import _model
 from roll.strategies.fsdp2._checkpoint import export_hf_folder, load_training_state, save_training_state
 from roll.strategies.fsdp2._optim import build_optimizer, build_scheduler
@@ -83,6 +84,8 @@ class _Fsdp2Model(InferenceStrategy):
         if packing and self.model_args.attn_implementation in (None, "sdpa", "eager"):
             # Packed rows attend per sequence (cu_seqlens) instead of through a dense block-diagonal mask.
             _model.hf_model(model).set_attn_implementation(register_varlen_sdpa())  # type: ignore[operator]
+        if train and self.model_args.freeze_module_prefix:
+            freeze_by_prefix(model, self.model_args.freeze_module_prefix)  # HF names, before sharding
         if self.model_args.lora_rank > 0:
             if train:
                 model = _model.apply_lora(model, self.model_args)
@@ -101,6 +104,8 @@ class _Fsdp2Model(InferenceStrategy):
         model = load_role_model(
             self.model_args.model_name_or_path, torch.float32 if train else self.compute_dtype, train=train
         )
+        if train and self.model_args.freeze_module_prefix:
+            freeze_by_prefix(model, self.model_args.freeze_module_prefix)
         self.hf_config, self.generation_config, self._keeps_logits = model.config, None, False
         self.model = shard_diffusion_model(
             model,

@@ -60,6 +60,7 @@ from roll.strategies.megatron._batching import (
     restore_logits,
     sequence_multiple,
 )
+from roll.strategies.megatron._freeze import megatron_frozen_names
 from roll.strategies.megatron._hf_io import write_hf_folder
 from roll.strategies.megatron._mapping import GptLayout, HfAssembler, MegatronMapping
 from roll.strategies.megatron._translate import (
@@ -114,6 +115,7 @@ class _MegatronModel(InferenceStrategy):
         )
         _engine.load_hf_weights(self.chunks, self.mapping, path)
         if train:
+            self._freeze(self.model_args.freeze_module_prefix)
             self.chunks = _engine.wrap_ddp(self.chunks, self.config)
         self.tokenizer = AutoTokenizer.from_pretrained(
             self.model_args.tokenizer_path, trust_remote_code=self.model_args.trust_remote_code
@@ -121,6 +123,17 @@ class _MegatronModel(InferenceStrategy):
         self.generation_config = _load_generation_config(path)
         self._pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         logger.info("megatron rank %s ready: %s", worker.rank, self.rank_info)
+
+    def _freeze(self, prefixes: list[str] | None) -> None:
+        """freeze_module_prefix: before DDP and the optimizer, so frozen parameters get no grads or state."""
+        if not prefixes:
+            return
+        names = megatron_frozen_names(self.mapping, prefixes)  # checked against the whole model on every rank
+        local = _engine.local_parameters(self.chunks)
+        for name, param in local.items():
+            if name in names:
+                param.requires_grad_(False)
+        logger.info("froze %d local parameters (prefixes %s)", sum(n in names for n in local), prefixes)
 
     # --- micro-batches ------------------------------------------------------------------------------------
     def _prepare(self, micro: DataProto, plan: MicroBatchPlan | None = None) -> PreparedInputs:
