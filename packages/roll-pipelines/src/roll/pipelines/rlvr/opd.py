@@ -36,6 +36,7 @@ __all__ = [
     "OPDSection",
     "TeacherConfig",
     "apply_opd",
+    "is_teacher_dict",
     "map_student_roles",
     "split_teacher_dict",
     "teacher_log_probs_key",
