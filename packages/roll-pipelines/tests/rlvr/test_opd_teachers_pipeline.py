@@ -1,7 +1,8 @@
 """Pure on-policy distillation with two tiny teachers routed by tag: a short RLVR run on one private local Ray.
 
 The data mixes two tags (``add``, ``sub``), each its own reward domain; teacher ``t_sub`` is the student's own
-initial model (so its KL on the first step's samples is ~0) and ``t_add`` another model (clearly positive KL).
+initial model (so its KL on the first step's samples, and on held-out samples before training, is ~0) and
+``t_add`` another model (clearly non-zero KL).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from roll.pipelines.tracking import read_metrics
 STUDENT = "tiny://nano?seed=0"
 
 
-def _data(path: Path) -> str:
+def _data(path: Path, start: int = 0) -> str:
     rows = []
-    for i in range(32):
+    for i in range(start, start + 32):
         a, b = 10 + i, 3 + i % 7
         rows.append({"prompt": f"What is {a} + {b}?", "ground_truth": str(a + b), "tag": "add"})
         rows.append({"prompt": f"What is {a} - {b}?", "ground_truth": str(a - b), "tag": "sub"})
@@ -47,6 +48,7 @@ def test_two_teachers_each_score_their_own_domain(tmp_path: Path, ray_env: None)
         "eval_steps": 0,
         "save_steps": 0,
         "export_hf": False,
+        "validation": {"batch_size": 64},
         "plots": False,
         "is_pure_opd": True,
         "rollout": {
@@ -60,7 +62,11 @@ def test_two_teachers_each_score_their_own_domain(tmp_path: Path, ray_env: None)
             "fsdp2_train",
             "mt-train",
             training_args={"per_device_train_batch_size": 8, "learning_rate": 1e-3},
-            data_args={"file_name": _data(tmp_path / "mixed.jsonl"), "extra_keys": ["ground_truth"]},
+            data_args={
+                "file_name": _data(tmp_path / "mixed.jsonl"),
+                "eval_file_name": _data(tmp_path / "eval.jsonl", start=100),
+                "extra_keys": ["ground_truth"],
+            },
         ),
         "student_infer": _role(STUDENT, "hf_infer", "mt-infer", generating_args={"num_return_sequences": 2}),
         "teacher": {
@@ -87,3 +93,7 @@ def test_two_teachers_each_score_their_own_domain(tmp_path: Path, ray_env: None)
     low, high = sorted((first["opd/reverse_kl/t_add"], first["opd/reverse_kl/t_sub"]))
     assert low <= first["opd/reverse_kl"] <= high  # the token-weighted mean over both teachers' rows
     assert metrics[-1]["actor/grad_norm"] > 0
+    # held-out: the same per-teacher KL on the student's validation samples (before training: t_sub ~0)
+    assert metrics[0]["val/kl_to_teacher/t_sub"] == pytest.approx(0.0, abs=1e-3)
+    assert abs(metrics[0]["val/kl_to_teacher/t_add"]) > 0.05
+    assert "val/kl_to_teacher/t_add" in metrics[-1] and "val/correct/add" in metrics[-1]

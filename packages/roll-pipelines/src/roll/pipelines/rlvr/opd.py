@@ -20,7 +20,7 @@ score at the sampling temperature, as the reference does.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import torch
@@ -37,8 +37,10 @@ __all__ = [
     "TeacherConfig",
     "apply_opd",
     "is_teacher_dict",
+    "kl_metrics",
     "map_student_roles",
     "split_teacher_dict",
+    "teacher_kl_sums",
     "teacher_log_probs_key",
     "teacher_role_name",
     "teacher_rows_key",
@@ -126,6 +128,37 @@ def teacher_rows_key(name: str) -> str:
     return "teacher_rows" if name == SINGLE_TEACHER else f"teacher_rows_{name}"
 
 
+def _routed(data: Any, name: str, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, routed): ``name``'s (batch,) rows and the float (batch, T) mask of its tokens among ``mask``."""
+    key = teacher_rows_key(name)
+    rows = data[key].bool() if key in data.keys() else torch.ones(len(mask), dtype=torch.bool)
+    return rows, mask.float() * rows[:, None].float()
+
+
+def teacher_kl_sums(data: Any, mask: torch.Tensor, names: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """Per teacher: the sum of ``log p_student - log p_teacher`` (``old_log_probs`` against its column) over its
+    rows' tokens of ``mask``, and their count."""
+    student = data["old_log_probs"].float()
+    out: dict[str, tuple[float, float]] = {}
+    for name in names:
+        _, routed = _routed(data, name, mask)
+        log_ratio = torch.where(routed > 0, student - data[teacher_log_probs_key(name)].float(), 0.0)
+        out[name] = (float(log_ratio.sum()), float(routed.sum()))
+    return out
+
+
+def kl_metrics(sums: Mapping[str, tuple[float, float]], prefix: str) -> dict[str, float]:
+    """Token means of :func:`teacher_kl_sums`: ``<prefix>`` over every teacher's rows and, for named teachers
+    (several), ``<prefix>/<name>``."""
+    out = {
+        f"{prefix}/{name}": total / max(tokens, 1.0)
+        for name, (total, tokens) in sums.items()
+        if len(sums) > 1 or name != SINGLE_TEACHER
+    }
+    out[prefix] = sum(t for t, _ in sums.values()) / max(sum(n for _, n in sums.values()), 1.0)
+    return out
+
+
 def apply_opd(
     data: Any, advantages: torch.Tensor | None, mask: torch.Tensor, section: OPDSection, coefs: Mapping[str, float]
 ) -> tuple[torch.Tensor, dict[str, float]]:  # data: the batch's TensorDict
@@ -136,20 +169,12 @@ def apply_opd(
     ``opd/samples/<name>`` when there are several), ``opd/advantage_mean``."""
     student = data["old_log_probs"].float()
     opd = torch.zeros_like(student)
-    kl_sum, tokens = 0.0, 0.0
-    metrics: dict[str, float] = {}
+    metrics = kl_metrics(teacher_kl_sums(data, mask, list(coefs)), "opd/reverse_kl")
     for name, coef in coefs.items():
-        teacher = data[teacher_log_probs_key(name)].float()
-        key = teacher_rows_key(name)
-        rows = data[key].bool() if key in data.keys() else torch.ones(len(student), dtype=torch.bool)
-        routed = mask.float() * rows[:, None].to(student.dtype)
-        term = opd_advantages(student, teacher, routed, coef, section.penalty)
+        rows, routed = _routed(data, name, mask)
+        term = opd_advantages(student, data[teacher_log_probs_key(name)].float(), routed, coef, section.penalty)
         opd = opd + torch.where(routed > 0, term, torch.zeros_like(term))  # unrouted rows hold no teacher values
-        log_ratio = torch.where(routed > 0, student - teacher, torch.zeros_like(student))
-        kl_sum, tokens = kl_sum + float(log_ratio.sum()), tokens + float(routed.sum())
         if len(coefs) > 1 or name != SINGLE_TEACHER:
             metrics[f"opd/samples/{name}"] = float(rows.sum())
-            metrics[f"opd/reverse_kl/{name}"] = float(log_ratio.sum() / routed.sum().clamp(min=1))
-    metrics["opd/reverse_kl"] = kl_sum / max(tokens, 1.0)
     metrics["opd/advantage_mean"] = float(masked_mean(opd, mask))
     return (opd if advantages is None else advantages + opd), metrics

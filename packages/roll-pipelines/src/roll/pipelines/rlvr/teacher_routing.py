@@ -13,7 +13,7 @@ all). In mixed OPD (``use_opd``) such rows keep their reward-based advantage, as
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -79,8 +79,9 @@ class TeacherRouter:
         self.by_domain = teachers_by_domain(domain_tags, teacher_tags)
         self.pure = pure
 
-    def masks(self, tags: Sequence[Any]) -> dict[str, torch.Tensor]:
-        """Teacher name -> (batch,) bool: the rows (by their ``tag``) that teacher scores."""
+    def masks(self, column: Iterable[Any]) -> dict[str, torch.Tensor]:
+        """Teacher name -> (batch,) bool: the rows (by their ``tag`` column) that teacher scores."""
+        tags = list(column)
         out = {name: torch.zeros(len(tags), dtype=torch.bool) for name in self.teacher_tags}
         for i, tag in enumerate(tags):
             domain = self.owner.get(str(tag))
