@@ -164,3 +164,17 @@ def test_mixed_opd_adds_each_rows_teacher_terms_to_the_reward_advantage():
                 expected[row] += -coef * (STUDENT[row] - teacher_lp[row]) * MASK[row]
     torch.testing.assert_close(data.batch["advantages"], expected * MASK, atol=1e-6, rtol=0)
     torch.testing.assert_close(data.batch["advantages"][3], grpo[3] * MASK[3], atol=1e-6, rtol=0)
+
+
+def test_one_teacher_with_tag_included_is_routed_too():
+    config = make_config(teacher(tags=["KodCode"]), use_opd=True)  # mixed: math and chat rows keep their reward
+    assert list(config.teacher_roles()) == ["teacher"]
+    roles = config.teacher_roles()
+    router = TeacherRouter(
+        {d: r.tag_included for d, r in config.rewards.items()},
+        {n: t.tag_included for n, t in roles.items()},
+        pure=False,
+    )
+    assert router.masks(TAGS)["teacher"].nonzero().flatten().tolist() == [1, 4]
+    with pytest.raises(ValueError, match=r"\['math', 'chat'\]"):
+        make_config(teacher(tags=["KodCode"]), is_pure_opd=True)
