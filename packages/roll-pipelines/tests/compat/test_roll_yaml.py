@@ -278,9 +278,15 @@ def test_onpolicy_distill_file_is_pure_opd_rlvr() -> None:
     assert translation.pipeline == "rlvr" and translation.problems == []
     config = load_config(data)
     assert config.opd.pure and config.teacher is not None
-    data["teacher"] = {"t1": dict(data["teacher"]), "t2": dict(data["teacher"])}
-    problems = translate(data, referenced).problems
-    assert [row.key for row in problems] == ["teacher"] and "several teachers" in problems[0].note
+    # ROLL's multi-teacher dict: renamed to roll's teachers, one role each, routed by tag_included
+    data["teacher"] = {"t1": dict(data["teacher"]), "t2": {**data["teacher"], "tag_included": ["math"]}}
+    translation = translate(data, referenced)
+    assert translation.problems == []
+    assert [(row.status, row.target) for row in translation.rows if row.key == "teacher"] == [("renamed", "teachers")]
+    assert any(row.key == "teachers.t2.tag_included" and row.status == "kept" for row in translation.rows)
+    config = load_config(data)
+    assert config.teacher is None and sorted(config.teacher_roles()) == ["t1", "t2"]
+    assert config.teacher_roles()["t2"].tag_included == ["math"]
 
 
 def test_batching_keys_become_the_roles_batching_settings() -> None:

@@ -233,7 +233,7 @@ ROLE_KEYS: dict[str, Rule] = {
     ),
     "apply_loss_scale": _ignored("roll scales the loss by the whole mini-batch's token/sample counts"),
     "mtp_training_mode": _unsupported("multi-token-prediction training", noop=_equals(None, "disabled")),
-    "opd_kl_coef": _unsupported("on-policy distillation KL coefficient"),
+    "opd_kl_coef": _unsupported("opd_kl_coef outside a teacher role (teacher / teachers.<name> take it)"),
     "infer_batch_size": Rule("kept"),
     # reward-domain keys (RewardConfig in ROLL): moved into reward_kwargs by the translator
     "code_url": _ignored("roll's code reward runs the tests in its own local sandbox"),

@@ -141,7 +141,8 @@ class _Translator:
 
     # --- top level ------------------------------------------------------------------------------------------
     def student_roles(self, data: dict[str, Any]) -> dict[str, Any]:
-        """ROLL's OPD spellings student_train / student_infer of actor_train / actor_infer; one teacher only."""
+        """ROLL's OPD spellings student_train / student_infer of actor_train / actor_infer, and its dict of several
+        teachers under ``teacher`` as ``teachers``."""
         if self.pipeline != "rlvr":
             return data
         renamed = {"student_train": "actor_train", "student_infer": "actor_infer"}
@@ -151,14 +152,12 @@ class _Translator:
                 self.row(key, "renamed", renamed[key], "ROLL's on-policy distillation role name")
                 self.opd_launcher = True
             out[renamed.get(key, key)] = value
-        teacher = out.get("teacher")
-        if (
-            isinstance(teacher, dict)
-            and teacher
-            and all(isinstance(v, dict) and "model_args" in v for v in teacher.values())
-        ):
-            self.row("teacher", "unsupported", note=f"several teachers {sorted(teacher)} (multi-teacher OPD routing)")
-            out.pop("teacher")
+        from roll.pipelines.rlvr.opd import is_teacher_dict
+
+        if is_teacher_dict(out.get("teacher")) and "teachers" not in out:
+            names = sorted(out["teacher"])
+            self.row("teacher", "renamed", "teachers", f"several OPD teachers {names}, routed by their tag_included")
+            out = {("teachers" if key == "teacher" else key): value for key, value in out.items()}
         return out
 
     def run(self, data: dict[str, Any]) -> None:

@@ -155,9 +155,9 @@ def compute_training_targets(
     loss_mask = response_mask * _sample_mask(config, data["scores"].float(), data["group_index"], lengths, truncated)
     if advantage.whiten_rewards:  # ROLL: over the tokens left in the loss, before the estimator
         token_rewards = whiten_token_rewards(token_rewards, loss_mask)
-    opd_coef = config.teacher.opd_kl_coef if config.opd.on and config.teacher is not None else None
-    if config.opd.pure and opd_coef is not None:  # the teacher's KL is the whole advantage (and its return)
-        advantages, opd_metrics = apply_opd(data, None, response_mask, config.opd, opd_coef)
+    opd_coefs = {name: t.opd_kl_coef for name, t in config.teacher_roles().items()} if config.opd.on else {}
+    if config.opd.pure and opd_coefs:  # the teachers' KL is the whole advantage (and its return)
+        advantages, opd_metrics = apply_opd(data, None, response_mask, config.opd, opd_coefs)
         returns = advantages
         metrics.update(opd_metrics)
     else:
@@ -169,8 +169,8 @@ def compute_training_targets(
             advantages, returns = reinforce_returns(token_rewards, response_mask, advantage.gamma)
         else:
             advantages, returns = compute_advantages(advantage.estimator, **inputs)
-        if opd_coef is not None:
-            advantages, opd_metrics = apply_opd(data, advantages, response_mask, config.opd, opd_coef)
+        if opd_coefs:
+            advantages, opd_metrics = apply_opd(data, advantages, response_mask, config.opd, opd_coefs)
             metrics.update(opd_metrics)
     advantages = whiten_and_clip_advantages(advantages, loss_mask, advantage.whiten, advantage.clip)
     _sample_weight_inputs(batch, config, lengths)

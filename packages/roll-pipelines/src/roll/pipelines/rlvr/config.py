@@ -19,8 +19,16 @@ from pydantic import Field, model_validator
 
 from roll.pipelines.algorithms.pg_variants import PGVariantParams
 from roll.pipelines.config import BaseConfig, RoleConfig, field_default, is_int, raw_section, raw_value
-from roll.pipelines.rlvr.opd import OPD_FLAT_KEYS, OPDSection, TeacherConfig, map_student_roles
+from roll.pipelines.rlvr.opd import (
+    OPD_FLAT_KEYS,
+    SINGLE_TEACHER,
+    OPDSection,
+    TeacherConfig,
+    map_student_roles,
+    split_teacher_dict,
+)
 from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
+from roll.pipelines.rlvr.teacher_routing import check_teacher_routing
 from roll.runtime import RollModel
 from roll.strategies import GenerationConfig
 
@@ -406,6 +414,10 @@ class RLVRConfig(BaseConfig):
     critic: RoleConfig | None = Field(default=None, description="Value model; required by advantage.estimator=gae.")
     rewards: dict[str, RewardConfig] = Field(description="Reward domains: {math: {...}, code: {...}}.")
     teacher: TeacherConfig | None = Field(default=None, description="On-policy distillation's teacher (see opd).")
+    teachers: dict[str, TeacherConfig] | None = Field(
+        default=None,
+        description="Several OPD teachers, each its own role, routed by tag_included (ROLL: a dict under teacher).",
+    )
     # --- algorithm --------------------------------------------------------------------------------------
     rollout: RolloutSection = Field(default_factory=RolloutSection)
     update: UpdateSection = Field(default_factory=UpdateSection)
@@ -423,9 +435,11 @@ class RLVRConfig(BaseConfig):
 
     @classmethod
     def normalize(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """Flat keys, and ROLL's pure-OPD role names (student_train, student_infer) as actor_train, actor_infer."""
+        """Flat keys, ROLL's pure-OPD role names (student_train, student_infer) as actor_train, actor_infer, and
+        ROLL's multi-teacher dict under ``teacher`` as ``teachers``."""
         data = super().normalize(data)
         map_student_roles(data)
+        split_teacher_dict(data)
         return data
 
     @classmethod
@@ -461,6 +475,12 @@ class RLVRConfig(BaseConfig):
     @property
     def needs_reference(self) -> bool:
         return self.kl.needs_reference
+
+    def teacher_roles(self) -> dict[str, TeacherConfig]:
+        """The OPD teachers by name: ``teachers``, or ``{"teacher": teacher}`` for the single one."""
+        if self.teachers:
+            return dict(self.teachers)
+        return {SINGLE_TEACHER: self.teacher} if self.teacher is not None else {}
 
     def recompute_old_log_probs(self, num_mini_batches: int) -> bool:
         """Whether a step with this many mini-batches needs actor_train's log-probs before it trains."""
@@ -527,9 +547,19 @@ class RLVRConfig(BaseConfig):
             )
         if estimator == "gae" and self.critic is None:
             raise ValueError("advantage.estimator=gae needs a critic role (model_args.model_head: value)")
-        if self.opd.on and self.teacher is None:
+        if self.teacher is not None and self.teachers:
+            raise ValueError("teacher (one teacher) and teachers (several) are both set; keep only one")
+        teachers = self.teacher_roles()
+        if self.opd.on and not teachers:
             raise ValueError(
-                "is_pure_opd / use_opd need a teacher role (teacher: {model_args: ..., strategy_args: ...})"
+                "is_pure_opd / use_opd need a teacher role (teacher: {model_args: ..., strategy_args: ...}, or "
+                "several: teachers: {name: {..., tag_included: [...]}})"
+            )
+        if self.opd.on:
+            check_teacher_routing(
+                {domain: reward.tag_included for domain, reward in self.rewards.items()},
+                {name: role.tag_included for name, role in teachers.items()},
+                pure=self.opd.pure,
             )
         if self.opd.pure and self.dynamic_sampling.enabled:
             raise ValueError("is_pure_opd does not score training rollouts: turn dynamic_sampling off")

@@ -1,5 +1,5 @@
-"""On-policy distillation (OPD) in RLVR: the student samples, a frozen ``teacher`` scores the samples' log-probs,
-and the per-token reverse-KL estimate becomes (part of) the advantage.
+"""On-policy distillation (OPD) in RLVR: the student samples, frozen teachers score the samples' log-probs, and
+the per-token reverse-KL estimate becomes (part of) the advantage.
 
 ROLL's keys and semantics:
 
@@ -10,13 +10,17 @@ ROLL's keys and semantics:
   are accepted in this mode.
 * ``use_opd: true`` (``opd.mixed``): the estimator's reward-based advantage minus ``opd_kl_coef`` times the same
   KL estimate (before whitening and clipping), as ROLL adds it.
+* Several teachers (ROLL's ``teacher: {name: role, ...}``, roll's ``teachers``): each is its own role, scoring
+  only the rows routed to it (see :mod:`roll.pipelines.rlvr.teacher_routing`); a row's OPD term is the sum over
+  its teachers of ``-opd_kl_coef_t * KL_t``, as ROLL's ``compute_advantage`` sums them.
 
-The student's log-probs are the old log-probs of the step (a recompute pass or the rollout engine's); the teacher
-scores at the sampling temperature, as the reference does.
+The student's log-probs are the old log-probs of the step (a recompute pass or the rollout engine's); the teachers
+score at the sampling temperature, as the reference does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import torch
@@ -26,15 +30,35 @@ from roll.pipelines.algorithms import masked_mean, opd_advantages
 from roll.pipelines.config import RoleConfig
 from roll.runtime import RollModel
 
-__all__ = ["OPD_FLAT_KEYS", "OPDSection", "TeacherConfig", "apply_opd", "map_student_roles"]
+__all__ = [
+    "OPD_FLAT_KEYS",
+    "SINGLE_TEACHER",
+    "OPDSection",
+    "TeacherConfig",
+    "apply_opd",
+    "is_teacher_dict",
+    "kl_metrics",
+    "map_student_roles",
+    "split_teacher_dict",
+    "teacher_kl_sums",
+    "teacher_log_probs_key",
+    "teacher_role_name",
+    "teacher_rows_key",
+]
 
 OPD_FLAT_KEYS: dict[str, str] = {"is_pure_opd": "opd.pure", "use_opd": "opd.mixed", "opd_kl_penalty": "opd.penalty"}
+SINGLE_TEACHER = "teacher"  # the name of the one teacher of a ``teacher:`` role
 
 
 class TeacherConfig(RoleConfig):
-    """The OPD teacher: a frozen model that scores the student's samples (e.g. hf_infer or fsdp2_infer)."""
+    """An OPD teacher: a frozen model that scores the student's samples (e.g. hf_infer or fsdp2_infer)."""
 
-    opd_kl_coef: float = Field(default=1.0, ge=0, description="Weight of the teacher's reverse-KL term.")
+    opd_kl_coef: float = Field(default=1.0, ge=0, description="Weight of this teacher's reverse-KL term.")
+    tag_included: list[str] = Field(
+        default_factory=list,
+        description="ROLL's teacher routing: this teacher scores the rows of every reward domain whose "
+        "tag_included shares a tag with this list (empty: every row).",
+    )
 
 
 class OPDSection(RollModel):
@@ -70,15 +94,87 @@ def map_student_roles(data: dict[str, Any]) -> None:
         data[actor] = data.pop(student)
 
 
-def apply_opd(
-    data: Any, advantages: torch.Tensor | None, mask: torch.Tensor, section: OPDSection, coef: float
-) -> tuple[torch.Tensor, dict[str, float]]:  # data: the batch's TensorDict
-    """The OPD advantage (pure: ``advantages`` is None) or the mixed one, from ``old_log_probs`` and
-    ``teacher_log_probs`` of the batch tensors ``data``; metrics: the teacher KL of the samples."""
-    student, teacher = data["old_log_probs"].float(), data["teacher_log_probs"].float()
-    opd = opd_advantages(student, teacher, mask, coef, section.penalty)
-    metrics = {
-        "opd/reverse_kl": float(masked_mean(student - teacher, mask)),
-        "opd/advantage_mean": float(masked_mean(opd, mask)),
+def is_teacher_dict(value: Any) -> bool:
+    """Whether a raw ``teacher`` section is ROLL's multi-teacher dict (``{name: role, ...}``), not one role."""
+    return (
+        isinstance(value, Mapping)
+        and bool(value)
+        and all(isinstance(v, Mapping) for v in value.values())
+        and not set(value) & set(TeacherConfig.model_fields)
+    )
+
+
+def split_teacher_dict(data: dict[str, Any]) -> None:
+    """ROLL's ``teacher: {teacher_32B: {...}, teacher_14B: {...}}`` -> roll's ``teachers`` (one role each)."""
+    if not is_teacher_dict(data.get("teacher")):
+        return
+    if data.get("teachers") is not None:
+        raise ValueError("teacher (a dict of teachers, ROLL's spelling) and teachers are both set; keep only one")
+    data["teachers"] = data.pop("teacher")
+
+
+def teacher_log_probs_key(name: str) -> str:
+    """The batch column holding ``name``'s log-probs (``teacher_log_probs`` for the single ``teacher``)."""
+    return "teacher_log_probs" if name == SINGLE_TEACHER else f"teacher_log_probs_{name}"
+
+
+def teacher_role_name(name: str) -> str:
+    """The pipeline role (cluster) of teacher ``name``: ``teacher``, or ``teacher/<name>`` for one of several."""
+    return SINGLE_TEACHER if name == SINGLE_TEACHER else f"teacher/{name}"
+
+
+def teacher_rows_key(name: str) -> str:
+    """The (batch,) bool column of the rows routed to ``name`` (absent: every row)."""
+    return "teacher_rows" if name == SINGLE_TEACHER else f"teacher_rows_{name}"
+
+
+def _routed(data: Any, name: str, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, routed): ``name``'s (batch,) rows and the float (batch, T) mask of its tokens among ``mask``."""
+    key = teacher_rows_key(name)
+    rows = data[key].bool() if key in data.keys() else torch.ones(len(mask), dtype=torch.bool)
+    return rows, mask.float() * rows[:, None].float()
+
+
+def teacher_kl_sums(data: Any, mask: torch.Tensor, names: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """Per teacher: the sum of ``log p_student - log p_teacher`` (``old_log_probs`` against its column) over its
+    rows' tokens of ``mask``, and their count."""
+    student = data["old_log_probs"].float()
+    out: dict[str, tuple[float, float]] = {}
+    for name in names:
+        _, routed = _routed(data, name, mask)
+        log_ratio = torch.where(routed > 0, student - data[teacher_log_probs_key(name)].float(), 0.0)
+        out[name] = (float(log_ratio.sum()), float(routed.sum()))
+    return out
+
+
+def kl_metrics(sums: Mapping[str, tuple[float, float]], prefix: str) -> dict[str, float]:
+    """Token means of :func:`teacher_kl_sums`: ``<prefix>`` over every teacher's rows and, for named teachers
+    (several), ``<prefix>/<name>``."""
+    out = {
+        f"{prefix}/{name}": total / max(tokens, 1.0)
+        for name, (total, tokens) in sums.items()
+        if len(sums) > 1 or name != SINGLE_TEACHER
     }
+    out[prefix] = sum(t for t, _ in sums.values()) / max(sum(n for _, n in sums.values()), 1.0)
+    return out
+
+
+def apply_opd(
+    data: Any, advantages: torch.Tensor | None, mask: torch.Tensor, section: OPDSection, coefs: Mapping[str, float]
+) -> tuple[torch.Tensor, dict[str, float]]:  # data: the batch's TensorDict
+    """The OPD advantage (pure: ``advantages`` is None) or the mixed one, from ``old_log_probs`` and each teacher's
+    log-probs (``coefs``: teacher name -> opd_kl_coef) on its routed rows; a row routed to no teacher gets 0.
+
+    Metrics: the teachers' KL on their rows (``opd/reverse_kl``, and per teacher ``opd/reverse_kl/<name>`` with
+    ``opd/samples/<name>`` when there are several), ``opd/advantage_mean``."""
+    student = data["old_log_probs"].float()
+    opd = torch.zeros_like(student)
+    metrics = kl_metrics(teacher_kl_sums(data, mask, list(coefs)), "opd/reverse_kl")
+    for name, coef in coefs.items():
+        rows, routed = _routed(data, name, mask)
+        term = opd_advantages(student, data[teacher_log_probs_key(name)].float(), routed, coef, section.penalty)
+        opd = opd + torch.where(routed > 0, term, torch.zeros_like(term))  # unrouted rows hold no teacher values
+        if len(coefs) > 1 or name != SINGLE_TEACHER:
+            metrics[f"opd/samples/{name}"] = float(rows.sum())
+    metrics["opd/advantage_mean"] = float(masked_mean(opd, mask))
     return (opd if advantages is None else advantages + opd), metrics

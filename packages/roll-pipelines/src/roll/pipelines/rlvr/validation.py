@@ -5,12 +5,14 @@
 ``\\boxed{}``). Rows without a ``ground_truth`` (e.g. code) count as correct when the verifier gives full marks.
 ``val/score`` and ``val/accuracy`` are the verifier's mean score and share of full marks: what training
 optimizes, format requirements included. With ``k`` samples per prompt, ``val/pass@k`` is the share of prompts
-with a correct sample (``val/score_pass@k``: with full marks).
+with a correct sample (``val/score_pass@k``: with full marks). With on-policy distillation, ``val/kl_to_teacher``
+(``/<name>`` per teacher when there are several) is the token-mean ``log p_student - log p_teacher`` on the
+student's validation samples routed to each teacher (the k1 estimate of the reverse KL on held-out prompts).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -18,7 +20,9 @@ import torch
 from roll.pipelines.data import PromptCollator
 from roll.pipelines.evaluation import FULL_MARKS, grade_rollouts, share
 from roll.pipelines.rlvr.config import RLVRConfig
+from roll.pipelines.rlvr.opd import kl_metrics
 from roll.pipelines.stages import batched
+from roll.protocol import DataProto
 from roll.strategies import GenerationConfig
 
 __all__ = ["validate_policy", "validation_generation_config"]
@@ -33,9 +37,16 @@ def validation_generation_config(config: RLVRConfig) -> GenerationConfig:
 
 
 def validate_policy(
-    rollouts: Any, prompts: Sequence[Mapping[str, Any]], collator: PromptCollator, config: RLVRConfig
+    rollouts: Any,
+    prompts: Sequence[Mapping[str, Any]],
+    collator: PromptCollator,
+    config: RLVRConfig,
+    teacher_kl: Callable[[DataProto], Mapping[str, tuple[float, float]]] | None = None,
 ) -> dict[str, float]:
+    """Validation metrics; with ``teacher_kl`` (on-policy distillation: per teacher, the KL sum and token count of
+    a scored batch), ``val/kl_to_teacher`` and per named teacher ``val/kl_to_teacher/<name>``."""
     generation = validation_generation_config(config)
+    kl_sums: dict[str, tuple[float, float]] = {}
     k = generation.num_return_sequences
     scores, tags = [], []
     correct: list[bool] = []
@@ -47,6 +58,9 @@ def validate_policy(
         rows_correct, rows_formatted = grade_rollouts(batch)
         correct += rows_correct
         formatted += rows_formatted
+        for name, (total, tokens) in (teacher_kl(batch) if teacher_kl is not None else {}).items():
+            before = kl_sums.get(name, (0.0, 0.0))
+            kl_sums[name] = (before[0] + total, before[1] + tokens)
     score = torch.cat(scores)
     full_marks = (score >= CORRECT).float()
     solved = torch.tensor(correct, dtype=torch.float32)
@@ -55,6 +69,8 @@ def validate_policy(
         "val/accuracy": float(full_marks.mean()),
         "val/correct": float(solved.mean()),
     }
+    if kl_sums:
+        metrics.update(kl_metrics(kl_sums, "val/kl_to_teacher"))
     format_share = share(formatted)
     if format_share is not None:
         metrics["val/format"] = format_share
