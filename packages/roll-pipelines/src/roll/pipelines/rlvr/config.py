@@ -11,6 +11,7 @@ Workers get their own resolved settings (:meth:`RLVRConfig.actor_settings` and f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
@@ -54,6 +55,9 @@ __all__ = [
     "sync_max_new_tokens",
 ]
 
+_PG = PGVariantParams()
+_PG_FIELDS = tuple(field.name for field in dataclasses.fields(PGVariantParams))
+
 # ROLL-style flat key -> its section path. Data: a later ROLL-YAML importer extends this table.
 FLAT_KEYS: dict[str, str] = {
     "rollout_batch_size": "rollout.batch_size",
@@ -94,6 +98,9 @@ FLAT_KEYS: dict[str, str] = {
     "length_loss_weight": "policy_loss.length_loss_weight",
     "topr_positive_weight": "policy_loss.topr_positive_weight",
     "topr_negative_weight": "policy_loss.topr_negative_weight",
+    "rl_loss_coef": "policy_loss.rl_loss_coef",
+    "postive_loss_coef": "policy_loss.positive_loss_coef",
+    "use_topr_neg_loss_coef": "policy_loss.topr_negative_loss_coef",
     "value_clip": "value_loss.clip",
     "tis_cap": "correction.tis_cap",
     "tis_level": "correction.tis_level",
@@ -260,16 +267,41 @@ class PolicyLossSection(RollModel):
         description="ppo: PPO-clip (the clip settings below); vanilla: REINFORCE; tis: truncated-IS REINFORCE; "
         "topr: tapered off-policy REINFORCE; cispo: clipped-IS REINFORCE (MiniMax-M1); kimi15: Kimi k1.5.",
     )
-    tis_lower_bound: float = Field(default=0.0, ge=0, description="variant tis: the ratio's lower clip.")
-    tis_upper_bound: float = Field(default=1.0, ge=0, description="variant tis: the ratio's upper clip.")
-    topr_positive_weight: float = Field(default=1.0, ge=0, description="variant topr: weight of score > 0 samples.")
-    topr_negative_weight: float = Field(default=1.0, ge=0, description="variant topr: weight of score <= 0 samples.")
-    cispo_epsilon_low: float = Field(default=0.1, ge=0, le=1, description="variant cispo: ratio floor 1 - eps.")
-    cispo_epsilon_high: float = Field(default=0.1, ge=0, description="variant cispo: ratio ceiling 1 + eps.")
-    cispo_unified_mask: bool = Field(
-        default=False, description="variant cispo: drop tokens whose ratio left the range in the advantage's direction."
+    tis_lower_bound: float = Field(default=_PG.tis_lower_bound, description="variant tis: the ratio's lower clip.")
+    tis_upper_bound: float = Field(default=_PG.tis_upper_bound, description="variant tis: the ratio's upper clip.")
+    topr_positive_weight: float = Field(
+        default=_PG.topr_positive_weight, description="variant topr: weight of score > 0 samples."
     )
-    kimi15_tau: float = Field(default=0.1, ge=0, description="variant kimi15: weight of the squared log-ratio term.")
+    topr_negative_weight: float = Field(
+        default=_PG.topr_negative_weight, description="variant topr: weight of score <= 0 samples."
+    )
+    cispo_epsilon_low: float = Field(default=_PG.cispo_epsilon_low, description="variant cispo: ratio floor 1 - eps.")
+    cispo_epsilon_high: float = Field(
+        default=_PG.cispo_epsilon_high, description="variant cispo: ratio ceiling 1 + eps."
+    )
+    cispo_unified_mask: bool = Field(
+        default=_PG.cispo_unified_mask,
+        description="variant cispo: drop tokens whose ratio left the range in the advantage's direction.",
+    )
+    kimi15_tau: float = Field(default=_PG.kimi15_tau, description="variant kimi15: weight of the squared log-ratio term.")
+    rl_loss_coef: float = Field(
+        default=1.0,
+        ge=0,
+        description="ROLL's rl_loss_coef: multiplies the policy-gradient + KL loss terms (not the entropy bonus); "
+        "0 leaves only the entropy bonus and the score-split terms below.",
+    )
+    positive_loss_coef: float = Field(
+        default=0.0,
+        ge=0,
+        description="ROLL's postive_loss_coef (ROLL <= 0.1 TOPR): adds coef * the REINFORCE loss -A * logp of the "
+        "score > 0 samples, aggregated like the policy loss, without sample weights.",
+    )
+    topr_negative_loss_coef: float = Field(
+        default=0.0,
+        ge=0,
+        description="ROLL's use_topr_neg_loss_coef (ROLL <= 0.1 TOPR): adds coef * -sg(clip(ratio, 0, 1)) * A * "
+        "logp of the score <= 0 samples, aggregated like the policy loss, without sample weights.",
+    )
     difficulty_loss_weight: bool = Field(
         default=False,
         description="Weigh each sample's policy loss by 0.5 + 1.5 * difficulty (its data column 'difficulty' in "
@@ -289,12 +321,13 @@ class PolicyLossSection(RollModel):
     entropy_coef: float = Field(default=0.0, ge=0)
 
     @model_validator(mode="after")
-    def _check_tis_bounds(self) -> PolicyLossSection:
-        if self.tis_lower_bound > self.tis_upper_bound:
-            raise ValueError(
-                f"policy_loss.tis_lower_bound={self.tis_lower_bound} exceeds tis_upper_bound={self.tis_upper_bound}"
-            )
+    def _check_variant_params(self) -> PolicyLossSection:
+        self.pg_params()  # PGVariantParams checks the ranges (one source of truth)
         return self
+
+    def pg_params(self) -> PGVariantParams:
+        """The variants' constants, checked by :class:`PGVariantParams`."""
+        return PGVariantParams(**{name: getattr(self, name) for name in _PG_FIELDS})
 
 
 class ValueLossSection(RollModel):
@@ -516,16 +549,10 @@ class RLVRConfig(BaseConfig):
             pg_variant=loss.variant,
             difficulty_loss_weight=loss.difficulty_loss_weight,
             length_loss_weight=loss.length_loss_weight,
-            pg_params=PGVariantParams(
-                tis_lower_bound=loss.tis_lower_bound,
-                tis_upper_bound=loss.tis_upper_bound,
-                topr_positive_weight=loss.topr_positive_weight,
-                topr_negative_weight=loss.topr_negative_weight,
-                cispo_epsilon_low=loss.cispo_epsilon_low,
-                cispo_epsilon_high=loss.cispo_epsilon_high,
-                cispo_unified_mask=loss.cispo_unified_mask,
-                kimi15_tau=loss.kimi15_tau,
-            ),
+            pg_params=loss.pg_params(),
+            rl_loss_coef=loss.rl_loss_coef,
+            positive_loss_coef=loss.positive_loss_coef,
+            topr_negative_loss_coef=loss.topr_negative_loss_coef,
         )
 
     def critic_settings(self) -> CriticSettings:

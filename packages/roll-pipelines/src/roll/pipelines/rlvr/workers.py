@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from roll.pipelines.algorithms import entropy_loss, kl_loss, masked_mean, policy_loss, value_loss
-from roll.pipelines.algorithms.pg_variants import pg_variant_loss
+from roll.pipelines.algorithms.pg_variants import pg_variant_loss, score_split_loss
 from roll.pipelines.algorithms.roll_knobs import sample_loss_weights
 from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
 from roll.pipelines.stages import UpdatePlan, run_update
@@ -37,7 +37,8 @@ def _logits_to_keep(length: int) -> int:
 def actor_loss(
     settings: ActorSettings, micro: DataProto, logits: torch.Tensor, scale: LossScale, *, on_policy: bool
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The policy loss of one micro-batch: PPO-clip family + KL loss - entropy bonus, and its metrics.
+    """The policy loss of one micro-batch: ``rl_loss_coef * (PPO-clip family + KL loss) - entropy bonus`` plus
+    ROLL's score-split terms, and its metrics.
 
     ``on_policy``: one on-policy update without a recompute pass, so this forward's own log-probs (detached) are
     the old policy's and ``old_log_probs`` is not read.
@@ -66,12 +67,29 @@ def actor_loss(
         )
         loss = loss + settings.kl_loss_coef * kl
         metrics["actor/kl_loss"] = float(kl.detach())
+    if settings.rl_loss_coef != 1.0:  # ROLL: scales the policy-gradient + KL terms, not the entropy bonus
+        loss = loss * settings.rl_loss_coef
     if settings.entropy_coef > 0:
         bonus = entropy_loss(
             entropy_from_logits(predicting, settings.temperature), mask, settings.loss_agg_mode, **counts
         )
         loss = loss - settings.entropy_coef * bonus
         metrics["actor/entropy_loss"] = float(bonus.detach())
+    if settings.positive_loss_coef or settings.topr_negative_loss_coef:
+        extra, extra_metrics = score_split_loss(
+            log_probs,
+            old_log_probs,
+            data["advantages"],
+            mask,
+            data["scores"] if "scores" in data.keys() else None,
+            positive_coef=settings.positive_loss_coef,
+            negative_coef=settings.topr_negative_loss_coef,
+            loss_agg_mode=settings.loss_agg_mode,
+            **counts,
+        )
+        loss = loss + extra
+        metrics.update({f"actor/{k}": v for k, v in extra_metrics.items()})
+    metrics["actor/total_loss"] = float(loss.detach())
     return loss, metrics
 
 
