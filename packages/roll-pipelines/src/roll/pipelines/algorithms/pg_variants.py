@@ -212,7 +212,9 @@ def score_split_loss(
         metrics["positive_loss"] = term.detach()
     if negative_coef:
         ratio = torch.exp((log_probs - old).clamp(-_LOG_RATIO_BOUND, _LOG_RATIO_BOUND))
-        term = aggregate_loss(clipped_is_loss(ratio, 0.0, 1.0, adv, log_probs), valid & ~positive, loss_agg_mode, **counts)
+        term = aggregate_loss(
+            clipped_is_loss(ratio, 0.0, 1.0, adv, log_probs), valid & ~positive, loss_agg_mode, **counts
+        )
         total = total + negative_coef * term
         metrics["topr_neg_loss"] = term.detach()
     return total, (_metric_floats(metrics) if metrics else {})

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from roll.pipelines.algorithms.pg_variants import PGVariantParams
+from roll.pipelines.algorithms.train_infer import RatioDiffFilter
 from roll.pipelines.config import BaseConfig, RoleConfig, field_default, is_int, raw_section, raw_value
 from roll.pipelines.rlvr.opd import (
     OPD_FLAT_KEYS,
@@ -48,6 +49,7 @@ __all__ = [
     "RewardConfig",
     "RolloutSection",
     "SampleMaskSection",
+    "TrainInferFilterConfig",
     "UpdateSection",
     "ValidationSection",
     "ValueLossSection",
@@ -194,7 +196,12 @@ class AdvantageSection(RollModel):
     reward_norm: Literal["none", "group", "batch"] = Field(
         default="none", description="Normalize scores before the estimator (GRPO/RLOO normalize by group anyway)."
     )
-    reward_clip: float | None = Field(default=None, gt=0)
+    reward_clip: float | None = Field(
+        default=None,
+        gt=0,
+        description="Clamp rewards to [-clip, clip] after normalization, and the token rewards again after the KL "
+        "penalty joins them (ROLL's order).",
+    )
     whiten: bool = Field(default=False, description="Whiten advantages over the batch.")
     clip: float | None = Field(default=None, gt=0, description="Clip advantages to [-clip, clip].")
     norm_mean_type: Literal["batch", "group", "running"] | None = Field(
@@ -205,6 +212,12 @@ class AdvantageSection(RollModel):
     norm_std_type: Literal["batch", "group", "running"] | None = Field(
         default=None,
         description="ROLL reward normalization: divide by the batch, group or running std (None: no division).",
+    )
+    domain_stats: bool = Field(
+        default=False,
+        description="ROLL's behaviour: compute each reward domain's targets on its own rows, so batch statistics "
+        "(norm_*_type batch, reward_norm batch, whiten_rewards, whiten) are per domain when a batch mixes domains "
+        "(ROLL configs set it; default: over the whole batch).",
     )
     whiten_rewards: bool = Field(
         default=False,
@@ -283,7 +296,9 @@ class PolicyLossSection(RollModel):
         default=_PG.cispo_unified_mask,
         description="variant cispo: drop tokens whose ratio left the range in the advantage's direction.",
     )
-    kimi15_tau: float = Field(default=_PG.kimi15_tau, description="variant kimi15: weight of the squared log-ratio term.")
+    kimi15_tau: float = Field(
+        default=_PG.kimi15_tau, description="variant kimi15: weight of the squared log-ratio term."
+    )
     rl_loss_coef: float = Field(
         default=1.0,
         ge=0,
@@ -336,21 +351,65 @@ class ValueLossSection(RollModel):
     clip: float | None = Field(default=0.5, gt=0, description="None: plain squared error.")
 
 
+class TrainInferFilterConfig(RollModel):
+    """One of ROLL's ``train_infer_correction.filters``: drop tokens (or whole responses, at the sequence levels)
+    whose training-side old log-probs and rollout log-probs disagree (see roll.pipelines.algorithms.train_infer)."""
+
+    enabled: bool = Field(default=False, description="Apply this rule (ROLL's default: off).")
+    agg_type: Literal["token", "geometric", "sequence", "segment"] = Field(
+        default="token",
+        description="token: per token; geometric: exp(mean log-ratio) / mean diff per response; sequence: "
+        "exp(sum log-ratio) / sum diff per response; segment: geometric per assistant turn.",
+    )
+    ratio_enabled: bool = Field(default=True, description="Keep ratio_low <= exp(old - rollout log-prob) <= high.")
+    ratio_low: float = 0.8
+    ratio_high: float = 1.2
+    diff_enabled: bool = Field(default=False, description="Keep diff_low <= p_old - p_rollout <= diff_high.")
+    diff_low: float = -0.2
+    diff_high: float = 0.2
+
+    def rule(self) -> RatioDiffFilter:
+        return RatioDiffFilter(
+            agg_type=self.agg_type,
+            ratio_enabled=self.ratio_enabled,
+            ratio_low=self.ratio_low,
+            ratio_high=self.ratio_high,
+            diff_enabled=self.diff_enabled,
+            diff_low=self.diff_low,
+            diff_high=self.diff_high,
+        )
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> TrainInferFilterConfig:
+        self.rule()  # RatioDiffFilter checks the bounds
+        return self
+
+
 class CorrectionSection(RollModel):
-    """Rollout/training mismatch: truncated importance sampling, and where old log-probs come from."""
+    """Rollout/training mismatch: truncated importance sampling, ROLL's ratio/diff filters, and where old log-probs
+    come from."""
 
     tis_cap: float | None = Field(default=None, gt=0, description="Truncated importance sampling cap (None: off).")
     tis_level: Literal["token", "sequence"] = "token"
     tis_mode: Literal["truncate", "mask"] = "truncate"
+    filters: list[TrainInferFilterConfig] = Field(
+        default_factory=list,
+        description="ROLL's train_infer_correction.filters, applied in order: tokens (or responses) they drop leave "
+        "the loss (counted in train_infer/* metrics). Old log-probs are recomputed when one is enabled ('auto').",
+    )
     old_log_probs_recompute: bool | Literal["auto"] = Field(
         default="auto",
         description=(
             "Recompute old log-probs with actor_train before training (False: use the rollout engine's). 'auto' "
             "recomputes only when the update is not one on-policy step (update.epochs > 1, several mini-batches, "
-            "truncated IS, KL in the reward); otherwise the training forward's own log-probs, detached, are the "
-            "old ones, which is exact and saves a forward pass over the batch."
+            "truncated IS, ratio/diff filters, KL in the reward); otherwise the training forward's own log-probs, "
+            "detached, are the old ones, which is exact and saves a forward pass over the batch."
         ),
     )
+
+    @property
+    def filter_rules(self) -> list[RatioDiffFilter]:
+        return [f.rule() for f in self.filters if f.enabled]
 
 
 class DynamicSamplingSection(RollModel):
@@ -521,7 +580,8 @@ class RLVRConfig(BaseConfig):
         if setting != "auto":
             return setting
         off_policy = self.update.epochs > 1 or num_mini_batches > 1
-        needs_them_first = self.correction.tis_cap is not None or self.kl.in_reward_on
+        correction = self.correction
+        needs_them_first = correction.tis_cap is not None or bool(correction.filter_rules) or self.kl.in_reward_on
         return off_policy or needs_them_first
 
     # --- what each worker is told ---------------------------------------------------------------------------
