@@ -49,6 +49,7 @@ FLAT_KEYS: dict[str, str] = {
     "step_reward_gamma": "advantage.step_reward_gamma",
     "whiten_advantages": "advantage.whiten",
     "advantage_clip": "advantage.clip",
+    "reward_clip": "advantage.reward_clip",
     "pg_clip": "policy_loss.clip",
     "pg_clip_low": "policy_loss.clip_low",
     "pg_clip_high": "policy_loss.clip_high",
@@ -111,6 +112,12 @@ class AgenticAdvantageSection(RollModel):
     step_reward_gamma: float = Field(default=0.95, ge=0, le=1, description="Discount of step returns (step-wise).")
     whiten: bool = Field(default=False, description="Whiten advantages over the batch.")
     clip: float | None = Field(default=None, gt=0, description="Clip advantages to [-clip, clip].")
+    reward_clip: float | None = Field(
+        default=None,
+        gt=0,
+        description="ROLL's reward_clip: clamp the normalized response-level rewards to [-clip, clip], and the token "
+        "rewards again (turn rewards of agentic_reinforce, GAE's), before the estimator.",
+    )
 
 
 class AgenticPolicyLossSection(RollModel):

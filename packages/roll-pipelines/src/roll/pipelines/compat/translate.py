@@ -288,9 +288,15 @@ class _Translator:
             else:
                 self.out["tis_cap"] = weight.get("upper_bound") or 2.0
                 self.out["tis_level"] = level
-        if any(isinstance(f, dict) and f.get("enabled") for f in value.get("filters") or []):
-            self.row("train_infer_correction.filters", "unsupported", note="roll does not implement ratio/diff filters")
-        self.row("train_infer_correction", "implemented-as", "correction.tis_cap/tis_level", "is_weight -> TIS")
+        filters = value.get("filters") or []
+        if filters:
+            self.set_path("correction.filters", [dict(f) if isinstance(f, dict) else f for f in filters], "filters")
+        self.row(
+            "train_infer_correction",
+            "implemented-as",
+            "correction.tis_cap/tis_level, correction.filters",
+            "is_weight -> TIS; filters -> ratio/diff filters (same fields)",
+        )
 
     # --- flat keys, with ROLL's value spellings -------------------------------------------------------------
     def flat_key(self, key: str, value: Any, data: dict[str, Any]) -> None:
@@ -389,6 +395,13 @@ class _Translator:
             if key not in data and key in self.flat:
                 self.out[key] = value
                 self.row(f"({key})", "implemented-as", self.flat[key], f"ROLL default {value!r} written in")
+        self.set_path("advantage.domain_stats", True, "(domain_stats)")
+        self.row(
+            "(domain_stats)",
+            "implemented-as",
+            "advantage.domain_stats",
+            "ROLL computes rewards and advantages per reward domain: true written in",
+        )
 
 
 def translate(data: dict[str, Any], referenced: set[str] | None = None, pipeline: str | None = None) -> Translation:
