@@ -172,12 +172,12 @@ def test_deepspeed_names_the_replacement_and_unsupported_knobs_fail() -> None:
     data, _ = compose_file(TINY)
     data["actor_train"]["strategy_args"] = {"strategy_name": "deepspeed_train"}
     data["adv_estimator"] = "gigpo"
-    data["kl_penalty"] = "full"
+    data["minibatch_data_iter_num"] = 2
     with pytest.raises(ConfigError) as info:
         load_config(data)
     text = str(info.value)
     assert "use strategy_name fsdp2_train" in text
-    assert "estimator 'gigpo'" in text and "kl_penalty: unsupported" in text
+    assert "estimator 'gigpo'" in text and "minibatch_data_iter_num: unsupported" in text
 
 
 def test_default_values_of_unsupported_knobs_are_ignored_with_a_reason() -> None:

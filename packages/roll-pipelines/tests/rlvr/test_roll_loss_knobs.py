@@ -214,3 +214,71 @@ def test_reward_clip_also_clamps_token_rewards_with_the_kl_penalty() -> None:
             assert got == pytest.approx(min(max(raw, -0.5), 0.5), abs=1e-6)
     kl = kl_penalty(batch.batch["old_log_probs"], batch.batch["ref_log_probs"], "kl")
     assert kl.abs().max() > 0.25  # the fixture does reach the token clip
+
+
+# --- kl_penalty: full ----------------------------------------------------------------------------------------------
+def _dist(seed: int, shape: tuple[int, ...]) -> torch.Tensor:
+    torch.manual_seed(seed)
+    return torch.log_softmax(torch.randn(*shape), -1)
+
+
+def _full_kl(p: list[float], q: list[float]) -> float:
+    return sum(math.exp(a) * (a - b) for a, b in zip(p, q))
+
+
+def test_full_kl_in_the_reward_uses_whole_distributions() -> None:
+    config = make_config(
+        adv_estimator="reinforce", add_token_level_kl=True, init_kl_coef=0.5, kl_penalty="full", reference=ROLE
+    )
+    assert config.reference_settings().full_distribution and config.recompute_old_log_probs(1)
+    assert config.actor_settings().kl_penalty == "full"
+    batch = scored_batch([1.0, 0.0, 1.0, 1.0])
+    old_full, ref_full = _dist(3, (4, 4, 6)), _dist(4, (4, 4, 6))
+    batch.batch["old_full_log_probs"], batch.batch["ref_full_log_probs"] = old_full, ref_full
+    metrics = compute_training_targets(batch, config, 0.5)
+    kl = [[_full_kl(old_full[i, t].tolist(), ref_full[i, t].tolist()) for t in range(4)] for i in range(4)]
+    for i in range(4):
+        last = max(t for t in range(4) if MASK[i][t])
+        for t in range(4):
+            raw = ((1.0 if i != 1 else 0.0) if t == last else 0.0) - 0.5 * kl[i][t] if MASK[i][t] else 0.0
+            assert float(batch.batch["token_level_rewards"][i, t]) == pytest.approx(raw, abs=1e-6)
+    n = sum(sum(row) for row in MASK)
+    assert metrics["actor/kl"] == pytest.approx(sum(kl[i][t] * MASK[i][t] for i in range(4) for t in range(4)) / n)
+    # the distributions are dropped once used (no KL loss needs the reference's)
+    assert "old_full_log_probs" not in batch.batch.keys() and "ref_full_log_probs" not in batch.batch.keys()
+
+
+def test_full_kl_loss_against_the_references_distributions() -> None:
+    config = make_config(pg_variant="vanilla", use_kl_loss=True, kl_loss_coef=0.2, kl_penalty="full", reference=ROLE)
+    settings = config.actor_settings()
+    torch.manual_seed(5)
+    logits = torch.randn(4, 7, 6)
+    batch = scored_batch([1.0, 0.0, 1.0, 1.0])
+    batch.batch["responses"] = torch.randint(0, 6, (4, 4))
+    batch.batch["advantages"] = torch.randn(4, 4)
+    batch.batch["ref_full_log_probs"] = _dist(6, (4, 4, 6))
+    n = sum(sum(row) for row in MASK)
+    loss, metrics = actor_loss(settings, batch, logits, LossScale(num_tokens=n, num_seqs=4), on_policy=True)
+    full = torch.log_softmax(logits[:, 2:-1], -1)
+    lp = full.gather(-1, batch.batch["responses"].unsqueeze(-1)).squeeze(-1)
+    pg = kl = 0.0
+    for i in range(4):
+        for t in range(4):
+            if MASK[i][t]:
+                pg += -float(batch.batch["advantages"][i, t]) * float(lp[i, t]) / n
+                kl += _full_kl(full[i, t].tolist(), batch.batch["ref_full_log_probs"][i, t].tolist()) / n
+    assert float(loss) == pytest.approx(pg + 0.2 * kl, abs=1e-6)
+    assert metrics["actor/kl_loss"] == pytest.approx(kl, abs=1e-6)
+
+
+def test_rolls_kl_penalty_full_translates() -> None:
+    data = {
+        "adv_estimator": "reinforce",
+        "rewards": {"math": {"reward_type": "math"}},
+        "actor_train": {**ROLE, "data_args": {"file_name": "synthetic://arithmetic_prompts?n=8"}},
+        "actor_infer": {**ROLE, "generating_args": {"num_return_sequences": 2}},
+        "kl_penalty": "full",
+    }
+    translation = translate(data)
+    assert translation.problems == [] and {row.key: row for row in translation.rows}["kl_penalty"].status == "mapped"
+    assert RLVRConfig.model_validate(translation.data).kl.penalty == "full"

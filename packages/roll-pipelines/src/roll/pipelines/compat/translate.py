@@ -312,15 +312,7 @@ class _Translator:
         elif key == "importance_sampling" and value == "seq":
             value, note = "sequence", "'seq' -> 'sequence'"
         elif key == "kl_penalty" and value == "full":
-            self.row(
-                key,
-                "unsupported",
-                target,
-                "kl_penalty 'full' is full-vocabulary KL, which needs the reference's whole distribution per token; "
-                "ROLL's own 'full' sums per-token log-prob KL over the sequence and cannot broadcast it back to "
-                "tokens, so it has no working semantics to follow",
-            )
-            return
+            note = "exact KL over the whole vocabulary per token (ROLL's own 'full' is broken: see docs/roll-compat.md)"
         elif key in ("pg_clip_low", "pg_clip_high") and not data.get("use_pg_clip_range", False):
             self.row(key, "ignored", note="used only with use_pg_clip_range: true, as in ROLL")
             return

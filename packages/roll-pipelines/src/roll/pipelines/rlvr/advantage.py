@@ -16,6 +16,7 @@ import torch
 from roll.pipelines.algorithms import (
     clip_rewards,
     compute_advantages,
+    full_kl,
     kl_penalty,
     masked_mean,
     normalize_scores,
@@ -104,6 +105,26 @@ def _roll_reward_norm(
     return out
 
 
+def _kl(batch: DataProto, config: RLVRConfig) -> torch.Tensor | None:
+    """Per-token KL of the old policy to the reference (None without a reference). Penalty 'full': the exact KL of
+    the whole distributions (``old_full_log_probs`` is then dropped; ``ref_full_log_probs`` is kept only for the KL
+    loss), or None when the old policy's distributions were not recomputed."""
+    data = batch.batch
+    if "ref_log_probs" not in data.keys():
+        return None
+    if config.kl.penalty != "full":
+        return kl_penalty(data["old_log_probs"], data["ref_log_probs"], config.kl.penalty)
+    old_full = data.pop("old_full_log_probs") if "old_full_log_probs" in data.keys() else None
+    ref_full = data["ref_full_log_probs"] if "ref_full_log_probs" in data.keys() else None
+    if ref_full is not None and not config.kl.loss_on:
+        data.pop("ref_full_log_probs")
+    if old_full is None or ref_full is None:
+        if config.kl.in_reward_on:
+            raise ConfigError("kl.penalty=full in the reward needs old_full_log_probs and ref_full_log_probs")
+        return None
+    return full_kl(old_full, ref_full)
+
+
 def _clip(values: torch.Tensor, bound: float | None, name: str, metrics: dict[str, float]) -> torch.Tensor:
     """ROLL's reward_clip: clamp to [-bound, bound], reporting the share of entries clipped."""
     if bound is None:
@@ -174,6 +195,10 @@ def compute_training_targets(
         for name in present:
             full[torch.tensor(rows_of[name])] = parts[name].batch[key].to(first.dtype)
         batch.batch[key] = full
+    dropped = ("old_full_log_probs",) if config.kl.loss_on else ("old_full_log_probs", "ref_full_log_probs")
+    for key in dropped:  # kl penalty 'full': each domain used its rows' distributions
+        if key in batch.batch.keys():
+            batch.batch.pop(key)
     metrics: dict[str, float] = {}
     for key in sorted({k for m in per_domain.values() for k in m}):
         owned = [name for name in names if key in per_domain[name]]
@@ -205,9 +230,8 @@ def _targets(
     scores = normalize_scores(scores, data["group_index"], advantage.reward_norm)
     scores = _roll_reward_norm(batch, scores, config, running)
     scores = _clip(scores, advantage.reward_clip, "critic/reward_clip_frac", metrics)  # ROLL: after normalization
-    kl = None
-    if "ref_log_probs" in data.keys():
-        kl = kl_penalty(data["old_log_probs"], data["ref_log_probs"], config.kl.penalty)
+    kl = _kl(batch, config)
+    if kl is not None:
         metrics["actor/kl"] = float(masked_mean(kl, response_mask))
     if config.kl.in_reward_on and kl is not None:
         token_rewards = token_level_rewards_from_scores(scores, response_mask, kl=kl, kl_coef=kl_coef)

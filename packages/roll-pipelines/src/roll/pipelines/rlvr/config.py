@@ -241,7 +241,11 @@ class SampleMaskSection(RollModel):
 class KLSection(RollModel):
     """KL to the reference policy: as a per-token reward penalty (PPO style) and/or a loss term (GRPO style)."""
 
-    penalty: Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"] = "k3"
+    penalty: Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs", "full"] = Field(
+        default="k3",
+        description="Per-token KL estimator of the sampled tokens; 'full': the exact KL over the whole vocabulary "
+        "(the reference sends its whole log-softmax per response token: batch x length x vocab floats).",
+    )
     in_reward: bool = Field(default=False, description="KL as a per-token reward penalty (PPO style).")
     use_loss: bool = Field(default=False, description="KL as a loss term with loss_coef (GRPO style).")
     init_coef: float = Field(
@@ -594,6 +598,10 @@ class RLVRConfig(BaseConfig):
     def policy_settings(self) -> PolicySettings:
         return PolicySettings(temperature=self.sampling_temperature)
 
+    def reference_settings(self) -> PolicySettings:
+        """The reference also returns whole distributions when the KL is 'full'."""
+        return PolicySettings(temperature=self.sampling_temperature, full_distribution=self.kl.penalty == "full")
+
     def actor_settings(self) -> ActorSettings:
         loss = self.policy_loss
         return ActorSettings(
@@ -631,6 +639,11 @@ class RLVRConfig(BaseConfig):
             raise ValueError(
                 f"advantage.whiten_rewards (ROLL's) applies to gae, reinforce, reinforce_plus_plus and grpo, "
                 f"not to advantage.estimator={estimator}"
+            )
+        if self.kl.penalty == "full" and self.kl.in_reward_on and self.correction.old_log_probs_recompute is False:
+            raise ValueError(
+                "kl.penalty=full in the reward needs the old policy's whole distributions: leave "
+                "correction.old_log_probs_recompute at 'auto' or true"
             )
         if estimator == "gae" and self.critic is None:
             raise ValueError("advantage.estimator=gae needs a critic role (model_args.model_head: value)")

@@ -27,6 +27,7 @@ class PolicySettings:
     """A policy that scores responses (the reference): log-probs at the temperature the rollouts were sampled at."""
 
     temperature: float = 1.0
+    full_distribution: bool = False  # also return the whole log-softmax per position (kl penalty 'full')
 
     def __post_init__(self) -> None:
         _positive("PolicySettings", "temperature", self.temperature)

@@ -12,7 +12,16 @@ from typing import Any
 
 import torch
 
-from roll.pipelines.algorithms import entropy_loss, kl_loss, masked_mean, policy_loss, value_loss
+from roll.pipelines.algorithms import (
+    aggregate_loss,
+    entropy_loss,
+    full_kl,
+    kl_loss,
+    masked_mean,
+    policy_loss,
+    value_loss,
+)
+from roll.pipelines.algorithms.kl import FULL_KL
 from roll.pipelines.algorithms.pg_variants import pg_variant_loss, score_split_loss
 from roll.pipelines.algorithms.roll_knobs import sample_loss_weights
 from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
@@ -27,6 +36,12 @@ __all__ = ["ActorWorker", "CriticWorker", "InferWorker", "PolicyWorker", "actor_
 
 def _response_length(batch: DataProto) -> int:
     return batch.batch["responses"].shape[1]
+
+
+def _log_softmax(predicting: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The whole log-softmax at the sampling temperature, float32 (kl penalty 'full')."""
+    logits = predicting.float()
+    return torch.log_softmax(logits / temperature if temperature != 1.0 else logits, dim=-1)
 
 
 def _logits_to_keep(length: int) -> int:
@@ -57,14 +72,7 @@ def actor_loss(
             entropy = entropy_from_logits(predicting, settings.temperature)
             metrics["actor/entropy"] = float(masked_mean(entropy, mask))
     if settings.kl_loss_on:
-        kl = kl_loss(
-            log_probs,
-            data["ref_log_probs"],
-            mask,
-            kind=settings.kl_penalty,
-            loss_agg_mode=settings.loss_agg_mode,
-            **counts,
-        )
+        kl = _kl_loss(settings, predicting, log_probs, micro, counts)
         loss = loss + settings.kl_loss_coef * kl
         metrics["actor/kl_loss"] = float(kl.detach())
     if settings.rl_loss_coef != 1.0:  # ROLL: scales the policy-gradient + KL terms, not the entropy bonus
@@ -91,6 +99,25 @@ def actor_loss(
         metrics.update({f"actor/{k}": v for k, v in extra_metrics.items()})
     metrics["actor/total_loss"] = float(loss.detach())
     return loss, metrics
+
+
+def _kl_loss(
+    settings: ActorSettings, predicting: torch.Tensor, log_probs: torch.Tensor, micro: DataProto, counts: dict[str, Any]
+) -> torch.Tensor:
+    """The KL-to-reference loss term: a per-token estimator of the sampled tokens, or (penalty 'full') the exact KL
+    between this forward's whole distribution and the reference's (``ref_full_log_probs``, (B, R, V))."""
+    data = micro.batch
+    if settings.kl_penalty == FULL_KL:
+        per_token = full_kl(_log_softmax(predicting, settings.temperature), data["ref_full_log_probs"].detach())
+        return aggregate_loss(per_token, data["response_mask"], settings.loss_agg_mode, **counts)
+    return kl_loss(
+        log_probs,
+        data["ref_log_probs"],
+        data["response_mask"],
+        kind=settings.kl_penalty,
+        loss_agg_mode=settings.loss_agg_mode,
+        **counts,
+    )
 
 
 def policy_gradient_loss(
@@ -161,22 +188,27 @@ class _ScoringWorker(StrategyWorker):
     """Log-probs and entropy of sampled responses at the sampling temperature (``self.temperature``)."""
 
     temperature: float = 1.0
+    full_distribution: bool = False
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def compute_log_probs(self, batch: DataProto) -> DataProto:
-        """``log_probs`` (B, R) of ``responses`` under the sampling temperature, and their ``entropy`` (B, R)."""
+        """``log_probs`` (B, R) of ``responses`` under the sampling temperature, and their ``entropy`` (B, R); with
+        ``full_distribution`` (kl penalty 'full') also ``full_log_probs`` (B, R, V), the whole log-softmax."""
         length = _response_length(batch)
-        temperature = self.temperature
+        temperature, full = self.temperature, self.full_distribution
 
         def forward(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]:
             predicting = response_logits(logits, length)
-            return {
+            out = {
                 "log_probs": log_probs_from_logits(predicting, micro.batch["responses"], temperature),
                 "entropy": entropy_from_logits(predicting, temperature),
             }
+            if full:
+                out["full_log_probs"] = _log_softmax(predicting, temperature)
+            return out
 
         out = self.strategy.forward_step(batch, forward, logits_to_keep=_logits_to_keep(length))
-        return DataProto.from_dict({"log_probs": out["log_probs"], "entropy": out["entropy"]})
+        return DataProto.from_dict(dict(out))
 
 
 class PolicyWorker(_ScoringWorker):
@@ -188,6 +220,7 @@ class PolicyWorker(_ScoringWorker):
     def initialize(self, settings: PolicySettings | None = None) -> None:
         settings = settings or PolicySettings()
         self.temperature = settings.temperature
+        self.full_distribution = settings.full_distribution
         super().initialize(settings)
 
 
@@ -203,6 +236,7 @@ class ActorWorker(_ScoringWorker):
     def initialize(self, settings: ActorSettings | None = None) -> None:
         settings = settings or ActorSettings()
         self.temperature = settings.temperature
+        self.full_distribution = settings.kl_penalty == FULL_KL
         super().initialize(settings)
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
