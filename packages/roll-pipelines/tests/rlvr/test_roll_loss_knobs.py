@@ -281,4 +281,7 @@ def test_rolls_kl_penalty_full_translates() -> None:
     }
     translation = translate(data)
     assert translation.problems == [] and {row.key: row for row in translation.rows}["kl_penalty"].status == "mapped"
-    assert RLVRConfig.model_validate(translation.data).kl.penalty == "full"
+    config = RLVRConfig.model_validate(translation.data)
+    # ROLL: kl_penalty shapes the reward's KL; its actor's KL loss is always k3
+    assert config.kl.penalty == "full" and config.kl.loss_penalty == "k3" and config.actor_settings().kl_penalty == "k3"
+    assert config.reference_settings().full_distribution

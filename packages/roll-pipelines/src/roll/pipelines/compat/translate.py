@@ -387,6 +387,8 @@ class _Translator:
             if key not in data and key in self.flat:
                 self.out[key] = value
                 self.row(f"({key})", "implemented-as", self.flat[key], f"ROLL default {value!r} written in")
+        self.set_path("kl.loss_penalty", "k3", "(kl loss estimator)")
+        self.row("(kl loss estimator)", "implemented-as", "kl.loss_penalty", "ROLL's actor KL loss is always k3")
         self.set_path("advantage.domain_stats", True, "(domain_stats)")
         self.row(
             "(domain_stats)",

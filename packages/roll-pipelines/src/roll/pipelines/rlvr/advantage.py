@@ -116,7 +116,7 @@ def _kl(batch: DataProto, config: RLVRConfig) -> torch.Tensor | None:
         return kl_penalty(data["old_log_probs"], data["ref_log_probs"], config.kl.penalty)
     old_full = data.pop("old_full_log_probs") if "old_full_log_probs" in data.keys() else None
     ref_full = data["ref_full_log_probs"] if "ref_full_log_probs" in data.keys() else None
-    if ref_full is not None and not config.kl.loss_on:
+    if ref_full is not None and not config.kl.full_loss:
         data.pop("ref_full_log_probs")
     if old_full is None or ref_full is None:
         if config.kl.in_reward_on:
@@ -195,7 +195,7 @@ def compute_training_targets(
         for name in present:
             full[torch.tensor(rows_of[name])] = parts[name].batch[key].to(first.dtype)
         batch.batch[key] = full
-    dropped = ("old_full_log_probs",) if config.kl.loss_on else ("old_full_log_probs", "ref_full_log_probs")
+    dropped = ("old_full_log_probs",) if config.kl.full_loss else ("old_full_log_probs", "ref_full_log_probs")
     for key in dropped:  # kl penalty 'full': each domain used its rows' distributions
         if key in batch.batch.keys():
             batch.batch.pop(key)

@@ -126,6 +126,7 @@ FLAT_KEYS: dict[str, str] = {
     **OPD_FLAT_KEYS,
 }
 
+KLKind = Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs", "full"]
 Estimator = Literal["gae", "grpo", "reinforce", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
@@ -241,10 +242,15 @@ class SampleMaskSection(RollModel):
 class KLSection(RollModel):
     """KL to the reference policy: as a per-token reward penalty (PPO style) and/or a loss term (GRPO style)."""
 
-    penalty: Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs", "full"] = Field(
+    penalty: KLKind = Field(
         default="k3",
         description="Per-token KL estimator of the sampled tokens; 'full': the exact KL over the whole vocabulary "
         "(the reference sends its whole log-softmax per response token: batch x length x vocab floats).",
+    )
+    loss_penalty: KLKind | None = Field(
+        default=None,
+        description="Estimator of the KL loss term (None: penalty). ROLL's actor always uses k3 for it, whatever "
+        "kl_penalty says, so ROLL files set k3.",
     )
     in_reward: bool = Field(default=False, description="KL as a per-token reward penalty (PPO style).")
     use_loss: bool = Field(default=False, description="KL as a loss term with loss_coef (GRPO style).")
@@ -265,6 +271,15 @@ class KLSection(RollModel):
     @property
     def in_reward_on(self) -> bool:
         return self.in_reward and self.init_coef > 0
+
+    @property
+    def loss_estimator(self) -> str:
+        return self.loss_penalty or self.penalty
+
+    @property
+    def full_loss(self) -> bool:
+        """The KL loss is the exact KL: the actor needs the reference's whole distributions."""
+        return self.loss_on and self.loss_estimator == "full"
 
     @property
     def loss_on(self) -> bool:
@@ -600,7 +615,8 @@ class RLVRConfig(BaseConfig):
 
     def reference_settings(self) -> PolicySettings:
         """The reference also returns whole distributions when the KL is 'full'."""
-        return PolicySettings(temperature=self.sampling_temperature, full_distribution=self.kl.penalty == "full")
+        full = self.kl.penalty == "full" or self.kl.full_loss
+        return PolicySettings(temperature=self.sampling_temperature, full_distribution=full)
 
     def actor_settings(self) -> ActorSettings:
         loss = self.policy_loss
@@ -613,7 +629,8 @@ class RLVRConfig(BaseConfig):
             loss_agg_mode=loss.loss_agg_mode,
             entropy_coef=loss.entropy_coef,
             kl_loss_coef=self.kl.loss_coef if self.kl.loss_on else 0.0,
-            kl_penalty=self.kl.penalty,
+            kl_penalty=self.kl.loss_estimator,
+            full_distribution=self.kl.penalty == "full" and self.kl.in_reward_on,
             pg_variant=loss.variant,
             difficulty_loss_weight=loss.difficulty_loss_weight,
             length_loss_weight=loss.length_loss_weight,

@@ -57,6 +57,7 @@ class ActorSettings:
     pg_params: PGVariantParams = field(default_factory=PGVariantParams)
     difficulty_loss_weight: bool = False
     length_loss_weight: bool = False
+    full_distribution: bool = False  # compute_log_probs also returns whole distributions (kl penalty 'full')
     rl_loss_coef: float = 1.0
     positive_loss_coef: float = 0.0
     topr_negative_loss_coef: float = 0.0

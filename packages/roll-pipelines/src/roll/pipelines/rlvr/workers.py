@@ -236,7 +236,7 @@ class ActorWorker(_ScoringWorker):
     def initialize(self, settings: ActorSettings | None = None) -> None:
         settings = settings or ActorSettings()
         self.temperature = settings.temperature
-        self.full_distribution = settings.kl_penalty == FULL_KL
+        self.full_distribution = settings.full_distribution
         super().initialize(settings)
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
