@@ -123,7 +123,9 @@ TOP_KEYS: dict[str, Rule] = {
         "implemented-as", note="roll creates the reference role when KL uses it (kl.in_reward or kl.use_loss)"
     ),
     "force_disable_old_logprobs_recompute": Rule("implemented-as", "correction.old_log_probs_recompute", "true: false"),
-    "train_infer_correction": Rule("implemented-as", "correction.tis_*", "is_weight -> truncated IS; filters: no"),
+    "train_infer_correction": Rule(
+        "implemented-as", "correction.*", "is_weight -> truncated IS (tis_cap, tis_level); filters -> filters"
+    ),
     "dataset_filter": _unsupported(
         "difficulty-based dataset filtering", noop=lambda v: _falsy(v) or (isinstance(v, dict) and not v.get("source"))
     ),
