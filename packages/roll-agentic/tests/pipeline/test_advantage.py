@@ -119,3 +119,19 @@ def test_reward_clip_clamps_turn_rewards_of_agentic_reinforce():
     compute_agentic_targets(batch, _config("traj", adv_estimator="agentic_reinforce", gamma=1.0, reward_clip=2.0))
     # turn rewards (4, -3) -> (2, -2); returns: G2 = -2, G1 = 2 + -2 = 0
     assert batch.batch["advantages"].tolist() == [[0.0, 0.0, -2.0]]
+
+
+def test_train_infer_segment_filter_drops_turns_from_the_loss():
+    """ROLL's train_infer_correction filter (agg_type segment): a turn whose mean log-ratio leaves the range goes."""
+    mask = [[1, 1, 0, 1, 1], [1, 1, 1, 0, 0]]
+    old = [[-1.0, -1.0, 0.0, -1.0, -1.0], [-0.5, -0.5, -0.5, 0.0, 0.0]]
+    infer = [[-1.0, -1.1, 0.0, -1.6, -1.4], [-0.5, -0.45, -0.55, 0.0, 0.0]]
+    batch = _batch(mask, [1.0, 0.0], traj_group_id=["g", "g"])
+    batch.batch["old_log_probs"], batch.batch["rollout_log_probs"] = torch.tensor(old), torch.tensor(infer)
+    rule = {"enabled": True, "agg_type": "segment", "ratio_low": 0.8, "ratio_high": 1.25}
+    config = _config("traj", correction={"filters": [rule]})
+    assert config.recompute_old_log_probs(1)
+    metrics = compute_agentic_targets(batch, config)
+    # turn means of old - infer: row 0: 0.05 (kept), 0.5 (exp 1.65: dropped); row 1: 0.0 (kept)
+    assert batch.batch["response_mask"].tolist() == [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]]
+    assert metrics["actor/train_infer_masked_tokens"] == 2 and metrics["actor/train_infer_masked_sequences"] == 0

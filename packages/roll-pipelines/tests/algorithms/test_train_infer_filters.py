@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from roll.pipelines.algorithms.train_infer import RatioDiffFilter, segment_masked_mean, train_infer_filter_mask
+from roll.pipelines.algorithms import segment_masked_mean
+from roll.pipelines.algorithms.train_infer import RatioDiffFilter, train_infer_filter_mask
 from roll.runtime import ConfigError
 
 OLD = [[-0.5, -1.2, -0.3, -2.0, -0.4], [-0.9, -0.1, -1.5, -0.7, -0.2], [-0.2, -0.4, -3.0, -1.1, -0.6]]

@@ -186,7 +186,9 @@ def test_default_values_of_unsupported_knobs_are_ignored_with_a_reason() -> None
         {"async_generation_ratio": 0, "minibatch_data_iter_num": 1, "reward_shift": True, "use_reward_scaling": 1}
     )
     rows = {row.key: row for row in translate(data, referenced).rows}
-    assert rows["async_generation_ratio"].status == "ignored" and "ROLL's default" in rows["minibatch_data_iter_num"].note
+    assert (
+        rows["async_generation_ratio"].status == "ignored" and "ROLL's default" in rows["minibatch_data_iter_num"].note
+    )
     # keys ROLL itself drops or never reads: ignored whatever their value, saying so
     assert rows["reward_shift"].status == "ignored" and "drops it" in rows["reward_shift"].note
     assert rows["use_reward_scaling"].status == "ignored" and "no ROLL pipeline code" in rows["use_reward_scaling"].note

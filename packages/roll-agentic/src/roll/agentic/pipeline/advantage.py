@@ -33,6 +33,7 @@ from roll.pipelines.algorithms import (
     token_level_rewards_from_scores,
     whiten_and_clip_advantages,
 )
+from roll.pipelines.algorithms.train_infer import train_infer_filter_mask
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
 
@@ -149,6 +150,11 @@ def compute_agentic_targets(batch: DataProto, config: AgenticConfig) -> dict[str
     data["token_level_rewards"] = token_rewards
     data["advantages"] = advantages * mask
     data["returns"] = returns
+    rules = config.correction.filter_rules
+    if rules:  # ROLL: after the advantages, on the loss mask only
+        keep, filter_metrics = train_infer_filter_mask(data["old_log_probs"], data["rollout_log_probs"], mask, rules)
+        data["response_mask"] = (mask * keep).to(data["response_mask"].dtype)
+        metrics.update({f"actor/{k}": v for k, v in filter_metrics.items()})
     metrics["actor/advantage_mean"] = float(masked_mean(advantages, mask))
     metrics["advantage/zero_rows"] = float(((advantages.abs() * mask).sum(-1) == 0).float().mean())
     return metrics

@@ -22,9 +22,10 @@ from typing import Literal
 import torch
 
 from roll.pipelines.algorithms._validation import as_bool_mask, check_choice, check_same_shape
+from roll.pipelines.algorithms.agentic import segment_masked_mean
 from roll.runtime.errors import ConfigError
 
-__all__ = ["AGG_TYPES", "RatioDiffFilter", "segment_masked_mean", "train_infer_filter_mask"]
+__all__ = ["AGG_TYPES", "RatioDiffFilter", "train_infer_filter_mask"]
 
 AGG_TYPES = ("token", "geometric", "sequence", "segment")
 AggType = Literal["token", "geometric", "sequence", "segment"]
@@ -49,25 +50,6 @@ class RatioDiffFilter:
                 f"train_infer_correction filter bounds are inverted: ratio [{self.ratio_low}, {self.ratio_high}], "
                 f"diff [{self.diff_low}, {self.diff_high}]; give low <= high"
             )
-
-
-def segment_masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per row, the mean of ``values`` over each maximal run of ``mask``, on that run's positions (0 elsewhere)."""
-    valid = as_bool_mask(mask)
-    values = torch.where(valid, values, values.new_zeros(()))
-    starts = valid.clone()
-    starts[:, 1:] = valid[:, 1:] & ~valid[:, :-1]
-    segment = torch.cumsum(starts.long(), dim=-1) * valid  # run id per valid token, 0 off the mask
-    out = torch.zeros_like(values)
-    for row in range(values.shape[0]):
-        ids = segment[row]
-        count = int(ids.max())
-        if count == 0:
-            continue
-        sums = torch.zeros(count + 1, dtype=values.dtype).index_add_(0, ids, values[row])
-        sizes = torch.bincount(ids, minlength=count + 1).to(values.dtype).clamp(min=1)
-        out[row] = torch.where(valid[row], (sums / sizes)[ids], values.new_zeros(()))
-    return out
 
 
 def _stats(agg: str, log_ratio: torch.Tensor, diff: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, ...]:
