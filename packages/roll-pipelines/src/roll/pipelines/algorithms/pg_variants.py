@@ -203,17 +203,29 @@ def score_split_loss(
     )
     valid = as_bool_mask(response_mask)
     positive = _positive(scores, log_probs, "positive_loss_coef / topr_negative_loss_coef").bool()
-    counts = {"num_tokens": num_tokens, "num_seqs": num_seqs, "norm_length": norm_length}
     total = log_probs.new_zeros(())
     metrics: dict[str, torch.Tensor] = {}
     if positive_coef:
-        term = aggregate_loss(-adv * log_probs, valid & positive, loss_agg_mode, **counts)
+        term = aggregate_loss(
+            -adv * log_probs,
+            valid & positive,
+            loss_agg_mode,
+            num_tokens=num_tokens,
+            num_seqs=num_seqs,
+            norm_length=norm_length,
+        )
         total = total + positive_coef * term
         metrics["positive_loss"] = term.detach()
     if negative_coef:
         ratio = torch.exp((log_probs - old).clamp(-_LOG_RATIO_BOUND, _LOG_RATIO_BOUND))
+        loss_mat = clipped_is_loss(ratio, 0.0, 1.0, adv, log_probs)
         term = aggregate_loss(
-            clipped_is_loss(ratio, 0.0, 1.0, adv, log_probs), valid & ~positive, loss_agg_mode, **counts
+            loss_mat,
+            valid & ~positive,
+            loss_agg_mode,
+            num_tokens=num_tokens,
+            num_seqs=num_seqs,
+            norm_length=norm_length,
         )
         total = total + negative_coef * term
         metrics["topr_neg_loss"] = term.detach()

@@ -10,13 +10,13 @@ Reads ``scores``, ``response_mask``, ``finish_reason``, ``group_index``, ``old_l
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 import torch
 
 from roll.pipelines.algorithms import (
     clip_rewards,
     compute_advantages,
-    full_kl,
     kl_penalty,
     masked_mean,
     normalize_scores,
@@ -25,6 +25,7 @@ from roll.pipelines.algorithms import (
     truncated_importance_weights,
     whiten_and_clip_advantages,
 )
+from roll.pipelines.algorithms.kl import full_kl
 from roll.pipelines.algorithms.roll_knobs import (
     RunningMoments,
     difficulty_mask,
@@ -114,8 +115,10 @@ def _kl(batch: DataProto, config: RLVRConfig) -> torch.Tensor | None:
         return None
     if config.kl.penalty != "full":
         return kl_penalty(data["old_log_probs"], data["ref_log_probs"], config.kl.penalty)
-    old_full = data.pop("old_full_log_probs") if "old_full_log_probs" in data.keys() else None
-    ref_full = data["ref_full_log_probs"] if "ref_full_log_probs" in data.keys() else None
+    old_full = cast(
+        "torch.Tensor | None", data.pop("old_full_log_probs") if "old_full_log_probs" in data.keys() else None
+    )
+    ref_full: torch.Tensor | None = data["ref_full_log_probs"] if "ref_full_log_probs" in data.keys() else None
     if ref_full is not None and not config.kl.full_loss:
         data.pop("ref_full_log_probs")
     if old_full is None or ref_full is None:

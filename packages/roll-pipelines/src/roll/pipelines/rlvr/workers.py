@@ -15,13 +15,12 @@ import torch
 from roll.pipelines.algorithms import (
     aggregate_loss,
     entropy_loss,
-    full_kl,
     kl_loss,
     masked_mean,
     policy_loss,
     value_loss,
 )
-from roll.pipelines.algorithms.kl import FULL_KL
+from roll.pipelines.algorithms.kl import FULL_KL, full_kl
 from roll.pipelines.algorithms.pg_variants import pg_variant_loss, score_split_loss
 from roll.pipelines.algorithms.roll_knobs import sample_loss_weights
 from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
