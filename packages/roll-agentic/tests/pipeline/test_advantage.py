@@ -92,3 +92,46 @@ def test_adjust_batch_deletes_or_copies_rows_to_a_multiple():
     assert len(adjust_batch(batch, 5, "none")) == 5
     with pytest.raises(Exception, match="batch_adjust_mode"):
         adjust_batch(batch, 2, "none")
+
+
+def test_reward_clip_clamps_the_normalized_rewards_as_roll():
+    """ROLL's agentic reward_clip (compute_response_level_rewards): normalize first, then clamp to [-clip, clip]."""
+    batch = _batch(
+        [[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 0, 0]], [3.0, -1.0, 0.5, 0.5], traj_group_id=["g0", "g0", "g1", "g1"]
+    )
+    config = _config("traj", reward_clip=0.5, reward_normalization={"grouping": "traj_group_id", "method": "mean"})
+    assert config.advantage.reward_clip == 0.5  # the flat ROLL key reaches the advantage section
+    metrics = compute_agentic_targets(batch, config)
+    # mean only: g0 (3, -1) -> (2, -2) -> clipped (0.5, -0.5); g1 -> (0, 0)
+    assert batch.batch["advantages"][:, 0].tolist() == [0.5, -0.5, 0.0, 0.0]
+    assert metrics["critic/reward_clip_frac"] == 0.5
+    unclipped = _batch(
+        [[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 0, 0]], [3.0, -1.0, 0.5, 0.5], traj_group_id=["g0"] * 2 + ["g1"] * 2
+    )
+    compute_agentic_targets(
+        unclipped, _config("traj", reward_normalization={"grouping": "traj_group_id", "method": "mean"})
+    )
+    assert unclipped.batch["advantages"][:, 0].tolist() == [2.0, -2.0, 0.0, 0.0]
+
+
+def test_reward_clip_clamps_turn_rewards_of_agentic_reinforce():
+    batch = _batch([[1, 0, 1]], [9.0], traj_group_id=["g"], step_scores=[[4.0, -3.0]])
+    compute_agentic_targets(batch, _config("traj", adv_estimator="agentic_reinforce", gamma=1.0, reward_clip=2.0))
+    # turn rewards (4, -3) -> (2, -2); returns: G2 = -2, G1 = 2 + -2 = 0
+    assert batch.batch["advantages"].tolist() == [[0.0, 0.0, -2.0]]
+
+
+def test_train_infer_segment_filter_drops_turns_from_the_loss():
+    """ROLL's train_infer_correction filter (agg_type segment): a turn whose mean log-ratio leaves the range goes."""
+    mask = [[1, 1, 0, 1, 1], [1, 1, 1, 0, 0]]
+    old = [[-1.0, -1.0, 0.0, -1.0, -1.0], [-0.5, -0.5, -0.5, 0.0, 0.0]]
+    infer = [[-1.0, -1.1, 0.0, -1.6, -1.4], [-0.5, -0.45, -0.55, 0.0, 0.0]]
+    batch = _batch(mask, [1.0, 0.0], traj_group_id=["g", "g"])
+    batch.batch["old_log_probs"], batch.batch["rollout_log_probs"] = torch.tensor(old), torch.tensor(infer)
+    rule = {"enabled": True, "agg_type": "segment", "ratio_low": 0.8, "ratio_high": 1.25}
+    config = _config("traj", correction={"filters": [rule]})
+    assert config.recompute_old_log_probs(1)
+    metrics = compute_agentic_targets(batch, config)
+    # turn means of old - infer: row 0: 0.05 (kept), 0.5 (exp 1.65: dropped); row 1: 0.0 (kept)
+    assert batch.batch["response_mask"].tolist() == [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]]
+    assert metrics["actor/train_infer_masked_tokens"] == 2 and metrics["actor/train_infer_masked_sequences"] == 0

@@ -133,3 +133,33 @@ def test_make_kl_controller() -> None:
         make_kl_controller("adaptive", 0.1, target_kl=0, horizon=10)
     with pytest.raises(ConfigError, match="kl_coef=-1"):
         FixedKLController(-1)
+
+
+# --- kl penalty 'full': the exact KL over the vocabulary ------------------------------------------------------
+FULL_P = [[[0.7, 0.2, 0.1], [0.25, 0.25, 0.5]], [[0.1, 0.1, 0.8], [1 / 3, 1 / 3, 1 / 3]]]
+FULL_Q = [[[0.5, 0.3, 0.2], [0.25, 0.25, 0.5]], [[0.6, 0.3, 0.1], [0.2, 0.5, 0.3]]]
+
+
+def test_full_kl_is_the_exact_vocabulary_sum() -> None:
+    from roll.pipelines.algorithms import full_kl
+
+    log_p, log_q = torch.tensor(FULL_P, dtype=torch.float64).log(), torch.tensor(FULL_Q, dtype=torch.float64).log()
+    got = full_kl(log_p, log_q)
+    expected = [
+        [sum(p * math.log(p / q) for p, q in zip(ps, qs)) for ps, qs in zip(pr, qr)] for pr, qr in zip(FULL_P, FULL_Q)
+    ]
+    assert got.shape == (2, 2)
+    assert torch.allclose(got.double(), torch.tensor(expected, dtype=torch.float64), atol=1e-6)
+    assert float(got[0, 1]) == pytest.approx(0.0, abs=1e-7)  # identical distributions
+    # What ROLL's compute_approx_kl('full') computes when given whole distributions (its intent) is the same sum.
+    roll = torch.nn.functional.kl_div(log_q, log_p, log_target=True, reduction="none").sum(-1)
+    assert torch.allclose(got.double(), roll, atol=1e-6)
+
+
+def test_full_kl_needs_distributions() -> None:
+    from roll.pipelines.algorithms import full_kl
+
+    with pytest.raises(ConfigError, match="whole vocabulary"):
+        kl_penalty(torch.zeros(2, 3), torch.zeros(2, 3), "full")
+    with pytest.raises(ConfigError, match="vocab"):
+        full_kl(torch.zeros(3), torch.zeros(3))

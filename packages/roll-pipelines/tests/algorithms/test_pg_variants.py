@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from roll.pipelines.algorithms.pg_variants import PGVariantParams, pg_variant_loss
+from roll.pipelines.algorithms.pg_variants import PGVariantParams, pg_variant_loss, score_split_loss
 from roll.runtime import ConfigError
 
 LOGP = [[-0.5, -1.2, -0.3, -2.0], [-0.9, -0.1, -1.5, -0.7], [-0.2, -0.4, -3.0, -1.1]]
@@ -124,3 +124,58 @@ def test_errors_name_the_problem() -> None:
         pg_variant_loss("reinforce", *args)
     with pytest.raises(ConfigError, match="tis_lower_bound"):
         PGVariantParams(tis_lower_bound=2.0, tis_upper_bound=1.0)
+
+
+def _score_split_reference(mode: str, pos_coef: float, neg_coef: float) -> tuple[float, list[list[float]]]:
+    """ROLL <= 0.1's postive_loss_coef / use_topr_neg_loss_coef terms by hand: each term sums its own samples'
+    tokens, normalized like the policy loss (all valid tokens, or each sequence's own token count / all rows)."""
+    rows = len(LOGP)
+    token_count = sum(sum(m) for m in MASK)
+    total, grads = 0.0, [[0.0] * len(LOGP[0]) for _ in range(rows)]
+    for i in range(rows):
+        positive = SCORES[i] > 0
+        coef = pos_coef if positive else neg_coef
+        for t in range(len(LOGP[i])):
+            if not MASK[i][t]:
+                continue
+            w = 1.0 if positive else _clip(math.exp(LOGP[i][t] - OLD[i][t]), 0.0, 1.0)
+            scale = coef / token_count if mode == "token-mean" else coef / (sum(MASK[i]) * rows)
+            total += -w * ADV[i][t] * LOGP[i][t] * scale
+            grads[i][t] = -w * ADV[i][t] * scale
+    return total, grads
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+@pytest.mark.parametrize(("pos_coef", "neg_coef"), [(0.0, 0.7), (0.4, 0.0), (0.4, 0.7)])
+def test_score_split_terms_match_the_reference(mode: str, pos_coef: float, neg_coef: float) -> None:
+    log_probs = torch.tensor(LOGP, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor(MASK)
+    loss, metrics = score_split_loss(
+        log_probs,
+        torch.tensor(OLD, dtype=torch.float64),
+        torch.tensor(ADV, dtype=torch.float64),
+        mask,
+        torch.tensor(SCORES, dtype=torch.float64),
+        positive_coef=pos_coef,
+        negative_coef=neg_coef,
+        loss_agg_mode=mode,
+        num_tokens=int(mask.sum()),
+        num_seqs=len(LOGP),
+    )
+    loss.backward()
+    expected, expected_grad = _score_split_reference(mode, pos_coef, neg_coef)
+    assert float(loss.detach()) == pytest.approx(expected, abs=1e-6)
+    assert torch.allclose(log_probs.grad, torch.tensor(expected_grad, dtype=torch.float64), atol=1e-6)
+    assert ("positive_loss" in metrics) == (pos_coef > 0) and ("topr_neg_loss" in metrics) == (neg_coef > 0)
+
+
+def test_clipped_is_variants_share_one_formula() -> None:
+    """tis, cispo and topr's negative samples are the same clipped-IS REINFORCE with different bounds."""
+    args = (torch.tensor(LOGP, dtype=torch.float64), torch.tensor(OLD), torch.tensor(ADV), torch.tensor([[1] * 4] * 3))
+    tis, _ = pg_variant_loss("tis", *args, params=PGVariantParams(tis_lower_bound=0.9, tis_upper_bound=1.1))
+    cispo, _ = pg_variant_loss("cispo", *args)  # default epsilons 0.1: the same [0.9, 1.1]
+    assert float(tis) == pytest.approx(float(cispo), abs=1e-12)
+    negatives = torch.tensor([-1.0, -1.0, -1.0])
+    topr, _ = pg_variant_loss("topr", *args, scores=negatives)
+    tis01, _ = pg_variant_loss("tis", *args)  # default [0, 1]
+    assert float(topr) == pytest.approx(float(tis01), abs=1e-12)

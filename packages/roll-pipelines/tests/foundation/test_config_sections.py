@@ -118,6 +118,9 @@ FLAT_VALUES: dict[str, Any] = {
     "length_loss_weight": True,
     "topr_positive_weight": 0.7,
     "topr_negative_weight": 0.3,
+    "rl_loss_coef": 0.5,
+    "postive_loss_coef": 0.25,
+    "use_topr_neg_loss_coef": 0.75,
 }
 
 

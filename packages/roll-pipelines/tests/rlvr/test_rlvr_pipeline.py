@@ -101,6 +101,32 @@ def test_ppo_with_critic_reference_and_several_updates(tmp_path: Path, ray_env: 
         assert m["actor/ppo_kl"] != 0.0
 
 
+def test_full_vocabulary_kl_with_rolls_keys(tmp_path: Path, ray_env: None) -> None:
+    """kl_penalty full (ROLL's): the reference and the recompute pass send whole distributions; KL in the reward
+    and as a loss; with rl_loss_coef, the TOPR negative term and a ratio filter on top."""
+    run = next(_RUNS)
+    role = {"world_size": 1, "model_args": ROLE, "strategy_args": {"strategy_name": "hf_infer"}}
+    metrics = _run(
+        tmp_path / "full-kl",
+        kl_penalty="full",
+        add_token_level_kl=True,
+        init_kl_coef=0.05,
+        use_kl_loss=True,
+        kl_loss_coef=0.1,
+        ppo_mini_batch_size=8,
+        rl_loss_coef=0.5,
+        use_topr_neg_loss_coef=0.5,
+        correction="{'filters': [{'enabled': true, 'ratio_low': 0.5, 'ratio_high': 2.0}]}",
+        reference=str({**role, "name": f"ref-{run}"}),
+    )
+    assert [m["step"] for m in metrics] == [0, 1, 2]
+    # The exact KL: 0 while the policy is the initial model, positive once it has been updated.
+    assert metrics[1]["actor/kl"] == pytest.approx(0.0, abs=1e-6) and metrics[2]["actor/kl"] > 0
+    for m in metrics[1:]:
+        assert m["actor/kl_loss"] >= -1e-6 and "actor/topr_neg_loss" in m  # exact KL >= 0, up to rounding
+        assert 0 <= m["actor/train_infer_final_mask_mean"] <= 1
+
+
 def test_an_interrupted_pipeline_stops_its_workers_without_calling_them(
     tmp_path: Path, ray_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

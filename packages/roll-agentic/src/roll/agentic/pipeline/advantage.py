@@ -18,9 +18,10 @@ from typing import Any
 
 import torch
 
-from roll.agentic.pipeline.config import AgenticConfig
+from roll.agentic.pipeline.config import AgenticAdvantageSection, AgenticConfig
 from roll.pipelines.algorithms import (
     agentic_reinforce_advantages,
+    clip_rewards,
     compute_advantages,
     gigpo_rewards,
     grouped_reward_norm,
@@ -32,6 +33,7 @@ from roll.pipelines.algorithms import (
     token_level_rewards_from_scores,
     whiten_and_clip_advantages,
 )
+from roll.pipelines.algorithms.train_infer import train_infer_filter_mask
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
 
@@ -108,6 +110,15 @@ def _response_rewards(batch: DataProto, config: AgenticConfig) -> tuple[torch.Te
     return grouped_reward_norm(values, group, norm.norm_mean_type, norm.norm_std_type), metrics
 
 
+def _clip(rewards: torch.Tensor, advantage: AgenticAdvantageSection, metrics: dict[str, float]) -> torch.Tensor:
+    """ROLL's reward_clip (compute_response_level_rewards): clamp to [-bound, bound], reporting the share clipped."""
+    bound = advantage.reward_clip
+    if bound is None:
+        return rewards
+    metrics["critic/reward_clip_frac"] = float((rewards.abs() > bound).float().mean()) if rewards.numel() else 0.0
+    return clip_rewards(rewards, bound)
+
+
 def compute_agentic_targets(batch: DataProto, config: AgenticConfig) -> dict[str, float]:
     """Fill ``token_level_rewards``, ``advantages`` and ``returns`` of ``batch`` in place; returns metrics."""
     data = batch.batch
@@ -116,10 +127,10 @@ def compute_agentic_targets(batch: DataProto, config: AgenticConfig) -> dict[str
     estimator = advantage.estimator
     metrics: dict[str, float] = {}
     if estimator == "agentic_reinforce":
-        token_rewards = turn_rewards_to_tokens(_column(batch, "step_scores"), mask)
+        token_rewards = _clip(turn_rewards_to_tokens(_column(batch, "step_scores"), mask), advantage, metrics)
         advantages, returns = agentic_reinforce_advantages(token_rewards, mask, advantage.gamma)
     elif estimator == "gae":
-        token_rewards = token_level_rewards_from_scores(data["scores"].float(), mask)
+        token_rewards = _clip(token_level_rewards_from_scores(data["scores"].float(), mask), advantage, metrics)
         advantages, returns = compute_advantages(
             "gae",
             token_level_rewards=token_rewards,
@@ -130,6 +141,7 @@ def compute_agentic_targets(batch: DataProto, config: AgenticConfig) -> dict[str
         )
     else:
         rewards, metrics = _response_rewards(batch, config)
+        rewards = _clip(rewards, advantage, metrics)  # ROLL: after the normalization
         token_rewards = token_level_rewards_from_scores(rewards, mask)
         advantages, returns = reinforce_returns(token_rewards, mask, advantage.gamma)
         metrics["advantage/reward_mean"] = float(rewards.mean())
@@ -138,6 +150,11 @@ def compute_agentic_targets(batch: DataProto, config: AgenticConfig) -> dict[str
     data["token_level_rewards"] = token_rewards
     data["advantages"] = advantages * mask
     data["returns"] = returns
+    rules = config.correction.filter_rules
+    if rules:  # ROLL: after the advantages, on the loss mask only
+        keep, filter_metrics = train_infer_filter_mask(data["old_log_probs"], data["rollout_log_probs"], mask, rules)
+        data["response_mask"] = (mask * keep).to(data["response_mask"].dtype)
+        metrics.update({f"actor/{k}": v for k, v in filter_metrics.items()})
     metrics["actor/advantage_mean"] = float(masked_mean(advantages, mask))
     metrics["advantage/zero_rows"] = float(((advantages.abs() * mask).sum(-1) == 0).float().mean())
     return metrics

@@ -16,7 +16,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig, RewardNormalizationConfig
+from roll.pipelines.algorithms.train_infer import RatioDiffFilter
 from roll.pipelines.config import BaseConfig, RoleConfig, field_default, is_int, raw_section, raw_value
+from roll.pipelines.rlvr.config import TrainInferFilterConfig
 from roll.pipelines.rlvr.settings import PolicySettings
 from roll.runtime import RollModel
 
@@ -26,6 +28,7 @@ __all__ = [
     "TRAJ_ESTIMATORS",
     "AgenticAdvantageSection",
     "AgenticConfig",
+    "AgenticCorrectionSection",
     "AgenticPolicyLossSection",
     "AgenticRolloutSection",
     "WarmupSection",
@@ -49,6 +52,7 @@ FLAT_KEYS: dict[str, str] = {
     "step_reward_gamma": "advantage.step_reward_gamma",
     "whiten_advantages": "advantage.whiten",
     "advantage_clip": "advantage.clip",
+    "reward_clip": "advantage.reward_clip",
     "pg_clip": "policy_loss.clip",
     "pg_clip_low": "policy_loss.clip_low",
     "pg_clip_high": "policy_loss.clip_high",
@@ -111,6 +115,12 @@ class AgenticAdvantageSection(RollModel):
     step_reward_gamma: float = Field(default=0.95, ge=0, le=1, description="Discount of step returns (step-wise).")
     whiten: bool = Field(default=False, description="Whiten advantages over the batch.")
     clip: float | None = Field(default=None, gt=0, description="Clip advantages to [-clip, clip].")
+    reward_clip: float | None = Field(
+        default=None,
+        gt=0,
+        description="ROLL's reward_clip: clamp the normalized response-level rewards to [-clip, clip], and the token "
+        "rewards again (turn rewards of agentic_reinforce, GAE's), before the estimator.",
+    )
 
 
 class AgenticPolicyLossSection(RollModel):
@@ -145,6 +155,20 @@ class WarmupSection(RollModel):
     seed: int = Field(default=1_000_003, description="Base seed of the warm-up episodes (not the RL seeds).")
 
 
+class AgenticCorrectionSection(RollModel):
+    """ROLL's train_infer_correction filters: turns (segment), responses or tokens whose recomputed old log-probs
+    disagree with the rollout engine's leave the loss (see roll.pipelines.algorithms.train_infer)."""
+
+    filters: list[TrainInferFilterConfig] = Field(
+        default_factory=list,
+        description="Applied in order after the advantages; old log-probs are recomputed when one is enabled.",
+    )
+
+    @property
+    def filter_rules(self) -> list[RatioDiffFilter]:
+        return [f.rule() for f in self.filters if f.enabled]
+
+
 class AgenticConfig(BaseConfig):
     flat_keys: ClassVar[Mapping[str, str]] = FLAT_KEYS
 
@@ -163,6 +187,7 @@ class AgenticConfig(BaseConfig):
     policy_loss: AgenticPolicyLossSection = Field(default_factory=AgenticPolicyLossSection)
     kl: KLSection = Field(default_factory=KLSection)
     warmup: WarmupSection = Field(default_factory=WarmupSection)
+    correction: AgenticCorrectionSection = Field(default_factory=AgenticCorrectionSection)
     max_rl_time_s: float | None = Field(
         default=None, gt=0, description="Stop RL once this much wall time has passed (then validate); None: no limit."
     )
@@ -226,7 +251,8 @@ class AgenticConfig(BaseConfig):
         )
 
     def recompute_old_log_probs(self, num_mini_batches: int) -> bool:
-        return self.update.epochs > 1 or num_mini_batches > 1
+        filters = bool(self.correction.filter_rules)  # they compare recomputed log-probs with the engine's
+        return self.update.epochs > 1 or num_mini_batches > 1 or filters
 
     @model_validator(mode="after")
     def _check_agentic(self) -> AgenticConfig:

@@ -54,6 +54,7 @@ from roll.pipelines.algorithms.kl import (
     KL_ESTIMATORS,
     AdaptiveKLController,
     FixedKLController,
+    full_kl,
     kl_penalty,
     make_kl_controller,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "diffusion",
     "dpo_loss",
     "entropy_loss",
+    "full_kl",
     "gae_advantages",
     "gather_student_logits",
     "gigpo_rewards",

@@ -7,6 +7,10 @@ with ``d = log_probs - ref_log_probs``,
 * ``abs``: ``|d|``;
 * ``k2`` (alias ``mse``): ``0.5 * d**2`` — biased, low variance, its gradient is that of the true KL;
 * ``k3`` (alias ``low_var_kl``): ``exp(-d) + d - 1`` — unbiased, non-negative, low variance.
+
+``full`` (ROLL's ``kl_penalty: full``, "the actual KL for all tokens in the distribution") is not an estimator of
+sampled tokens: :func:`full_kl` takes both models' whole log-softmax distributions per position and returns the
+exact ``KL(policy || reference) = sum_v p(v) * (log p(v) - log q(v))`` per token.
 """
 
 from __future__ import annotations
@@ -20,12 +24,16 @@ from roll.pipelines.algorithms._validation import check_choice, check_positive, 
 from roll.runtime.errors import ConfigError
 
 __all__ = [
+    "FULL_KL",
     "KL_ESTIMATORS",
     "AdaptiveKLController",
     "FixedKLController",
+    "full_kl",
     "kl_penalty",
     "make_kl_controller",
 ]
+
+FULL_KL = "full"
 
 # k3 is clamped to this range: one token with a huge log-ratio (e.g. a near-zero reference probability)
 # would otherwise dominate the whole batch's KL term and its gradient.
@@ -77,9 +85,32 @@ def kl_penalty(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kind: str) 
     Returns:
         (batch, response_len) per-token estimate. Padding is not masked here; the caller applies its mask.
     """
+    if kind == FULL_KL:
+        raise ConfigError(
+            "kl penalty 'full' is the exact KL over the whole vocabulary: it needs both models' distributions per "
+            "token (full_kl), not the sampled tokens' log-probs"
+        )
     check_choice("kind", kind, KL_ESTIMATORS)
     check_same_shape("log_probs", log_probs, ref_log_probs=ref_log_probs)
     return KL_ESTIMATORS[kind](log_probs - ref_log_probs)
+
+
+def full_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """Exact per-position ``KL(p || q) = sum_v exp(log p) * (log p - log q)`` over the last (vocabulary) dimension.
+
+    Args:
+        log_probs: (..., vocab) log-softmax of the policy (differentiable).
+        ref_log_probs: same shape, the reference's log-softmax (the caller detaches it if it is a constant).
+
+    Returns:
+        (...) float32, >= 0 up to rounding. ROLL computes ``F.kl_div(ref, logp, log_target=True).sum(-1)``, the same
+        sum, but on per-token log-probs, which sums a sequence instead of a vocabulary (see docs/roll-compat.md).
+    """
+    check_same_shape("log_probs", log_probs, ref_log_probs=ref_log_probs)
+    if log_probs.dim() < 2:
+        raise ConfigError(f"full_kl needs (..., vocab) distributions, got shape {tuple(log_probs.shape)}")
+    log_p, log_q = log_probs.float(), ref_log_probs.float()
+    return (log_p.exp() * (log_p - log_q)).sum(-1)
 
 
 class FixedKLController:

@@ -26,6 +26,7 @@ from roll.pipelines.compat.keys import (
     TRAINING_ARGS,
     Rule,
 )
+from roll.pipelines.compat.notes import SEMANTICS_NOTES
 from roll.pipelines.compat.translate import ROLL_RLVR_DEFAULTS
 
 __all__ = ["config_reference", "roll_compat", "write_docs"]
@@ -191,6 +192,11 @@ def roll_compat() -> str:
         "ROLL's reward `worker_cls` selects roll's `reward_type`; a type roll lacks is an error naming it.\n",
         "| ROLL class | roll reward_type |\n|---|---|",
         rewards,
+        "",
+        "## Semantics notes\n",
+        "What ROLL's code does with these knobs (file:function, from ROLL's source) and what roll does.\n",
+        "| ROLL key | ROLL | roll |\n|---|---|---|",
+        *(f"| `{key}` | {_cell(roll)} | {_cell(ours)} |" for key, roll, ours in SEMANTICS_NOTES),
     ]
     return "\n".join(sections).rstrip() + "\n"
 

@@ -123,17 +123,22 @@ TOP_KEYS: dict[str, Rule] = {
         "implemented-as", note="roll creates the reference role when KL uses it (kl.in_reward or kl.use_loss)"
     ),
     "force_disable_old_logprobs_recompute": Rule("implemented-as", "correction.old_log_probs_recompute", "true: false"),
-    "train_infer_correction": Rule("implemented-as", "correction.tis_*", "is_weight -> truncated IS; filters: no"),
+    "train_infer_correction": Rule(
+        "implemented-as", "correction.*", "is_weight -> truncated IS (tis_cap, tis_level); filters -> filters"
+    ),
     "dataset_filter": _unsupported(
         "difficulty-based dataset filtering", noop=lambda v: _falsy(v) or (isinstance(v, dict) and not v.get("source"))
     ),
-    "postive_loss_coef": _unsupported("positive-sample loss coefficient", noop=_equals(None, 1.0, 1)),
-    "positive_loss_coef": _ignored("not a ROLL field (ROLL's is spelled postive_loss_coef), so ROLL drops it too"),
+    "positive_loss_coef": _ignored(
+        "not a ROLL field (ROLL's is spelled postive_loss_coef, roll's policy_loss.positive_loss_coef), so ROLL "
+        "drops it too"
+    ),
     "reward_system_config": _unsupported("a remote reward system"),
-    "use_topr_neg_loss_coef": _unsupported("TOPR negative loss coefficient", noop=_equals(None, 1.0, 1)),
-    "use_policy_loss_type": _unsupported("policy loss type PG", noop=_equals(None, "PPO")),
-    "use_topr_loss": _unsupported("TOPR loss"),
-    "rl_loss_coef": _unsupported("RL loss coefficient", noop=_equals(None, 1.0, 1)),
+    "use_policy_loss_type": _ignored("a field of ROLL's RLVRConfig that no ROLL code reads (no effect in ROLL either)"),
+    "use_topr_loss": _ignored(
+        "a field of ROLL's RLVRConfig that no ROLL code reads since July 2025 (TOPR: pg_variant topr, or "
+        "use_topr_neg_loss_coef)"
+    ),
     "val_greedy": Rule("implemented-as", "validation.generating_args", "true: temperature 0"),
     "val_n_sample": Rule("renamed", "validation.generating_args.num_return_sequences"),
     "mask_type": _unsupported("mask_type 'all' (masks from values too)", noop=_equals(None, "loss")),
@@ -174,7 +179,6 @@ PIPELINE_KEYS: dict[str, dict[str, Rule]] = {
             "ROLL's agentic pipeline adds no KL to the reward, so its KL controller has no effect"
         ),
         "add_token_level_kl": _ignored("ROLL's agentic pipeline does not read it (no KL in the reward)"),
-        "reward_clip": _unsupported("reward clipping in the agentic pipeline"),
         "async_generation_ratio": _unsupported("asynchronous agentic rollouts (roll's agentic step is synchronous)"),
         "enable_old_logprobs_recompute": _ignored("roll recomputes old log-probs whenever the update is off-policy"),
         "render_save_dir": _ignored("roll does not save rendered env frames"),

@@ -288,9 +288,15 @@ class _Translator:
             else:
                 self.out["tis_cap"] = weight.get("upper_bound") or 2.0
                 self.out["tis_level"] = level
-        if any(isinstance(f, dict) and f.get("enabled") for f in value.get("filters") or []):
-            self.row("train_infer_correction.filters", "unsupported", note="roll does not implement ratio/diff filters")
-        self.row("train_infer_correction", "implemented-as", "correction.tis_cap/tis_level", "is_weight -> TIS")
+        filters = value.get("filters") or []
+        if filters:
+            self.set_path("correction.filters", [dict(f) if isinstance(f, dict) else f for f in filters], "filters")
+        self.row(
+            "train_infer_correction",
+            "implemented-as",
+            "correction.tis_cap/tis_level, correction.filters",
+            "is_weight -> TIS; filters -> ratio/diff filters (same fields)",
+        )
 
     # --- flat keys, with ROLL's value spellings -------------------------------------------------------------
     def flat_key(self, key: str, value: Any, data: dict[str, Any]) -> None:
@@ -306,15 +312,7 @@ class _Translator:
         elif key == "importance_sampling" and value == "seq":
             value, note = "sequence", "'seq' -> 'sequence'"
         elif key == "kl_penalty" and value == "full":
-            self.row(
-                key,
-                "unsupported",
-                target,
-                "kl_penalty 'full' is full-vocabulary KL, which needs the reference's whole distribution per token; "
-                "ROLL's own 'full' sums per-token log-prob KL over the sequence and cannot broadcast it back to "
-                "tokens, so it has no working semantics to follow",
-            )
-            return
+            note = "exact KL over the whole vocabulary per token (ROLL's own 'full' is broken: see docs/roll-compat.md)"
         elif key in ("pg_clip_low", "pg_clip_high") and not data.get("use_pg_clip_range", False):
             self.row(key, "ignored", note="used only with use_pg_clip_range: true, as in ROLL")
             return
@@ -389,6 +387,15 @@ class _Translator:
             if key not in data and key in self.flat:
                 self.out[key] = value
                 self.row(f"({key})", "implemented-as", self.flat[key], f"ROLL default {value!r} written in")
+        self.set_path("kl.loss_penalty", "k3", "(kl loss estimator)")
+        self.row("(kl loss estimator)", "implemented-as", "kl.loss_penalty", "ROLL's actor KL loss is always k3")
+        self.set_path("advantage.domain_stats", True, "(domain_stats)")
+        self.row(
+            "(domain_stats)",
+            "implemented-as",
+            "advantage.domain_stats",
+            "ROLL computes rewards and advantages per reward domain: true written in",
+        )
 
 
 def translate(data: dict[str, Any], referenced: set[str] | None = None, pipeline: str | None = None) -> Translation:

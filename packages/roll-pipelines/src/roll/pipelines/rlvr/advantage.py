@@ -10,6 +10,7 @@ Reads ``scores``, ``response_mask``, ``finish_reason``, ``group_index``, ``old_l
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 import torch
 
@@ -24,6 +25,7 @@ from roll.pipelines.algorithms import (
     truncated_importance_weights,
     whiten_and_clip_advantages,
 )
+from roll.pipelines.algorithms.kl import full_kl
 from roll.pipelines.algorithms.roll_knobs import (
     RunningMoments,
     difficulty_mask,
@@ -32,6 +34,7 @@ from roll.pipelines.algorithms.roll_knobs import (
     reinforce_returns,
     whiten_token_rewards,
 )
+from roll.pipelines.algorithms.train_infer import train_infer_filter_mask
 from roll.pipelines.rlvr.config import AdvantageSection, RLVRConfig
 from roll.pipelines.rlvr.opd import apply_opd
 from roll.protocol import DataProto
@@ -103,6 +106,36 @@ def _roll_reward_norm(
     return out
 
 
+def _kl(batch: DataProto, config: RLVRConfig) -> torch.Tensor | None:
+    """Per-token KL of the old policy to the reference (None without a reference). Penalty 'full': the exact KL of
+    the whole distributions (``old_full_log_probs`` is then dropped; ``ref_full_log_probs`` is kept only for the KL
+    loss), or None when the old policy's distributions were not recomputed."""
+    data = batch.batch
+    if "ref_log_probs" not in data.keys():
+        return None
+    if config.kl.penalty != "full":
+        return kl_penalty(data["old_log_probs"], data["ref_log_probs"], config.kl.penalty)
+    old_full = cast(
+        "torch.Tensor | None", data.pop("old_full_log_probs") if "old_full_log_probs" in data.keys() else None
+    )
+    ref_full: torch.Tensor | None = data["ref_full_log_probs"] if "ref_full_log_probs" in data.keys() else None
+    if ref_full is not None and not config.kl.full_loss:
+        data.pop("ref_full_log_probs")
+    if old_full is None or ref_full is None:
+        if config.kl.in_reward_on:
+            raise ConfigError("kl.penalty=full in the reward needs old_full_log_probs and ref_full_log_probs")
+        return None
+    return full_kl(old_full, ref_full)
+
+
+def _clip(values: torch.Tensor, bound: float | None, name: str, metrics: dict[str, float]) -> torch.Tensor:
+    """ROLL's reward_clip: clamp to [-bound, bound], reporting the share of entries clipped."""
+    if bound is None:
+        return values
+    metrics[name] = float((values.abs() > bound).float().mean()) if values.numel() else 0.0
+    return clip_rewards(values, bound)
+
+
 def _sample_weight_inputs(batch: DataProto, config: RLVRConfig, lengths: torch.Tensor) -> None:
     """What the actor's difficulty/length loss weights read: ``response_lengths`` (before sample masks, as ROLL)
     and ``difficulty`` (the data column) as (batch,) float tensors."""
@@ -120,12 +153,68 @@ def _sample_weight_inputs(batch: DataProto, config: RLVRConfig, lengths: torch.T
         batch.batch["difficulty"] = torch.tensor(values, dtype=torch.float32)
 
 
+_COUNTS = ("rollout/masked_samples", "actor/train_infer_masked_tokens", "actor/train_infer_masked_sequences")
+_OUTPUTS = (
+    "token_level_rewards",
+    "advantages",
+    "returns",
+    "response_mask",
+    "is_weights",
+    "response_lengths",
+    "difficulty",
+)
+
+
+def _domains(batch: DataProto, config: RLVRConfig) -> list[str]:
+    """Each row's reward domain (from its tag), '' for a tag no domain claims."""
+    if "tag" not in batch.non_tensor_batch:
+        return [""] * len(batch)
+    owner = {tag: domain for domain, reward in config.rewards.items() for tag in reward.tag_included}
+    return [owner.get(str(tag), "") for tag in batch.non_tensor_batch["tag"]]
+
+
 def compute_training_targets(
     batch: DataProto, config: RLVRConfig, kl_coef: float, running: Mapping[str, RunningMoments] | None = None
 ) -> dict[str, float]:
     """Fill the training fields of ``batch`` in place; returns metrics (KL, masks, reward statistics).
 
-    ``running``: per reward domain, the running score moments of ``norm_*_type: running`` (updated here)."""
+    ``running``: per reward domain, the running score moments of ``norm_*_type: running`` (updated here).
+    With ``advantage.domain_stats`` (ROLL's behaviour) each reward domain's rows get their targets on their own, so
+    batch-wide statistics (reward normalization, whitening, clip fractions) are per domain; metrics are then the
+    row-weighted means over domains, plus ``<metric>/<domain>`` for each domain."""
+    domains = _domains(batch, config)
+    names = sorted(set(domains))
+    if not config.advantage.domain_stats or len(names) < 2:
+        return _targets(batch, config, kl_coef, running)
+    rows_of = {name: [i for i, d in enumerate(domains) if d == name] for name in names}
+    parts = {name: batch.select_idxs(rows) for name, rows in rows_of.items()}
+    per_domain = {name: _targets(part, config, kl_coef, running) for name, part in parts.items()}
+    for key in _OUTPUTS:
+        present = [name for name in names if key in parts[name].batch.keys()]
+        if not present:
+            continue
+        first = parts[present[0]].batch[key]
+        full = torch.zeros((len(batch), *first.shape[1:]), dtype=first.dtype)
+        for name in present:
+            full[torch.tensor(rows_of[name])] = parts[name].batch[key].to(first.dtype)
+        batch.batch[key] = full
+    dropped = ("old_full_log_probs",) if config.kl.full_loss else ("old_full_log_probs", "ref_full_log_probs")
+    for key in dropped:  # kl penalty 'full': each domain used its rows' distributions
+        if key in batch.batch.keys():
+            batch.batch.pop(key)
+    metrics: dict[str, float] = {}
+    for key in sorted({k for m in per_domain.values() for k in m}):
+        owned = [name for name in names if key in per_domain[name]]
+        weights = {name: 1.0 if key in _COUNTS else len(rows_of[name]) for name in owned}
+        total = 1.0 if key in _COUNTS else sum(weights.values())
+        metrics[key] = sum(per_domain[name][key] * weights[name] for name in owned) / total
+        metrics.update({f"{key}/{name or 'untagged'}": per_domain[name][key] for name in owned})
+    return metrics
+
+
+def _targets(
+    batch: DataProto, config: RLVRConfig, kl_coef: float, running: Mapping[str, RunningMoments] | None
+) -> dict[str, float]:
     data = batch.batch
     response_mask = data["response_mask"].float()
     lengths = response_mask.sum(-1)
@@ -141,17 +230,18 @@ def compute_training_targets(
         )
         scores = scores + penalty
         metrics["rollout/overlong_penalty"] = float(penalty.mean())
-    scores = clip_rewards(scores, advantage.reward_clip)
     scores = normalize_scores(scores, data["group_index"], advantage.reward_norm)
     scores = _roll_reward_norm(batch, scores, config, running)
-    kl = None
-    if "ref_log_probs" in data.keys():
-        kl = kl_penalty(data["old_log_probs"], data["ref_log_probs"], config.kl.penalty)
+    scores = _clip(scores, advantage.reward_clip, "critic/reward_clip_frac", metrics)  # ROLL: after normalization
+    kl = _kl(batch, config)
+    if kl is not None:
         metrics["actor/kl"] = float(masked_mean(kl, response_mask))
     if config.kl.in_reward_on and kl is not None:
         token_rewards = token_level_rewards_from_scores(scores, response_mask, kl=kl, kl_coef=kl_coef)
     else:
         token_rewards = token_level_rewards_from_scores(scores, response_mask)
+    # ROLL clips again after the KL penalty joins the token rewards (compute_token_reward)
+    token_rewards = _clip(token_rewards, advantage.reward_clip, "critic/token_reward_clip_frac", metrics)
     loss_mask = response_mask * _sample_mask(config, data["scores"].float(), data["group_index"], lengths, truncated)
     if advantage.whiten_rewards:  # ROLL: over the tokens left in the loss, before the estimator
         token_rewards = whiten_token_rewards(token_rewards, loss_mask)
@@ -177,7 +267,6 @@ def compute_training_targets(
     data["token_level_rewards"] = token_rewards
     data["advantages"] = advantages * loss_mask
     data["returns"] = returns
-    data["response_mask"] = loss_mask
     if correction.tis_cap is not None:
         weights, tis_metrics = truncated_importance_weights(
             data["old_log_probs"],
@@ -189,6 +278,14 @@ def compute_training_targets(
         )
         data["is_weights"] = weights
         metrics.update({f"tis/{k}": v for k, v in tis_metrics.items()})
+    rules = correction.filter_rules
+    if rules:  # ROLL: after the advantages, on the loss mask only
+        keep, filter_metrics = train_infer_filter_mask(
+            data["old_log_probs"], data["rollout_log_probs"], loss_mask, rules
+        )
+        loss_mask = loss_mask * keep
+        metrics.update({f"actor/{k}": v for k, v in filter_metrics.items()})
+    data["response_mask"] = loss_mask
     valid = loss_mask.sum(-1) > 0
     metrics.update(
         {

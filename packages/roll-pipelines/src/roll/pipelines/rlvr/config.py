@@ -11,6 +11,7 @@ Workers get their own resolved settings (:meth:`RLVRConfig.actor_settings` and f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
@@ -18,6 +19,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from roll.pipelines.algorithms.pg_variants import PGVariantParams
+from roll.pipelines.algorithms.train_infer import RatioDiffFilter
 from roll.pipelines.config import BaseConfig, RoleConfig, field_default, is_int, raw_section, raw_value
 from roll.pipelines.rlvr.opd import (
     OPD_FLAT_KEYS,
@@ -47,12 +49,16 @@ __all__ = [
     "RewardConfig",
     "RolloutSection",
     "SampleMaskSection",
+    "TrainInferFilterConfig",
     "UpdateSection",
     "ValidationSection",
     "ValueLossSection",
     "fill_reward_tags",
     "sync_max_new_tokens",
 ]
+
+_PG = PGVariantParams()
+_PG_FIELDS = tuple(field.name for field in dataclasses.fields(PGVariantParams))
 
 # ROLL-style flat key -> its section path. Data: a later ROLL-YAML importer extends this table.
 FLAT_KEYS: dict[str, str] = {
@@ -94,6 +100,9 @@ FLAT_KEYS: dict[str, str] = {
     "length_loss_weight": "policy_loss.length_loss_weight",
     "topr_positive_weight": "policy_loss.topr_positive_weight",
     "topr_negative_weight": "policy_loss.topr_negative_weight",
+    "rl_loss_coef": "policy_loss.rl_loss_coef",
+    "postive_loss_coef": "policy_loss.positive_loss_coef",
+    "use_topr_neg_loss_coef": "policy_loss.topr_negative_loss_coef",
     "value_clip": "value_loss.clip",
     "tis_cap": "correction.tis_cap",
     "tis_level": "correction.tis_level",
@@ -117,6 +126,7 @@ FLAT_KEYS: dict[str, str] = {
     **OPD_FLAT_KEYS,
 }
 
+KLKind = Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs", "full"]
 Estimator = Literal["gae", "grpo", "reinforce", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
@@ -187,7 +197,12 @@ class AdvantageSection(RollModel):
     reward_norm: Literal["none", "group", "batch"] = Field(
         default="none", description="Normalize scores before the estimator (GRPO/RLOO normalize by group anyway)."
     )
-    reward_clip: float | None = Field(default=None, gt=0)
+    reward_clip: float | None = Field(
+        default=None,
+        gt=0,
+        description="Clamp rewards to [-clip, clip] after normalization, and the token rewards again after the KL "
+        "penalty joins them (ROLL's order).",
+    )
     whiten: bool = Field(default=False, description="Whiten advantages over the batch.")
     clip: float | None = Field(default=None, gt=0, description="Clip advantages to [-clip, clip].")
     norm_mean_type: Literal["batch", "group", "running"] | None = Field(
@@ -198,6 +213,12 @@ class AdvantageSection(RollModel):
     norm_std_type: Literal["batch", "group", "running"] | None = Field(
         default=None,
         description="ROLL reward normalization: divide by the batch, group or running std (None: no division).",
+    )
+    domain_stats: bool = Field(
+        default=False,
+        description="ROLL's behaviour: compute each reward domain's targets on its own rows, so batch statistics "
+        "(norm_*_type batch, reward_norm batch, whiten_rewards, whiten) are per domain when a batch mixes domains "
+        "(ROLL configs set it; default: over the whole batch).",
     )
     whiten_rewards: bool = Field(
         default=False,
@@ -221,7 +242,16 @@ class SampleMaskSection(RollModel):
 class KLSection(RollModel):
     """KL to the reference policy: as a per-token reward penalty (PPO style) and/or a loss term (GRPO style)."""
 
-    penalty: Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"] = "k3"
+    penalty: KLKind = Field(
+        default="k3",
+        description="Per-token KL estimator of the sampled tokens; 'full': the exact KL over the whole vocabulary "
+        "(the reference sends its whole log-softmax per response token: batch x length x vocab floats).",
+    )
+    loss_penalty: KLKind | None = Field(
+        default=None,
+        description="Estimator of the KL loss term (None: penalty). ROLL's actor always uses k3 for it, whatever "
+        "kl_penalty says, so ROLL files set k3.",
+    )
     in_reward: bool = Field(default=False, description="KL as a per-token reward penalty (PPO style).")
     use_loss: bool = Field(default=False, description="KL as a loss term with loss_coef (GRPO style).")
     init_coef: float = Field(
@@ -243,6 +273,15 @@ class KLSection(RollModel):
         return self.in_reward and self.init_coef > 0
 
     @property
+    def loss_estimator(self) -> str:
+        return self.loss_penalty or self.penalty
+
+    @property
+    def full_loss(self) -> bool:
+        """The KL loss is the exact KL: the actor needs the reference's whole distributions."""
+        return self.loss_on and self.loss_estimator == "full"
+
+    @property
     def loss_on(self) -> bool:
         return self.use_loss and self.loss_coef > 0
 
@@ -260,16 +299,43 @@ class PolicyLossSection(RollModel):
         description="ppo: PPO-clip (the clip settings below); vanilla: REINFORCE; tis: truncated-IS REINFORCE; "
         "topr: tapered off-policy REINFORCE; cispo: clipped-IS REINFORCE (MiniMax-M1); kimi15: Kimi k1.5.",
     )
-    tis_lower_bound: float = Field(default=0.0, ge=0, description="variant tis: the ratio's lower clip.")
-    tis_upper_bound: float = Field(default=1.0, ge=0, description="variant tis: the ratio's upper clip.")
-    topr_positive_weight: float = Field(default=1.0, ge=0, description="variant topr: weight of score > 0 samples.")
-    topr_negative_weight: float = Field(default=1.0, ge=0, description="variant topr: weight of score <= 0 samples.")
-    cispo_epsilon_low: float = Field(default=0.1, ge=0, le=1, description="variant cispo: ratio floor 1 - eps.")
-    cispo_epsilon_high: float = Field(default=0.1, ge=0, description="variant cispo: ratio ceiling 1 + eps.")
-    cispo_unified_mask: bool = Field(
-        default=False, description="variant cispo: drop tokens whose ratio left the range in the advantage's direction."
+    tis_lower_bound: float = Field(default=_PG.tis_lower_bound, description="variant tis: the ratio's lower clip.")
+    tis_upper_bound: float = Field(default=_PG.tis_upper_bound, description="variant tis: the ratio's upper clip.")
+    topr_positive_weight: float = Field(
+        default=_PG.topr_positive_weight, description="variant topr: weight of score > 0 samples."
     )
-    kimi15_tau: float = Field(default=0.1, ge=0, description="variant kimi15: weight of the squared log-ratio term.")
+    topr_negative_weight: float = Field(
+        default=_PG.topr_negative_weight, description="variant topr: weight of score <= 0 samples."
+    )
+    cispo_epsilon_low: float = Field(default=_PG.cispo_epsilon_low, description="variant cispo: ratio floor 1 - eps.")
+    cispo_epsilon_high: float = Field(
+        default=_PG.cispo_epsilon_high, description="variant cispo: ratio ceiling 1 + eps."
+    )
+    cispo_unified_mask: bool = Field(
+        default=_PG.cispo_unified_mask,
+        description="variant cispo: drop tokens whose ratio left the range in the advantage's direction.",
+    )
+    kimi15_tau: float = Field(
+        default=_PG.kimi15_tau, description="variant kimi15: weight of the squared log-ratio term."
+    )
+    rl_loss_coef: float = Field(
+        default=1.0,
+        ge=0,
+        description="ROLL's rl_loss_coef: multiplies the policy-gradient + KL loss terms (not the entropy bonus); "
+        "0 leaves only the entropy bonus and the score-split terms below.",
+    )
+    positive_loss_coef: float = Field(
+        default=0.0,
+        ge=0,
+        description="ROLL's postive_loss_coef (ROLL <= 0.1 TOPR): adds coef * the REINFORCE loss -A * logp of the "
+        "score > 0 samples, aggregated like the policy loss, without sample weights.",
+    )
+    topr_negative_loss_coef: float = Field(
+        default=0.0,
+        ge=0,
+        description="ROLL's use_topr_neg_loss_coef (ROLL <= 0.1 TOPR): adds coef * -sg(clip(ratio, 0, 1)) * A * "
+        "logp of the score <= 0 samples, aggregated like the policy loss, without sample weights.",
+    )
     difficulty_loss_weight: bool = Field(
         default=False,
         description="Weigh each sample's policy loss by 0.5 + 1.5 * difficulty (its data column 'difficulty' in "
@@ -289,12 +355,13 @@ class PolicyLossSection(RollModel):
     entropy_coef: float = Field(default=0.0, ge=0)
 
     @model_validator(mode="after")
-    def _check_tis_bounds(self) -> PolicyLossSection:
-        if self.tis_lower_bound > self.tis_upper_bound:
-            raise ValueError(
-                f"policy_loss.tis_lower_bound={self.tis_lower_bound} exceeds tis_upper_bound={self.tis_upper_bound}"
-            )
+    def _check_variant_params(self) -> PolicyLossSection:
+        self.pg_params()  # PGVariantParams checks the ranges (one source of truth)
         return self
+
+    def pg_params(self) -> PGVariantParams:
+        """The variants' constants, checked by :class:`PGVariantParams`."""
+        return PGVariantParams(**{name: getattr(self, name) for name in _PG_FIELDS})
 
 
 class ValueLossSection(RollModel):
@@ -303,21 +370,65 @@ class ValueLossSection(RollModel):
     clip: float | None = Field(default=0.5, gt=0, description="None: plain squared error.")
 
 
+class TrainInferFilterConfig(RollModel):
+    """One of ROLL's ``train_infer_correction.filters``: drop tokens (or whole responses, at the sequence levels)
+    whose training-side old log-probs and rollout log-probs disagree (see roll.pipelines.algorithms.train_infer)."""
+
+    enabled: bool = Field(default=False, description="Apply this rule (ROLL's default: off).")
+    agg_type: Literal["token", "geometric", "sequence", "segment"] = Field(
+        default="token",
+        description="token: per token; geometric: exp(mean log-ratio) / mean diff per response; sequence: "
+        "exp(sum log-ratio) / sum diff per response; segment: geometric per assistant turn.",
+    )
+    ratio_enabled: bool = Field(default=True, description="Keep ratio_low <= exp(old - rollout log-prob) <= high.")
+    ratio_low: float = 0.8
+    ratio_high: float = 1.2
+    diff_enabled: bool = Field(default=False, description="Keep diff_low <= p_old - p_rollout <= diff_high.")
+    diff_low: float = -0.2
+    diff_high: float = 0.2
+
+    def rule(self) -> RatioDiffFilter:
+        return RatioDiffFilter(
+            agg_type=self.agg_type,
+            ratio_enabled=self.ratio_enabled,
+            ratio_low=self.ratio_low,
+            ratio_high=self.ratio_high,
+            diff_enabled=self.diff_enabled,
+            diff_low=self.diff_low,
+            diff_high=self.diff_high,
+        )
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> TrainInferFilterConfig:
+        self.rule()  # RatioDiffFilter checks the bounds
+        return self
+
+
 class CorrectionSection(RollModel):
-    """Rollout/training mismatch: truncated importance sampling, and where old log-probs come from."""
+    """Rollout/training mismatch: truncated importance sampling, ROLL's ratio/diff filters, and where old log-probs
+    come from."""
 
     tis_cap: float | None = Field(default=None, gt=0, description="Truncated importance sampling cap (None: off).")
     tis_level: Literal["token", "sequence"] = "token"
     tis_mode: Literal["truncate", "mask"] = "truncate"
+    filters: list[TrainInferFilterConfig] = Field(
+        default_factory=list,
+        description="ROLL's train_infer_correction.filters, applied in order: tokens (or responses) they drop leave "
+        "the loss (counted in train_infer/* metrics). Old log-probs are recomputed when one is enabled ('auto').",
+    )
     old_log_probs_recompute: bool | Literal["auto"] = Field(
         default="auto",
         description=(
             "Recompute old log-probs with actor_train before training (False: use the rollout engine's). 'auto' "
             "recomputes only when the update is not one on-policy step (update.epochs > 1, several mini-batches, "
-            "truncated IS, KL in the reward); otherwise the training forward's own log-probs, detached, are the "
-            "old ones, which is exact and saves a forward pass over the batch."
+            "truncated IS, ratio/diff filters, KL in the reward); otherwise the training forward's own log-probs, "
+            "detached, are the old ones, which is exact and saves a forward pass over the batch."
         ),
     )
+
+    @property
+    def filter_rules(self) -> list[RatioDiffFilter]:
+        return [f.rule() for f in self.filters if f.enabled]
 
 
 class DynamicSamplingSection(RollModel):
@@ -488,7 +599,8 @@ class RLVRConfig(BaseConfig):
         if setting != "auto":
             return setting
         off_policy = self.update.epochs > 1 or num_mini_batches > 1
-        needs_them_first = self.correction.tis_cap is not None or self.kl.in_reward_on
+        correction = self.correction
+        needs_them_first = correction.tis_cap is not None or bool(correction.filter_rules) or self.kl.in_reward_on
         return off_policy or needs_them_first
 
     # --- what each worker is told ---------------------------------------------------------------------------
@@ -501,6 +613,11 @@ class RLVRConfig(BaseConfig):
     def policy_settings(self) -> PolicySettings:
         return PolicySettings(temperature=self.sampling_temperature)
 
+    def reference_settings(self) -> PolicySettings:
+        """The reference also returns whole distributions when the KL is 'full'."""
+        full = self.kl.penalty == "full" or self.kl.full_loss
+        return PolicySettings(temperature=self.sampling_temperature, full_distribution=full)
+
     def actor_settings(self) -> ActorSettings:
         loss = self.policy_loss
         return ActorSettings(
@@ -512,20 +629,15 @@ class RLVRConfig(BaseConfig):
             loss_agg_mode=loss.loss_agg_mode,
             entropy_coef=loss.entropy_coef,
             kl_loss_coef=self.kl.loss_coef if self.kl.loss_on else 0.0,
-            kl_penalty=self.kl.penalty,
+            kl_penalty=self.kl.loss_estimator,
+            full_distribution=self.kl.penalty == "full" and self.kl.in_reward_on,
             pg_variant=loss.variant,
             difficulty_loss_weight=loss.difficulty_loss_weight,
             length_loss_weight=loss.length_loss_weight,
-            pg_params=PGVariantParams(
-                tis_lower_bound=loss.tis_lower_bound,
-                tis_upper_bound=loss.tis_upper_bound,
-                topr_positive_weight=loss.topr_positive_weight,
-                topr_negative_weight=loss.topr_negative_weight,
-                cispo_epsilon_low=loss.cispo_epsilon_low,
-                cispo_epsilon_high=loss.cispo_epsilon_high,
-                cispo_unified_mask=loss.cispo_unified_mask,
-                kimi15_tau=loss.kimi15_tau,
-            ),
+            pg_params=loss.pg_params(),
+            rl_loss_coef=loss.rl_loss_coef,
+            positive_loss_coef=loss.positive_loss_coef,
+            topr_negative_loss_coef=loss.topr_negative_loss_coef,
         )
 
     def critic_settings(self) -> CriticSettings:
@@ -544,6 +656,11 @@ class RLVRConfig(BaseConfig):
             raise ValueError(
                 f"advantage.whiten_rewards (ROLL's) applies to gae, reinforce, reinforce_plus_plus and grpo, "
                 f"not to advantage.estimator={estimator}"
+            )
+        if self.kl.penalty == "full" and self.kl.in_reward_on and self.correction.old_log_probs_recompute is False:
+            raise ValueError(
+                "kl.penalty=full in the reward needs the old policy's whole distributions: leave "
+                "correction.old_log_probs_recompute at 'auto' or true"
             )
         if estimator == "gae" and self.critic is None:
             raise ValueError("advantage.estimator=gae needs a critic role (model_args.model_head: value)")

@@ -80,7 +80,7 @@ class RLVRPipeline(BasePipeline):
         if not cfg.asynchrony.enabled:  # async mode runs the inference role as independent engines (below)
             roles["actor_infer"] = Role(InferWorker, cfg.actor_infer)
         if cfg.needs_reference and cfg.reference is not None:
-            roles["reference"] = Role(PolicyWorker, cfg.reference, cfg.policy_settings())
+            roles["reference"] = Role(PolicyWorker, cfg.reference, cfg.reference_settings())
         if cfg.critic is not None:
             roles["critic"] = Role(CriticWorker, cfg.critic, cfg.critic_settings())
         teachers = cfg.teacher_roles() if cfg.opd.on else {}
@@ -186,9 +186,13 @@ class RLVRPipeline(BasePipeline):
         self.put_teacher_log_probs(batch, routes, results)
         if "ref" in results:
             batch.batch["ref_log_probs"] = results["ref"].batch["log_probs"]
+            if "full_log_probs" in results["ref"].batch.keys():  # kl penalty 'full'
+                batch.batch["ref_full_log_probs"] = results["ref"].batch["full_log_probs"]
         if "old" in results:
             batch.batch["old_log_probs"] = results["old"].batch["log_probs"]
             batch.batch["entropy"] = results["old"].batch["entropy"]
+            if "full_log_probs" in results["old"].batch.keys():
+                batch.batch["old_full_log_probs"] = results["old"].batch["full_log_probs"]
         else:
             batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
         if "values" in results:

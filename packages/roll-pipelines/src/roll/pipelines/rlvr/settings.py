@@ -27,6 +27,7 @@ class PolicySettings:
     """A policy that scores responses (the reference): log-probs at the temperature the rollouts were sampled at."""
 
     temperature: float = 1.0
+    full_distribution: bool = False  # also return the whole log-softmax per position (kl penalty 'full')
 
     def __post_init__(self) -> None:
         _positive("PolicySettings", "temperature", self.temperature)
@@ -36,7 +37,9 @@ class PolicySettings:
 class ActorSettings:
     """The trained policy's loss: PPO-clip family (clip-higher, dual clip, GSPO) or another of ROLL's pg_variants
     (vanilla, tis, topr, cispo, kimi15; constants in ``pg_params``), per-sample difficulty/length weights of the
-    policy loss (ROLL's), KL loss and entropy bonus.
+    policy loss (ROLL's), KL loss and entropy bonus. ROLL's ``rl_loss_coef`` scales the policy-gradient + KL terms
+    (not the entropy bonus); ``positive_loss_coef`` / ``topr_negative_loss_coef`` add ROLL's score-split terms
+    (:func:`~roll.pipelines.algorithms.pg_variants.score_split_loss`).
 
     ``temperature``: that of the rollouts (greedy sampling counts as 1); ``kl_loss_coef`` 0 means no KL loss term.
     """
@@ -54,6 +57,10 @@ class ActorSettings:
     pg_params: PGVariantParams = field(default_factory=PGVariantParams)
     difficulty_loss_weight: bool = False
     length_loss_weight: bool = False
+    full_distribution: bool = False  # compute_log_probs also returns whole distributions (kl penalty 'full')
+    rl_loss_coef: float = 1.0
+    positive_loss_coef: float = 0.0
+    topr_negative_loss_coef: float = 0.0
 
     def __post_init__(self) -> None:
         _positive("ActorSettings", "temperature", self.temperature)
@@ -70,8 +77,9 @@ class ActorSettings:
             raise ConfigError(
                 f"ActorSettings.loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}"
             )
-        if self.entropy_coef < 0 or self.kl_loss_coef < 0:
-            raise ConfigError("ActorSettings.entropy_coef and kl_loss_coef must be >= 0")
+        for name in ("entropy_coef", "kl_loss_coef", "rl_loss_coef", "positive_loss_coef", "topr_negative_loss_coef"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"ActorSettings.{name} must be >= 0, got {getattr(self, name)!r}")
 
     @property
     def kl_loss_on(self) -> bool:

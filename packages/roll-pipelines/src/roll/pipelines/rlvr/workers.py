@@ -12,8 +12,16 @@ from typing import Any
 
 import torch
 
-from roll.pipelines.algorithms import entropy_loss, kl_loss, masked_mean, policy_loss, value_loss
-from roll.pipelines.algorithms.pg_variants import pg_variant_loss
+from roll.pipelines.algorithms import (
+    aggregate_loss,
+    entropy_loss,
+    kl_loss,
+    masked_mean,
+    policy_loss,
+    value_loss,
+)
+from roll.pipelines.algorithms.kl import FULL_KL, full_kl
+from roll.pipelines.algorithms.pg_variants import pg_variant_loss, score_split_loss
 from roll.pipelines.algorithms.roll_knobs import sample_loss_weights
 from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
 from roll.pipelines.stages import UpdatePlan, run_update
@@ -29,6 +37,12 @@ def _response_length(batch: DataProto) -> int:
     return batch.batch["responses"].shape[1]
 
 
+def _log_softmax(predicting: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The whole log-softmax at the sampling temperature, float32 (kl penalty 'full')."""
+    logits = predicting.float()
+    return torch.log_softmax(logits / temperature if temperature != 1.0 else logits, dim=-1)
+
+
 def _logits_to_keep(length: int) -> int:
     """The positions ``response_logits`` reads: the last prompt token predicts the first response token."""
     return length + 1
@@ -37,7 +51,8 @@ def _logits_to_keep(length: int) -> int:
 def actor_loss(
     settings: ActorSettings, micro: DataProto, logits: torch.Tensor, scale: LossScale, *, on_policy: bool
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The policy loss of one micro-batch: PPO-clip family + KL loss - entropy bonus, and its metrics.
+    """The policy loss of one micro-batch: ``rl_loss_coef * (PPO-clip family + KL loss) - entropy bonus`` plus
+    ROLL's score-split terms, and its metrics.
 
     ``on_policy``: one on-policy update without a recompute pass, so this forward's own log-probs (detached) are
     the old policy's and ``old_log_probs`` is not read.
@@ -56,23 +71,52 @@ def actor_loss(
             entropy = entropy_from_logits(predicting, settings.temperature)
             metrics["actor/entropy"] = float(masked_mean(entropy, mask))
     if settings.kl_loss_on:
-        kl = kl_loss(
-            log_probs,
-            data["ref_log_probs"],
-            mask,
-            kind=settings.kl_penalty,
-            loss_agg_mode=settings.loss_agg_mode,
-            **counts,
-        )
+        kl = _kl_loss(settings, predicting, log_probs, micro, counts)
         loss = loss + settings.kl_loss_coef * kl
         metrics["actor/kl_loss"] = float(kl.detach())
+    if settings.rl_loss_coef != 1.0:  # ROLL: scales the policy-gradient + KL terms, not the entropy bonus
+        loss = loss * settings.rl_loss_coef
     if settings.entropy_coef > 0:
         bonus = entropy_loss(
             entropy_from_logits(predicting, settings.temperature), mask, settings.loss_agg_mode, **counts
         )
         loss = loss - settings.entropy_coef * bonus
         metrics["actor/entropy_loss"] = float(bonus.detach())
+    if settings.positive_loss_coef or settings.topr_negative_loss_coef:
+        extra, extra_metrics = score_split_loss(
+            log_probs,
+            old_log_probs,
+            data["advantages"],
+            mask,
+            data["scores"] if "scores" in data.keys() else None,
+            positive_coef=settings.positive_loss_coef,
+            negative_coef=settings.topr_negative_loss_coef,
+            loss_agg_mode=settings.loss_agg_mode,
+            **counts,
+        )
+        loss = loss + extra
+        metrics.update({f"actor/{k}": v for k, v in extra_metrics.items()})
+    metrics["actor/total_loss"] = float(loss.detach())
     return loss, metrics
+
+
+def _kl_loss(
+    settings: ActorSettings, predicting: torch.Tensor, log_probs: torch.Tensor, micro: DataProto, counts: dict[str, Any]
+) -> torch.Tensor:
+    """The KL-to-reference loss term: a per-token estimator of the sampled tokens, or (penalty 'full') the exact KL
+    between this forward's whole distribution and the reference's (``ref_full_log_probs``, (B, R, V))."""
+    data = micro.batch
+    if settings.kl_penalty == FULL_KL:
+        per_token = full_kl(_log_softmax(predicting, settings.temperature), data["ref_full_log_probs"].detach())
+        return aggregate_loss(per_token, data["response_mask"], settings.loss_agg_mode, **counts)
+    return kl_loss(
+        log_probs,
+        data["ref_log_probs"],
+        data["response_mask"],
+        kind=settings.kl_penalty,
+        loss_agg_mode=settings.loss_agg_mode,
+        **counts,
+    )
 
 
 def policy_gradient_loss(
@@ -143,22 +187,27 @@ class _ScoringWorker(StrategyWorker):
     """Log-probs and entropy of sampled responses at the sampling temperature (``self.temperature``)."""
 
     temperature: float = 1.0
+    full_distribution: bool = False
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def compute_log_probs(self, batch: DataProto) -> DataProto:
-        """``log_probs`` (B, R) of ``responses`` under the sampling temperature, and their ``entropy`` (B, R)."""
+        """``log_probs`` (B, R) of ``responses`` under the sampling temperature, and their ``entropy`` (B, R); with
+        ``full_distribution`` (kl penalty 'full') also ``full_log_probs`` (B, R, V), the whole log-softmax."""
         length = _response_length(batch)
-        temperature = self.temperature
+        temperature, full = self.temperature, self.full_distribution
 
         def forward(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]:
             predicting = response_logits(logits, length)
-            return {
+            out = {
                 "log_probs": log_probs_from_logits(predicting, micro.batch["responses"], temperature),
                 "entropy": entropy_from_logits(predicting, temperature),
             }
+            if full:
+                out["full_log_probs"] = _log_softmax(predicting, temperature)
+            return out
 
         out = self.strategy.forward_step(batch, forward, logits_to_keep=_logits_to_keep(length))
-        return DataProto.from_dict({"log_probs": out["log_probs"], "entropy": out["entropy"]})
+        return DataProto.from_dict(dict(out))
 
 
 class PolicyWorker(_ScoringWorker):
@@ -170,6 +219,7 @@ class PolicyWorker(_ScoringWorker):
     def initialize(self, settings: PolicySettings | None = None) -> None:
         settings = settings or PolicySettings()
         self.temperature = settings.temperature
+        self.full_distribution = settings.full_distribution
         super().initialize(settings)
 
 
@@ -185,6 +235,7 @@ class ActorWorker(_ScoringWorker):
     def initialize(self, settings: ActorSettings | None = None) -> None:
         settings = settings or ActorSettings()
         self.temperature = settings.temperature
+        self.full_distribution = settings.full_distribution
         super().initialize(settings)
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)

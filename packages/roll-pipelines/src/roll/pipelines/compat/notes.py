@@ -1,0 +1,73 @@
+"""Where a ROLL knob's semantics need a word: what ROLL's code does (file:function) and what roll does.
+
+Data only; :mod:`roll.pipelines.compat.docs` renders it into ``docs/roll-compat.md``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SEMANTICS_NOTES"]
+
+# (ROLL keys, what ROLL's code does, what roll does)
+SEMANTICS_NOTES: list[tuple[str, str, str]] = [
+    (
+        "rl_loss_coef",
+        "rlvr/actor_worker.py and actor_pg_worker.py `loss_func`: `(pg_loss + kl_loss_coef * kl_loss) * "
+        "rl_loss_coef`, then `- entropy_loss_coef * entropy`.",
+        "The same (`policy_loss.rl_loss_coef`).",
+    ),
+    (
+        "postive_loss_coef, use_topr_neg_loss_coef",
+        "Fields of RLVRConfig. Up to v0.1 (commit 46b75d6a to v0.2.0) ActorWorker `loss_func` added "
+        "`postive_loss_coef * agg(-A * logp, score > 0 tokens)` and `use_topr_neg_loss_coef * "
+        "agg(-clip(ratio, 0, 1) * A * logp, score <= 0 tokens)`, without sample weights (TOPR before `pg_variant`). "
+        "v0.2.0 removed both terms: at ROLL HEAD the fields are read by nothing, so `rl_loss_coef: 0` as in "
+        "`example_topr.yaml` leaves ROLL's actor with the entropy term only. The docs example's values `x_1`/`x_2` "
+        "are placeholders, not numbers.",
+        "Implemented as ROLL 0.1 defined them (`policy_loss.positive_loss_coef`, "
+        "`policy_loss.topr_negative_loss_coef`), for every `pg_variant`; each term is normalized like the policy "
+        "loss (the mini-batch's tokens or sequences; ROLL 0.1: the micro-batch's positive or negative tokens). A "
+        "non-number (the example's `x_2`) is an error. `positive_loss_coef` (the docs' spelling) is not a ROLL field "
+        "and is ignored, as ROLL drops it.",
+    ),
+    (
+        "train_infer_correction.filters",
+        "utils/train_infer_corrections.py `compute_train_infer_correction`: per filter, token / geometric / sequence "
+        "/ segment ratio `exp(old - infer)` and diff `p_old - p_infer`, kept within [low, high]; filters multiply; "
+        "the mask is applied to the loss masks after the advantages (pipeline with old log-prob recompute, else in "
+        "the actor's loss with the training forward's log-probs).",
+        "The same statistics and bounds (`correction.filters`), applied to the loss mask after the advantages; old "
+        "log-probs are recomputed when a filter is on (`old_log_probs_recompute: auto`), which gives the values "
+        "ROLL's actor-side path compares. Metrics: `actor/train_infer_*_mask_mean`, "
+        "`actor/train_infer_masked_tokens`, `actor/train_infer_masked_sequences`.",
+    ),
+    (
+        "kl_penalty: full",
+        "utils/functionals.py `compute_approx_kl`: `F.kl_div(ref, logp, log_target=True).sum(-1) * action_mask`. "
+        "Given per-token log-probs (B, T), as every caller passes, the sum runs over the sequence, giving (B,), and "
+        "the product with the (B, T) mask fails (shape error; a wrong broadcast when B == T or B == 1); "
+        "compute_token_reward calls it "
+        "every step, so a ROLL RLVR run with `full` stops at its first step. Its help text intends the actual KL "
+        "over the whole distribution. ROLL's KL loss ignores kl_penalty (always k3).",
+        "The intended exact KL `sum_v p (log p - log q)` per token, from both models' whole log-softmax "
+        "(the reference sends batch x length x vocab floats; the recompute pass too when the KL is in the reward). "
+        "ROLL files keep ROLL's k3 KL loss (`kl.loss_penalty: k3`); `kl.loss_penalty: full` makes the loss exact too.",
+    ),
+    (
+        "(per-domain statistics)",
+        "pipeline/rlvr/rlvr_pipeline.py: the batch is grouped by `domain`; get_sample_level_mask, reward_postprocess "
+        "(reward_norm batch/group/running, reward_clip), compute_token_reward and compute_advantage (whiten_rewards, "
+        "whiten_advantages, advantage_clip) run on each domain's rows. The adaptive KL controller is updated after "
+        "each domain, so later domains' rewards see a coefficient updated within the step.",
+        "`advantage.domain_stats: true` (written in for ROLL files) computes each domain's targets on its own rows; "
+        "the KL controller is updated once per step, with the batch's mean KL.",
+    ),
+    (
+        "reward_clip",
+        "RLVR: functionals.py `reward_postprocess` clamps after the normalization, and `compute_token_reward` clamps "
+        "the token rewards again after the KL penalty. Agentic: agentic/utils.py `compute_response_level_rewards` "
+        "clamps the normalized response-level rewards; `compute_token_reward` clamps the token rewards again.",
+        "RLVR: the same order. Agentic: the normalized rewards (grpo, reinforce, gigpo, step_reinforce) and the token "
+        "rewards of gae and agentic_reinforce (roll's agentic GAE takes raw scores and agentic_reinforce per-turn "
+        "rewards, where ROLL expands the normalized episode reward).",
+    ),
+]
