@@ -285,3 +285,15 @@ def test_rolls_kl_penalty_full_translates() -> None:
     # ROLL: kl_penalty shapes the reward's KL; its actor's KL loss is always k3
     assert config.kl.penalty == "full" and config.kl.loss_penalty == "k3" and config.actor_settings().kl_penalty == "k3"
     assert config.reference_settings().full_distribution
+
+
+def test_full_kl_refuses_distributions_too_large_to_ship(monkeypatch) -> None:
+    from roll.pipelines.rlvr.workers import _check_full_distribution_size
+    from roll.runtime import ConfigError
+
+    _check_full_distribution_size(8, 64, 512)  # 1 MiB: fine
+    with pytest.raises(ConfigError, match=r"kl.penalty='full'.*151936 vocabulary.*k3 or low_var_kl"):
+        _check_full_distribution_size(64, 4096, 151936)  # ~148 GiB
+    monkeypatch.setenv("ROLL_FULL_KL_MAX_GIB", "0.0001")
+    with pytest.raises(ConfigError, match="ROLL_FULL_KL_MAX_GIB=0.0001"):
+        _check_full_distribution_size(8, 64, 512)

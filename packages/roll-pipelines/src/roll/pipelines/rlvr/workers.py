@@ -8,6 +8,7 @@ own settings at ``initialize`` (:mod:`roll.pipelines.rlvr.settings`) and its upd
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ from roll.pipelines.algorithms.roll_knobs import sample_loss_weights
 from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
 from roll.pipelines.stages import UpdatePlan, run_update
 from roll.protocol import DataProto, Dispatch, register
+from roll.runtime import ConfigError
 from roll.strategies import GenerationConfig, LossScale, StrategyWorker
 from roll.strategies.ops import entropy_from_logits, log_probs_from_logits, response_logits
 from roll.strategies.requests import GenerateRequest, GenerateResult, generate_requests
@@ -41,6 +43,22 @@ def _log_softmax(predicting: torch.Tensor, temperature: float) -> torch.Tensor:
     """The whole log-softmax at the sampling temperature, float32 (kl penalty 'full')."""
     logits = predicting.float()
     return torch.log_softmax(logits / temperature if temperature != 1.0 else logits, dim=-1)
+
+
+def _check_full_distribution_size(rows: int, length: int, vocab: int) -> None:
+    """kl penalty 'full' ships (rows, length, vocab) float32 per rank to the driver: refuse what cannot fit.
+
+    The bound is ``ROLL_FULL_KL_MAX_GIB`` (default 4 GiB per rank's batch); a 150k-token vocabulary passes it only
+    for a few thousand response tokens, so real-size runs should use a per-token estimator (k3, low_var_kl).
+    """
+    limit_gib = float(os.environ.get("ROLL_FULL_KL_MAX_GIB", "4"))
+    size_gib = rows * length * vocab * 4 / 2**30
+    if size_gib > limit_gib:
+        raise ConfigError(
+            f"kl.penalty='full' (ROLL kl_penalty: full) would send {size_gib:.1f} GiB of whole distributions for "
+            f"{rows} rows x {length} response tokens x {vocab} vocabulary entries from one rank (limit "
+            f"ROLL_FULL_KL_MAX_GIB={limit_gib:g}); use kl.penalty k3 or low_var_kl, or fewer/shorter responses"
+        )
 
 
 def _logits_to_keep(length: int) -> int:
@@ -203,6 +221,7 @@ class _ScoringWorker(StrategyWorker):
                 "entropy": entropy_from_logits(predicting, temperature),
             }
             if full:
+                _check_full_distribution_size(len(batch), length, predicting.shape[-1])
                 out["full_log_probs"] = _log_softmax(predicting, temperature)
             return out
 
