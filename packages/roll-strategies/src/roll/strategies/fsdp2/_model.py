@@ -17,6 +17,15 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from roll.runtime import ConfigError, MissingExtraError
 from roll.strategies.contract import StrategyError
+from roll.strategies.ulysses import (
+    UlyssesGroup,
+    activate,
+    check_heads,
+    gather_sequence,
+    new_ulysses_group,
+    register_ulysses_attention,
+    shard_sequence,
+)
 
 if TYPE_CHECKING:
     from roll.strategies.config import ModelArgs
@@ -66,6 +75,38 @@ def build_mesh(config: Fsdp2Config, device: torch.device, world_size: int) -> De
     if fsdp_size == world_size:
         return init_device_mesh(device.type, (world_size,), mesh_dim_names=("shard",))
     return init_device_mesh(device.type, (world_size // fsdp_size, fsdp_size), mesh_dim_names=("replicate", "shard"))
+
+
+def build_ulysses_group(config: Fsdp2Config, model_args: ModelArgs, rank: int, world_size: int) -> UlyssesGroup | None:
+    """This rank's Ulysses sequence-parallel group (None when ``ulysses_size`` is 1); a collective on every rank."""
+    size = config.ulysses_size
+    if size == 1:
+        activate(None)
+        return None
+    if model_args.model_kind == "diffusion":
+        raise StrategyError(
+            f"strategy_config.ulysses_size={size} splits token sequences; diffusion models have none, set it to 1"
+        )
+    group = new_ulysses_group(size, rank, world_size)
+    activate(group)
+    return group
+
+
+def use_ulysses_attention(model: nn.Module, group: UlyssesGroup) -> None:
+    """Check the heads split over the group and switch the model's attention to the Ulysses exchange."""
+    base = hf_model(model)
+    text_config = getattr(base.config, "get_text_config", lambda: base.config)()
+    check_heads(text_config, group.size)
+    base.set_attn_implementation(register_ulysses_attention())  # type: ignore[operator]
+
+
+def ulysses_logits(
+    model: nn.Module, inputs: dict[str, torch.Tensor], group: UlyssesGroup, pad_token_id: int
+) -> torch.Tensor:
+    """float32 logits of the whole sequence, (b, T, V), from this rank's slice of it (every rank gets them all)."""
+    shard = shard_sequence(inputs, group, pad_token_id)
+    logits = model(**shard.inputs, use_cache=False).logits
+    return gather_sequence(logits, group, shard.length).float()
 
 
 def set_seed(seed: int) -> None:
