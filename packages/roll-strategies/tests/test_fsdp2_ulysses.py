@@ -138,11 +138,18 @@ class UlyssesTestWorker(StrategyWorker):
         """Every rank gets the whole batch (one SP group is one data-parallel rank)."""
         return train_with_grads(self.strategy, data, LOSSES[loss])
 
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def log_probs_each(self, data: DataProto) -> DataProto:
+        """Each rank its own batch (to show that a group whose ranks got different rows fails clearly)."""
+        return DataProto.from_dict(self.strategy.forward_step(data, response_log_probs))
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def restart(self, strategy_config: dict[str, Any], packing: bool) -> tuple[int, int, int, int]:
+    def restart(self, strategy_config: dict[str, Any], packing: bool, checkpointing: bool) -> tuple[int, ...]:
         batching = self.worker_config.batching.model_copy(update={"sequence_packing": packing})
+        model_args = self.worker_config.model_args.model_copy(update={"gradient_checkpointing": checkpointing})
         args = StrategyArgs(strategy_name="fsdp2_train", strategy_config=strategy_config)
-        self.worker_config = self.worker_config.model_copy(update={"strategy_args": args, "batching": batching})
+        update = {"strategy_args": args, "batching": batching, "model_args": model_args}
+        self.worker_config = self.worker_config.model_copy(update=update)
         self.strategy.shutdown()
         self.strategy = create_strategy(self)
         self.strategy.initialize()
@@ -181,8 +188,9 @@ def test_world_must_be_a_multiple_of_the_group(tiny_model):
 # --- two ranks, one SP group -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("packing", [False, True], ids=["padded", "packed"])
 def test_two_rank_ulysses_matches_one_rank(sp_pair, tiny_model, packing):
-    """ulysses_size=2 on 2 ranks (nano: 2 heads, 1 kv head, so kv heads are repeated): response log-probs, one train
-    step's loss and gradients and the next step's log-probs equal the single-process path without SP."""
+    """ulysses_size=2 on 2 ranks (nano: 2 heads, 1 kv head, so kv heads are repeated; 13 columns, padded to 14):
+    response log-probs, one train step's loss and gradients and the next step's log-probs equal the
+    single-process path without SP."""
     probe, batch = rl_batch(5, seed=3), rl_batch(4, seed=4)
     results = {}
     for loss in ("pg", "sft"):
@@ -194,7 +202,8 @@ def test_two_rank_ulysses_matches_one_rank(sp_pair, tiny_model, packing):
         reference.shutdown()
 
     for loss, (before, metrics, grads, after) in results.items():
-        infos = sp_pair.restart({"ulysses_size": 2}, packing)
+        # Packed rows also recompute activations in backward (the all-to-alls run again there).
+        infos = sp_pair.restart({"ulysses_size": 2}, packing, packing)
         sp_pair._rank_infos = sp_pair._fetch_rank_infos()  # restart is not `initialize`: refresh the dispatch topology
         assert [info.dp_size for info in sp_pair.rank_infos] == [1, 1]
         assert infos == [(0, 1, 0, 2), (0, 1, 1, 2)]  # one data-parallel rank, two sequence slices
@@ -206,3 +215,10 @@ def test_two_rank_ulysses_matches_one_rank(sp_pair, tiny_model, packing):
         for name, grad in grads.items():
             torch.testing.assert_close(g0[name], grad, **TOL, msg=lambda m, n=name, k=loss: f"{k} {n}: {m}")
         assert_real_close(sp_pair.log_probs(probe).batch["log_probs"], after, probe)
+
+
+def test_ranks_of_a_group_with_different_rows_fail_clearly(sp_pair):
+    sp_pair.restart({"ulysses_size": 2}, False, False)
+    sp_pair._rank_infos = sp_pair._fetch_rank_infos()
+    with pytest.raises(Exception, match="ranks of a Ulysses group got different rows"):
+        sp_pair.log_probs_each([rl_batch(2, seed=1), rl_batch(2, seed=2)])

@@ -30,6 +30,7 @@ __all__ = [
     "SequenceShard",
     "UlyssesGroup",
     "check_heads",
+    "check_same_rows",
     "gather_sequence",
     "new_ulysses_group",
     "register_ulysses_attention",
@@ -84,6 +85,21 @@ def check_heads(config: Any, size: int) -> None:
         raise StrategyError(
             f"the model's num_key_value_heads={kv_heads} and ulysses_size={size} do not divide one another; choose a "
             f"ulysses_size that divides {kv_heads} or is a multiple of it (and divides num_attention_heads={heads})"
+        )
+
+
+def check_same_rows(input_ids: torch.Tensor | None, group: UlyssesGroup) -> None:
+    """Fail on every rank of the group unless all got the same rows (its ranks must share one data-parallel shard:
+    dispatch with DP_MP_COMPUTE, which splits by dp_rank)."""
+    ids = input_ids if input_ids is not None else torch.zeros(0, 0, dtype=torch.long)
+    summary = torch.tensor([ids.shape[0], ids.shape[-1], float(ids.long().sum())], dtype=torch.float64)
+    both = torch.cat([summary, -summary])
+    dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group.group)
+    if not torch.equal(both[:3], -both[3:]):
+        raise StrategyError(
+            f"the {group.size} ranks of a Ulysses group got different rows (rows, width, token sum differ: max "
+            f"{both[:3].tolist()}, min {(-both[3:]).tolist()}); they must receive the same data-parallel shard "
+            "(dispatch with DP_MP_COMPUTE)"
         )
 
 

@@ -45,7 +45,7 @@ from roll.strategies.fsdp2._weights import iter_full_weights, load_full_weights
 from roll.strategies.fsdp2._writer import Fsdp2WeightWriter
 from roll.strategies.fsdp2.config import Fsdp2Config
 from roll.strategies.ops import accepts_logits_to_keep, packed_attention_mask
-from roll.strategies.ulysses import UlyssesGroup
+from roll.strategies.ulysses import UlyssesGroup, check_same_rows
 from roll.strategies.varlen import register_varlen_sdpa, varlen_kwargs
 
 logger = logging.getLogger(__name__)
@@ -191,6 +191,7 @@ class _Fsdp2Model(InferenceStrategy):
         outputs concatenated on the CPU in the batch's row order."""
         keep = check_logits_to_keep(logits_to_keep)
         self.model.eval()
+        self._check_sp_rows(batch)
         plan = infer_plan(self.worker_config)
         micros, order = split_micro_batches(batch, plan)
         self.padding = PaddingStats()
@@ -205,6 +206,10 @@ class _Fsdp2Model(InferenceStrategy):
                     outputs.setdefault(key, []).append(value.detach().cpu())
                 del logits
         return restore_row_order({key: torch.cat(values) for key, values in outputs.items()}, order)
+
+    def _check_sp_rows(self, batch: DataProto) -> None:
+        if self.sp is not None:
+            check_same_rows(batch.batch["input_ids"] if len(batch) else None, self.sp)
 
     def _check_rows(self, local_rows: int) -> int:
         """The most micro-batches any rank has; fails on every rank if one has no rows (model functions cannot run
@@ -329,6 +334,7 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
     ) -> dict[str, float]:
         self.model.train()
         args = self.worker_config.training_args
+        self._check_sp_rows(batch)
         micros, _ = split_micro_batches(batch, plan)  # the loss is a sum over rows: their order does not matter
         self.padding = PaddingStats()
         num_tokens, num_seqs, num_steps = self._global_counts(batch, len(micros), loss_mask_key)
