@@ -222,3 +222,8 @@ def test_ranks_of_a_group_with_different_rows_fail_clearly(sp_pair):
     sp_pair._rank_infos = sp_pair._fetch_rank_infos()
     with pytest.raises(Exception, match="ranks of a Ulysses group got different rows"):
         sp_pair.log_probs_each([rl_batch(2, seed=1), rl_batch(2, seed=2)])
+    batch = rl_batch(3, seed=1)
+    with pytest.raises(Exception, match="the same rows in another order"):
+        sp_pair.log_probs_each([batch, batch.select_idxs(torch.tensor([2, 1, 0]))])
+    same = sp_pair.log_probs_each([batch, batch])
+    torch.testing.assert_close(same[0].batch["log_probs"], same[1].batch["log_probs"], atol=0.0, rtol=0.0)

@@ -89,17 +89,19 @@ def check_heads(config: Any, size: int) -> None:
 
 
 def check_same_rows(input_ids: torch.Tensor | None, group: UlyssesGroup) -> None:
-    """Fail on every rank of the group unless all got the same rows (its ranks must share one data-parallel shard:
-    dispatch with DP_MP_COMPUTE, which splits by dp_rank)."""
-    ids = input_ids if input_ids is not None else torch.zeros(0, 0, dtype=torch.long)
-    summary = torch.tensor([ids.shape[0], ids.shape[-1], float(ids.long().sum())], dtype=torch.float64)
+    """Fail on every rank of the group unless all got the same rows in the same order (its ranks must share one
+    data-parallel shard: dispatch with DP_MP_COMPUTE, and order rows by ``rank_info.dp_rank``, not the rank)."""
+    ids = (input_ids if input_ids is not None else torch.zeros(0, 0, dtype=torch.long)).detach().cpu().long()
+    weights = torch.arange(ids.numel(), dtype=torch.long) % 65521 + 1  # position-weighted: a reordering changes it
+    fingerprint = int((ids.flatten() * weights).sum())  # int64 arithmetic wraps the same way on every rank
+    summary = torch.tensor([ids.shape[0], ids.shape[-1], fingerprint], dtype=torch.long)
     both = torch.cat([summary, -summary])
     dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group.group)
     if not torch.equal(both[:3], -both[3:]):
         raise StrategyError(
-            f"the {group.size} ranks of a Ulysses group got different rows (rows, width, token sum differ: max "
-            f"{both[:3].tolist()}, min {(-both[3:]).tolist()}); they must receive the same data-parallel shard "
-            "(dispatch with DP_MP_COMPUTE)"
+            f"the {group.size} ranks of a Ulysses group got different rows (or the same rows in another order); "
+            "they must receive the same data-parallel shard (dispatch with DP_MP_COMPUTE) and order it alike "
+            "(shuffle by rank_info.dp_rank, not by the worker rank)"
         )
 
 
