@@ -163,8 +163,14 @@ def _ulysses_attention(
     group = _active
     if group is None:
         raise StrategyError(f"attention implementation {ULYSSES_ATTENTION!r} runs inside a Ulysses strategy only")
+    unsupported = [name for name in ("softcap", "s_aux") if kwargs.get(name) is not None]
     if sliding_window is not None:
-        raise StrategyError(f"{ULYSSES_ATTENTION!r} does not implement sliding-window attention; set ulysses_size=1")
+        unsupported.append("sliding_window")
+    if unsupported:
+        raise StrategyError(
+            f"{ULYSSES_ATTENTION!r} does not implement {', '.join(unsupported)} attention (this model's "
+            f"{type(module).__name__} asks for it); set ulysses_size=1"
+        )
     if key.shape[1] < group.size:  # too few key/value heads to split: repeat each so every rank gets its own
         repeat = group.size // key.shape[1]
         key, value = key.repeat_interleave(repeat, dim=1), value.repeat_interleave(repeat, dim=1)

@@ -95,6 +95,11 @@ def build_ulysses_group(config: Fsdp2Config, model_args: ModelArgs, rank: int, w
 def use_ulysses_attention(model: nn.Module, group: UlyssesGroup) -> None:
     """Check the heads split over the group and switch the model's attention to the Ulysses exchange."""
     base = hf_model(model)
+    if getattr(base.config, "vision_config", None) is not None:
+        raise StrategyError(
+            f"strategy_config.ulysses_size={group.size}: Ulysses sequence parallelism of vision-language models "
+            f"({type(base).__name__}) is not implemented (image tokens would be split from their pixels); set it to 1"
+        )
     text_config = getattr(base.config, "get_text_config", lambda: base.config)()
     check_heads(text_config, group.size)
     base.set_attn_implementation(register_ulysses_attention())  # type: ignore[operator]
