@@ -186,11 +186,13 @@ def test_world_must_be_a_multiple_of_the_group(tiny_model):
 
 
 # --- two ranks, one SP group -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("packing", [False, True], ids=["padded", "packed"])
-def test_two_rank_ulysses_matches_one_rank(sp_pair, tiny_model, packing):
+@pytest.mark.parametrize(
+    ("packing", "fsdp_size"), [(False, None), (True, None), (False, 1)], ids=["padded", "packed", "padded-hsdp"]
+)
+def test_two_rank_ulysses_matches_one_rank(sp_pair, tiny_model, packing, fsdp_size):
     """ulysses_size=2 on 2 ranks (nano: 2 heads, 1 kv head, so kv heads are repeated; 13 columns, padded to 14):
     response log-probs, one train step's loss and gradients and the next step's log-probs equal the
-    single-process path without SP."""
+    single-process path without SP. padded-hsdp: parameters replicated on both ranks (fsdp_size 1), not sharded."""
     probe, batch = rl_batch(5, seed=3), rl_batch(4, seed=4)
     results = {}
     for loss in ("pg", "sft"):
@@ -203,7 +205,7 @@ def test_two_rank_ulysses_matches_one_rank(sp_pair, tiny_model, packing):
 
     for loss, (before, metrics, grads, after) in results.items():
         # Packed rows also recompute activations in backward (the all-to-alls run again there).
-        infos = sp_pair.restart({"ulysses_size": 2}, packing, packing)
+        infos = sp_pair.restart({"ulysses_size": 2, "fsdp_size": fsdp_size}, packing, packing)
         sp_pair._rank_infos = sp_pair._fetch_rank_infos()  # restart is not `initialize`: refresh the dispatch topology
         assert [info.dp_size for info in sp_pair.rank_infos] == [1, 1]
         assert infos == [(0, 1, 0, 2), (0, 1, 1, 2)]  # one data-parallel rank, two sequence slices
