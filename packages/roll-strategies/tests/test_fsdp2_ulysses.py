@@ -99,8 +99,9 @@ def make_strategy(model: Path, **overrides: Any):
     return worker.strategy
 
 
-def train_with_grads(strategy, batch: DataProto, loss) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
-    """One train_step; also the full gradients the optimizer stepped with (read before they are zeroed)."""
+def train_with_grads(strategy, batch: DataProto, loss: str) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+    """One train_step with the loss named ``loss``; also the full gradients the optimizer stepped with (read before
+    they are zeroed)."""
     grads: dict[str, torch.Tensor] = {}
     zero_grad = strategy.optimizer.zero_grad
 
@@ -112,7 +113,9 @@ def train_with_grads(strategy, batch: DataProto, loss) -> tuple[dict[str, float]
 
     strategy.optimizer.zero_grad = types.MethodType(capture, strategy.optimizer)
     try:
-        metrics = strategy.train_step(batch, loss, loss_mask_key="response_mask")
+        # The policy loss reads the response's logits only: the head runs on those positions (split over the group).
+        keep = RESPONSE + 1 if loss == "pg" else None
+        metrics = strategy.train_step(batch, LOSSES[loss], loss_mask_key="response_mask", logits_to_keep=keep)
     finally:
         strategy.optimizer.zero_grad = zero_grad
     return metrics, grads
@@ -130,13 +133,13 @@ def assert_real_close(got: torch.Tensor, expected: torch.Tensor, batch: DataProt
 
 class UlyssesTestWorker(StrategyWorker):
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
-    def log_probs(self, data: DataProto) -> DataProto:
-        return DataProto.from_dict(self.strategy.forward_step(data, response_log_probs))
+    def log_probs(self, data: DataProto, keep: int | None = None) -> DataProto:
+        return DataProto.from_dict(self.strategy.forward_step(data, response_log_probs, logits_to_keep=keep))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def train(self, data: DataProto, loss: str) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
         """Every rank gets the whole batch (one SP group is one data-parallel rank)."""
-        return train_with_grads(self.strategy, data, LOSSES[loss])
+        return train_with_grads(self.strategy, data, loss)
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def log_probs_each(self, data: DataProto) -> DataProto:
@@ -198,7 +201,7 @@ def test_two_rank_ulysses_matches_one_rank(sp_pair, tiny_model, packing, fsdp_si
     for loss in ("pg", "sft"):
         reference = make_strategy(tiny_model, infer_batch_size=2, batching={"sequence_packing": packing})
         before = reference.forward_step(probe, response_log_probs)["log_probs"]
-        metrics, grads = train_with_grads(reference, batch, LOSSES[loss])
+        metrics, grads = train_with_grads(reference, batch, loss)
         after = reference.forward_step(probe, response_log_probs)["log_probs"]
         results[loss] = before, metrics, grads, after
         reference.shutdown()
@@ -210,6 +213,8 @@ def test_two_rank_ulysses_matches_one_rank(sp_pair, tiny_model, packing, fsdp_si
         assert [info.dp_size for info in sp_pair.rank_infos] == [1, 1]
         assert infos == [(0, 1, 0, 2), (0, 1, 1, 2)]  # one data-parallel rank, two sequence slices
         assert_real_close(sp_pair.log_probs(probe).batch["log_probs"], before, probe)
+        # With logits_to_keep each rank's head runs on its share of the kept positions (padded rows: 2 and 6 of 8).
+        assert_real_close(sp_pair.log_probs(probe, keep=RESPONSE + 1).batch["log_probs"], before, probe)
         (m0, g0), (m1, g1) = sp_pair.train(batch, loss)
         assert m0["loss"] == m1["loss"] == pytest.approx(metrics["loss"], abs=1e-5), loss
         assert m0["grad_norm"] == pytest.approx(metrics["grad_norm"], rel=1e-5), loss

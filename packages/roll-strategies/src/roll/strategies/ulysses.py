@@ -220,18 +220,40 @@ def _full_mask(segments: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class SequenceShard:
-    """This rank's model inputs and how long the whole sequence was before padding to a multiple of the group."""
+    """This rank's model inputs, and which logits the ranks compute.
+
+    ``keep``: None when every position's logits are wanted; else this rank's local positions whose logits are (its
+    ``logits_to_keep``). ``counts``: how many positions' logits each rank of the group computes, in rank order.
+    ``length``: the whole sequence's length before padding to a multiple of the group.
+    """
 
     inputs: dict[str, Any]
     length: int
+    counts: list[int]
+    keep: torch.Tensor | None = None
 
 
-def shard_sequence(inputs: dict[str, torch.Tensor], group: UlyssesGroup, pad_token_id: int) -> SequenceShard:
+def _kept_positions(keep: int | torch.Tensor | None, length: int) -> torch.Tensor | None:
+    """Whole-sequence positions whose logits are wanted: the last ``keep`` (int), the given ones (sorted tensor)."""
+    if keep is None:
+        return None
+    if isinstance(keep, int):
+        return torch.arange(max(length - keep, 0), length)
+    return keep.flatten().cpu()
+
+
+def shard_sequence(
+    inputs: dict[str, torch.Tensor],
+    group: UlyssesGroup,
+    pad_token_id: int,
+    keep: int | torch.Tensor | None = None,
+) -> SequenceShard:
     """Whole-sequence model inputs -> this rank's slice, with masks for the whole sequence.
 
     Packed inputs ((1, N) ``input_ids`` / ``position_ids``, no mask) get a padding segment up to a multiple of the
     group and ``cu_seq_lens`` of the whole sequence. Padded inputs (``attention_mask``, optionally data-packed
-    ``segment_ids``) are right-padded and get a (b, 1, T, T) boolean mask.
+    ``segment_ids``) are right-padded and get a (b, 1, T, T) boolean mask. ``keep`` (as HF's ``logits_to_keep``:
+    the last k positions, or sorted positions) makes each rank compute the logits of its share of them only.
     """
     ids, positions = inputs["input_ids"], inputs["position_ids"]
     length = ids.shape[-1]
@@ -253,28 +275,34 @@ def shard_sequence(inputs: dict[str, torch.Tensor], group: UlyssesGroup, pad_tok
     start = group.rank * step
     out["input_ids"] = ids[..., start : start + step]
     out["position_ids"] = positions[..., start : start + step]
-    return SequenceShard(out, length)
+    kept = _kept_positions(keep, length)
+    if kept is None:
+        return SequenceShard(out, length, [step] * group.size)
+    owner = torch.div(kept, step, rounding_mode="floor")
+    counts = [int((owner == rank).sum()) for rank in range(group.size)]
+    local = (kept[owner == group.rank] - start).to(ids.device)
+    return SequenceShard(out, length, counts, local)
 
 
 class _GatherSequence(torch.autograd.Function):
-    """Concatenate every rank's (b, S, ...) slice along dim 1; the gradient keeps this rank's slice (each rank
+    """Concatenate every rank's (b, counts[j], ...) part along dim 1; the gradient keeps this rank's part (each rank
     computes the same loss from the gathered tensor, so the loss's gradient must count once)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: UlyssesGroup) -> torch.Tensor:
-        ctx.sp = group
-        ctx.step = x.shape[1]
-        x = x.contiguous()
+    def forward(ctx: Any, x: torch.Tensor, group: UlyssesGroup, counts: list[int]) -> torch.Tensor:
+        ctx.start = sum(counts[: group.rank])
+        ctx.count = counts[group.rank]
+        most = max(counts)
+        x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, most - x.shape[1])).contiguous()  # equal shapes for all_gather
         parts = [torch.empty_like(x) for _ in range(group.size)]
         dist.all_gather(parts, x, group=group.group)
-        return torch.cat(parts, dim=1)
+        return torch.cat([part[:, :count] for part, count in zip(parts, counts, strict=True)], dim=1)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        start = ctx.sp.rank * ctx.step
-        return grad[:, start : start + ctx.step].contiguous(), None
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        return grad[:, ctx.start : ctx.start + ctx.count].contiguous(), None, None
 
 
-def gather_sequence(x: torch.Tensor, group: UlyssesGroup, length: int) -> torch.Tensor:
-    """Every rank's slice of the sequence (b, S, ...) -> the whole sequence (b, length, ...), padding dropped."""
-    return _GatherSequence.apply(x, group)[:, :length]
+def gather_sequence(x: torch.Tensor, group: UlyssesGroup, counts: list[int]) -> torch.Tensor:
+    """Every rank's part of the sequence (b, counts[rank], ...) -> all of them in rank order (b, sum(counts), ...)."""
+    return _GatherSequence.apply(x, group, counts)

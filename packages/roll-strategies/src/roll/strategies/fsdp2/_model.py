@@ -106,12 +106,19 @@ def use_ulysses_attention(model: nn.Module, group: UlyssesGroup) -> None:
 
 
 def ulysses_logits(
-    model: nn.Module, inputs: dict[str, torch.Tensor], group: UlyssesGroup, pad_token_id: int
+    model: nn.Module,
+    inputs: dict[str, torch.Tensor],
+    group: UlyssesGroup,
+    pad_token_id: int,
+    keep: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """float32 logits of the whole sequence, (b, T, V), from this rank's slice of it (every rank gets them all)."""
-    shard = shard_sequence(inputs, group, pad_token_id)
-    logits = model(**shard.inputs, use_cache=False).logits
-    return gather_sequence(logits, group, shard.length).float()
+    """float32 logits from this rank's slice of the sequence, gathered on every rank of the group: of the whole
+    sequence (b, T, V), or with ``keep`` (the model's ``logits_to_keep``) of the kept positions only, as the model
+    would return them without Ulysses (each rank's head runs on its share of them)."""
+    shard = shard_sequence(inputs, group, pad_token_id, keep)
+    extra = {} if shard.keep is None else {"logits_to_keep": shard.keep}
+    logits = gather_sequence(model(**shard.inputs, **extra, use_cache=False).logits, group, shard.counts)
+    return (logits if shard.keep is not None else logits[:, : shard.length]).float()
 
 
 def set_seed(seed: int) -> None:
