@@ -163,9 +163,9 @@ class _Fsdp2Model(InferenceStrategy):
         self.padding.real += layout.real_tokens
         self.padding.computed += layout.computed_tokens
         if self.sp is not None:  # this rank's slice of the sequence; the logits of all (kept) positions come back
-            keep = layout.keep if self._keeps_logits else None
-            logits = _model.ulysses_logits(self.model, inputs, self.sp, self._pad_id, keep)
-            return layout.restore(logits, keep is not None)
+            kept = layout.keep if self._keeps_logits else None
+            logits = _model.ulysses_logits(self.model, inputs, self.sp, self._pad_id, kept)
+            return layout.restore(logits, kept is not None)
         segments = inputs.pop("segment_ids", None)
         if segments is not None:  # rows already packed by the data: several examples per row, each attending itself
             inputs["attention_mask"] = packed_attention_mask(segments, self.compute_dtype)
