@@ -320,3 +320,35 @@ def test_batching_keys_become_the_roles_batching_settings() -> None:
     assert rows["actor_train.max_tokens_per_microbatch_in_infer"].status == "ignored"
     assert rows["actor_train.sequence_packing_args"].status == "ignored"
     assert not translation.problems
+
+
+# --- Ulysses sequence parallelism ------------------------------------------------------------------------------
+def _ulysses_file(actor_size: int, world: int) -> dict:
+    data, _ = compose_file(TINY)
+    data["actor_train"]["model_args"]["ulysses_size"] = actor_size
+    data["actor_train"]["world_size"] = world
+    data["actor_infer"]["model_args"]["ulysses_size"] = 2  # hf_infer: ROLL reads it in its FSDP2 strategy only
+    return data
+
+
+def test_ulysses_size_maps_to_the_fsdp2_strategy_and_is_validated() -> None:
+    from roll.pipelines.validate import validate_deployment
+
+    data = _ulysses_file(2, 2)
+    translation = translate(data, set())
+    rows = {row.key: row for row in translation.rows}
+    assert translation.problems == []
+    assert rows["actor_train.model_args.ulysses_size"].status == "renamed"
+    assert (
+        rows["actor_train.model_args.ulysses_size"].target == "actor_train.strategy_args.strategy_config.ulysses_size"
+    )
+    assert rows["actor_infer.model_args.ulysses_size"].status == "ignored"
+    config = load_config(data)
+    assert config.actor_train.strategy_args.strategy_config["ulysses_size"] == 2
+    assert "ulysses_size" not in config.actor_infer.strategy_args.strategy_config
+    validate_deployment(config, check_ray=False)  # tiny://nano: 2 heads, 1 kv head (repeated) over 2 ranks
+
+    with pytest.raises(ConfigError, match="ulysses_size=2 must divide actor_train's world size 3"):
+        validate_deployment(load_config(_ulysses_file(2, 3)), check_ray=False)
+    with pytest.raises(ConfigError, match="num_attention_heads=2 is not divisible by ulysses_size=4"):
+        validate_deployment(load_config(_ulysses_file(4, 4)), check_ray=False)

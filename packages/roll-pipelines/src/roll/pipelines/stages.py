@@ -142,7 +142,9 @@ class UpdatePlan:
 
 
 def mini_batches(batch: DataProto, count: int, seed: int, epoch: int, rank: int) -> list[DataProto]:
-    """``count`` shuffled parts of a rank's shard; every rank makes the same number of optimizer steps."""
+    """``count`` shuffled parts of a rank's shard; every rank makes the same number of optimizer steps. ``rank`` is
+    the data-parallel rank (``rank_info.dp_rank``), not the worker rank: the ranks of a sequence-parallel (Ulysses)
+    group share one shard and must take its rows in the same order."""
     order = np.random.default_rng([seed, epoch, rank]).permutation(len(batch))
     return [batch.select_idxs(part) for part in np.array_split(order, count)]
 

@@ -2,8 +2,9 @@
 
 Checked, per role: the backend's library is installed (its pip extra otherwise), the model and tokenizer load
 (their configs and tokenizer files are read; hub ids from the local cache), the data files exist and have the columns
-the task needs, and the device mapping fits the cluster (the declared ``num_nodes`` x ``num_gpus_per_node``, and the
-Ray cluster itself unless ``--no-ray``). Pipeline-wide: each tracker of ``track_with`` has its package, each reward
+the task needs, fsdp2's ``ulysses_size`` divides the world size and the model's attention heads, and the device
+mapping fits the cluster (the declared ``num_nodes`` x ``num_gpus_per_node``, and the Ray cluster itself unless
+``--no-ray``). Pipeline-wide: each tracker of ``track_with`` has its package, each reward
 domain's ``reward_type`` resolves, and every prompt carries the fields its reward needs. Every problem is reported,
 not just the first.
 
@@ -152,6 +153,59 @@ def _model_checks(name: str, role: RoleConfig, seen: set[str]) -> list[Callable[
     return checks
 
 
+def _model_config(where: str, role: RoleConfig) -> Any | None:
+    """The role's HF model config when it can be read here (a tiny preset, a local folder or the hub cache)."""
+    value = role.model_args.model_name_or_path
+    if not value:
+        return None
+    if value.startswith("tiny://"):
+        from types import SimpleNamespace
+
+        from roll.strategies.testing import TINY_PRESETS
+
+        preset = TINY_PRESETS.get(urlparse(value).netloc or "nano")
+        if preset is None:
+            return None  # the model check names the unknown preset
+        return SimpleNamespace(num_attention_heads=preset["num_heads"], num_key_value_heads=preset["num_kv_heads"])
+    folder = _local_model_folder(where, value, role.model_args.revision)
+    if folder is None:
+        return None
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(folder), trust_remote_code=role.model_args.trust_remote_code)
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def _check_ulysses(name: str, role: RoleConfig) -> str | None:
+    """fsdp2's ``ulysses_size`` divides the role's world size and splits the model's attention heads evenly."""
+    strategy = role.strategy_args
+    if strategy is None or not strategy.strategy_name.startswith("fsdp2"):
+        return None
+    size = int((strategy.strategy_config or {}).get("ulysses_size") or 1)
+    if size == 1:
+        return None
+    where, world = f"{name}.strategy_args.strategy_config.ulysses_size", role.world_size or 1
+    if world % size:
+        raise ConfigError(
+            f"{where}={size} must divide {name}'s world size {world} (its data-parallel size is world / "
+            f"ulysses_size); choose a divisor of {world} or change device_mapping"
+        )
+    try:
+        config = _model_config(f"{name}.model_args.model_name_or_path", role)
+    except Exception:  # an unusable model reference: the model check reports it
+        config = None
+    if config is None:
+        return f"{where}={size}: attention heads not checked (the model is read at run time)"
+    from roll.strategies.contract import StrategyError
+    from roll.strategies.ulysses import check_heads
+
+    try:
+        check_heads(config, size)
+    except StrategyError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return None
+
+
 # --- data and rewards -------------------------------------------------------------------------------------------
 def _data_refs(role_name: str, role: RoleConfig) -> list[Callable[[], str | None]]:
     from roll.pipelines.data import check_data_reference
@@ -283,6 +337,7 @@ def validate_deployment(config: BaseConfig, *, check_ray: bool = True) -> list[s
         for check in [*_model_checks(name, role, seen), *_data_refs(name, role)]:
             problems.run(check, lines)
         problems.run(functools.partial(_check_declared_devices, config, name, role), lines)
+        problems.run(functools.partial(_check_ulysses, name, role), lines)
         backend = role.strategy_args.strategy_name if role.strategy_args else "-"
         placement = f"devices {role.device_mapping}" if role.device_mapping is not None else "CPU"
         lines.append(f"{name}: {role.world_size} worker(s), {backend}, {placement}")

@@ -99,4 +99,4 @@ class AgenticActorWorker(ActorWorker):
         def step(mini: DataProto) -> dict[str, float]:
             return self.train_strategy.train_step(mini, loss, loss_mask_key="response_mask", logits_to_keep=keep)
 
-        return DataProto(meta_info={"metrics": run_update(batch, plan, self.rank, step, prefix="actor")})
+        return DataProto(meta_info={"metrics": run_update(batch, plan, self.rank_info.dp_rank, step, prefix="actor")})

@@ -271,7 +271,11 @@ MODEL_ARGS: dict[str, Rule] = {
     "num_labels": _ignored("value heads have one output"),
     "model_config_kwargs": _unsupported("overrides of the HF model config"),
     "flash_attn": _ignored("attention kernel choice; use attn_implementation"),
-    "ulysses_size": _unsupported("Ulysses sequence parallelism", noop=_equals(None, 1)),
+    "ulysses_size": Rule(
+        "renamed",
+        "strategy_args.strategy_config.ulysses_size",
+        "fsdp2_train / fsdp2_infer: Ulysses sequence parallelism, exact; other backends ignore it (as in ROLL)",
+    ),
 }
 
 TRAINING_ARGS: dict[str, Rule] = {

@@ -114,6 +114,7 @@ class RoleTranslator:
                 close = difflib.get_close_matches(key, [*known, *ROLE_KEYS], n=1)
                 top.row(where, "unknown", note=f"unknown key; did you mean {close[0]!r}?" if close else "unknown key")
         self.sglang_tp(path, raw, out)
+        self.ulysses(path, raw, out)
         if path == "actor_train" and _pg_worker(raw) and "pg_variant" not in raw:
             top.set_path("policy_loss.variant", "vanilla", f"{path}.worker_cls")
             top.row(f"({path}.pg_variant)", "implemented-as", "policy_loss.variant", "ROLL's ActorPGWorker default")
@@ -138,6 +139,22 @@ class RoleTranslator:
                 "implemented-as",
                 note=f"{gpus}: ROLL's sglang engine spans num_gpus_per_worker GPUs",
             )
+
+    def ulysses(self, path: str, raw: dict[str, Any], out: dict[str, Any]) -> None:
+        """ROLL's ``model_args.ulysses_size`` -> ``strategy_config.ulysses_size`` of the fsdp2 strategies (ROLL's
+        other backends do not read it)."""
+        model_args = raw.get("model_args")
+        if not isinstance(model_args, dict) or "ulysses_size" not in model_args:
+            return
+        where, value = f"{path}.model_args.ulysses_size", model_args["ulysses_size"]
+        strategy = out.get("strategy_args")
+        name = strategy.get("strategy_name") if isinstance(strategy, dict) else None
+        if isinstance(strategy, dict) and str(name).startswith("fsdp2"):
+            strategy.setdefault("strategy_config", {})["ulysses_size"] = 1 if value is None else value
+            rule = MODEL_ARGS["ulysses_size"]
+            self.top.row(where, "renamed", f"{path}.{rule.target}", rule.note)
+        else:
+            self.top.row(where, "ignored", note=f"only ROLL's FSDP2 strategies read it; this role runs {name}")
 
     def pg_key(self, where: str, key: str, value: Any, raw: dict[str, Any]) -> None:
         """pg_variant and the TOPR weights: read by ROLL's ActorPGWorker only; its plain ActorWorker runs PPO."""
@@ -230,6 +247,8 @@ class RoleTranslator:
                 top.row(here, "renamed", "rollout.domain_interleave_probs")
             elif key == "template":
                 top.row(here, "implemented-as", f"{where}.apply_chat_template", "the tokenizer's own chat template")
+            elif key == "ulysses_size" and name == "model_args":
+                continue  # a strategy setting in roll: RoleTranslator.ulysses places it once the strategy is known
             elif key in known:
                 out[key] = value
                 top.row(here, "kept")

@@ -273,7 +273,7 @@ class ActorWorker(_ScoringWorker):
         def step(mini: DataProto) -> dict[str, float]:
             return self.train_strategy.train_step(mini, loss, loss_mask_key="response_mask", logits_to_keep=keep)
 
-        return DataProto(meta_info={"metrics": run_update(batch, plan, self.rank, step, prefix="actor")})
+        return DataProto(meta_info={"metrics": run_update(batch, plan, self.rank_info.dp_rank, step, prefix="actor")})
 
 
 class CriticWorker(StrategyWorker):
@@ -329,4 +329,4 @@ class CriticWorker(StrategyWorker):
                 mini, loss, loss_mask_key="response_mask", logits_to_keep=_logits_to_keep(length)
             )
 
-        return DataProto(meta_info={"metrics": run_update(batch, plan, self.rank, step, prefix="critic")})
+        return DataProto(meta_info={"metrics": run_update(batch, plan, self.rank_info.dp_rank, step, prefix="critic")})

@@ -17,6 +17,15 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from roll.runtime import ConfigError, MissingExtraError
 from roll.strategies.contract import StrategyError
+from roll.strategies.ulysses import (
+    UlyssesGroup,
+    activate,
+    check_heads,
+    gather_sequence,
+    new_ulysses_group,
+    register_ulysses_attention,
+    shard_sequence,
+)
 
 if TYPE_CHECKING:
     from roll.strategies.config import ModelArgs
@@ -66,6 +75,50 @@ def build_mesh(config: Fsdp2Config, device: torch.device, world_size: int) -> De
     if fsdp_size == world_size:
         return init_device_mesh(device.type, (world_size,), mesh_dim_names=("shard",))
     return init_device_mesh(device.type, (world_size // fsdp_size, fsdp_size), mesh_dim_names=("replicate", "shard"))
+
+
+def build_ulysses_group(config: Fsdp2Config, model_args: ModelArgs, rank: int, world_size: int) -> UlyssesGroup | None:
+    """This rank's Ulysses sequence-parallel group (None when ``ulysses_size`` is 1); a collective on every rank."""
+    size = config.ulysses_size
+    if size == 1:
+        activate(None)
+        return None
+    if model_args.model_kind == "diffusion":
+        raise StrategyError(
+            f"strategy_config.ulysses_size={size} splits token sequences; diffusion models have none, set it to 1"
+        )
+    group = new_ulysses_group(size, rank, world_size)
+    activate(group)
+    return group
+
+
+def use_ulysses_attention(model: nn.Module, group: UlyssesGroup) -> None:
+    """Check the heads split over the group and switch the model's attention to the Ulysses exchange."""
+    base = hf_model(model)
+    if getattr(base.config, "vision_config", None) is not None:
+        raise StrategyError(
+            f"strategy_config.ulysses_size={group.size}: Ulysses sequence parallelism of vision-language models "
+            f"({type(base).__name__}) is not implemented (image tokens would be split from their pixels); set it to 1"
+        )
+    text_config = getattr(base.config, "get_text_config", lambda: base.config)()
+    check_heads(text_config, group.size)
+    base.set_attn_implementation(register_ulysses_attention())  # type: ignore[operator]
+
+
+def ulysses_logits(
+    model: nn.Module,
+    inputs: dict[str, torch.Tensor],
+    group: UlyssesGroup,
+    pad_token_id: int,
+    keep: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """float32 logits from this rank's slice of the sequence, gathered on every rank of the group: of the whole
+    sequence (b, T, V), or with ``keep`` (the model's ``logits_to_keep``) of the kept positions only, as the model
+    would return them without Ulysses (each rank's head runs on its share of them)."""
+    shard = shard_sequence(inputs, group, pad_token_id, keep)
+    extra = {} if shard.keep is None else {"logits_to_keep": shard.keep}
+    logits = gather_sequence(model(**shard.inputs, **extra, use_cache=False).logits, group, shard.counts)
+    return (logits if shard.keep is not None else logits[:, : shard.length]).float()
 
 
 def set_seed(seed: int) -> None:

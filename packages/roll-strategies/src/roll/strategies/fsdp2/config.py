@@ -39,6 +39,13 @@ class Fsdp2Config(RollModel):
         default=None,
         description="Class names sharded as separate units; None = the model's _no_split_modules (decoder layers).",
     )
+    ulysses_size: int = Field(
+        default=1,
+        ge=1,
+        description="Ulysses sequence parallelism: ranks that share one data-parallel rank, each running a slice of "
+        "every sequence (attention heads split over them); must divide the world size and the attention heads. "
+        "ROLL: model_args.ulysses_size.",
+    )
     process_group_timeout_s: float = Field(default=1800.0, gt=0, description="Timeout of collective operations.")
     export_max_shard_size: str = Field(default="5GB", description="Largest safetensors file export_hf writes.")
 

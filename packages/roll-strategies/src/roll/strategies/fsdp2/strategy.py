@@ -45,6 +45,7 @@ from roll.strategies.fsdp2._weights import iter_full_weights, load_full_weights
 from roll.strategies.fsdp2._writer import Fsdp2WeightWriter
 from roll.strategies.fsdp2.config import Fsdp2Config
 from roll.strategies.ops import accepts_logits_to_keep, packed_attention_mask
+from roll.strategies.ulysses import UlyssesGroup, check_same_rows
 from roll.strategies.varlen import register_varlen_sdpa, varlen_kwargs
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class _Fsdp2Model(InferenceStrategy):
     config: Fsdp2Config
     model: torch.nn.Module
     padding: PaddingStats  # tokens the last forward_step / train_step computed, real and padding
+    sp: UlyssesGroup | None = None  # the Ulysses sequence-parallel group (ulysses_size > 1)
 
     def _load(self, *, train: bool) -> None:
         """Join the process group, load tokenizer and model (LoRA-wrapped when training with lora_rank), shard it."""
@@ -66,9 +68,19 @@ class _Fsdp2Model(InferenceStrategy):
         self.device = _model.pick_device(worker.local_rank)
         _model.init_process_group(self.config, self.device, worker.rank, worker.world_size)
         self.mesh = _model.build_mesh(self.config, self.device, worker.world_size)
-        # No tensor/pipeline parallelism: every rank is its own data-parallel rank.
+        # Parameters are sharded over the whole world; a Ulysses group of ulysses_size consecutive ranks shares
+        # one data-parallel rank (same rows, a slice of the sequence each).
+        self.sp = _model.build_ulysses_group(self.config, self.model_args, worker.rank, worker.world_size)
+        sp_size = self.config.ulysses_size
         worker.set_rank_info(
-            RankInfo(rank=worker.rank, world_size=worker.world_size, dp_rank=worker.rank, dp_size=worker.world_size)
+            RankInfo(
+                rank=worker.rank,
+                world_size=worker.world_size,
+                dp_rank=worker.rank // sp_size,
+                dp_size=worker.world_size // sp_size,
+                cp_rank=worker.rank % sp_size,
+                cp_size=sp_size,
+            )
         )
         _model.set_seed(self.worker_config.training_args.seed)
         self.compute_dtype, reduce_dtype = _model.resolve_dtypes(self.config, self.model_args, self.device)
@@ -81,7 +93,9 @@ class _Fsdp2Model(InferenceStrategy):
         self.hf_config = model.config
         self.generation_config = getattr(model, "generation_config", None)
         packing = self.worker_config.batching.sequence_packing
-        if packing and self.model_args.attn_implementation in (None, "sdpa", "eager"):
+        if self.sp is not None:  # whole-sequence attention over head slices (padded and packed rows)
+            _model.use_ulysses_attention(model, self.sp)
+        elif packing and self.model_args.attn_implementation in (None, "sdpa", "eager"):
             # Packed rows attend per sequence (cu_seqlens) instead of through a dense block-diagonal mask.
             _model.hf_model(model).set_attn_implementation(register_varlen_sdpa())  # type: ignore[operator]
         if train and self.model_args.freeze_module_prefix:
@@ -123,15 +137,19 @@ class _Fsdp2Model(InferenceStrategy):
 
     @property
     def dp_size(self) -> int:
-        return self.worker.world_size
+        return self.worker.world_size // self.config.ulysses_size
 
     def _all_reduce(self, values: list[float], op: Any) -> list[float]:
-        """Reduce a few numbers over the data-parallel group (a no-op on one rank)."""
-        if self.dp_size == 1:
+        """Reduce a few numbers over every rank of the role (a no-op on one rank)."""
+        if self.worker.world_size == 1:
             return values
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor, op=op)
         return tensor.tolist()
+
+    def _dp_sum(self, values: list[float]) -> list[float]:
+        """Sum over the data-parallel ranks: the ranks of a Ulysses group hold the same rows, so each counts once."""
+        return [total / self.config.ulysses_size for total in self._all_reduce(values, dist.ReduceOp.SUM)]
 
     def _num_micro_batches(self, local: int) -> int:
         """The largest number of micro-batches any rank has: every rank must run that many forward passes."""
@@ -142,6 +160,12 @@ class _Fsdp2Model(InferenceStrategy):
         (rows as given, a trimmed window, or packed) and mapped back onto the rows as given."""
         layout = model_layout(micro, keep, plan, pad_token_id=self._pad_id)
         inputs: dict[str, Any] = {name: value.to(self.device) for name, value in layout.inputs.items()}
+        self.padding.real += layout.real_tokens
+        self.padding.computed += layout.computed_tokens
+        if self.sp is not None:  # this rank's slice of the sequence; the logits of all (kept) positions come back
+            kept = layout.keep if self._keeps_logits else None
+            logits = _model.ulysses_logits(self.model, inputs, self.sp, self._pad_id, kept)
+            return layout.restore(logits, kept is not None)
         segments = inputs.pop("segment_ids", None)
         if segments is not None:  # rows already packed by the data: several examples per row, each attending itself
             inputs["attention_mask"] = packed_attention_mask(segments, self.compute_dtype)
@@ -149,8 +173,6 @@ class _Fsdp2Model(InferenceStrategy):
             inputs.update(varlen_kwargs(inputs["position_ids"]))
         if layout.keep is not None and self._keeps_logits:
             inputs["logits_to_keep"] = layout.keep  # the head runs on those positions only
-        self.padding.real += layout.real_tokens
-        self.padding.computed += layout.computed_tokens
         logits = self.model(**inputs, use_cache=False).logits.float()
         return layout.restore(logits, self._keeps_logits)
 
@@ -171,6 +193,7 @@ class _Fsdp2Model(InferenceStrategy):
         outputs concatenated on the CPU in the batch's row order."""
         keep = check_logits_to_keep(logits_to_keep)
         self.model.eval()
+        self._check_sp_rows(batch)
         plan = infer_plan(self.worker_config)
         micros, order = split_micro_batches(batch, plan)
         self.padding = PaddingStats()
@@ -185,6 +208,10 @@ class _Fsdp2Model(InferenceStrategy):
                     outputs.setdefault(key, []).append(value.detach().cpu())
                 del logits
         return restore_row_order({key: torch.cat(values) for key, values in outputs.items()}, order)
+
+    def _check_sp_rows(self, batch: DataProto) -> None:
+        if self.sp is not None:
+            check_same_rows(batch.batch["input_ids"] if len(batch) else None, self.sp)
 
     def _check_rows(self, local_rows: int) -> int:
         """The most micro-batches any rank has; fails on every rank if one has no rows (model functions cannot run
@@ -266,14 +293,14 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
             tokens = int((batch.batch[key] != 0).sum())
         else:
             raise StrategyError(f"loss_mask_key={key!r} is not a tensor of the batch ({batch.keys()})")
-        total_tokens, total_rows = self._all_reduce([float(tokens), float(len(batch))], dist.ReduceOp.SUM)
+        total_tokens, total_rows = self._dp_sum([float(tokens), float(len(batch))])
         most_micros, neg_fewest_rows = self._all_reduce([float(num_micros), -float(len(batch))], dist.ReduceOp.MAX)
         if neg_fewest_rows >= 0:
             raise StrategyError(
                 f"train_step got no rows on at least one of {self.dp_size} data-parallel ranks; give every rank at "
                 "least one row (the mini-batch must have at least as many rows as the role has workers)"
             )
-        return int(total_tokens), int(total_rows), int(most_micros)
+        return round(total_tokens), round(total_rows), int(most_micros)
 
     def train_step(
         self,
@@ -309,6 +336,7 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
     ) -> dict[str, float]:
         self.model.train()
         args = self.worker_config.training_args
+        self._check_sp_rows(batch)
         micros, _ = split_micro_batches(batch, plan)  # the loss is a sum over rows: their order does not matter
         self.padding = PaddingStats()
         num_tokens, num_seqs, num_steps = self._global_counts(batch, len(micros), loss_mask_key)
@@ -319,8 +347,9 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
             real = index < len(micros)
             micro = micros[index] if real else micros[-1]
             loss, metrics = micro_loss(micro, scale)
-            # FSDP averages gradients over the dp group but the loss is already a share of the global loss.
-            (loss * (self.dp_size if real else 0.0)).backward()
+            # FSDP averages gradients over all ranks but the loss is already a share of the global loss (and the ranks
+            # of a Ulysses group each hold the gradient of their own slice of the sequence: they add up).
+            (loss * (self.worker.world_size if real else 0.0)).backward()
             if real:
                 loss_sum += float(loss.detach())
                 for name, value in metrics.items():
@@ -335,7 +364,7 @@ class Fsdp2TrainStrategy(_Fsdp2Model, TrainStrategy):
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         out = {name: total / len(micros) for name, total in metric_sums.items()}
-        out.update(loss=self._all_reduce([loss_sum], dist.ReduceOp.SUM)[0], grad_norm=grad_norm, lr=float(lr))
+        out.update(loss=self._dp_sum([loss_sum])[0], grad_norm=grad_norm, lr=float(lr))
         if plan.max_tokens is not None or plan.packing:
             out.update(
                 {"batching/micro_batches": float(len(micros)), "batching/padded_fraction": self.padding.padded_fraction}
