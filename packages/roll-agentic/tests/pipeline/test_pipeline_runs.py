@@ -137,3 +137,43 @@ def test_agentic_rollout_writes_every_episode(ray_env, tmp_path: Path):
     assert all(r["response"] and r["prompt"] for r in rows)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["episodes"] == 6 and summary["env_faults"] == len(faulted)
+
+
+def test_agentic_async_run_trains_on_bounded_stale_trajectories(ray_env, tmp_path: Path):
+    """async_generation_ratio 1 (ROLL's key): envs keep playing while the actor trains; every step's trajectories
+    come from the policy it trains or the one before, none is trained on twice, and staleness is reported."""
+    register_pipelines()
+    lake = _envs()["Lake"]
+    data = {
+        "pipeline_cls": "agentic",
+        "output_dir": str(tmp_path),
+        "max_steps": 3,
+        "eval_steps": 3,
+        "export_hf": False,
+        "plots": False,
+        "rollout_batch_size": 4,
+        "sequence_length": 256,
+        "async_generation_ratio": 1,
+        "rollout": {"env_workers": "local", "dump": True},
+        "custom_envs": {"Lake": lake},
+        "train_env_manager": {"num_env_groups": 4, "group_size": 2, "tags": ["Lake"]},
+        "val_env_manager": {"num_env_groups": 2, "group_size": 1, "tags": ["Lake"]},
+        "actor_train": {**_role("agentic-train", "fsdp2_train"), "training_args": {"learning_rate": 1e-4}},
+        "actor_infer": {**_role("agentic-infer", "hf_infer"), "generating_args": {"max_new_tokens": 8}},
+    }
+    config = load_config(data)
+    assert config.asynchrony.generation_ratio == 1
+    run_config(config)
+    metrics = read_metrics(tmp_path / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [0, 1, 2, 3]
+    seen: set[str] = set()
+    for row in metrics[1:]:
+        step = row["step"]
+        assert row["rollout/samples"] == 4 and "actor/pg_loss" in row
+        assert 0 <= row["async/batch_staleness_max"] <= 1 and row["async/staleness_max"] <= 1
+        assert row["rollout/policy_lag"] <= 1
+        rows = [json.loads(line) for line in (tmp_path / "rollouts" / f"step-{step:06d}.jsonl").open()]
+        ids = {r["traj_id"] for r in rows}
+        assert len(ids) == 4 and not ids & seen
+        seen |= ids
+    assert metrics[-1]["val/episodes"] == 2
