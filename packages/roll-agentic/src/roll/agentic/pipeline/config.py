@@ -20,6 +20,7 @@ from roll.pipelines.algorithms.train_infer import RatioDiffFilter
 from roll.pipelines.config import BaseConfig, RoleConfig, field_default, is_int, raw_section, raw_value
 from roll.pipelines.rlvr.config import TrainInferFilterConfig
 from roll.pipelines.rlvr.settings import PolicySettings
+from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supported
 from roll.runtime import RollModel
 
 __all__ = [
@@ -208,6 +209,9 @@ class AgenticConfig(BaseConfig):
     reward_normalization: RewardNormalizationConfig = Field(default_factory=RewardNormalizationConfig)
     rollout: AgenticRolloutSection = Field(default_factory=AgenticRolloutSection)
     asynchrony: AgenticAsyncSection = Field(default_factory=AgenticAsyncSection)
+    rollout_mock: RolloutMockConfig = Field(
+        default_factory=RolloutMockConfig, description="ROLL's rollout dump/replay of training batches."
+    )
     update: UpdateSection = Field(default_factory=UpdateSection)
     advantage: AgenticAdvantageSection = Field(default_factory=AgenticAdvantageSection)
     policy_loss: AgenticPolicyLossSection = Field(default_factory=AgenticPolicyLossSection)
@@ -309,6 +313,7 @@ class AgenticConfig(BaseConfig):
             raise ValueError(f"advantage.estimator={estimator} compares a group's episodes: set group_size >= 2")
         if self.needs_reference and self.reference is None:
             raise ValueError("kl.use_loss is on (use_kl_loss) but no reference role is configured")
+        check_replay_supported(self.rollout_mock, asynchronous=self.asynchrony.enabled)
         if self.asynchrony.enabled and self.rollout.model_update_frequency != 1:
             raise ValueError(
                 "asynchrony.generation_ratio (async_generation_ratio) bounds staleness by weight syncs: it needs "

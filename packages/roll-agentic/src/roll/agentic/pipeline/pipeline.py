@@ -33,7 +33,9 @@ from roll.agentic.pipeline.workers import AgenticActorWorker
 from roll.agentic.policy import MockPolicyClient
 from roll.agentic.scheduler import RolloutScheduler
 from roll.agentic.scheduler.background import BackgroundRollouts
+from roll.agentic.scheduler import RolloutBatch
 from roll.pipelines.base import BasePipeline, Role
+from roll.pipelines.rollout_mock import RolloutMock
 from roll.pipelines.rlvr.workers import CriticWorker, InferWorker, PolicyWorker
 from roll.pipelines.stages import StepTimer, UpdatePlan, is_eval_step
 from roll.pipelines.tokenizers import load_tokenizer
@@ -74,6 +76,7 @@ class AgenticPipeline(BasePipeline):
         self.set_checkpoint_clusters(*[c for c in (self.actor_train, self.critic) if c is not None])
         remote = cfg.rollout.env_workers == "ray"
         self.background: BackgroundRollouts | None = None  # async rollouts: started by run()
+        self.rollout_mock = RolloutMock(cfg.rollout_mock, "agentic")
         gated = cfg.asynchrony.enabled
         self.endpoints = {"train": PolicyEndpoint(self.actor_infer, self.pad_token_id, remote=remote, gated=gated)}
         self.train_scheduler = self._scheduler(cfg.train_env_manager, "train", cfg.seed)
@@ -186,10 +189,20 @@ class AgenticPipeline(BasePipeline):
         finally:
             endpoint.resume()
 
-    def take_rollouts(self, step: int) -> Any:
+    def take_rollouts(self, step: int) -> RolloutBatch:
+        """This step's trajectories: played (async: taken from the background rollouts), or replayed from a
+        rollout_mock dump; dumped in rollout_mock dump mode."""
+        mock = self.rollout_mock
+        if mock.replaying:
+            dump = mock.load(step)
+            return RolloutBatch(dump.batch, [], dict(dump.metrics))
         if self.background is not None:
-            return self.background.take(step, self.config.asynchrony.take_timeout_s)
-        return self.train_scheduler.get_batch(self.config.rollout.batch_size, step)
+            rollout = self.background.take(step, self.config.asynchrony.take_timeout_s)
+        else:
+            rollout = self.train_scheduler.get_batch(self.config.rollout.batch_size, step)
+        if mock.dumping:
+            mock.dump(step, rollout.batch, rollout.metrics)
+        return rollout
 
     def validate(self, step: int) -> dict[str, float]:
         if self.val_scheduler is None:
