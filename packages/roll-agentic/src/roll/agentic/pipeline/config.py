@@ -10,6 +10,7 @@ roles of :mod:`roll.agentic.config`. Sections: ``rollout``, ``update``, ``advant
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
@@ -22,6 +23,8 @@ from roll.pipelines.rlvr.config import TrainInferFilterConfig
 from roll.pipelines.rlvr.settings import PolicySettings
 from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supported
 from roll.runtime import RollModel
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "FLAT_KEYS",
@@ -284,6 +287,24 @@ class AgenticConfig(BaseConfig):
         filters = bool(self.correction.filter_rules)  # they compare recomputed log-probs with the engine's
         return self.update.epochs > 1 or num_mini_batches > 1 or filters
 
+    def _check_grpo_of_one(self) -> None:
+        """GRPO with groups of one episode, as ROLL runs it: its agentic ``grpo`` is REINFORCE on rewards normalized by
+        ``reward_normalization`` (ROLL's agentic_reward_norm), meaningful unless the statistics are per episode
+        group: one score against its own mean/std is 0 (ROLL sets it to 0 too), so every advantage would be 0."""
+        norm = self.reward_normalization
+        if norm.grouping == "traj_group_id" and "group" in (norm.norm_mean_type, norm.norm_std_type):
+            raise ValueError(
+                "advantage.estimator=grpo with train_env_manager.group_size=1 and reward_normalization grouped by "
+                "traj_group_id (the default for grpo) normalizes each episode against itself: every advantage is 0. "
+                "Set group_size >= 2, or reward_normalization.grouping to batch or tags"
+            )
+        logger.warning(
+            "advantage.estimator=grpo with group_size=1: no within-group baseline; advantages are the episode scores "
+            "normalized over reward_normalization.grouping=%s (method %s), as ROLL does",
+            norm.grouping,
+            norm.method,
+        )
+
     @model_validator(mode="after")
     def _check_agentic(self) -> AgenticConfig:
         managers = [m for m in (self.train_env_manager, self.val_env_manager) if m is not None]
@@ -309,8 +330,10 @@ class AgenticConfig(BaseConfig):
             )
         if estimator == "gae" and self.critic is None:
             raise ValueError("advantage.estimator=gae needs a critic role (model_args.model_head: value)")
-        if estimator in ("grpo", "gigpo") and size < 2:
+        if estimator == "gigpo" and size < 2:
             raise ValueError(f"advantage.estimator={estimator} compares a group's episodes: set group_size >= 2")
+        if estimator == "grpo" and size < 2:
+            self._check_grpo_of_one()
         if self.needs_reference and self.reference is None:
             raise ValueError("kl.use_loss is on (use_kl_loss) but no reference role is configured")
         check_replay_supported(self.rollout_mock, asynchronous=self.asynchrony.enabled)

@@ -31,12 +31,11 @@ from roll.agentic.pipeline.config import AgenticConfig
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
 from roll.agentic.pipeline.workers import AgenticActorWorker
 from roll.agentic.policy import MockPolicyClient
-from roll.agentic.scheduler import RolloutScheduler
+from roll.agentic.scheduler import RolloutBatch, RolloutScheduler
 from roll.agentic.scheduler.background import BackgroundRollouts
-from roll.agentic.scheduler import RolloutBatch
 from roll.pipelines.base import BasePipeline, Role
-from roll.pipelines.rollout_mock import RolloutMock
 from roll.pipelines.rlvr.workers import CriticWorker, InferWorker, PolicyWorker
+from roll.pipelines.rollout_mock import RolloutMock
 from roll.pipelines.stages import StepTimer, UpdatePlan, is_eval_step
 from roll.pipelines.tokenizers import load_tokenizer
 from roll.protocol import DataProto

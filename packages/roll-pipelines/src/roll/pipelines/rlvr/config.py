@@ -29,9 +29,9 @@ from roll.pipelines.rlvr.opd import (
     map_student_roles,
     split_teacher_dict,
 )
-from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supported
 from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
 from roll.pipelines.rlvr.teacher_routing import check_teacher_routing
+from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supported
 from roll.runtime import RollModel
 from roll.strategies import GenerationConfig
 

@@ -36,8 +36,8 @@ from roll.pipelines.rlvr.rollout import PromptSource, Rollouts, check_reward_fie
 from roll.pipelines.rlvr.scheduler import RequestScheduler
 from roll.pipelines.rlvr.teacher_routing import TeacherRouter, scatter_rows
 from roll.pipelines.rlvr.validation import validate_policy
-from roll.pipelines.rollout_mock import RolloutMock
 from roll.pipelines.rlvr.workers import ActorWorker, CriticWorker, InferWorker, PolicyWorker
+from roll.pipelines.rollout_mock import RolloutMock
 from roll.pipelines.stages import StepTimer, UpdatePlan, is_eval_step, load_splits
 from roll.pipelines.tokenizers import load_tokenizer
 from roll.protocol import DataProto
