@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from roll.agentic.config import CustomEnvConfig, EnvManagerConfig, RewardNormalizationConfig
+from roll.agentic.config import STEP_MANAGERS, CustomEnvConfig, EnvManagerConfig, RewardNormalizationConfig
 from roll.pipelines.algorithms.train_infer import RatioDiffFilter
 from roll.pipelines.config import BaseConfig, RoleConfig, field_default, is_int, raw_section, raw_value
 from roll.pipelines.rlvr.config import TrainInferFilterConfig
@@ -253,7 +253,7 @@ class AgenticConfig(BaseConfig):
     def layout(self) -> str:
         """``traj`` or ``step``: the sample layout of the training manager's envs."""
         kinds = {self.custom_envs[tag].env_manager_cls for tag in self.train_env_manager.tags}
-        return "step" if kinds == {"step"} else "traj"
+        return "step" if kinds <= STEP_MANAGERS else "traj"
 
     @property
     def sampling_temperature(self) -> float:
