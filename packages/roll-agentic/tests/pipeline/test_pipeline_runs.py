@@ -139,7 +139,8 @@ def test_agentic_rollout_writes_every_episode(ray_env, tmp_path: Path):
     assert summary["episodes"] == 6 and summary["env_faults"] == len(faulted)
 
 
-def test_agentic_async_run_trains_on_bounded_stale_trajectories(ray_env, tmp_path: Path):
+@pytest.mark.parametrize("env_workers", ["local", "ray"])
+def test_agentic_async_run_trains_on_bounded_stale_trajectories(ray_env, tmp_path: Path, env_workers: str):
     """async_generation_ratio 1 (ROLL's key): envs keep playing while the actor trains; every step's trajectories
     come from the policy it trains or the one before, none is trained on twice, and staleness is reported."""
     register_pipelines()
@@ -154,7 +155,7 @@ def test_agentic_async_run_trains_on_bounded_stale_trajectories(ray_env, tmp_pat
         "rollout_batch_size": 4,
         "sequence_length": 256,
         "async_generation_ratio": 1,
-        "rollout": {"env_workers": "local", "dump": True},
+        "rollout": {"env_workers": env_workers, "dump": True},
         "custom_envs": {"Lake": lake},
         "train_env_manager": {"num_env_groups": 4, "group_size": 2, "tags": ["Lake"]},
         "val_env_manager": {"num_env_groups": 2, "group_size": 1, "tags": ["Lake"]},
@@ -189,7 +190,7 @@ def test_agentic_rollout_mock_dump_then_replay_trains_identically(ray_env, tmp_p
             "pipeline_cls": "agentic",
             "output_dir": str(out),
             "max_steps": steps,
-            "eval_steps": 0,
+            "eval_steps": 2,
             "export_hf": False,
             "plots": False,
             "rollout_batch_size": 4,
@@ -198,6 +199,7 @@ def test_agentic_rollout_mock_dump_then_replay_trains_identically(ray_env, tmp_p
             "rollout_mock": {"enable": True, "mode": mode, "dump_dir": str(tmp_path / "dumps")},
             "custom_envs": {"Lake": _envs()["Lake"]},
             "train_env_manager": {"num_env_groups": 2, "group_size": 2, "tags": ["Lake"]},
+            "val_env_manager": {"num_env_groups": 2, "group_size": 1, "tags": ["Lake"]},
             "actor_train": {**_role("agentic-train", "fsdp2_train"), "training_args": {"learning_rate": 1e-4}},
             "actor_infer": {**_role("agentic-infer", "hf_infer"), "generating_args": {"max_new_tokens": 8}},
         }
@@ -206,7 +208,9 @@ def test_agentic_rollout_mock_dump_then_replay_trains_identically(ray_env, tmp_p
 
     dumped = run("dump", tmp_path / "dump")
     assert sorted(p.name for p in (tmp_path / "dumps" / "train").iterdir()) == ["step_000001.pkl", "step_000002.pkl"]
+    assert sorted(p.name for p in (tmp_path / "dumps" / "val").iterdir()) == ["step_000000.pkl", "step_000002.pkl"]
     replayed = run("replay", tmp_path / "replay")
+    assert replayed[0]["val/success"] == dumped[0]["val/success"] and replayed[0]["val/episodes"] == 2
     for a, b in zip(dumped[1:], replayed[1:], strict=True):
         assert b["rollout/samples"] == a["rollout/samples"]
         assert b["actor/pg_loss"] == pytest.approx(a["actor/pg_loss"], abs=1e-6)

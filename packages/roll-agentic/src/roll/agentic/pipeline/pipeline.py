@@ -76,6 +76,7 @@ class AgenticPipeline(BasePipeline):
         remote = cfg.rollout.env_workers == "ray"
         self.background: BackgroundRollouts | None = None  # async rollouts: started by run()
         self.rollout_mock = RolloutMock(cfg.rollout_mock, "agentic")
+        self.val_mock = RolloutMock(cfg.rollout_mock, "agentic", scope="val")
         gated = cfg.asynchrony.enabled
         self.endpoints = {"train": PolicyEndpoint(self.actor_infer, self.pad_token_id, remote=remote, gated=gated)}
         self.train_scheduler = self._scheduler(cfg.train_env_manager, "train", cfg.seed)
@@ -206,7 +207,12 @@ class AgenticPipeline(BasePipeline):
     def validate(self, step: int) -> dict[str, float]:
         if self.val_scheduler is None:
             return {}
+        mock = self.val_mock  # ROLL's rollout_mock covers the validation scheduler too (dump_dir/val)
+        if mock.replaying:
+            return dict(mock.load(step).metrics)
         out = self.val_scheduler.get_batch(self.config.rollout.val_batch_size, step)
+        if mock.dumping:
+            mock.dump(step, out.batch, out.metrics)
         if self.config.rollout.dump:
             write_rollout(self.output_dir / "rollouts", f"val-step-{step:06d}", out, self.tokenizer)
         return out.metrics
