@@ -12,6 +12,11 @@ One step::
     model_update(actor_train -> actor_infer); policy version += 1
     val_scheduler.get_batch()                                  every eval_steps, on held-out env seeds
 
+With ``asynchrony.generation_ratio`` (ROLL's ``async_generation_ratio``) > 0 the episodes come from
+:class:`~roll.agentic.scheduler.background.BackgroundRollouts`: env groups keep playing while the actor trains, at
+most ``ratio`` policy versions stale; generation is paused for the weight sync and validation at each step's end.
+``rollout_mock`` dumps each step's batch, or replays dumped batches instead of playing (roll.pipelines.rollout_mock).
+
 Before step 1, ``warmup.steps`` behaviour-cloning steps on a scripted policy's episodes (optional). Env faults
 (an env that raises, hangs past ``step_timeout_s`` or returns malformed output) end their episode with a reason;
 training replaces the group, validation counts the episode as failed; both are in the step's metrics.
