@@ -57,3 +57,25 @@ def test_rows_pad_into_one_batch(play, scripted) -> None:
     widths = data["response_mask"].sum(-1).tolist()
     assert len(set(widths)) == 2  # two response lengths, right-padded to one width
     assert torch.equal(data["input_ids"][:, data["prompts"].shape[1] :], data["responses"])
+
+
+def test_step_concat_shows_past_observations_without_actions(play, scripted, tokenizer) -> None:
+    """ROLL's StepConcatEnvManager (gem examples): history = the previous history_length - 1 observations."""
+    spec = {
+        **SPEC,
+        "env_manager_cls": "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager",
+        "history_length": 3,
+        "agent_template": "Observation:\n{history}\n{current_observation}\nAct.",
+    }
+    config = CustomEnvConfig(**spec)
+    assert config.env_manager_cls == "step_concat"
+    client = scripted([f"<answer>Jump{i}</answer>" for i in range(6)])
+    (result,) = play(config, client, seed=1)
+    prompts = [tokenizer.decode(r.prompt_ids) for r in client.requests]
+    assert len(result.batch) == result.num_turns == 6  # step-wise rows
+    assert all("Jump" not in p for p in prompts)  # actions are never shown
+    env = FrozenLakeEnv(size=4)
+    env.reset(seed=1)
+    grid = env.render()
+    assert prompts[0].count(grid) == 1 and prompts[1].count(grid) == 2  # invalid moves: the same observation
+    assert prompts[5].count(grid) == 3  # two past observations + the current one: a window of history_length

@@ -123,3 +123,29 @@ def test_recipes_load(recipe, layout):
         assert config.custom_envs[tag].env_config.get("split") == "train"
     for tag in val_tags:
         assert config.custom_envs[tag].env_config.get("split") == "val"
+
+
+def _group_of_one(tag: str = "Lake", **extra) -> AgenticConfig:
+    return _config(tag, train_env_manager={"num_env_groups": 8, "group_size": 1, "tags": [tag]}, **extra)
+
+
+def test_grpo_with_groups_of_one_runs_as_roll_unless_every_advantage_is_zero():
+    # ROLL's frozen-lake demos: grpo, group_size 1, reward_normalization {grouping: tags, method: identity}
+    config = _group_of_one(reward_normalization={"grouping": "tags", "method": "identity"})
+    assert config.advantage.estimator == "grpo" and config.reward_normalization.grouping == "tag"
+    _group_of_one(reward_normalization={"grouping": "batch", "method": "mean_std"})
+    with pytest.raises(ValueError, match="normalizes each episode against itself: every advantage is 0"):
+        _group_of_one()  # grpo's default normalization: per episode group
+    with pytest.raises(ValueError, match="group_size >= 2"):
+        _group_of_one("LakeStep", adv_estimator="gigpo")
+
+
+def test_async_and_rollout_mock_keys():
+    config = _config(async_generation_ratio=1, rollout_mock={"enable": True, "mode": "dump", "dump_dir": "/tmp/d"})
+    assert config.asynchrony.enabled and config.asynchrony.generation_ratio == 1
+    assert config.rollout_mock.mode == "dump"
+    assert not _config(async_generation_ratio=0).asynchrony.enabled  # 0: ROLL's synchronous default
+    with pytest.raises(ValueError, match="model_update_frequency=1"):
+        _config(async_generation_ratio=1, model_update_frequency=2)
+    with pytest.raises(ValueError, match="turn asynchronous generation off"):
+        _config(async_generation_ratio=1, rollout_mock={"enable": True, "mode": "mock"})

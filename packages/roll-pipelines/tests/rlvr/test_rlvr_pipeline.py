@@ -142,3 +142,18 @@ def test_an_interrupted_pipeline_stops_its_workers_without_calling_them(
         raise KeyboardInterrupt
     assert calls == [] and pipeline._update_groups
     assert all(cluster.workers == [] for cluster in clusters)
+
+
+def test_rollout_mock_dump_then_replay_trains_identically(tmp_path: Path, ray_env: None) -> None:
+    """ROLL's rollout_mock in RLVR: the replay run trains on the dumped (generated and scored) batches, so its
+    losses and rollout metrics equal the dump run's."""
+    dumps = tmp_path / "dumps"
+    dumped = _run(tmp_path / "dump", **{"rollout_mock.enable": "true", "rollout_mock.mode": "dump",
+                                        "rollout_mock.dump_dir": str(dumps)})  # fmt: skip
+    assert sorted(p.name for p in (dumps / "train").iterdir()) == ["step_000001.pkl", "step_000002.pkl"]
+    replayed = _run(tmp_path / "replay", **{"rollout_mock.enable": "true", "rollout_mock.mode": "mock",
+                                            "rollout_mock.dump_dir": str(dumps)})  # fmt: skip
+    for a, b in zip(dumped[1:], replayed[1:], strict=True):
+        assert b["rollout/samples"] == a["rollout/samples"] == 16
+        assert b["rollout/score"] == a["rollout/score"]
+        assert b["actor/pg_loss"] == pytest.approx(a["actor/pg_loss"], abs=1e-6)

@@ -61,7 +61,10 @@ STEP_TEMPLATE_FIELDS = {
 ENV_MANAGER_ALIASES = {
     "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager": "traj",
     "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager": "step",
+    "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager": "step_concat",
 }
+STEP_MANAGERS = frozenset({"step", "step_concat"})
+"""Managers that lay samples out step-wise (one row per turn)."""
 # ROLL's column names for reward_normalization.grouping -> ours (we name per-row columns in the singular, like RLVR).
 GROUPING_ALIASES = {"tags": "tag", "env_ids": "env_id", "group_ids": "group_id"}
 ROLL_GROUP_FILTER = "roll.pipeline.agentic.agentic_pipeline.GroupFilter"
@@ -127,13 +130,13 @@ class CustomEnvConfig(RollModel):
         if not isinstance(data, dict) or data.get("agent_template") is not None:
             return data
         manager = data.get("env_manager_cls", "traj")
-        step_wise = isinstance(manager, str) and ENV_MANAGER_ALIASES.get(manager, manager) == "step"
+        step_wise = isinstance(manager, str) and ENV_MANAGER_ALIASES.get(manager, manager) in STEP_MANAGERS
         return {**data, "agent_template": DEFAULT_STEP_AGENT_TEMPLATE if step_wise else DEFAULT_AGENT_TEMPLATE}
 
     @model_validator(mode="after")
     def _check_templates(self) -> CustomEnvConfig:
-        step_wise = self.env_manager_cls == "step"
-        if self.env_manager_cls in ("traj", "step"):
+        step_wise = self.env_manager_cls in STEP_MANAGERS
+        if self.env_manager_cls in ("traj", *STEP_MANAGERS):
             allowed = STEP_TEMPLATE_FIELDS if step_wise else TRAJ_TEMPLATE_FIELDS
             unknown = sorted(template_fields(self.agent_template or "") - allowed)
             if unknown:

@@ -6,13 +6,14 @@ from roll.agentic.env_manager.base import EnvManager, EpisodeResult, EpisodeStat
 from roll.agentic.env_manager.chat import ChatFormatter, render_template
 from roll.agentic.env_manager.runner import FAULT_REASONS, EnvFault, EnvRunner
 from roll.agentic.env_manager.samples import LAYOUT_KEYS, SampleRow, concat_samples, rows_to_batch
-from roll.agentic.env_manager.step import StepEnvManager, state_hash
+from roll.agentic.env_manager.step import StepConcatEnvManager, StepEnvManager, state_hash
 from roll.agentic.env_manager.traj import TrajEnvManager
 from roll.runtime import Registry
 
 ENV_MANAGERS: Registry[type[EnvManager]] = Registry("env manager", entry_point_group="roll.agentic.env_managers")
 ENV_MANAGERS.register("traj", TrajEnvManager)
 ENV_MANAGERS.register("step", StepEnvManager)
+ENV_MANAGERS.register("step_concat", StepConcatEnvManager)
 
 __all__ = [
     "ENV_MANAGERS",
@@ -26,6 +27,7 @@ __all__ = [
     "EpisodeState",
     "EpisodeTask",
     "SampleRow",
+    "StepConcatEnvManager",
     "StepEnvManager",
     "TrajEnvManager",
     "Turn",

@@ -41,6 +41,9 @@ class StepEnvManager(EnvManager):
             )
         return ", ".join(entries), len(window)
 
+    def _current_observation(self, state: EpisodeState) -> str:
+        return state.observation
+
     def build_prompt(self, state: EpisodeState) -> tuple[list[int], list[int]]:
         history, length = self._history(state)
         content = render_template(
@@ -50,7 +53,7 @@ class StepEnvManager(EnvManager):
             history_length=length,
             step_count=len(state.turns),
             current_step=len(state.turns) + 1,
-            current_observation=state.observation,
+            current_observation=self._current_observation(state),
             max_response_length=self.spec.max_tokens_per_step,
             suffix=str(state.info.get("suffix", "") or ""),
         )
@@ -75,3 +78,17 @@ class StepEnvManager(EnvManager):
         columns["step_scores"] = [t.reward for t in turns]
         columns["finish_reason"] = [t.finish_reason for t in turns]
         return rows_to_batch(rows, columns, self.pad_token_id)
+
+
+class StepConcatEnvManager(StepEnvManager):
+    """ROLL's StepConcatEnvManager (GEM's "concat" observation wrapper): step-wise rows whose ``{history}`` is the
+    previous ``history_length - 1`` observations, one per line, without the actions (GEM observations already say
+    what happened), and whose ``{current_observation}`` ends with the env's ``suffix``."""
+
+    def _history(self, state: EpisodeState) -> tuple[str, int]:
+        length = self.spec.history_length
+        window: list[Turn] = state.turns[-(length - 1) :] if length > 1 else []
+        return "\n".join(turn.observation for turn in window), len(window)
+
+    def _current_observation(self, state: EpisodeState) -> str:
+        return f"{state.observation}\n{state.info.get('suffix', '') or ''}"

@@ -12,6 +12,11 @@ One step::
     model_update(actor_train -> actor_infer); policy version += 1
     val_scheduler.get_batch()                                  every eval_steps, on held-out env seeds
 
+With ``asynchrony.generation_ratio`` (ROLL's ``async_generation_ratio``) > 0 the episodes come from
+:class:`~roll.agentic.scheduler.background.BackgroundRollouts`: env groups keep playing while the actor trains, at
+most ``ratio`` policy versions stale; generation is paused for the weight sync and validation at each step's end.
+``rollout_mock`` dumps each step's batch, or replays dumped batches instead of playing (roll.pipelines.rollout_mock).
+
 Before step 1, ``warmup.steps`` behaviour-cloning steps on a scripted policy's episodes (optional). Env faults
 (an env that raises, hangs past ``step_timeout_s`` or returns malformed output) end their episode with a reason;
 training replaces the group, validation counts the episode as failed; both are in the step's metrics.
@@ -22,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from roll.agentic.pipeline.adjust import adjust_batch, batch_unit
@@ -30,9 +36,11 @@ from roll.agentic.pipeline.config import AgenticConfig
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
 from roll.agentic.pipeline.workers import AgenticActorWorker
 from roll.agentic.policy import MockPolicyClient
-from roll.agentic.scheduler import RolloutScheduler
+from roll.agentic.scheduler import RolloutBatch, RolloutScheduler
+from roll.agentic.scheduler.background import BackgroundRollouts
 from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.rlvr.workers import CriticWorker, InferWorker, PolicyWorker
+from roll.pipelines.rollout_mock import RolloutMock
 from roll.pipelines.stages import StepTimer, UpdatePlan, is_eval_step
 from roll.pipelines.tokenizers import load_tokenizer
 from roll.protocol import DataProto
@@ -71,7 +79,11 @@ class AgenticPipeline(BasePipeline):
         self.set_model_update_pair(self.actor_train, self.actor_infer, frequency=cfg.rollout.model_update_frequency)
         self.set_checkpoint_clusters(*[c for c in (self.actor_train, self.critic) if c is not None])
         remote = cfg.rollout.env_workers == "ray"
-        self.endpoints = {"train": PolicyEndpoint(self.actor_infer, self.pad_token_id, remote=remote)}
+        self.background: BackgroundRollouts | None = None  # async rollouts: started by run()
+        self.rollout_mock = RolloutMock(cfg.rollout_mock, "agentic")
+        self.val_mock = RolloutMock(cfg.rollout_mock, "agentic", scope="val")
+        gated = cfg.asynchrony.enabled
+        self.endpoints = {"train": PolicyEndpoint(self.actor_infer, self.pad_token_id, remote=remote, gated=gated)}
         self.train_scheduler = self._scheduler(cfg.train_env_manager, "train", cfg.seed)
         self.val_scheduler: RolloutScheduler | None = None
         if cfg.val_env_manager is not None:
@@ -126,7 +138,10 @@ class AgenticPipeline(BasePipeline):
         """Reference log-probs, old log-probs (unless the update is one on-policy step) and values, at once.
         Returns whether the training forward supplies the old log-probs itself."""
         pending = {}
-        on_policy = not self.config.recompute_old_log_probs(plan.num_mini_batches)
+        # async samples come from older policies: their behaviour log-probs are the rollout engine's
+        on_policy = not self.config.asynchrony.enabled and not self.config.recompute_old_log_probs(
+            plan.num_mini_batches
+        )
         if self.reference is not None:
             pending["ref"] = self.reference.compute_log_probs(batch, blocking=False)
         if not on_policy:
@@ -155,16 +170,54 @@ class AgenticPipeline(BasePipeline):
         return metrics
 
     def sync_weights(self, step: int, *, force: bool) -> dict[str, float]:
+        """Weights to actor_infer (every model_update_frequency steps, or ``force``); with async rollouts always,
+        and only inside :meth:`generation_paused`."""
+        force = force or self.background is not None
         metrics = self.model_update(step, force=force)
         if metrics or force:
             for endpoint in self.endpoints.values():
                 endpoint.set_policy_version(step)
+            if self.background is not None:
+                self.background.set_version(step)
         return metrics
+
+    @contextlib.contextmanager
+    def generation_paused(self) -> Iterator[None]:
+        """Async rollouts: no training-rollout request runs inside (weight sync, validation); a no-op otherwise."""
+        if self.background is None:
+            yield
+            return
+        endpoint = self.endpoints["train"]
+        endpoint.pause()
+        try:
+            yield
+        finally:
+            endpoint.resume()
+
+    def take_rollouts(self, step: int) -> RolloutBatch:
+        """This step's trajectories: played (async: taken from the background rollouts), or replayed from a
+        rollout_mock dump; dumped in rollout_mock dump mode."""
+        mock = self.rollout_mock
+        if mock.replaying:
+            dump = mock.load(step)
+            return RolloutBatch(dump.batch, [], dict(dump.metrics))
+        if self.background is not None:
+            rollout = self.background.take(step, self.config.asynchrony.take_timeout_s)
+        else:
+            rollout = self.train_scheduler.get_batch(self.config.rollout.batch_size, step)
+        if mock.dumping:
+            mock.dump(step, rollout.batch, rollout.metrics)
+        return rollout
 
     def validate(self, step: int) -> dict[str, float]:
         if self.val_scheduler is None:
             return {}
+        mock = self.val_mock  # ROLL's rollout_mock covers the validation scheduler too (dump_dir/val)
+        if mock.replaying:
+            return dict(mock.load(step).metrics)
         out = self.val_scheduler.get_batch(self.config.rollout.val_batch_size, step)
+        if mock.dumping:
+            mock.dump(step, out.batch, out.metrics)
         if self.config.rollout.dump:
             write_rollout(self.output_dir / "rollouts", f"val-step-{step:06d}", out, self.tokenizer)
         return out.metrics
@@ -174,7 +227,7 @@ class AgenticPipeline(BasePipeline):
         timer, metrics = StepTimer(), {}
         started = time.perf_counter()
         with timer.phase("rollout"):
-            rollout = self.train_scheduler.get_batch(cfg.rollout.batch_size, step)
+            rollout = self.take_rollouts(step)
         metrics.update(rollout.metrics)
         if cfg.rollout.dump:
             write_rollout(self.output_dir / "rollouts", f"step-{step:06d}", rollout, self.tokenizer)
@@ -201,11 +254,12 @@ class AgenticPipeline(BasePipeline):
             metrics["rollout/samples"] = float(len(batch))
             metrics["rollout/response_tokens"] = float(batch.batch["response_mask"].sum())
         evaluate = is_eval_step(step, cfg.eval_steps, self.max_steps)
-        with timer.phase("weight_sync"):
-            metrics.update(self.sync_weights(step, force=evaluate))
-        if evaluate:
-            with timer.phase("validation"):
-                metrics.update(self.validate(step))
+        with self.generation_paused():
+            with timer.phase("weight_sync"):
+                metrics.update(self.sync_weights(step, force=evaluate))
+            if evaluate:
+                with timer.phase("validation"):
+                    metrics.update(self.validate(step))
         metrics.update(timer.times)
         metrics["time/step_s"] = time.perf_counter() - started
         return metrics
@@ -268,6 +322,11 @@ class AgenticPipeline(BasePipeline):
                 first.update(self.warm_up())
                 self.sync_weights(0, force=True)
             self.log_metrics(0, {**first, **self.validate(0)})
+        ratio = self.config.asynchrony.generation_ratio
+        if ratio:
+            self.background = BackgroundRollouts(
+                self.train_scheduler, batch_size=self.config.rollout.batch_size, ratio=ratio, version=start
+            )
         self.rl_started = time.perf_counter()
         limit = self.config.max_rl_time_s
         for step in self.steps(start):
@@ -275,8 +334,9 @@ class AgenticPipeline(BasePipeline):
             elapsed = time.perf_counter() - self.rl_started
             out_of_time = limit is not None and elapsed >= limit and step < self.max_steps
             if out_of_time and not is_eval_step(step, self.config.eval_steps, self.max_steps):
-                metrics.update(self.sync_weights(step, force=True))
-                metrics.update(self.validate(step))
+                with self.generation_paused():
+                    metrics.update(self.sync_weights(step, force=True))
+                    metrics.update(self.validate(step))
             metrics["time/rl_elapsed_s"] = elapsed
             last = self.log_metrics(step, metrics)
             self.do_checkpoint(step, force=step == self.max_steps or out_of_time)
@@ -287,6 +347,10 @@ class AgenticPipeline(BasePipeline):
         return last
 
     def shutdown(self, graceful: bool = True) -> None:
+        background = getattr(self, "background", None)
+        if background is not None:
+            with contextlib.suppress(Exception):
+                background.close()
         for scheduler in (getattr(self, "train_scheduler", None), getattr(self, "val_scheduler", None)):
             if scheduler is not None:
                 with contextlib.suppress(Exception):  # workers may be gone after a failure; clusters go below

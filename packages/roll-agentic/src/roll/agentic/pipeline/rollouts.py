@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
-from roll.agentic.policy import ClusterPolicyClient, RemotePolicyClient, serve_policy
+from roll.agentic.policy import ClusterPolicyClient, GatedPolicyClient, RemotePolicyClient, serve_policy
 from roll.agentic.scheduler import RolloutBatch, RolloutScheduler
 from roll.runtime import Cluster, ResourceManager
 from roll.strategies import GenerationConfig
@@ -21,12 +21,35 @@ __all__ = ["PolicyEndpoint", "make_scheduler", "write_rollout"]
 
 
 class PolicyEndpoint:
-    """A PolicyClient for one scheduler over the ``actor_infer`` cluster, local or served by a Ray actor."""
+    """A PolicyClient for one scheduler over the ``actor_infer`` cluster, local or served by a Ray actor.
 
-    def __init__(self, cluster: Cluster, pad_token_id: int, *, remote: bool) -> None:
-        client = ClusterPolicyClient(cluster, pad_token_id=pad_token_id)
+    ``gated``: behind a :class:`GatedPolicyClient`, so that generation can be paused for a weight sync (async
+    rollouts)."""
+
+    def __init__(self, cluster: Cluster, pad_token_id: int, *, remote: bool, gated: bool = False) -> None:
+        client: Any = ClusterPolicyClient(cluster, pad_token_id=pad_token_id)
+        if gated:
+            client = GatedPolicyClient(client)
+        self.gated = gated
         self.server = serve_policy(client) if remote else None
         self.client: Any = RemotePolicyClient(self.server) if self.server is not None else client
+
+    def pause(self) -> None:
+        """Stop new generation requests and wait for the running ones (gated endpoints)."""
+        if self.server is not None:
+            import ray
+
+            ray.get(self.server.pause.remote())
+        else:
+            self.client.pause_blocking()
+
+    def resume(self) -> None:
+        if self.server is not None:
+            import ray
+
+            ray.get(self.server.resume.remote())
+        else:
+            self.client.resume()
 
     def set_policy_version(self, version: int) -> None:
         if self.server is not None:

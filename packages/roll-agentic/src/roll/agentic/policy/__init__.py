@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from roll.agentic.policy.cluster import ClusterPolicyClient, prompts_to_batch
+from roll.agentic.policy.gate import GatedPolicyClient
 from roll.agentic.policy.mock import (
     LatencyModel,
     MockPolicyClient,
@@ -17,6 +18,7 @@ from roll.agentic.policy.remote import PolicyServer, RemotePolicyClient, serve_p
 __all__ = [
     "ClusterPolicyClient",
     "FinishReason",
+    "GatedPolicyClient",
     "GenerateRequest",
     "GenerateResult",
     "LatencyModel",

@@ -30,6 +30,13 @@ class PolicyServer:
             raise TypeError(f"{type(self.client).__name__} has no set_policy_version")
         setter(version)
 
+    async def pause(self) -> None:
+        """Stop new requests and wait for the started ones (a :class:`GatedPolicyClient` only)."""
+        await self.client.pause()  # type: ignore[attr-defined]
+
+    def resume(self, version: int | None = None) -> None:
+        self.client.resume(version)  # type: ignore[attr-defined]
+
 
 def serve_policy(client: PolicyClient, *, name: str | None = None, max_concurrency: int = 10_000) -> Any:
     """Start a PolicyServer actor hosting ``client`` (shipped by pickling) and return its handle."""

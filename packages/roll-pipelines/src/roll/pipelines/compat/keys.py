@@ -101,10 +101,6 @@ TOP_KEYS: dict[str, Rule] = {
     "is_offload_optimizer_states_in_train_step": _ignored(_OFFLOAD),
     "model_download_type": _ignored("roll loads local HF folders (no model hub download)"),
     "transfer_backend": _ignored("weights move by roll's model-update groups"),
-    "rollout_mock": _unsupported(
-        "rollout mocking/dumping for replay: use rollout.dump (rlvr_rollout)",
-        noop=lambda v: _falsy(v) or (isinstance(v, dict) and not v.get("enable")),
-    ),
     "global_template": Rule("implemented-as", note="chat formatting by the tokenizer's own chat template"),
     "tag_to_template": _ignored("one chat template (the tokenizer's) for every domain"),
     "reward": _unsupported("a single `reward` role: give reward domains under `rewards`"),
@@ -179,7 +175,6 @@ PIPELINE_KEYS: dict[str, dict[str, Rule]] = {
             "ROLL's agentic pipeline adds no KL to the reward, so its KL controller has no effect"
         ),
         "add_token_level_kl": _ignored("ROLL's agentic pipeline does not read it (no KL in the reward)"),
-        "async_generation_ratio": _unsupported("asynchronous agentic rollouts (roll's agentic step is synchronous)"),
         "enable_old_logprobs_recompute": _ignored("roll recomputes old log-probs whenever the update is off-policy"),
         "render_save_dir": _ignored("roll does not save rendered env frames"),
         "parse_tool_call_parameter_to_dict": _unsupported("dict-valued tool-call arguments in the chat template"),
@@ -200,7 +195,10 @@ PIPELINE_KEYS: dict[str, dict[str, Rule]] = {
     },
 }
 
-PIPELINE_KEYS["agentic_rollout"] = PIPELINE_KEYS["agentic"]
+PIPELINE_KEYS["agentic_rollout"] = {
+    **PIPELINE_KEYS["agentic"],
+    "async_generation_ratio": _ignored("the rollout-only pipeline trains nothing: no policy versions to be stale"),
+}
 
 # Keys of ROLL's EnvManagerConfig (train_env_manager, val_env_manager) that roll's does not take.
 ENV_MANAGER_KEYS: dict[str, Rule] = {

@@ -94,6 +94,8 @@ def async_step(pipeline: RLVRPipeline, step: int) -> dict[str, Any]:
     metrics.update(rollout_metrics(batch))
     if cfg.rollout.dump:
         pipeline._dump(step, batch)
+    if pipeline.rollout_mock.dumping:
+        pipeline.rollout_mock.dump(step, batch)
     metrics["async/batch_staleness_max"] = float(staleness.max())
     metrics["async/batch_staleness_mean"] = float(staleness.float().mean())
     plan = pipeline.update_plan(batch, step)

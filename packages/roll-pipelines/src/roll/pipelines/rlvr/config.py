@@ -31,6 +31,7 @@ from roll.pipelines.rlvr.opd import (
 )
 from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
 from roll.pipelines.rlvr.teacher_routing import check_teacher_routing
+from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supported
 from roll.runtime import RollModel
 from roll.strategies import GenerationConfig
 
@@ -542,6 +543,9 @@ class RLVRConfig(BaseConfig):
     sample_mask: SampleMaskSection = Field(default_factory=SampleMaskSection)
     validation: ValidationSection = Field(default_factory=ValidationSection)
     asynchrony: AsyncSection = Field(default_factory=AsyncSection)
+    rollout_mock: RolloutMockConfig = Field(
+        default_factory=RolloutMockConfig, description="ROLL's rollout dump/replay of training batches."
+    )
     opd: OPDSection = Field(default_factory=OPDSection)
 
     @classmethod
@@ -686,6 +690,7 @@ class RLVRConfig(BaseConfig):
                 f"advantage.estimator={estimator} compares samples of one prompt: set "
                 f"actor_infer.generating_args.num_return_sequences >= 2"
             )
+        check_replay_supported(self.rollout_mock, asynchronous=self.asynchrony.enabled)
         probs = self.rollout.domain_interleave_probs
         unknown = sorted(set(probs or {}) - set(self.rewards))
         if unknown:

@@ -37,6 +37,7 @@ from roll.pipelines.rlvr.scheduler import RequestScheduler
 from roll.pipelines.rlvr.teacher_routing import TeacherRouter, scatter_rows
 from roll.pipelines.rlvr.validation import validate_policy
 from roll.pipelines.rlvr.workers import ActorWorker, CriticWorker, InferWorker, PolicyWorker
+from roll.pipelines.rollout_mock import RolloutMock
 from roll.pipelines.stages import StepTimer, UpdatePlan, is_eval_step, load_splits
 from roll.pipelines.tokenizers import load_tokenizer
 from roll.protocol import DataProto
@@ -107,6 +108,7 @@ class RLVRPipeline(BasePipeline):
         elif self.actor_infer is not None:
             self.set_model_update_pair(self.actor_train, self.actor_infer, frequency=cfg.rollout.model_update_frequency)
         self.set_checkpoint_clusters(*[c for c in (self.actor_train, self.critic) if c is not None])
+        self.rollout_mock = RolloutMock(cfg.rollout_mock, "rlvr")
         kl = cfg.kl
         self.kl_ctrl = make_kl_controller(kl.ctrl_type, kl.init_coef, kl.target, kl.horizon)
         self.running = {domain: RunningMoments() for domain in cfg.rewards}  # norm_*_type: running
@@ -249,16 +251,9 @@ class RLVRPipeline(BasePipeline):
             return async_step(self, step)
         timer, metrics = StepTimer(), {}
         started = time.perf_counter()
-        with timer.phase("rollout"):  # generate + rewards (+ dynamic sampling)
-            rollout = self.rollouts.collect(
-                self.prompts,
-                step_generation_config(cfg.actor_infer.generating_args, cfg.seed, step),
-                dynamic_sampling=cfg.dynamic_sampling.enabled,
-                max_rounds=cfg.dynamic_sampling.max_generation_rounds,
-                score=not cfg.opd.pure,
-            )
-        metrics.update(rollout.metrics)
-        batch = rollout.batch
+        with timer.phase("rollout"):  # generate + rewards (+ dynamic sampling), or replay a dump (rollout_mock)
+            batch, rollout_found = self.collect_rollouts(step)
+        metrics.update(rollout_found)
         if batch is not None:  # dynamic sampling may keep no informative group
             metrics.update(rollout_metrics(batch, scored=not cfg.opd.pure))
             if cfg.rollout.dump:
@@ -286,6 +281,23 @@ class RLVRPipeline(BasePipeline):
         metrics.update(timer.times)
         metrics["time/step_s"] = time.perf_counter() - started
         return metrics
+
+    def collect_rollouts(self, step: int) -> tuple[DataProto | None, dict[str, Any]]:
+        """This step's scored rollouts and their metrics: generated (and dumped, rollout_mock dump) or replayed."""
+        cfg, mock = self.config, self.rollout_mock
+        if mock.replaying:
+            dump = mock.load(step)
+            return dump.batch, dump.metrics
+        rollout = self.rollouts.collect(
+            self.prompts,
+            step_generation_config(cfg.actor_infer.generating_args, cfg.seed, step),
+            dynamic_sampling=cfg.dynamic_sampling.enabled,
+            max_rounds=cfg.dynamic_sampling.max_generation_rounds,
+            score=not cfg.opd.pure,
+        )
+        if mock.dumping:
+            mock.dump(step, rollout.batch, rollout.metrics)
+        return rollout.batch, rollout.metrics
 
     def _dump(self, step: int, batch: DataProto) -> None:
         folder = self.output_dir / "rollouts"

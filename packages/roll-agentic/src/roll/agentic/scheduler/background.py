@@ -1,0 +1,194 @@
+"""Asynchronous agentic rollouts (``async_generation_ratio`` > 0): env groups keep playing while the actor trains.
+
+A background thread runs the training scheduler's event loop without stopping: it starts rounds (one group's
+``group_size`` episodes on one seed) as long as roll's bounded-staleness rule admits them, judges each finished
+round as the synchronous scheduler does (faulted / filtered rounds give their place back), and puts kept rounds in
+the RLVR pipeline's :class:`~roll.pipelines.rlvr.replay.ReplayBuffer`. Step ``k`` takes its groups from the buffer
+(oldest first), training the policy of version ``k - 1``; a round's version is the oldest weights behind any of its
+turns (the ``policy_version`` column, stamped by a :class:`~roll.agentic.policy.gate.GatedPolicyClient`).
+
+ROLL's semantics (``GroupQueue.advance_step`` / ``GroupQueueManager.get_batch`` in ROLL's rollout_scheduler.py):
+generation runs at most ``ratio`` steps ahead of training, a group older than ``ratio`` versions is never trained
+on (dropped and replaced), and weights change only at step boundaries, where generation is paused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import Counter
+from typing import Any
+
+from roll.agentic.env_manager import EpisodeResult, concat_samples
+from roll.agentic.scheduler.metrics import summarize_episodes
+from roll.agentic.scheduler.scheduler import RolloutBatch, RolloutScheduler, _Round
+from roll.pipelines.rlvr.replay import FinishedGroup, ReplayBuffer
+from roll.runtime import RollError
+
+__all__ = ["BackgroundRollouts", "RolloutsStalledError"]
+
+logger = logging.getLogger(__name__)
+_POLL_S = 0.02
+
+
+class RolloutsStalledError(RollError):
+    """Every recent round was dropped (faulted or filtered): no batch can be filled."""
+
+
+def round_version(round_: _Round) -> int:
+    """The oldest policy version behind any turn of a kept round."""
+    return min(int(min(r.batch.non_tensor_batch["policy_version"])) for r in round_.results if r.batch is not None)
+
+
+class BackgroundRollouts:
+    """Keeps ``scheduler`` (mode train) playing in a thread; :meth:`take` returns a step's batch.
+
+    ``version`` is the engine's policy version now (0, or the step a resumed run starts after); call
+    :meth:`set_version` after each weight sync, while generation is paused.
+    """
+
+    def __init__(self, scheduler: RolloutScheduler, *, batch_size: int, ratio: float, version: int = 0) -> None:
+        self.scheduler = scheduler
+        groups_per_step = scheduler._groups_needed(batch_size)
+        self.buffer: ReplayBuffer[_Round] = ReplayBuffer(groups_per_step, ratio)
+        self.base = self.version = version
+        self.stall_limit = groups_per_step * scheduler.max_launch_factor
+        self._cond = threading.Condition()
+        self._played: list[EpisodeResult] = []
+        self._counts: Counter[str] = Counter()
+        self._running = 0
+        self._error: BaseException | None = None
+        self._stop = False
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name=f"{scheduler.config.name}-rollouts", daemon=True)
+        self._thread.start()
+
+    # --- the producer (background thread) ------------------------------------------------------------------
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._produce())
+        except BaseException as e:  # handed to the trainer at its next take()
+            logger.exception("background rollouts of %s failed", self.scheduler.config.name)
+            with self._cond:
+                self._error = e
+                self._cond.notify_all()
+
+    def _launch(self, running: dict[asyncio.Future[_Round], int]) -> None:
+        sched = self.scheduler
+        while self.buffer.may_admit(self.version - self.base):
+            plan = sched._next_free(set(running.values()), Counter())
+            if plan is None:
+                return
+            episode_id = sched._next_episode[plan.group_id]
+            sched._next_episode[plan.group_id] += 1
+            self.buffer.admit()
+            launch = self._counts["groups_launched"]
+            self._counts["groups_launched"] += 1
+            running[asyncio.ensure_future(sched._play(plan, episode_id, launch))] = plan.group_id
+
+    def _finish(self, round_: _Round, dropped_in_a_row: int) -> int:
+        verdict = self.scheduler._judge(round_)
+        self._played.extend(round_.results)
+        self._counts[verdict] += 1
+        if verdict == "groups_kept":
+            key = (round_.plan.group_id, round_.episode_id)
+            size = len(round_.results)
+            self.buffer.put(FinishedGroup(key, round_version(round_), round_, size))
+            self._cond.notify_all()
+            return 0
+        for result in round_.results:
+            result.batch = None  # dropped: keep the summary, free the tensors
+        self.buffer.discard()  # its place goes to a new round
+        if dropped_in_a_row + 1 > self.stall_limit:
+            raise RolloutsStalledError(
+                f"{self.scheduler.config.name}: the last {dropped_in_a_row + 1} rounds were all dropped "
+                f"({dict(self._counts)}); no batch can be filled"
+            )
+        return dropped_in_a_row + 1
+
+    async def _produce(self) -> None:
+        running: dict[asyncio.Future[_Round], int] = {}
+        dropped = 0
+        try:
+            while not self._stop:
+                with self._cond:
+                    self._launch(running)
+                    self._running = len(running)
+                if not running:
+                    await asyncio.sleep(_POLL_S)
+                    continue
+                done, _ = await asyncio.wait(running, timeout=_POLL_S, return_when=asyncio.FIRST_COMPLETED)
+                for future in done:
+                    del running[future]
+                    round_ = future.result()
+                    with self._cond:
+                        dropped = self._finish(round_, dropped)
+                        self._running = len(running)
+        finally:
+            for future in running:
+                future.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+
+    # --- the trainer's side ----------------------------------------------------------------------------------
+    def take(self, step: int, timeout_s: float | None = None) -> RolloutBatch:
+        """Step ``step``'s groups (policy versions in ``[step - 1 - bound, step - 1]``), waiting for them."""
+        train_version = step - 1
+        with self._cond:
+            while True:
+                if self._error is not None:
+                    raise self._error
+                groups = self.buffer.take(train_version)
+                if groups is not None:
+                    break
+                if not self._cond.wait(timeout=timeout_s) and timeout_s is not None:
+                    raise TimeoutError(f"step {step}: no batch after {timeout_s} s ({self.buffer.metrics()})")
+            played, counts = self._played, self._counts
+            self._played, self._counts = [], Counter()
+            metrics = self._metrics(played, counts, groups, train_version)
+        batches = [r.batch for g in groups for r in g.payload.results if r.batch is not None]
+        batch = concat_samples(batches, self.scheduler.pad_token_id)
+        return RolloutBatch(batch, played, metrics)
+
+    def _metrics(
+        self, played: list[EpisodeResult], counts: Counter[str], groups: list[FinishedGroup[_Round]], version: int
+    ) -> dict[str, float]:
+        metrics = summarize_episodes(played, "rollout")
+        counts["episodes"] = len(played)
+        counts["env_faults"] = sum(r.faulted for r in played)
+        metrics.update({f"rollout/{key}": float(value) for key, value in counts.items()})
+        metrics.update({f"rollout/{key}": value for key, value in self.scheduler.executor.stats().items()})
+        metrics.update(self.buffer.metrics())
+        staleness = [version - g.version for g in groups]
+        metrics["async/batch_staleness_max"] = float(max(staleness))
+        metrics["async/batch_staleness_mean"] = sum(staleness) / len(staleness)
+        metrics["async/generating_groups"] = float(self._running)
+        return metrics
+
+    def set_version(self, version: int) -> None:
+        """The engine now holds ``version`` (after a weight sync): admission moves on."""
+        with self._cond:
+            self.version = version
+
+    def accounting(self) -> dict[str, int]:
+        """Admitted rounds = consumed + discarded + ready + generating (every round is used once or dropped)."""
+        with self._cond:
+            buffer = self.buffer
+            return {
+                "admitted": buffer.admitted,
+                "consumed": buffer.consumed,
+                "discarded": buffer.discarded,
+                "ready": len(buffer),
+                "generating": self._running,
+            }
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(timeout=60)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+    def state(self) -> dict[str, Any]:
+        return self.buffer.state_dict()
