@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from roll.pipelines.compat.hydra import deep_merge
+from roll.pipelines.compat.judge import fold_judges
 from roll.pipelines.compat.keys import ENV_MANAGER_KEYS, PIPELINE_KEYS, TOP_KEYS, Rule, Status
 from roll.pipelines.compat.roles import RoleTranslator
 from roll.runtime import ConfigError
@@ -161,7 +162,7 @@ class _Translator:
         return out
 
     def run(self, data: dict[str, Any]) -> None:
-        data = self.student_roles(data)
+        data = fold_judges(self, self.student_roles(data))
         self.source = data
         roles = RoleTranslator(self)
         fields = self.config_cls.model_fields
