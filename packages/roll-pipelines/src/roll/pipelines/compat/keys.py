@@ -74,6 +74,11 @@ TOP_KEYS: dict[str, Rule] = {
     "pretrain": Rule("implemented-as", "<roles>.model_args.model_name_or_path", "the policy roles' model if unset"),
     "reward_pretrain": Rule("implemented-as", "critic.model_args.model_name_or_path", "the critic's model if unset"),
     "num_return_sequences_in_group": Rule("renamed", "actor_infer.generating_args.num_return_sequences"),
+    "track_with": Rule(
+        "kept",
+        "track_with",
+        "ROLL's 'stdout' is roll's 'console'; a name outside ROLL's open-source registry fails, as in ROLL",
+    ),
     "rpc_timeout": Rule("implemented-as", "<roles>.rpc_timeout_s", "every role's call timeout"),
     "model_update_buffer_size_mb": Rule("implemented-as", "<roles>.model_update_buffer_size_mb"),
     "max_grad_norm": Rule("implemented-as", "<trained roles>.training_args.max_grad_norm"),

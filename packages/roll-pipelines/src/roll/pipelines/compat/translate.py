@@ -247,6 +247,8 @@ class _Translator:
             self.row(key, "implemented-as", "correction.old_log_probs_recompute", "true sets it to false")
         elif key == "train_infer_correction":
             self.train_infer_correction(value)
+        elif key == "track_with":
+            self.track_with(value)
         elif key == "val_greedy":
             if value:
                 self.set_path("validation.generating_args.temperature", 0.0, key)
@@ -274,6 +276,22 @@ class _Translator:
             self.row(key, rule.status, rule.target, rule.note)
         else:
             self.row(key, rule.status, note=rule.note)
+
+    def track_with(self, value: Any) -> None:
+        """ROLL's tracker names (roll/utils/tracking.py: tensorboard, wandb, stdout, swanlab, trackio); its
+        ``create_tracker`` raises ValueError on any other name (ml_tracker is Alibaba's internal one)."""
+        if value == "stdout":
+            self.out["track_with"] = "console"
+            self.row("track_with", "renamed", "track_with", "'stdout' -> 'console' (metrics printed per step)")
+        elif isinstance(value, str) and value not in ("tensorboard", "wandb", "swanlab", "trackio", ""):
+            note = (
+                f"tracker {value!r} is not in ROLL's open-source tracker registry either (ROLL's create_tracker "
+                f"raises 'Unknown tracker name'); use tensorboard, wandb, swanlab, trackio or stdout"
+            )
+            self.row("track_with", "unsupported", note=note)
+        else:
+            self.out["track_with"] = value
+            self.row("track_with", "kept", "track_with")
 
     def train_infer_correction(self, value: Any) -> None:
         value = value or {}
