@@ -27,12 +27,12 @@ KNOWN_INVALID = {
     "qwen3-30BA3B-sft_fsdp2/sft_config_megatron.yaml": "track_with ml_tracker (not registered in ROLL's code either)",
     # placeholders x_1 / x_2 for numbers (ROLL's loader rejects the string for its float field too)
     "docs_examples/example_topr.yaml": "use_topr_neg_loss_coef: x_2 is not a number",
-    "qwen2.5-0.5B-agentic/agentic_val_sokoban_agent_runner.yaml": "agent runners (agent_runner_cls)",
     "qwen2.5-0.5B-agentic/agentic_val_sokoban_native.yaml": (
         "ROLL's AgentNativeStepEnvManager (native tool-call turns) has no roll counterpart: its envs read as "
         "trajectory-wise, so step_reinforce is rejected"
     ),
     "qwen2.5-vl-3B-agentic/agentic_val_sokoban.yaml": "VL env prompt templates",
+    # ROLL runs this vLLM engine (TP 16) over two 8-GPU nodes; roll places a worker and its engine on one node
     "qwen3.5-397A17-rlvr_megatron/rlvr_megatron_80GB.yaml": "a 16-GPU inference worker on 8-GPU nodes",
 }
 
