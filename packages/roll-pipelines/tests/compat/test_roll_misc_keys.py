@@ -33,3 +33,23 @@ def test_a_tracker_outside_rolls_open_source_registry_fails_as_in_roll() -> None
     assert problem.key == "track_with" and problem.status == "unsupported"
     assert "'ml_tracker' is not in ROLL's open-source tracker registry either" in problem.note
     assert "create_tracker raises 'Unknown tracker name'" in problem.note
+
+
+def test_a_multimodal_file_fails_with_one_reason() -> None:
+    from roll.pipelines.compat.multimodal import multimodal_markers
+
+    data = {
+        "actor_train": {"data_args": {"template": "qwen2-vl", "file_name": ["d.jsonl"], "image_folder": "/imgs"}},
+        "actor_infer": {"strategy_args": {"strategy_name": "vllm"}},
+        "rewards": {"det": {"worker_cls": "roll.pipeline.rlvr.rewards.detection_reward_worker.DetectionRewardWorker"}},
+    }
+    assert multimodal_markers(data) == [
+        "actor_train.data_args.template: qwen2-vl (a vision-language chat template)",
+        "actor_train.data_args.image_folder (image data)",
+        "rewards.det.worker_cls: ROLL's image-detection reward",
+    ]
+    [problem] = translate(data).problems
+    assert problem.key == "(multimodal)"
+    assert problem.note.startswith("roll has no multimodal (image, video or audio) pipeline; this file is multimodal")
+    text_only = {"actor_train": {"data_args": {"template": "qwen2_5", "file_name": ["d.jsonl"]}}}
+    assert multimodal_markers(text_only) == []

@@ -72,6 +72,14 @@ GROUPING_ALIASES = {"tags": "tag", "env_ids": "env_id", "group_ids": "group_id"}
 # env_instruction_in_system. ROLL's other runners (ToolCallRunner, the ROCK sandbox runners) have no roll counterpart.
 ROLL_PROXY_ENV_MANAGER = "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager"
 ROLL_GEM_RUNNER = "roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner"
+# ROLL's other env managers: why roll has no counterpart.
+_ROLL_MANAGERS = "roll.pipeline.agentic.env_manager."
+ROLL_MANAGERS_WITHOUT_COUNTERPART = {
+    _ROLL_MANAGERS + "agent_native_env_manager.AgentNativeStepEnvManager": "it runs an agent CLI inside a ROCK "
+    "sandbox (env_type rock_tb_native_env) and trains on the agent's messages; roll has no ROCK sandbox env",
+    _ROLL_MANAGERS + "vl_traj_env_manager.VLTrajEnvManager": "it plays image-observation envs for vision-language "
+    "models; roll has no multimodal pipeline",
+}
 ROLL_GROUP_FILTER = "roll.pipeline.agentic.agentic_pipeline.GroupFilter"
 ROLL_ENV_WORKER = "roll.pipeline.agentic.environment_worker.EnvironmentWorker"
 
@@ -125,6 +133,9 @@ class CustomEnvConfig(RollModel):
     @field_validator("env_manager_cls")
     @classmethod
     def _alias(cls, value: str) -> str:
+        reason = ROLL_MANAGERS_WITHOUT_COUNTERPART.get(value)
+        if reason is not None:
+            raise ValueError(f"ROLL's {value.rsplit('.', 1)[-1]} is not supported: {reason}")
         return ENV_MANAGER_ALIASES.get(value, value)
 
     @field_validator("agent_runner_cls")

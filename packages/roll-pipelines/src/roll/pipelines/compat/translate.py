@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from roll.pipelines.compat.hydra import deep_merge
 from roll.pipelines.compat.judge import fold_judges
 from roll.pipelines.compat.keys import ENV_MANAGER_KEYS, PIPELINE_KEYS, TOP_KEYS, Rule, Status
+from roll.pipelines.compat.multimodal import multimodal_markers
 from roll.pipelines.compat.roles import RoleTranslator
 from roll.runtime import ConfigError
 
@@ -428,4 +429,11 @@ def translate(data: dict[str, Any], referenced: set[str] | None = None, pipeline
         raise ConfigError(f"this ROLL config is a {name} config ({why}), and {e}") from None
     translator = _Translator(config_cls, name, referenced or set())
     translator.run(data)
-    return Translation(translator.out, name, why, translator.rows)
+    rows = translator.rows
+    markers = multimodal_markers(data)
+    if markers:  # one reason instead of the keys that follow from it
+        shown = "; ".join(markers[:3]) + (f"; and {len(markers) - 3} more" if len(markers) > 3 else "")
+        note = f"roll has no multimodal (image, video or audio) pipeline; this file is multimodal: {shown}"
+        rows = [row for row in rows if row.status not in ("unsupported", "unknown")]
+        rows.append(KeyReport("(multimodal)", "unsupported", note=note))
+    return Translation(translator.out, name, why, rows)
