@@ -53,3 +53,13 @@ def test_a_multimodal_file_fails_with_one_reason() -> None:
     assert problem.note.startswith("roll has no multimodal (image, video or audio) pipeline; this file is multimodal")
     text_only = {"actor_train": {"data_args": {"template": "qwen2_5", "file_name": ["d.jsonl"]}}}
     assert multimodal_markers(text_only) == []
+
+
+def test_an_empty_file_says_it_is_empty(tmp_path) -> None:
+    from roll.pipelines.config import load_config
+    from roll.runtime import ConfigError
+
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    with pytest.raises(ConfigError, match="cannot tell which pipeline this ROLL config is for: it is empty"):
+        load_config(path)

@@ -83,6 +83,11 @@ def infer_pipeline(data: dict[str, Any]) -> tuple[str, str]:
     """(pipeline name, why) for a ROLL config, from its shape."""
     if data.get("pipeline_cls"):
         return str(data["pipeline_cls"]), "pipeline_cls in the file"
+    if not data:
+        raise ConfigError(
+            "cannot tell which pipeline this ROLL config is for: it is empty (no keys after composing its defaults), "
+            "so there is nothing to run, under ROLL too"
+        )
     if any(key in data for key in ("student_train", "student_infer", "is_pure_opd")):  # ROLL's OPD launcher
         kind = "agentic" if data.get("pure_opd_pipeline_type") == "agentic" else "rlvr"
         return kind, "it has student_train/student_infer (on-policy distillation: is_pure_opd)"
