@@ -24,6 +24,13 @@ __all__ = ["fold_judges"]
 
 _SERVED = ("model_args", "strategy_args", "device_mapping", "num_gpus_per_worker")
 _OWN_KWARGS = ("max_new_tokens", "temperature")
+# ROLL's GeneratingArguments defaults (roll/configs/generating_args.py) for what a judge's generating_args leave out
+ROLL_GENERATION_DEFAULTS: dict[str, float | int] = {
+    "max_new_tokens": 8192,
+    "temperature": 0.95,
+    "top_p": 0.7,
+    "top_k": 50,
+}
 
 
 def _is_judge(domain: Any) -> bool:
@@ -147,3 +154,10 @@ def _sampling_to_kwargs(top: _Translator, name: str, domain: dict[str, Any]) -> 
             top.row(where, "renamed", f"rewards.{name}.reward_kwargs.generation.{key}")
         else:
             top.row(where, "unsupported", note=f"roll's judge has no generation setting {key!r} (got {value!r})")
+    for key, default in ROLL_GENERATION_DEFAULTS.items():
+        target = kwargs if key in _OWN_KWARGS else kwargs.get("generation", {})
+        if key in generation or key in target or (key in ("top_p", "top_k") and kwargs.get("temperature") == 0.0):
+            continue  # given (greedy decoding ignores top_p / top_k)
+        (kwargs if key in _OWN_KWARGS else kwargs.setdefault("generation", {}))[key] = default
+        where = f"(rewards.{name}.generating_args.{key})"
+        top.row(where, "implemented-as", f"rewards.{name}.reward_kwargs", f"ROLL default {default!r} written in")
