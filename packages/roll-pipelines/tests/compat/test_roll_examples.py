@@ -25,7 +25,7 @@ KNOWN_INVALID = {
     # neither; the env manager is refused by name with that reason.
     "agentic_demo/agent_rollout_rock_swe.yaml": "AgentNativeStepEnvManager + rock_tb_native_env (ROCK sandbox)",
     "agentic_demo/agent_val_rock_swe.yaml": "AgentNativeStepEnvManager + rock_tb_native_env (ROCK sandbox)",
-    "qwen3-30BA3B-sft_fsdp2/sft_config_megatron.yaml": "track_with ml_tracker (not registered in ROLL's code either)",
+    "agentic_demo/agent_val_rock_swe_qwen35_2b.yaml": "AgentNativeStepEnvManager + rock_tb_native_env (ROCK sandbox)",
     # placeholders x_1 / x_2 for numbers (ROLL's loader rejects the string for its float field too)
     "docs_examples/example_topr.yaml": "use_topr_neg_loss_coef: x_2 is not a number",
     "qwen2.5-0.5B-agentic/agentic_val_sokoban_native.yaml": (
