@@ -21,8 +21,8 @@ ROOT = os.environ.get("ROLL_EXAMPLES_DIR")
 FILES = sorted(p for p in Path(ROOT).rglob("*.yaml") if "config" not in p.parent.name) if ROOT else []
 # ROLL's own files whose settings roll's checks reject after translation (each reason read in the file).
 KNOWN_INVALID = {
-    # ROLL's agent-native step manager (an agent CLI in a ROCK sandbox, env_type rock_tb_native_env): roll has
-    # neither; the env manager is refused by name with that reason.
+    # ROLL's AgentNativeStepEnvManager (message-list envs: sokoban_native_env, rock_tb_native_env in a ROCK
+    # sandbox): no roll counterpart; the env manager is refused by name with that reason.
     "agentic_demo/agent_rollout_rock_swe.yaml": "AgentNativeStepEnvManager + rock_tb_native_env (ROCK sandbox)",
     "agentic_demo/agent_val_rock_swe.yaml": "AgentNativeStepEnvManager + rock_tb_native_env (ROCK sandbox)",
     "agentic_demo/agent_val_rock_swe_qwen35_2b.yaml": "AgentNativeStepEnvManager + rock_tb_native_env (ROCK sandbox)",

@@ -75,8 +75,10 @@ ROLL_GEM_RUNNER = "roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner"
 # ROLL's other env managers: why roll has no counterpart.
 _ROLL_MANAGERS = "roll.pipeline.agentic.env_manager."
 ROLL_MANAGERS_WITHOUT_COUNTERPART = {
-    _ROLL_MANAGERS + "agent_native_env_manager.AgentNativeStepEnvManager": "it runs an agent CLI inside a ROCK "
-    "sandbox (env_type rock_tb_native_env) and trains on the agent's messages; roll has no ROCK sandbox env",
+    _ROLL_MANAGERS + "agent_native_env_manager.AgentNativeStepEnvManager": "it plays envs whose observation is the "
+    "whole OpenAI message list with tools (sokoban_native_env; rock_tb_native_env, SWE/terminal-bench tasks in a "
+    "ROCK sandbox) and re-renders that list with the chat template every step; roll's env managers take text "
+    "observations and keep the sampled tokens, and roll has no ROCK sandbox env",
     _ROLL_MANAGERS + "vl_traj_env_manager.VLTrajEnvManager": "it plays image-observation envs for vision-language "
     "models; roll has no multimodal pipeline",
 }
