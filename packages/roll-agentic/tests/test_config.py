@@ -90,8 +90,22 @@ def test_reward_normalization_explicit_types_win_and_aliases() -> None:
 
 
 def test_mistakes_are_reported() -> None:
-    with pytest.raises(ConfigError, match="agent_runner_cls"):
+    with pytest.raises(ConfigError, match="roll runs ROLL's GEMRunner .* only; ToolCallRunner and the ROCK"):
         CustomEnvConfig(env_type="sokoban", agent_runner_cls="roll.pipeline.agentic.agent_runner.GEMRunner")
+    proxy = "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager"
+    with pytest.raises(ConfigError, match="drives an agent runner: roll supports it with agent_runner_cls"):
+        CustomEnvConfig(env_type="sokoban", env_manager_cls=proxy)
+    gem = CustomEnvConfig(
+        env_type="sokoban",
+        env_manager_cls=proxy,
+        agent_runner_cls="roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner",
+    )
+    assert (gem.env_manager_cls, gem.env_instruction_in_system) == ("traj", True)
+    native = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
+    with pytest.raises(
+        ConfigError, match="AgentNativeStepEnvManager is not supported: it plays envs whose observation is the whole"
+    ):
+        CustomEnvConfig(env_type="rock_tb_native_env", env_manager_cls=native)
     with pytest.raises(ConfigError, match=r"fields \['turn_idx'\] that the step manager does not fill"):
         CustomEnvConfig(env_type="sokoban", env_manager_cls="step", agent_template="Turn {turn_idx}")
     with pytest.raises(ConfigError, match="max_stepz"):

@@ -109,3 +109,38 @@ def test_tool_results_come_back_as_tool_messages(play, scripted, tokenizer) -> N
     assert "<|im_start|>tool\npython_code result:\n42" in text
     assert result.metrics["tool_use_counter"] == 1.0 and result.metrics["tool_success_counter"] == 1.0
     assert result.num_turns == 2
+
+
+def test_gem_runner_layout_puts_the_env_instruction_in_the_system_message(play, scripted, tokenizer) -> None:
+    """ROLL's ProxyEnvManager + GEMRunner: system = template + blank line + env instruction; users = observations."""
+    from roll.agentic.config import ROLL_GEM_RUNNER, ROLL_PROXY_ENV_MANAGER
+    from roll.agentic.env_manager.chat import render_template
+
+    spec = CustomEnvConfig(
+        **{**SPEC, "max_steps": 2}, env_manager_cls=ROLL_PROXY_ENV_MANAGER, agent_runner_cls=ROLL_GEM_RUNNER
+    )
+    assert (spec.env_manager_cls, spec.env_instruction_in_system) == ("traj", True)
+    responses = ["<answer>Up</answer>", "<answer>Right</answer>"]
+    (result,) = play(spec, scripted(responses), seed=3)
+    data = result.batch.batch
+    text = tokenizer.decode(data["input_ids"][0][data["attention_mask"][0].bool()])
+    env = FrozenLakeEnv(size=4, format_penalty=-0.1)
+    obs, info = env.reset(seed=3)
+    obs2, reward1, *_ = env.step(responses[0])
+
+    def user(observation: str, turn: int) -> str:  # GEMRunner's rendering of agent_template (suffix "")
+        fields = dict(observation=observation, turn_idx=turn, actions_left=3 - turn, suffix="")
+        return render_template(spec.agent_template or "", max_response_length=spec.max_tokens_per_step, **fields)
+
+    messages = [
+        {"role": "system", "content": f"{spec.agent_system_template}\n\n{info['env_instruction']}"},
+        {"role": "user", "content": user(obs, 1)},
+        {"role": "assistant", "content": responses[0]},
+        {"role": "user", "content": user(obs2, 2)},
+        {"role": "assistant", "content": responses[1]},
+    ]
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert text + "\n" == rendered, (text, rendered)
+    *_, reward2 = env.step(responses[1])[:2]
+    assert result.batch.non_tensor_batch["step_scores"][0] == [reward1, reward2]  # GEMRunner: score = their sum
+    assert float(data["scores"][0].sum()) == reward1 + reward2

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from roll.pipelines.compat import compose_file, translate
+from roll.pipelines.compat.multimodal import multimodal_markers
 from roll.pipelines.config import load_config
 from roll.pipelines.validate import validate_deployment
 from roll.runtime import ConfigError
@@ -20,19 +21,17 @@ ROOT = os.environ.get("ROLL_EXAMPLES_DIR")
 FILES = sorted(p for p in Path(ROOT).rglob("*.yaml") if "config" not in p.parent.name) if ROOT else []
 # ROLL's own files whose settings roll's checks reject after translation (each reason read in the file).
 KNOWN_INVALID = {
-    # ROLL's agent-native step manager (an agent CLI in a ROCK sandbox, env_type rock_tb_native_env): roll has
-    # neither, so the manager is not known to be step-wise and step_reinforce is refused.
+    # ROLL's AgentNativeStepEnvManager (message-list envs: sokoban_native_env, rock_tb_native_env in a ROCK
+    # sandbox): no roll counterpart; the env manager is refused by name with that reason.
     "agentic_demo/agent_rollout_rock_swe.yaml": "AgentNativeStepEnvManager + rock_tb_native_env (ROCK sandbox)",
     "agentic_demo/agent_val_rock_swe.yaml": "AgentNativeStepEnvManager + rock_tb_native_env (ROCK sandbox)",
-    "qwen3-30BA3B-sft_fsdp2/sft_config_megatron.yaml": "track_with ml_tracker (not registered in ROLL's code either)",
+    "agentic_demo/agent_val_rock_swe_qwen35_2b.yaml": "AgentNativeStepEnvManager + rock_tb_native_env (ROCK sandbox)",
     # placeholders x_1 / x_2 for numbers (ROLL's loader rejects the string for its float field too)
     "docs_examples/example_topr.yaml": "use_topr_neg_loss_coef: x_2 is not a number",
-    "qwen2.5-0.5B-agentic/agentic_val_sokoban_agent_runner.yaml": "agent runners (agent_runner_cls)",
     "qwen2.5-0.5B-agentic/agentic_val_sokoban_native.yaml": (
-        "ROLL's AgentNativeStepEnvManager (native tool-call turns) has no roll counterpart: its envs read as "
-        "trajectory-wise, so step_reinforce is rejected"
+        "ROLL's AgentNativeStepEnvManager (native tool-call turns) has no roll counterpart: refused by name"
     ),
-    "qwen2.5-vl-3B-agentic/agentic_val_sokoban.yaml": "VL env prompt templates",
+    # ROLL runs this vLLM engine (TP 16) over two 8-GPU nodes; roll places a worker and its engine on one node
     "qwen3.5-397A17-rlvr_megatron/rlvr_megatron_80GB.yaml": "a 16-GPU inference worker on 8-GPU nodes",
 }
 
@@ -47,6 +46,8 @@ def test_roll_example(path: Path) -> None:
         assert any(text in str(e) for text in ("cannot tell", "defaults", "environment variable")), str(e)
         pytest.skip(f"not usable as it is: {e}")
     assert [row.key for row in translation.rows if row.status == "unknown"] == []
+    if multimodal_markers(data):  # one clear reason, not the keys that follow from it
+        assert [row.key for row in translation.problems] == ["(multimodal)"]
     if translation.problems:
         with pytest.raises(ConfigError, match="roll cannot honour"):
             load_config(path)

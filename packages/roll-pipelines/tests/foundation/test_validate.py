@@ -153,3 +153,27 @@ def test_every_problem_is_reported_at_once(capsys, tmp_path, hub_cache):
     assert code == 2
     assert "2 problems found:" in err
     assert "roll-test/missing-too" in err and "needs a 'ground_truth' field" in err
+
+
+@pytest.mark.parametrize(
+    ("strategy", "reason"),
+    [
+        (
+            "vllm",
+            "ROLL starts such a vllm engine over nodes (vLLM's multi-node mode inside the worker), but roll places",
+        ),
+        (
+            "sglang",
+            "ROLL starts such a sglang engine over nodes (SGLang's multi-node mode inside the worker), but roll",
+        ),
+    ],
+)
+def test_a_worker_spanning_nodes_fails_with_the_strategys_reason(capsys, strategy, reason):
+    overrides = ["num_nodes=2", "num_gpus_per_node=2", "actor_infer.device_mapping=[1,2]"]
+    overrides.append(f"actor_infer.strategy_args.strategy_name={strategy}")
+    size = "tensor_parallel_size" if strategy == "vllm" else "tp_size"
+    overrides.append(f"actor_infer.strategy_args.strategy_config.{size}=2")
+    code, _, err = validate(capsys, *overrides)
+    assert code == 2
+    assert "actor_infer rank 0 would span nodes [0, 1] with devices [1, 2]" in err
+    assert reason in err

@@ -67,6 +67,21 @@ STEP_MANAGERS = frozenset({"step", "step_concat"})
 """Managers that lay samples out step-wise (one row per turn)."""
 # ROLL's column names for reward_normalization.grouping -> ours (we name per-row columns in the singular, like RLVR).
 GROUPING_ALIASES = {"tags": "tag", "env_ids": "env_id", "group_ids": "group_id"}
+# ROLL's ProxyEnvManager drives an agent runner; its GEMRunner plays a gem env as a chat (env instruction in the system
+# message, each observation a user message, the sum of step rewards as the score): roll's traj manager with
+# env_instruction_in_system. ROLL's other runners (ToolCallRunner, the ROCK sandbox runners) have no roll counterpart.
+ROLL_PROXY_ENV_MANAGER = "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager"
+ROLL_GEM_RUNNER = "roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner"
+# ROLL's other env managers: why roll has no counterpart.
+_ROLL_MANAGERS = "roll.pipeline.agentic.env_manager."
+ROLL_MANAGERS_WITHOUT_COUNTERPART = {
+    _ROLL_MANAGERS + "agent_native_env_manager.AgentNativeStepEnvManager": "it plays envs whose observation is the "
+    "whole OpenAI message list with tools (sokoban_native_env; rock_tb_native_env, SWE/terminal-bench tasks in a "
+    "ROCK sandbox) and re-renders that list with the chat template every step; roll's env managers take text "
+    "observations and keep the sampled tokens, and roll has no ROCK sandbox env",
+    _ROLL_MANAGERS + "vl_traj_env_manager.VLTrajEnvManager": "it plays image-observation envs for vision-language "
+    "models; roll has no multimodal pipeline",
+}
 ROLL_GROUP_FILTER = "roll.pipeline.agentic.agentic_pipeline.GroupFilter"
 ROLL_ENV_WORKER = "roll.pipeline.agentic.environment_worker.EnvironmentWorker"
 
@@ -108,19 +123,51 @@ class CustomEnvConfig(RollModel):
     max_env_step_concurrent: int = Field(default=0, ge=0, description="Most concurrent env calls per worker (0: any).")
     step_timeout_s: float = Field(default=60.0, gt=0, description="reset()/step() taking longer ends the episode.")
     tool_wrapper: ToolWrapperConfig | None = None
-    agent_runner_cls: str | None = Field(default=None, description="Not supported; accepted as null for ROLL YAML.")
+    env_instruction_in_system: bool = Field(
+        default=False,
+        description="Traj-wise: append the env instruction to the system message (after a blank line) instead of "
+        "opening the first user message with it (ROLL's GEMRunner layout).",
+    )
+    agent_runner_cls: str | None = Field(
+        default=None, description=f"ROLL's {ROLL_GEM_RUNNER} only (the traj manager, env_instruction_in_system)."
+    )
 
     @field_validator("env_manager_cls")
     @classmethod
     def _alias(cls, value: str) -> str:
+        reason = ROLL_MANAGERS_WITHOUT_COUNTERPART.get(value)
+        if reason is not None:
+            raise ValueError(f"ROLL's {value.rsplit('.', 1)[-1]} is not supported: {reason}")
         return ENV_MANAGER_ALIASES.get(value, value)
 
     @field_validator("agent_runner_cls")
     @classmethod
     def _no_runner(cls, value: str | None) -> str | None:
-        if value is not None:
-            raise ValueError("agent runners are not supported; remove agent_runner_cls (or set it to null)")
+        if value is not None and value != ROLL_GEM_RUNNER:
+            raise ValueError(
+                f"agent runner {value!r} is not supported: roll runs ROLL's GEMRunner (as its traj env manager) "
+                "only; ToolCallRunner and the ROCK sandbox runners have no counterpart (remove agent_runner_cls)"
+            )
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gem_runner(cls, data: Any) -> Any:
+        """ROLL's ProxyEnvManager + GEMRunner -> the traj manager with GEMRunner's message layout."""
+        if not isinstance(data, dict):
+            return data
+        proxy = data.get("env_manager_cls") == ROLL_PROXY_ENV_MANAGER
+        if data.get("agent_runner_cls") == ROLL_GEM_RUNNER and data.get("env_manager_cls", ROLL_PROXY_ENV_MANAGER) in (
+            ROLL_PROXY_ENV_MANAGER,
+            "traj",
+        ):
+            return {**data, "env_manager_cls": "traj", "env_instruction_in_system": True}
+        if proxy:
+            raise ValueError(
+                f"{ROLL_PROXY_ENV_MANAGER} drives an agent runner: roll supports it with agent_runner_cls "
+                f"{ROLL_GEM_RUNNER} only (got {data.get('agent_runner_cls')!r})"
+            )
+        return data
 
     @model_validator(mode="before")
     @classmethod

@@ -283,9 +283,23 @@ def _check_declared_devices(config: BaseConfig, name: str, role: RoleConfig) -> 
         if len(nodes) > 1:
             raise ConfigError(
                 f"{name} rank {rank} would span nodes {nodes} with devices {role.devices_of(rank)}; a worker's "
-                f"devices must sit on one node (num_gpus_per_node={per_node})"
+                f"devices must sit on one node (num_gpus_per_node={per_node}): {_spanning_reason(role, per_node)}"
             )
     return None
+
+
+def _spanning_reason(role: RoleConfig, per_node: int) -> str:
+    """Why roll cannot start a worker over several nodes, by strategy (ROLL can for vllm and sglang)."""
+    strategy = role.strategy_args.strategy_name if role.strategy_args is not None else None
+    if strategy in ("vllm", "sglang"):
+        return (
+            f"ROLL starts such a {strategy} engine over nodes ({'vLLM' if strategy == 'vllm' else 'SGLang'}'s "
+            f"multi-node mode inside the worker), but roll places each worker and its engine on one node's GPUs; "
+            f"keep tensor_parallel_size x pipeline_parallel_size <= {per_node}"
+        )
+    return (
+        f"strategy {strategy!r} runs a worker's devices in one process on one node; use at most {per_node} per worker"
+    )
 
 
 def _check_ray(config: BaseConfig) -> str:

@@ -33,9 +33,12 @@ class TrajEnvManager(EnvManager):
     def build_prompt(self, state: EpisodeState) -> tuple[list[int], list[int]]:
         if not state.turns:
             messages = []
-            if self.spec.agent_system_template is not None:
-                messages.append({"role": "system", "content": self.spec.agent_system_template})
-            opening = f"{state.instruction}\n" if state.instruction else ""
+            system, opening = self.spec.agent_system_template, f"{state.instruction}\n" if state.instruction else ""
+            if self.spec.env_instruction_in_system and state.instruction:  # ROLL's GEMRunner layout
+                system = f"{system}\n\n{state.instruction}" if system is not None else state.instruction
+                opening = ""
+            if system is not None:
+                messages.append({"role": "system", "content": system})
             messages.append({"role": "user", "content": opening + self._user_message(state)})
             prompt = self.formatter.first_turn(messages)
             return prompt, prompt

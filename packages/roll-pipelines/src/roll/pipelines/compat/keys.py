@@ -74,6 +74,11 @@ TOP_KEYS: dict[str, Rule] = {
     "pretrain": Rule("implemented-as", "<roles>.model_args.model_name_or_path", "the policy roles' model if unset"),
     "reward_pretrain": Rule("implemented-as", "critic.model_args.model_name_or_path", "the critic's model if unset"),
     "num_return_sequences_in_group": Rule("renamed", "actor_infer.generating_args.num_return_sequences"),
+    "track_with": Rule(
+        "kept",
+        "track_with",
+        "ROLL's 'stdout' is roll's 'console'; a name outside ROLL's open-source registry fails, as in ROLL",
+    ),
     "rpc_timeout": Rule("implemented-as", "<roles>.rpc_timeout_s", "every role's call timeout"),
     "model_update_buffer_size_mb": Rule("implemented-as", "<roles>.model_update_buffer_size_mb"),
     "max_grad_norm": Rule("implemented-as", "<trained roles>.training_args.max_grad_norm"),
@@ -104,7 +109,11 @@ TOP_KEYS: dict[str, Rule] = {
     "global_template": Rule("implemented-as", note="chat formatting by the tokenizer's own chat template"),
     "tag_to_template": _ignored("one chat template (the tokenizer's) for every domain"),
     "reward": _unsupported("a single `reward` role: give reward domains under `rewards`"),
-    "reward_model": _unsupported("a reward-model role: use rewards.<domain> with reward_type llm_judge"),
+    "reward_model": Rule(
+        "implemented-as",
+        "rewards.<judge domain>",
+        "the judge server of judge_model_type: cluster; its model, strategy and devices become the judge domain's",
+    ),
     "pg_variant": _ignored("ROLL reads pg_variant from actor_train (ActorPGWorker); at the top it feeds ${} only"),
     "topr_positive_weight": _ignored("ROLL reads the TOPR weights from actor_train, not from the top level"),
     "topr_negative_weight": _ignored("ROLL reads the TOPR weights from actor_train, not from the top level"),
@@ -177,8 +186,15 @@ PIPELINE_KEYS: dict[str, dict[str, Rule]] = {
         "add_token_level_kl": _ignored("ROLL's agentic pipeline does not read it (no KL in the reward)"),
         "enable_old_logprobs_recompute": _ignored("roll recomputes old log-probs whenever the update is off-policy"),
         "render_save_dir": _ignored("roll does not save rendered env frames"),
-        "parse_tool_call_parameter_to_dict": _unsupported("dict-valued tool-call arguments in the chat template"),
-        "skip_mock_system_prompt": _unsupported("skipping the mock system prompt of step-wise chat templates"),
+        "parse_tool_call_parameter_to_dict": _ignored(
+            "ROLL's AgentNativeStepEnvManager turns JSON-string tool-call arguments of assistant messages into dicts "
+            "before re-rendering them; roll never re-renders an assistant message (its sampled tokens are kept)"
+        ),
+        "skip_mock_system_prompt": _ignored(
+            "ROLL renders messages that open without a system message after a mock empty one and cuts it (true: "
+            "as given, for templates that add no default); roll renders an opening as given (ROLL's true) and "
+            "later turns after an anchor conversation that has a system message, so none gets a default one"
+        ),
         **{
             key: _ignored(_YAML_HOLDER)
             for key in (
@@ -241,7 +257,7 @@ ROLE_KEYS: dict[str, Rule] = {
     "code_url": _ignored("roll's code reward runs the tests in its own local sandbox"),
     "use_local": _ignored("roll's code reward runs the tests in its own local sandbox"),
     "judge_prompt": _ignored("ROLL's named judge prompt; roll's judge uses reward_kwargs.prompt_template"),
-    "judge_model_type": _ignored("roll's judge generates with its role's strategy (local inference)"),
+    "judge_model_type": _ignored("roll's judge generates with its role's strategy ('cluster': see reward_model)"),
     "judge_model_name": _unsupported("a remote judge API"),
     "judge_api_url": _unsupported("a remote judge API"),
     "judge_api_key": _unsupported("a remote judge API"),

@@ -70,4 +70,22 @@ SEMANTICS_NOTES: list[tuple[str, str, str]] = [
         "rewards of gae and agentic_reinforce (roll's agentic GAE takes raw scores and agentic_reinforce per-turn "
         "rewards, where ROLL expands the normalized episode reward).",
     ),
+    (
+        "reward_model, judge_model_type: cluster",
+        "rlvr_pipeline.py builds the `reward_model` cluster (InferWorker on vLLM) and a RouterManager in front of it; "
+        "in commit bd17364f LLMJudgeRewardWorker `_compute_rewards_cluster` renders each judge prompt with "
+        "reward_model's tokenizer and template and sends it with the domain's generating_args. The v0.3.0 publish "
+        "(7f9d4d38) dropped that branch from the worker, so at HEAD the example stops with 'Unsupported model type'.",
+        "The judge domain takes reward_model's model, strategy and devices: its own workers serve the judge (one "
+        "replica per device group), the domain's generating_args become reward_kwargs; the CPU clients' world_size "
+        "has no counterpart. Prompt and score parsing are roll's llm_judge ones (judge_prompt is ignored).",
+    ),
+    (
+        "agent_runner_cls: GEMRunner",
+        "env_manager/proxy_env_manager.py runs agent_runner/gem_runner.py `GEMRunner.run_job`: system message = "
+        "agent_system_template, a blank line, the env instruction; one user message per observation (agent_template); "
+        "the score is the sum of step rewards; one trajectory-wise sample.",
+        "The traj env manager with `env_instruction_in_system: true` (same messages and score); ROLL's other runners "
+        "(ToolCallRunner, the ROCK runners) are refused by name.",
+    ),
 ]

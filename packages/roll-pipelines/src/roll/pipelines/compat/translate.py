@@ -16,7 +16,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from roll.pipelines.compat.hydra import deep_merge
+from roll.pipelines.compat.judge import fold_judges
 from roll.pipelines.compat.keys import ENV_MANAGER_KEYS, PIPELINE_KEYS, TOP_KEYS, Rule, Status
+from roll.pipelines.compat.multimodal import multimodal_markers
 from roll.pipelines.compat.roles import RoleTranslator
 from roll.runtime import ConfigError
 
@@ -81,6 +83,11 @@ def infer_pipeline(data: dict[str, Any]) -> tuple[str, str]:
     """(pipeline name, why) for a ROLL config, from its shape."""
     if data.get("pipeline_cls"):
         return str(data["pipeline_cls"]), "pipeline_cls in the file"
+    if not data:
+        raise ConfigError(
+            "cannot tell which pipeline this ROLL config is for: it is empty (no keys after composing its defaults), "
+            "so there is nothing to run, under ROLL too"
+        )
     if any(key in data for key in ("student_train", "student_infer", "is_pure_opd")):  # ROLL's OPD launcher
         kind = "agentic" if data.get("pure_opd_pipeline_type") == "agentic" else "rlvr"
         return kind, "it has student_train/student_infer (on-policy distillation: is_pure_opd)"
@@ -161,7 +168,7 @@ class _Translator:
         return out
 
     def run(self, data: dict[str, Any]) -> None:
-        data = self.student_roles(data)
+        data = fold_judges(self, self.student_roles(data))
         self.source = data
         roles = RoleTranslator(self)
         fields = self.config_cls.model_fields
@@ -246,6 +253,8 @@ class _Translator:
             self.row(key, "implemented-as", "correction.old_log_probs_recompute", "true sets it to false")
         elif key == "train_infer_correction":
             self.train_infer_correction(value)
+        elif key == "track_with":
+            self.track_with(value)
         elif key == "val_greedy":
             if value:
                 self.set_path("validation.generating_args.temperature", 0.0, key)
@@ -273,6 +282,22 @@ class _Translator:
             self.row(key, rule.status, rule.target, rule.note)
         else:
             self.row(key, rule.status, note=rule.note)
+
+    def track_with(self, value: Any) -> None:
+        """ROLL's tracker names (roll/utils/tracking.py: tensorboard, wandb, stdout, swanlab, trackio); its
+        ``create_tracker`` raises ValueError on any other name (ml_tracker is Alibaba's internal one)."""
+        if value == "stdout":
+            self.out["track_with"] = "console"
+            self.row("track_with", "renamed", "track_with", "'stdout' -> 'console' (metrics printed per step)")
+        elif isinstance(value, str) and value not in ("tensorboard", "wandb", "swanlab", "trackio", ""):
+            note = (
+                f"tracker {value!r} is not in ROLL's open-source tracker registry either (ROLL's create_tracker "
+                f"raises 'Unknown tracker name'); use tensorboard, wandb, swanlab, trackio or stdout"
+            )
+            self.row("track_with", "unsupported", note=note)
+        else:
+            self.out["track_with"] = value
+            self.row("track_with", "kept", "track_with")
 
     def train_infer_correction(self, value: Any) -> None:
         value = value or {}
@@ -409,4 +434,11 @@ def translate(data: dict[str, Any], referenced: set[str] | None = None, pipeline
         raise ConfigError(f"this ROLL config is a {name} config ({why}), and {e}") from None
     translator = _Translator(config_cls, name, referenced or set())
     translator.run(data)
-    return Translation(translator.out, name, why, translator.rows)
+    rows = translator.rows
+    markers = multimodal_markers(data)
+    if markers:  # one reason instead of the keys that follow from it
+        shown = "; ".join(markers[:3]) + (f"; and {len(markers) - 3} more" if len(markers) > 3 else "")
+        note = f"roll has no multimodal (image, video or audio) pipeline; this file is multimodal: {shown}"
+        rows = [row for row in rows if row.status not in ("unsupported", "unknown")]
+        rows.append(KeyReport("(multimodal)", "unsupported", note=note))
+    return Translation(translator.out, name, why, rows)

@@ -1,0 +1,65 @@
+"""ROLL keys whose value decides what roll does: track_with's tracker names."""
+
+from __future__ import annotations
+
+import pytest
+
+from roll.pipelines.compat import translate
+
+SFT = {
+    "sft_train": {
+        "data_args": {"file_name": ["data/sft.jsonl"]},
+        "strategy_args": {"strategy_name": "fsdp2_train"},
+        "device_mapping": "list(range(0,1))",
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("value", "status", "out"),
+    [("tensorboard", "kept", "tensorboard"), ("wandb", "kept", "wandb"), ("stdout", "renamed", "console")],
+)
+def test_rolls_tracker_names_map(value: str, status: str, out: str) -> None:
+    translation = translate({**SFT, "track_with": value})
+    assert translation.data["track_with"] == out
+    assert [(row.status, row.target) for row in translation.rows if row.key == "track_with"] == [(status, "track_with")]
+    assert translation.problems == []
+
+
+def test_a_tracker_outside_rolls_open_source_registry_fails_as_in_roll() -> None:
+    translation = translate({**SFT, "track_with": "ml_tracker", "tracker_kwargs": {"exp": "x"}})
+    assert "track_with" not in translation.data
+    [problem] = translation.problems
+    assert problem.key == "track_with" and problem.status == "unsupported"
+    assert "'ml_tracker' is not in ROLL's open-source tracker registry either" in problem.note
+    assert "create_tracker raises 'Unknown tracker name'" in problem.note
+
+
+def test_a_multimodal_file_fails_with_one_reason() -> None:
+    from roll.pipelines.compat.multimodal import multimodal_markers
+
+    data = {
+        "actor_train": {"data_args": {"template": "qwen2-vl", "file_name": ["d.jsonl"], "image_folder": "/imgs"}},
+        "actor_infer": {"strategy_args": {"strategy_name": "vllm"}},
+        "rewards": {"det": {"worker_cls": "roll.pipeline.rlvr.rewards.detection_reward_worker.DetectionRewardWorker"}},
+    }
+    assert multimodal_markers(data) == [
+        "actor_train.data_args.template: qwen2-vl (a vision-language chat template)",
+        "actor_train.data_args.image_folder (image data)",
+        "rewards.det.worker_cls: ROLL's image-detection reward",
+    ]
+    [problem] = translate(data).problems
+    assert problem.key == "(multimodal)"
+    assert problem.note.startswith("roll has no multimodal (image, video or audio) pipeline; this file is multimodal")
+    text_only = {"actor_train": {"data_args": {"template": "qwen2_5", "file_name": ["d.jsonl"]}}}
+    assert multimodal_markers(text_only) == []
+
+
+def test_an_empty_file_says_it_is_empty(tmp_path) -> None:
+    from roll.pipelines.config import load_config
+    from roll.runtime import ConfigError
+
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    with pytest.raises(ConfigError, match="cannot tell which pipeline this ROLL config is for: it is empty"):
+        load_config(path)
