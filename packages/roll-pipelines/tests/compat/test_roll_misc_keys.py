@@ -63,3 +63,24 @@ def test_an_empty_file_says_it_is_empty(tmp_path) -> None:
     path.write_text("")
     with pytest.raises(ConfigError, match="cannot tell which pipeline this ROLL config is for: it is empty"):
         load_config(path)
+
+
+def _rlvr(infer_generation: dict) -> dict:
+    role = {"strategy_args": {"strategy_name": "fsdp2_train"}, "device_mapping": "list(range(0,1))"}
+    return {
+        "actor_train": role,
+        "actor_infer": {**role, "strategy_args": {"strategy_name": "vllm"}, "generating_args": infer_generation},
+        "rewards": {"math": {"worker_cls": "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker"}},
+    }
+
+
+def test_sampling_settings_a_file_leaves_out_get_rolls_defaults() -> None:
+    """ROLL samples with GeneratingArguments' defaults (temperature 0.95, top_p 0.7, top_k 50) where a file is silent;
+    roll's defaults differ, so the translation writes ROLL's in and says so."""
+    out = translate(_rlvr({"temperature": 0.6, "num_return_sequences": 4})).data["actor_infer"]["generating_args"]
+    assert (out["temperature"], out["top_p"], out["top_k"]) == (0.6, 0.7, 50)
+    rows = {row.key: row for row in translate(_rlvr({"top_p": 0.99})).rows}
+    assert rows["(actor_infer.generating_args.temperature)"].status == "implemented-as"
+    assert "(actor_infer.generating_args.top_p)" not in rows
+    greedy = translate(_rlvr({"do_sample": False})).data["actor_infer"]["generating_args"]
+    assert greedy["temperature"] == 0.0 and "top_p" not in greedy and "top_k" not in greedy

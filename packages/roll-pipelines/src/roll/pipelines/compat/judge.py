@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from roll.pipelines.compat.keys import ROLL_SAMPLING_DEFAULTS
+
 if TYPE_CHECKING:
     from roll.pipelines.compat.translate import _Translator
 
@@ -25,12 +27,7 @@ __all__ = ["fold_judges"]
 _SERVED = ("model_args", "strategy_args", "device_mapping", "num_gpus_per_worker")
 _OWN_KWARGS = ("max_new_tokens", "temperature")
 # ROLL's GeneratingArguments defaults (roll/configs/generating_args.py) for what a judge's generating_args leave out
-ROLL_GENERATION_DEFAULTS: dict[str, float | int] = {
-    "max_new_tokens": 8192,
-    "temperature": 0.95,
-    "top_p": 0.7,
-    "top_k": 50,
-}
+ROLL_GENERATION_DEFAULTS: dict[str, float | int] = {"max_new_tokens": 8192, **ROLL_SAMPLING_DEFAULTS}
 
 
 def _is_judge(domain: Any) -> bool:

@@ -301,6 +301,10 @@ TRAINING_ARGS: dict[str, Rule] = {
     "adam_beta2": Rule("kept"),
 }
 
+# ROLL's GeneratingArguments defaults (roll/configs/generating_args.py) for the sampling settings a ROLL file's
+# generating_args leave out; roll's own defaults differ (top_p 1, no top_k, temperature 1), so they are written in.
+ROLL_SAMPLING_DEFAULTS: dict[str, float | int] = {"temperature": 0.95, "top_p": 0.7, "top_k": 50}
+
 GENERATING_ARGS: dict[str, Rule] = {
     "num_beams": _unsupported("beam search", noop=_equals(None, 1)),
     "do_sample": Rule("implemented-as", "temperature", "false: temperature 0 (greedy)"),

@@ -13,6 +13,7 @@ from roll.pipelines.compat.keys import (
     MODEL_ARGS,
     REWARD_CLASSES,
     ROLE_KEYS,
+    ROLL_SAMPLING_DEFAULTS,
     STRATEGY_NAMES,
     TRAINING_ARGS,
     Rule,
@@ -258,7 +259,18 @@ class RoleTranslator:
                 out[key] = value
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 top.row(here, "unknown", note=f"unknown key; did you mean {close[0]!r}?" if close else "unknown key")
+        if name == "generating_args":
+            self.sampling_defaults(where, out)
         return out
+
+    def sampling_defaults(self, where: str, out: dict[str, Any]) -> None:
+        """ROLL samples with its GeneratingArguments defaults where a file's generating_args are silent; roll's own
+        defaults differ, so ROLL's are written in (top_p / top_k mean nothing to greedy decoding)."""
+        for key, default in ROLL_SAMPLING_DEFAULTS.items():
+            if key in out or (key in ("top_p", "top_k") and out.get("temperature") == 0.0):
+                continue
+            out[key] = default
+            self.top.row(f"({where}.{key})", "implemented-as", f"{where}.{key}", f"ROLL default {default!r} written in")
 
     def strategy(self, where: str, raw: dict[str, Any]) -> dict[str, Any]:
         from roll.strategies.registry import STRATEGY_CONFIGS
