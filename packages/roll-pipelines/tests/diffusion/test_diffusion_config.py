@@ -18,7 +18,7 @@ pytestmark = pytest.mark.extra("diffusers")  # diffusers is outside the Pants re
     ("recipe", "config_cls", "trained"),
     [
         ("diffusion-reward-fl-tiny", RewardFLConfig, {"actor_train": 50}),
-        ("diffusion-dmd-tiny", DMDConfig, {"generator": 800, "fake_score": 800}),
+        ("diffusion-dmd-tiny", DMDConfig, {"generator": 400, "fake_score": 2000}),
         ("diffusion-ode-distill-tiny", ODEDistillConfig, {"student": 200}),
     ],
 )
@@ -44,7 +44,7 @@ def test_ode_recipe_draws_each_teacher_row_about_once():
 
 def test_fake_score_schedule_counts_its_updates_per_step():
     config = load_config("diffusion-dmd-tiny", ["dmd.fake_updates=3"])
-    assert (config.generator.training_args.max_steps, config.fake_score.training_args.max_steps) == (800, 2400)
+    assert (config.generator.training_args.max_steps, config.fake_score.training_args.max_steps) == (400, 1200)
 
 
 def test_bad_combinations_name_the_field():
