@@ -78,6 +78,7 @@ def test_judge_server_folds_into_the_judge_domain(tmp_path: Path) -> None:
         "max_new_tokens": 7,
         "temperature": 0.3,
         "generation": {"top_p": 0.9, "top_k": 50},
+        "prompt_style": "ROLL/default",  # no judge_prompt: ROLL's built-in prompt and yes/no reading
     }
     assert not {"world_size", "generating_args", "judge_model_type"} & set(judge)
     rows = _rows(translation)
@@ -115,11 +116,17 @@ def test_unused_server_is_ignored_and_inference_judges_take_their_sampling(tmp_p
     assert "reward_model" not in translation.data
     assert _rows(translation)["reward_model"][0] == "ignored"
     judge = translation.data["rewards"]["llm_judge"]
-    assert judge["reward_kwargs"] == {"max_new_tokens": 9, "temperature": 0.0}  # greedy: no top_p / top_k
+    # greedy: no top_p / top_k
+    assert judge["reward_kwargs"] == {"max_new_tokens": 9, "temperature": 0.0, "prompt_style": "ROLL/default"}
     assert _rows(translation)["rewards.llm_judge.generating_args.max_length"][0] == "ignored"
     domain["generating_args"] = {"temperature": 0.5}
     kwargs = translate(data).data["rewards"]["llm_judge"]["reward_kwargs"]
-    assert kwargs == {"temperature": 0.5, "max_new_tokens": 8192, "generation": {"top_p": 0.7, "top_k": 50}}
+    assert kwargs == {
+        "temperature": 0.5,
+        "max_new_tokens": 8192,
+        "generation": {"top_p": 0.7, "top_k": 50},
+        "prompt_style": "ROLL/default",
+    }
     assert judge["model_args"]["model_name_or_path"] == "/m/policy"  # inference mode: the domain's own model
 
 
