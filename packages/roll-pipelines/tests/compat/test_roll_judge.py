@@ -36,6 +36,7 @@ rewards:
   llm_judge:
     worker_cls: roll.pipeline.rlvr.rewards.llm_judge_reward_worker.LLMJudgeRewardWorker
     judge_model_type: cluster
+    judge_prompt: Qwen2.5-7B-Instruct-RLVR-prompt
     tag_included: [RLVR]
     world_size: 32
     model_args: {model_name_or_path: "${pretrain}"}
@@ -78,9 +79,11 @@ def test_judge_server_folds_into_the_judge_domain(tmp_path: Path) -> None:
         "max_new_tokens": 7,
         "temperature": 0.3,
         "generation": {"top_p": 0.9, "top_k": 50},
+        "prompt_style": "ROLL/Qwen2.5-7B-Instruct-RLVR-prompt",  # ROLL's template and yes/no reading
     }
-    assert not {"world_size", "generating_args", "judge_model_type"} & set(judge)
+    assert not {"world_size", "generating_args", "judge_model_type", "judge_prompt"} & set(judge)
     rows = _rows(translation)
+    assert rows["rewards.llm_judge.judge_prompt"] == ("implemented-as", "rewards.llm_judge.reward_kwargs.prompt_style")
     assert rows["rewards.llm_judge.judge_model_type"] == ("implemented-as", "rewards.llm_judge")
     assert rows["rewards.llm_judge.world_size"][0] == "ignored"
     assert rows["reward_model.generating_args"][0] == "ignored"
@@ -109,17 +112,23 @@ def test_unused_server_is_ignored_and_inference_judges_take_their_sampling(tmp_p
     domain = data["rewards"]["llm_judge"]
     domain["judge_model_type"] = "inference"
     domain["generating_args"] = {"max_new_tokens": 9, "do_sample": False, "max_length": 100}
-    del domain["world_size"]
+    del domain["world_size"], domain["judge_prompt"]
     translation = translate(data)
     assert translation.problems == []
     assert "reward_model" not in translation.data
     assert _rows(translation)["reward_model"][0] == "ignored"
     judge = translation.data["rewards"]["llm_judge"]
-    assert judge["reward_kwargs"] == {"max_new_tokens": 9, "temperature": 0.0}  # greedy: no top_p / top_k
+    # greedy: no top_p / top_k
+    assert judge["reward_kwargs"] == {"max_new_tokens": 9, "temperature": 0.0, "prompt_style": "ROLL/default"}
     assert _rows(translation)["rewards.llm_judge.generating_args.max_length"][0] == "ignored"
     domain["generating_args"] = {"temperature": 0.5}
     kwargs = translate(data).data["rewards"]["llm_judge"]["reward_kwargs"]
-    assert kwargs == {"temperature": 0.5, "max_new_tokens": 8192, "generation": {"top_p": 0.7, "top_k": 50}}
+    assert kwargs == {
+        "temperature": 0.5,
+        "max_new_tokens": 8192,
+        "generation": {"top_p": 0.7, "top_k": 50},
+        "prompt_style": "ROLL/default",
+    }
     assert judge["model_args"]["model_name_or_path"] == "/m/policy"  # inference mode: the domain's own model
 
 
@@ -146,6 +155,7 @@ def test_judge_server_file_scores_with_the_served_tiny_model(tmp_path: Path, tin
     assert worker.generation_config is not None
     assert (worker.generation_config.max_new_tokens, worker.generation_config.temperature) == (7, 0.3)
     assert worker.generation_config.top_p == 0.9
+    assert worker.roll_template is not None and "**Solution Process (Final Step Only):**" in worker.roll_template
     rows = DataProto.from_dict(
         {"response_mask": torch.ones(2, 3, dtype=torch.long)},
         {"prompt": ["1 + 1?", "2 + 2?"], "response_text": ["2", "5"], "ground_truth": ["2", "4"], "tag": ["RLVR"] * 2},
@@ -153,5 +163,6 @@ def test_judge_server_file_scores_with_the_served_tiny_model(tmp_path: Path, tin
     out = worker.compute_rewards(rows)
     scores = out["scores"]
     assert scores.shape == (2,) and bool(((scores >= 0) & (scores <= 1)).all())
-    for reason in out["reward_info"].tolist():  # a random model cannot judge: a parsed score or the fallback
-        assert reason.startswith(("judge ", "unparseable judge output")), reason
+    for score, reason in zip(scores.tolist(), out["reward_info"].tolist()):  # a random model cannot judge
+        assert reason.startswith(("judge yes", "judge no", "unparseable judge output")), reason
+        assert score == (1.0 if reason.startswith("judge yes") else 0.0)  # ROLL's yes/no rule

@@ -2,6 +2,8 @@
 
 ROLL's ``LLMJudgeRewardWorker`` generates with its domain's ``generating_args``; roll's ``llm_judge`` reward takes
 them from ``reward_kwargs`` (``max_new_tokens``, ``temperature``, the rest under ``generation``), so they move there.
+ROLL's named ``judge_prompt`` (and its yes/no reading of the answer) is ``reward_kwargs.prompt_style:
+ROLL/<name>``; a domain without one (or with a name ROLL's table lacks) gets ``ROLL/default``, ROLL's fallback.
 
 ``judge_model_type: cluster`` (ROLL commit bd17364f, the mode the ``*_llm_as_judge_server.yaml`` example is written
 for): a top-level ``reward_model`` role (an ``InferWorker`` on vLLM) serves the judge on its own GPUs behind a router,
@@ -55,6 +57,7 @@ def fold_judges(top: _Translator, data: dict[str, Any]) -> dict[str, Any]:
             )
     for name, domain in judges.items():
         _sampling_to_kwargs(top, name, domain)
+        _prompt_style(top, name, domain)
     out["rewards"] = {**rewards, **judges}
     return out
 
@@ -158,3 +161,30 @@ def _sampling_to_kwargs(top: _Translator, name: str, domain: dict[str, Any]) -> 
         (kwargs if key in _OWN_KWARGS else kwargs.setdefault("generation", {}))[key] = default
         where = f"(rewards.{name}.generating_args.{key})"
         top.row(where, "implemented-as", f"rewards.{name}.reward_kwargs", f"ROLL default {default!r} written in")
+
+
+def _prompt_style(top: _Translator, name: str, domain: dict[str, Any]) -> None:
+    """ROLL's judge_prompt (a name in ROLL's prompt table) as roll's reward_kwargs.prompt_style ROLL/<name>."""
+    from roll.pipelines.rewards.judge_styles import ROLL_JUDGE_PROMPTS, ROLL_STYLE_PREFIX
+
+    kwargs = domain.setdefault("reward_kwargs", {})
+    target = f"rewards.{name}.reward_kwargs.prompt_style"
+    if "prompt_style" in kwargs:  # a roll-format domain that chose its style already
+        if "judge_prompt" in domain:
+            top.row(f"rewards.{name}.judge_prompt", "ignored", note=f"{target} is given and wins")
+            domain.pop("judge_prompt")
+        return
+    given = domain.pop("judge_prompt", None)
+    if given is None:
+        kwargs["prompt_style"] = f"{ROLL_STYLE_PREFIX}default"
+        note = "ROLL's built-in judge prompt (judge_prompt unset) with its yes/no reading of the answer, written in"
+        top.row(f"(rewards.{name}.judge_prompt)", "implemented-as", target, note)
+    elif str(given) in ROLL_JUDGE_PROMPTS and str(given) != "default":
+        kwargs["prompt_style"] = f"{ROLL_STYLE_PREFIX}{given}"
+        note = "ROLL's named judge template; the answer scores 1 if it contains 'yes', else 0 (ROLL's rule)"
+        top.row(f"rewards.{name}.judge_prompt", "implemented-as", target, note)
+    else:
+        kwargs["prompt_style"] = f"{ROLL_STYLE_PREFIX}default"
+        known = sorted(key for key in ROLL_JUDGE_PROMPTS if key != "default")
+        note = f"{given!r} is not in ROLL's prompt table {known}: ROLL falls back to its built-in prompt, as here"
+        top.row(f"rewards.{name}.judge_prompt", "implemented-as", target, note)

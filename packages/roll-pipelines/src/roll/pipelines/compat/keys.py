@@ -256,7 +256,7 @@ ROLE_KEYS: dict[str, Rule] = {
     # reward-domain keys (RewardConfig in ROLL): moved into reward_kwargs by the translator
     "code_url": _ignored("roll's code reward runs the tests in its own local sandbox"),
     "use_local": _ignored("roll's code reward runs the tests in its own local sandbox"),
-    "judge_prompt": _ignored("ROLL's named judge prompt; roll's judge uses reward_kwargs.prompt_template"),
+    "judge_prompt": _ignored("used by ROLL's LLM judge only (there: reward_kwargs.prompt_style ROLL/<name>)"),
     "judge_model_type": _ignored("roll's judge generates with its role's strategy ('cluster': see reward_model)"),
     "judge_model_name": _unsupported("a remote judge API"),
     "judge_api_url": _unsupported("a remote judge API"),

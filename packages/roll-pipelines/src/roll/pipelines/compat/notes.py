@@ -78,7 +78,8 @@ SEMANTICS_NOTES: list[tuple[str, str, str]] = [
         "(7f9d4d38) dropped that branch from the worker, so at HEAD the example stops with 'Unsupported model type'.",
         "The judge domain takes reward_model's model, strategy and devices: its own workers serve the judge (one "
         "replica per device group), the domain's generating_args become reward_kwargs; the CPU clients' world_size "
-        "has no counterpart. Prompt and score parsing are roll's llm_judge ones (judge_prompt is ignored).",
+        "has no counterpart. Prompt and answer reading are HEAD's (prompt_style ROLL/<judge_prompt>: 'yes' scores 1, "
+        "else 0); bd17364f's `_parse_score` read a 'Score: N' (N/10) before yes/no.",
     ),
     (
         "agent_runner_cls: GEMRunner",

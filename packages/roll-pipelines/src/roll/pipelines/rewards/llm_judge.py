@@ -29,7 +29,11 @@ worker's shard to the backend in ONE ``generate`` call, and parses a number out 
   :class:`~roll.strategies.GenerationConfig` field, e.g. ``{top_p: 0.9, stop_strings: ["\\n\\n"]}``). The role's
   own ``generating_args`` are not used: set these instead, so judge sampling has one place;
 * ``max_prompt_length``: judge prompts with more tokens are not sent; they get ``unparseable_score``;
-* ``reason_chars``: how much of the judge's answer to quote in ``reward_info`` (0: none).
+* ``reason_chars``: how much of the judge's answer to quote in ``reward_info`` (0: none);
+* ``prompt_style``: ``roll`` (all of the above) or one of ROLL's judges, ``ROLL/<judge_prompt name>`` (e.g.
+  ``ROLL/Qwen2.5-7B-Instruct-RLVR-prompt``, ``ROLL/default``): ROLL's template and its yes/no reading of the answer
+  (:mod:`roll.pipelines.rewards.judge_styles`); ``prompt_template``, ``score_pattern``, ``min_score``,
+  ``max_score`` and ``no_reference_text`` do not apply there.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from typing import Any, ClassVar
 
 from roll.pipelines.data import DataArgs, PromptCollator, encode_prompt
 from roll.pipelines.rewards.base import RewardWorker, ScoredRow
+from roll.pipelines.rewards.judge_styles import format_roll_judge_prompt, roll_judge_template, roll_yes_no_verdict
 from roll.pipelines.rewards.math import extract_boxed
 from roll.protocol import Dispatch, register
 from roll.runtime import ConfigError
@@ -221,13 +226,23 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
         "generation": {},
         "max_prompt_length": 4096,
         "reason_chars": 120,
+        "prompt_style": "roll",
     }
+    # reward_kwargs of roll's own style that a ROLL style has no use for
+    _ROLL_STYLE_ONLY: ClassVar[tuple[str, ...]] = (
+        "prompt_template",
+        "score_pattern",
+        "min_score",
+        "max_score",
+        "no_reference_text",
+    )
 
     def __init__(self, worker_config: Any) -> None:
         super().__init__(worker_config)
         self.tokenizer: Any = None
         self.generation_config: GenerationConfig | None = None
         self.pattern: re.Pattern[str] | None = None
+        self.roll_template: str | None = None  # the template of a ROLL/<name> prompt_style
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
     def initialize(self, settings: Any = None) -> None:
@@ -270,6 +285,7 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
         return load_tokenizer(model_args)
 
     def setup(self, kwargs: dict[str, Any]) -> None:
+        self.roll_template = self._roll_style(kwargs)
         template = kwargs["prompt_template"]
         if not isinstance(template, str) or not template.strip():
             raise ConfigError("reward_kwargs.prompt_template must be a non-empty string")
@@ -307,6 +323,23 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
             default_tag="judge",
         )
 
+    def _roll_style(self, kwargs: dict[str, Any]) -> str | None:
+        """The template of a ROLL prompt_style (None for roll's own); its unused roll-style kwargs must be unset."""
+        style = kwargs["prompt_style"]
+        if style == "roll":
+            return None
+        try:
+            template = roll_judge_template(str(style))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        changed = [key for key in self._ROLL_STYLE_ONLY if kwargs[key] != self.default_kwargs[key]]
+        if changed:
+            raise ConfigError(
+                f"reward_kwargs {changed} are roll's own judge settings, unused with prompt_style {style!r} (ROLL's "
+                f"template and yes/no answers); remove them or use prompt_style 'roll'"
+            )
+        return template
+
     @staticmethod
     def _generation_config(kwargs: dict[str, Any]) -> GenerationConfig:
         extra = kwargs["generation"]
@@ -335,6 +368,8 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
     def judge_prompt(self, row: dict[str, Any]) -> str:
         """The judge prompt text of one row (before the chat template)."""
         kwargs = self.reward_kwargs
+        if self.roll_template is not None:
+            return format_roll_judge_prompt(self.roll_template, row, kwargs["reference_key"])
         return format_judge_prompt(
             kwargs["prompt_template"],
             row,
@@ -380,6 +415,10 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
                 results.append((self.unparseable_score, reason))
                 continue
             text, finish_reason = answers[i]
+            if self.roll_template is not None:
+                chars = kwargs["reason_chars"]
+                results.append(roll_yes_no_verdict(text, unparseable_score=self.unparseable_score, reason_chars=chars))
+                continue
             verdict = judge_verdict(
                 text,
                 max_score=self.max_score,
