@@ -11,7 +11,7 @@ from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
 from roll.agentic.env import make_env
 from roll.agentic.env.tool_calls import assistant_message, normalize_messages, parse_tool_calls
 from roll.agentic.env_manager import render_messages
-from roll.agentic.policy import LatencyModel, MockPolicyClient, RandomActionPolicy
+from roll.agentic.policy import MockPolicyClient, RandomActionPolicy
 from roll.agentic.scheduler import RolloutScheduler
 from roll.strategies import GenerationConfig
 
@@ -114,7 +114,7 @@ def test_sokoban_native_env_messages_and_penalty() -> None:
     assert info["tools"] == [] and [m["role"] for m in messages] == ["system", "user"]
     assert messages[0]["content"].startswith("You're a helpful assistant.") and "Sokoban" in messages[0]["content"]
     assert messages[1]["content"].startswith("Here is the current state:\n")
-    messages, reward, terminated, truncated, info = env.step("I think so")
+    messages, reward, terminated, _, info = env.step("I think so")
     assert reward == pytest.approx(-0.1 - 0.15) and not info["action_is_valid"] and not terminated
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[2]["content"] == "I think so" and "the last action is not valid" in messages[3]["content"]

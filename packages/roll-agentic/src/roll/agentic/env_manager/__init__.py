@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from roll.agentic.env_manager.base import EnvManager, EpisodeResult, EpisodeState, EpisodeTask, Turn
 from roll.agentic.env_manager.chat import ChatFormatter, render_template
-from roll.agentic.env_manager.runner import FAULT_REASONS, EnvFault, EnvRunner
 from roll.agentic.env_manager.native import AgentNativeStepEnvManager, render_messages
+from roll.agentic.env_manager.runner import FAULT_REASONS, EnvFault, EnvRunner
 from roll.agentic.env_manager.samples import LAYOUT_KEYS, SampleRow, concat_samples, rows_to_batch
 from roll.agentic.env_manager.step import StepConcatEnvManager, StepEnvManager, state_hash
 from roll.agentic.env_manager.traj import TrajEnvManager
@@ -19,9 +19,9 @@ ENV_MANAGERS.register("agent_native", AgentNativeStepEnvManager)
 
 __all__ = [
     "ENV_MANAGERS",
-    "AgentNativeStepEnvManager",
     "FAULT_REASONS",
     "LAYOUT_KEYS",
+    "AgentNativeStepEnvManager",
     "ChatFormatter",
     "EnvFault",
     "EnvManager",
