@@ -199,3 +199,15 @@ def test_scheduler_step_wise_samples(tokenizer) -> None:
 def test_rock_env_is_refused_with_its_reason() -> None:
     with pytest.raises(ValueError, match="env_type 'rock_tb_native_env' is not supported: .*ROCK sandbox"):
         CustomEnvConfig(env_type="rock_tb_native_env", env_manager_cls=ROLL_NATIVE)
+
+
+def test_parse_tool_call_parameter_to_dict_reaches_every_env() -> None:
+    from roll.agentic.config import spread_parse_tool_call
+
+    data = {
+        "parse_tool_call_parameter_to_dict": True,
+        "custom_envs": {"A": {"env_type": "sokoban_native_env"}, "B": {"parse_tool_call_arguments": False}},
+    }
+    envs = spread_parse_tool_call(data)["custom_envs"]
+    assert envs["A"]["parse_tool_call_arguments"] is True and envs["B"]["parse_tool_call_arguments"] is False
+    assert CustomEnvConfig(**envs["A"], env_manager_cls="agent_native").parse_tool_call_arguments is True

@@ -28,6 +28,7 @@ __all__ = [
     "RewardNormalizationConfig",
     "ToolConfig",
     "ToolWrapperConfig",
+    "spread_parse_tool_call",
 ]
 
 DEFAULT_SYSTEM_TEMPLATE = (
@@ -89,6 +90,23 @@ ROLL_GROUP_FILTER = "roll.pipeline.agentic.agentic_pipeline.GroupFilter"
 ROLL_ENV_WORKER = "roll.pipeline.agentic.environment_worker.EnvironmentWorker"
 
 
+PARSE_TOOL_CALL_DESCRIPTION = (
+    "agent_native envs: render assistant tool-call arguments given as JSON strings as dicts (for chat templates "
+    "that expect dicts, e.g. Qwen3-Coder's); sets each custom_envs entry's parse_tool_call_arguments unless the "
+    "entry sets it."
+)
+
+
+def spread_parse_tool_call(data: dict[str, Any]) -> dict[str, Any]:
+    """ROLL's pipeline-wide ``parse_tool_call_parameter_to_dict`` -> every ``custom_envs`` entry's
+    ``parse_tool_call_arguments`` (an entry's own setting wins)."""
+    if data.get("parse_tool_call_parameter_to_dict") and isinstance(data.get("custom_envs"), dict):
+        for spec in data["custom_envs"].values():
+            if isinstance(spec, dict):
+                spec.setdefault("parse_tool_call_arguments", True)
+    return data
+
+
 def template_fields(template: str) -> set[str]:
     """The ``{name}`` fields of a ``str.format`` template."""
     return {name for _, name, _, _ in string.Formatter().parse(template) if name}
@@ -134,6 +152,12 @@ class CustomEnvConfig(RollModel):
         default=False,
         description="Traj-wise: append the env instruction to the system message (after a blank line) instead of "
         "opening the first user message with it (ROLL's GEMRunner layout).",
+    )
+    parse_tool_call_arguments: bool = Field(
+        default=False,
+        description="agent_native: JSON-string tool-call arguments of assistant messages are rendered as dicts "
+        "(ROLL's parse_tool_call_parameter_to_dict; a message whose arguments do not parse gets its calls appended "
+        "to its content).",
     )
     agent_runner_cls: str | None = Field(
         default=None, description=f"ROLL's {ROLL_GEM_RUNNER} only (the traj manager, env_instruction_in_system)."

@@ -11,7 +11,7 @@ score = that turn's reward), laid out as :class:`~roll.agentic.env_manager.step.
 (``step``, ``state_hash`` of the message list, ``step_scores``, ``episode_scores``).
 
 Follows ROLL's ``roll/pipeline/agentic/env_manager/agent_native_env_manager.py`` (``format_messages``,
-``make_decision``, ``step``, ``formulate_rollouts``). ``parse_tool_call_arguments`` is ROLL's
+``make_decision``, ``step``, ``formulate_rollouts``). The env spec's ``parse_tool_call_arguments`` is ROLL's
 ``parse_tool_call_parameter_to_dict``.
 """
 
@@ -50,7 +50,6 @@ class AgentNativeStepEnvManager(StepEnvManager):
 
     #: The env's observations are message lists (the runner checks them and passes them on as JSON text).
     message_observations = True
-    parse_tool_call_arguments = False
 
     def build_prompt(self, state: EpisodeState) -> tuple[list[int], list[int]]:
         if not state.turns:  # ROLL keeps the tools of the reset info for the whole episode
@@ -59,5 +58,5 @@ class AgentNativeStepEnvManager(StepEnvManager):
                 raise ConfigError(f"env {self.spec.env_type!r}: reset info['tools'] must be a list, got {tools!r:.80}")
             self._tools: list[dict[str, Any]] = tools
         messages = json.loads(state.observation)
-        prompt = render_messages(self.formatter.tokenizer, messages, self._tools, self.parse_tool_call_arguments)
+        prompt = render_messages(self.formatter.tokenizer, messages, self._tools, self.spec.parse_tool_call_arguments)
         return prompt, prompt
