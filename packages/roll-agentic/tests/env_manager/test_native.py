@@ -51,10 +51,74 @@ MESSAGES = [
 
 
 @pytest.fixture
-def tool_tokenizer(tokenizer):
+def tokenizer(tokenizer):
+    """The tiny tokenizer with a tool-aware template (the same text as plain ChatML when there are no tools)."""
     tok = copy.deepcopy(tokenizer)
     tok.chat_template = TOOL_TEMPLATE
     return tok
+
+
+@pytest.fixture
+def tool_tokenizer(tokenizer):
+    return tokenizer
+
+
+class CounterToolEnv:
+    """An agent-native env with one tool: call add(n) until the total is 3 (+1); a reply that is neither a parsed
+    call nor "done" costs 0.1; "done" early ends the episode with 0."""
+
+    def reset(self, seed=None):
+        self.total = 0
+        self.messages = [{"role": "system", "content": "Reach 3."}, {"role": "user", "content": "Start at 0."}]
+        return list(self.messages), {"tools": TOOLS_ADD}
+
+    def step(self, action):
+        turn = assistant_message(action)
+        self.messages.append(turn.message)
+        reward, done = (0.0, False) if turn.valid else (-0.1, False)
+        if turn.valid and not turn.tool_calls:
+            done = True
+        for call in turn.tool_calls:
+            self.total += int(json.loads(call["function"]["arguments"]).get("n", 0))
+            self.messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"total={self.total}"})
+        if self.total >= 3:
+            reward, done = 1.0, True
+        return list(self.messages), reward, done, False, {"action_is_valid": turn.valid, "success": self.total == 3}
+
+
+TOOLS_ADD = [
+    {
+        "type": "function",
+        "function": {"name": "add", "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+    }
+]
+
+
+def test_tool_calls_drive_the_env(play, scripted, tokenizer) -> None:
+    from roll.agentic.env import register_env
+
+    register_env("test_counter_tool", CounterToolEnv)
+    spec = CustomEnvConfig(env_type="test_counter_tool", max_steps=4, env_manager_cls="agent_native")
+    responses = [
+        '<tool_call>{"name": "add", "arguments": {"n": 2}}</tool_call>',
+        '<tool_call>{"name": "add", "arguments": {"n": </tool_call>',
+        '<tool_call>{"name": "add", "arguments": {"n": 1}}</tool_call>',
+    ]
+    client = scripted(responses)
+    (result,) = play(spec, client)
+    assert result.num_turns == 3 and result.end_reason == "terminated" and result.success
+    assert result.batch.batch["scores"].tolist() == pytest.approx([0.0, -0.1, 1.0])
+    # The third prompt: tools block, the parsed call of turn 1 and its tool result, the malformed reply as text.
+    env = CounterToolEnv()
+    messages, _ = env.reset()
+    for response in responses[:2]:
+        messages, *_ = env.step(response)
+    third = client.requests[2].prompt_ids
+    assert third == render_messages(tokenizer, messages, TOOLS_ADD, False)
+    text = tokenizer.decode(third)
+    assert text.startswith('<|im_start|>tools\n{"type": "function", "function": {"name": "add"')
+    assert '<|im_start|>assistant\n<tool_call>{"name": "add", "arguments": {"n": 2}}</tool_call><|im_end|>' in text
+    assert "<|im_start|>tool\ntotal=2<|im_end|>" in text
 
 
 def test_prompt_ids_are_the_chat_template_with_tools(tool_tokenizer) -> None:

@@ -41,8 +41,14 @@ class SokobanNativeEnv:
         format_penalty: float = -0.1,
         system_template: str | None = None,
         observation_suffix: str | None = None,
+        group_id: int = 0,
+        num_env_groups: int = 1,
+        mode: str = "train",
+        debug: bool = False,
         **sokoban: Any,
     ) -> None:
+        # group_id / num_env_groups / mode / debug: ROLL's SokobanNativeEnv stores them and never reads them.
+        del group_id, num_env_groups, mode, debug
         self.game = SokobanEnv(
             dim_room=dim_room,
             num_boxes=num_boxes,
