@@ -9,7 +9,7 @@ import pytest
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
 from roll.agentic.env import make_env
-from roll.agentic.env.tool_calls import assistant_message, normalize_messages, parse_tool_calls
+from roll.agentic.env.tool_calls import assistant_message, normalize_messages, parse_native_tool_calls
 from roll.agentic.env_manager import render_messages
 from roll.agentic.policy import MockPolicyClient, RandomActionPolicy
 from roll.agentic.scheduler import RolloutScheduler
@@ -160,16 +160,20 @@ def test_reply_parsing_follows_roll() -> None:
     plain = assistant_message("<answer>Up</answer>")
     assert plain.valid and plain.message == {"role": "assistant", "content": "<answer>Up</answer>"}
     # Qwen3-Coder's XML form, values coerced; a missing </tool_call> is tolerated; one bad block of two is skipped.
-    xml = parse_tool_calls("<tool_call><function=move><parameter=steps>2</parameter><parameter=fast>true</parameter>")
+    xml = parse_native_tool_calls(
+        "<tool_call><function=move><parameter=steps>2</parameter><parameter=fast>true</parameter>"
+    )
     assert xml == []  # no complete <function=...></function> block
-    xml = parse_tool_calls(
+    xml = parse_native_tool_calls(
         "<tool_call><function=move>\n<parameter=steps>2</parameter>\n<parameter=fast>true</parameter>\n"
         "<parameter=to>[1, 2]</parameter></function></tool_call>"
     )
     assert xml is not None and json.loads(xml[0]["function"]["arguments"]) == {"steps": 2, "fast": True, "to": [1, 2]}
-    two = parse_tool_calls('<tool_call>{bad}</tool_call><tool_call>{"name": "move", "arguments": {}}</tool_call>')
+    two = parse_native_tool_calls(
+        '<tool_call>{bad}</tool_call><tool_call>{"name": "move", "arguments": {}}</tool_call>'
+    )
     assert two is not None and [c["id"] for c in two] == ["move_1"]
-    assert parse_tool_calls("no calls") is None
+    assert parse_native_tool_calls("no calls") is None
 
 
 def test_sokoban_native_env_messages_and_penalty() -> None:

@@ -5,13 +5,14 @@ conversation so far, a list of ``{"role": ..., "content": ..., "tool_calls": [..
 tools (OpenAI function schemas) in the reset ``info["tools"]``. The manager renders that list with the chat
 template each turn; the env reads the model's reply with :func:`assistant_message`.
 
-:func:`parse_tool_calls` follows ROLL's ``Qwen3CoderActionParser.parse_action``: ``<function=NAME>`` blocks with
+:func:`parse_native_tool_calls` follows ROLL's ``Qwen3CoderActionParser.parse_action``: ``<function=NAME>`` blocks with
 ``<parameter=KEY>value</parameter>`` children (values coerced to bool/null/int/float/JSON when they read as such),
 else ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` JSON blocks (a missing final ``</tool_call>`` is
 added); a block that does not parse is skipped. :func:`assistant_message` follows ROLL's
 ``SandboxManagerV2.format_response_payload``: a reply with ``<tool_call>`` is valid only when at least one call
 parsed (the content is then the text before the first ``<tool_call>``); a reply without one is a plain (final)
-answer and valid.
+answer and valid. (:mod:`roll.agentic.tools.parsing` is the tool wrapper's reader, ROLL's ``tool_wrapper``
+semantics: there a block that does not parse is reported to the model as a failed call.)
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AssistantTurn", "assistant_message", "check_messages", "normalize_messages", "parse_tool_calls"]
+__all__ = ["AssistantTurn", "assistant_message", "check_messages", "normalize_messages", "parse_native_tool_calls"]
 
 _FUNCTION = re.compile(r"<function\s*=\s*([^>]+)>(.*?)</function>", re.DOTALL)
 _PARAMETER = re.compile(r"<parameter\s*=\s*([^>]+)>(.*?)</parameter>", re.DOTALL)
@@ -53,7 +54,7 @@ def _call(name: str, arguments: Any, index: int) -> dict[str, Any]:
     }
 
 
-def parse_tool_calls(response: str) -> list[dict[str, Any]] | None:
+def parse_native_tool_calls(response: str) -> list[dict[str, Any]] | None:
     """The OpenAI-style tool calls of ``response`` (arguments as JSON strings); ``None`` when it has no tool-call
     markup at all, ``[]`` when it has some but no block parsed."""
     if "<function" in response:
@@ -94,7 +95,7 @@ def assistant_message(response: str) -> AssistantTurn:
     """ROLL's reading of a reply: tool calls when ``<tool_call>`` parses, else the reply as plain content."""
     if "<tool_call>" not in response:
         return AssistantTurn({"role": "assistant", "content": response}, True)
-    calls = parse_tool_calls(response) or []
+    calls = parse_native_tool_calls(response) or []
     if not calls:
         return AssistantTurn({"role": "assistant", "content": response}, False)
     content = response.split("<tool_call>", 1)[0]
