@@ -28,6 +28,7 @@ __all__ = [
     "RewardNormalizationConfig",
     "ToolConfig",
     "ToolWrapperConfig",
+    "spread_parse_tool_call",
 ]
 
 DEFAULT_SYSTEM_TEMPLATE = (
@@ -62,8 +63,9 @@ ENV_MANAGER_ALIASES = {
     "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager": "traj",
     "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager": "step",
     "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager": "step_concat",
+    "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager": "agent_native",
 }
-STEP_MANAGERS = frozenset({"step", "step_concat"})
+STEP_MANAGERS = frozenset({"step", "step_concat", "agent_native"})
 """Managers that lay samples out step-wise (one row per turn)."""
 # ROLL's column names for reward_normalization.grouping -> ours (we name per-row columns in the singular, like RLVR).
 GROUPING_ALIASES = {"tags": "tag", "env_ids": "env_id", "group_ids": "group_id"}
@@ -75,15 +77,34 @@ ROLL_GEM_RUNNER = "roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner"
 # ROLL's other env managers: why roll has no counterpart.
 _ROLL_MANAGERS = "roll.pipeline.agentic.env_manager."
 ROLL_MANAGERS_WITHOUT_COUNTERPART = {
-    _ROLL_MANAGERS + "agent_native_env_manager.AgentNativeStepEnvManager": "it plays envs whose observation is the "
-    "whole OpenAI message list with tools (sokoban_native_env; rock_tb_native_env, SWE/terminal-bench tasks in a "
-    "ROCK sandbox) and re-renders that list with the chat template every step; roll's env managers take text "
-    "observations and keep the sampled tokens, and roll has no ROCK sandbox env",
     _ROLL_MANAGERS + "vl_traj_env_manager.VLTrajEnvManager": "it plays image-observation envs for vision-language "
     "models; roll has no multimodal pipeline",
 }
+# ROLL env types that need a service roll does not have.
+ROLL_ENVS_WITHOUT_COUNTERPART = {
+    "rock_tb_native_env": "it runs SWE / terminal-bench tasks in a ROCK sandbox (ROLL's RockTBNativeEnv drives "
+    "ROCK's sandbox service and agent runtime), which roll does not have; roll's agent_native manager plays "
+    "message-list envs such as sokoban_native_env or your own",
+}
 ROLL_GROUP_FILTER = "roll.pipeline.agentic.agentic_pipeline.GroupFilter"
 ROLL_ENV_WORKER = "roll.pipeline.agentic.environment_worker.EnvironmentWorker"
+
+
+PARSE_TOOL_CALL_DESCRIPTION = (
+    "agent_native envs: render assistant tool-call arguments given as JSON strings as dicts (for chat templates "
+    "that expect dicts, e.g. Qwen3-Coder's); sets each custom_envs entry's parse_tool_call_arguments unless the "
+    "entry sets it."
+)
+
+
+def spread_parse_tool_call(data: dict[str, Any]) -> dict[str, Any]:
+    """ROLL's pipeline-wide ``parse_tool_call_parameter_to_dict`` -> every ``custom_envs`` entry's
+    ``parse_tool_call_arguments`` (an entry's own setting wins)."""
+    if data.get("parse_tool_call_parameter_to_dict") and isinstance(data.get("custom_envs"), dict):
+        for spec in data["custom_envs"].values():
+            if isinstance(spec, dict):
+                spec.setdefault("parse_tool_call_arguments", True)
+    return data
 
 
 def template_fields(template: str) -> set[str]:
@@ -115,7 +136,11 @@ class CustomEnvConfig(RollModel):
     max_tokens_per_traj: int | None = Field(
         default=None, ge=1, description="Most generated tokens per episode, all turns together (None: no limit)."
     )
-    env_manager_cls: str = Field(default="traj", description="'traj', 'step', or an import path of a manager class.")
+    env_manager_cls: str = Field(
+        default="traj",
+        description="'traj', 'step', 'step_concat', 'agent_native' (message-list envs), or an import path of a "
+        "manager class.",
+    )
     history_length: int = Field(default=5, ge=0, description="Step-wise: past turns shown in each prompt.")
     agent_system_template: str | None = Field(default=DEFAULT_SYSTEM_TEMPLATE)
     agent_template: str | None = Field(default=None, description="Per-turn user message (default per manager).")
@@ -128,9 +153,23 @@ class CustomEnvConfig(RollModel):
         description="Traj-wise: append the env instruction to the system message (after a blank line) instead of "
         "opening the first user message with it (ROLL's GEMRunner layout).",
     )
+    parse_tool_call_arguments: bool = Field(
+        default=False,
+        description="agent_native: JSON-string tool-call arguments of assistant messages are rendered as dicts "
+        "(ROLL's parse_tool_call_parameter_to_dict; a message whose arguments do not parse gets its calls appended "
+        "to its content).",
+    )
     agent_runner_cls: str | None = Field(
         default=None, description=f"ROLL's {ROLL_GEM_RUNNER} only (the traj manager, env_instruction_in_system)."
     )
+
+    @field_validator("env_type")
+    @classmethod
+    def _known_env(cls, value: str) -> str:
+        reason = ROLL_ENVS_WITHOUT_COUNTERPART.get(value)
+        if reason is not None:
+            raise ValueError(f"env_type {value!r} is not supported: {reason}")
+        return value
 
     @field_validator("env_manager_cls")
     @classmethod
@@ -183,7 +222,8 @@ class CustomEnvConfig(RollModel):
     @model_validator(mode="after")
     def _check_templates(self) -> CustomEnvConfig:
         step_wise = self.env_manager_cls in STEP_MANAGERS
-        if self.env_manager_cls in ("traj", *STEP_MANAGERS):
+        # agent_native renders the env's own messages: it has no templates to check.
+        if self.env_manager_cls in ("traj", *STEP_MANAGERS) and self.env_manager_cls != "agent_native":
             allowed = STEP_TEMPLATE_FIELDS if step_wise else TRAJ_TEMPLATE_FIELDS
             unknown = sorted(template_fields(self.agent_template or "") - allowed)
             if unknown:

@@ -81,10 +81,12 @@ class EnvPool:
         limiter = None
         if spec.max_env_step_concurrent > 0:
             limiter = self._limiters.setdefault(slot.tag, asyncio.Semaphore(spec.max_env_step_concurrent))
-        runner = EnvRunner(lambda: build_env(spec), spec.step_timeout_s, limiter=limiter)
+        cls = manager_class(spec.env_manager_cls)
+        messages = bool(getattr(cls, "message_observations", False))
+        runner = EnvRunner(lambda: build_env(spec), spec.step_timeout_s, limiter=limiter, messages=messages)
         if spec.use_thread_lock or getattr(runner.env, "uses_global_rng", False):
             runner.lock = self._serial_lock
-        return manager_class(spec.env_manager_cls)(
+        return cls(
             tag=slot.tag,
             spec=spec,
             runner=runner,

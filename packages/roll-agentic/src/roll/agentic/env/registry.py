@@ -25,6 +25,7 @@ ENVS.register("frozen_lake", "roll.agentic.env.frozen_lake:FrozenLakeEnv")
 ENVS.register("sokoban", "roll.agentic.env.sokoban:SokobanEnv")
 ENVS.register("arithmetic", "roll.agentic.env.math_tool:ArithmeticEnv")
 ENVS.register("tool_math", "roll.agentic.env.math_tool:make_tool_math_env")
+ENVS.register("sokoban_native_env", "roll.agentic.env.sokoban_native:SokobanNativeEnv")
 
 
 def register_env(name: str, target: str | Any, *, package: str | None = None, extra: str | None = None) -> None:

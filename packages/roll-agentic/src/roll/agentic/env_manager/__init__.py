@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from roll.agentic.env_manager.base import EnvManager, EpisodeResult, EpisodeState, EpisodeTask, Turn
 from roll.agentic.env_manager.chat import ChatFormatter, render_template
+from roll.agentic.env_manager.native import AgentNativeStepEnvManager, render_messages
 from roll.agentic.env_manager.runner import FAULT_REASONS, EnvFault, EnvRunner
 from roll.agentic.env_manager.samples import LAYOUT_KEYS, SampleRow, concat_samples, rows_to_batch
 from roll.agentic.env_manager.step import StepConcatEnvManager, StepEnvManager, state_hash
@@ -14,11 +15,13 @@ ENV_MANAGERS: Registry[type[EnvManager]] = Registry("env manager", entry_point_g
 ENV_MANAGERS.register("traj", TrajEnvManager)
 ENV_MANAGERS.register("step", StepEnvManager)
 ENV_MANAGERS.register("step_concat", StepConcatEnvManager)
+ENV_MANAGERS.register("agent_native", AgentNativeStepEnvManager)
 
 __all__ = [
     "ENV_MANAGERS",
     "FAULT_REASONS",
     "LAYOUT_KEYS",
+    "AgentNativeStepEnvManager",
     "ChatFormatter",
     "EnvFault",
     "EnvManager",
@@ -32,6 +35,7 @@ __all__ = [
     "TrajEnvManager",
     "Turn",
     "concat_samples",
+    "render_messages",
     "render_template",
     "rows_to_batch",
     "state_hash",

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from roll.agentic.env.base import EnvLike, EnvOutputError, check_reset_output, check_step_output
+from roll.agentic.env.tool_calls import check_messages
 
 __all__ = ["FAULT_REASONS", "EnvFault", "EnvRunner"]
 
@@ -96,8 +98,11 @@ class EnvRunner:
         timeout_s: float,
         lock: asyncio.Lock | None = None,
         limiter: asyncio.Semaphore | None = None,
+        messages: bool = False,
     ) -> None:
         self.make, self.timeout_s = make, timeout_s
+        #: Agent-native envs answer with a list of chat messages: it is checked and handed on as its JSON text.
+        self.messages = messages
         self.lock, self.limiter = lock, limiter
         self.env: EnvLike | None = make()  # eager: a bad env_config fails at initialize, not mid-rollout
         self.rebuilds = 0
@@ -145,7 +150,7 @@ class EnvRunner:
     async def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
         output = await self._call("reset", seed)
         try:
-            return check_reset_output(output)
+            return check_reset_output(self._as_text(output, "reset()", 2))
         except EnvOutputError as e:
             self._discard()
             raise EnvFault("env_malformed", str(e)) from e
@@ -153,10 +158,19 @@ class EnvRunner:
     async def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         output = await self._call("step", action)
         try:
-            return check_step_output(output)
+            return check_step_output(self._as_text(output, "step()", 5))
         except EnvOutputError as e:
             self._discard()
             raise EnvFault("env_malformed", str(e)) from e
+
+    def _as_text(self, output: Any, where: str, size: int) -> Any:
+        if not self.messages or not isinstance(output, tuple) or len(output) != size:
+            return output  # the checks name what is wrong with the shape
+        try:
+            messages = check_messages(output[0], where)
+        except ValueError as e:
+            raise EnvOutputError(str(e)) from None
+        return (json.dumps(messages, ensure_ascii=False), *output[1:])
 
     def close(self) -> None:
         self._discard()

@@ -16,7 +16,14 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from roll.agentic.config import STEP_MANAGERS, CustomEnvConfig, EnvManagerConfig, RewardNormalizationConfig
+from roll.agentic.config import (
+    PARSE_TOOL_CALL_DESCRIPTION,
+    STEP_MANAGERS,
+    CustomEnvConfig,
+    EnvManagerConfig,
+    RewardNormalizationConfig,
+    spread_parse_tool_call,
+)
 from roll.pipelines.algorithms.train_infer import RatioDiffFilter
 from roll.pipelines.config import BaseConfig, RoleConfig, field_default, is_int, raw_section, raw_value
 from roll.pipelines.rlvr.config import TrainInferFilterConfig
@@ -224,11 +231,13 @@ class AgenticConfig(BaseConfig):
     max_rl_time_s: float | None = Field(
         default=None, gt=0, description="Stop RL once this much wall time has passed (then validate); None: no limit."
     )
+    parse_tool_call_parameter_to_dict: bool = Field(default=False, description=PARSE_TOOL_CALL_DESCRIPTION)
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
         """Manager names, GRPO's default grouping, and the actor's LR schedule length (RL + warm-up steps)."""
         data = super().derive_defaults(data)
+        spread_parse_tool_call(data)
         for key, name in (("train_env_manager", "train_env"), ("val_env_manager", "val_env")):
             section = raw_section(data, key)
             if section is not None and section.get("name") in (None, "worker"):

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.config import PARSE_TOOL_CALL_DESCRIPTION, CustomEnvConfig, EnvManagerConfig, spread_parse_tool_call
 from roll.agentic.pipeline.config import AgenticRolloutSection
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
 from roll.pipelines.base import BasePipeline, Role
@@ -40,6 +40,11 @@ class AgenticRolloutConfig(BaseConfig):
     rollout: AgenticRolloutSection = Field(default_factory=AgenticRolloutSection)
     max_steps: int = Field(default=1, ge=1, description="Batches to play.")
     export_hf: bool = Field(default=False, description="Unused: nothing is trained.")
+    parse_tool_call_parameter_to_dict: bool = Field(default=False, description=PARSE_TOOL_CALL_DESCRIPTION)
+
+    @classmethod
+    def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
+        return spread_parse_tool_call(super().derive_defaults(data))
 
     @model_validator(mode="after")
     def _check_rollout(self) -> AgenticRolloutConfig:

@@ -186,10 +186,6 @@ PIPELINE_KEYS: dict[str, dict[str, Rule]] = {
         "add_token_level_kl": _ignored("ROLL's agentic pipeline does not read it (no KL in the reward)"),
         "enable_old_logprobs_recompute": _ignored("roll recomputes old log-probs whenever the update is off-policy"),
         "render_save_dir": _ignored("roll does not save rendered env frames"),
-        "parse_tool_call_parameter_to_dict": _ignored(
-            "ROLL's AgentNativeStepEnvManager turns JSON-string tool-call arguments of assistant messages into dicts "
-            "before re-rendering them; roll never re-renders an assistant message (its sampled tokens are kept)"
-        ),
         "skip_mock_system_prompt": _ignored(
             "ROLL renders messages that open without a system message after a mock empty one and cuts it (true: "
             "as given, for templates that add no default); roll renders an opening as given (ROLL's true) and "
