@@ -75,3 +75,16 @@ def test_agentic_keys_roll_lacks_are_listed(lake_file: Path) -> None:
     problems = {row.key for row in translate(data, referenced).problems}
     # gigpo is an agentic estimator roll has; random_sample is ROLL's batch adjustment (roll.agentic.pipeline.adjust)
     assert problems == set()  # reward_clip is implemented too (advantage.reward_clip)
+
+
+def test_agentic_random_sample_is_mapped() -> None:
+    data = {
+        "batch_adjust_mode": "random_sample",
+        "actor_train": {"model_args": {"model_name_or_path": "/m"}},
+        "actor_infer": {"model_args": {"model_name_or_path": "/m"}},
+        "train_env_manager": {"tags": ["Lake"]},
+    }
+    translation = translate(data)
+    row = next(row for row in translation.rows if row.key == "batch_adjust_mode")
+    assert (row.status, row.target) == ("mapped", "update.batch_adjust_mode")
+    assert translation.data["batch_adjust_mode"] == "random_sample"

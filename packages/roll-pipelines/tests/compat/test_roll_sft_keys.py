@@ -80,19 +80,6 @@ def test_alpaca_sft_file_loads_and_encodes_the_query(tmp_path: Path, monkeypatch
     assert "<|im_start|>user\nSay hi.<|im_end|>" in texts[1]
 
 
-def test_agentic_random_sample_is_mapped() -> None:
-    data = {
-        "batch_adjust_mode": "random_sample",
-        "actor_train": {"model_args": {"model_name_or_path": "/m"}},
-        "actor_infer": {"model_args": {"model_name_or_path": "/m"}},
-        "train_env_manager": {"tags": ["Lake"]},
-    }
-    translation = translate(data)
-    row = next(row for row in translation.rows if row.key == "batch_adjust_mode")
-    assert (row.status, row.target) == ("mapped", "update.batch_adjust_mode")
-    assert translation.data["batch_adjust_mode"] == "random_sample"
-
-
 def test_sft_file_without_column_keys_reads_rolls_alpaca_defaults(tmp_path: Path) -> None:
     text = SFT.format(data="train.json").replace("prompt_key: instruction\n", "").replace("response_key: output\n", "")
     path = tmp_path / "sft.yaml"
