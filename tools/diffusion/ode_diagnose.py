@@ -19,7 +19,13 @@ from _common import Clock, emit, fn, load_teacher
 
 from roll.pipelines.algorithms.diffusion import ddim_step, sample_ode
 from roll.pipelines.data.shapes import condition_labels
-from roll.pipelines.diffusion import PretrainSettings, fixed_noise, ode_distill_step, teacher_trajectories
+from roll.pipelines.diffusion import (
+    PretrainSettings,
+    fixed_noise,
+    ode_distill_step,
+    ode_segment_batch,
+    teacher_trajectories,
+)
 from roll.strategies.diffusion import predict
 
 
@@ -69,13 +75,7 @@ def main() -> None:
     for step in range(1, args.steps + 1):
         index = torch.randint(0, args.pairs, (args.batch,), generator=rng)
         segment = torch.randint(0, 4, (args.batch,), generator=rng)
-        batch = {
-            "x_t": tr_states[index, segment],
-            "timesteps": student_t[segment],
-            "next_timesteps": student_t[segment + 1],
-            "target_next": tr_states[index, segment + 1],
-            "class_labels": tr_labels[index],
-        }
+        batch = ode_segment_batch(tr_states, tr_labels, student_t, index, segment)
         loss, _ = ode_distill_step(fn(student), process, batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -22,6 +22,7 @@ from roll.pipelines.diffusion import (
     PretrainSettings,
     fixed_noise,
     ode_distill_step,
+    ode_segment_batch,
     save_image_grid,
     teacher_trajectories,
 )
@@ -93,13 +94,7 @@ def main() -> None:
     for step in range(1, args.steps + 1):
         index = torch.randint(0, args.pairs, (args.batch,), generator=rng)
         segment = torch.randint(0, args.student_steps, (args.batch,), generator=rng)
-        batch = {
-            "x_t": states[index, segment],
-            "timesteps": student_t[segment],
-            "next_timesteps": student_t[segment + 1],
-            "target_next": states[index, segment + 1],
-            "class_labels": train_labels[index],
-        }
+        batch = ode_segment_batch(states, train_labels, student_t, index, segment)
         loss, metrics = ode_distill_step(fn(student), process, batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

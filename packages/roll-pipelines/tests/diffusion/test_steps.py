@@ -154,3 +154,15 @@ def test_ema_update():
     expected = 0.9 * target.weight.detach() + 0.1 * source.weight.detach()
     ema_update(target, source, 0.9)
     assert_close(target.weight.detach(), expected, **TOL)
+
+
+def test_ode_segment_batch_pairs_each_start_with_the_next_boundary():
+    from roll.pipelines.diffusion import ode_segment_batch
+
+    states = torch.arange(3 * 3 * 2, dtype=torch.float32).view(3, 3, 2)  # 3 trajectories, 2 segments, 2 values
+    labels, timesteps = torch.tensor([7, 8, 9]), torch.tensor([1.0, 0.5, 0.0])
+    batch = ode_segment_batch(states, labels, timesteps, torch.tensor([2, 0]), torch.tensor([1, 0]))
+    assert batch["x_t"].tolist() == [[14.0, 15.0], [0.0, 1.0]]
+    assert batch["target_next"].tolist() == [[16.0, 17.0], [2.0, 3.0]]
+    assert batch["timesteps"].tolist() == [0.5, 1.0] and batch["next_timesteps"].tolist() == [0.0, 0.5]
+    assert batch["class_labels"].tolist() == [9, 7]

@@ -23,7 +23,7 @@ from roll.pipelines.rewards import (
     parse_judge_score,
     resolve_reward_worker,
 )
-from roll.pipelines.rlvr.config import RewardConfig
+from roll.pipelines.rlvr.sections import RewardConfig
 from roll.protocol import DataProto, Dispatch, register
 from roll.runtime import Cluster, ConfigError
 from roll.runtime.testing import ship_module_by_value

@@ -20,7 +20,7 @@ from roll.pipelines.rewards.judge_styles import (
     roll_judge_question,
     roll_yes_no_verdict,
 )
-from roll.pipelines.rlvr.config import RewardConfig
+from roll.pipelines.rlvr.sections import RewardConfig
 from roll.protocol import DataProto, Dispatch, register
 from roll.runtime import ConfigError
 from roll.strategies.generation import build_generation_output, prompt_token_lists

@@ -26,7 +26,7 @@ from roll.agentic.config import (
 )
 from roll.pipelines.algorithms.train_infer import RatioDiffFilter
 from roll.pipelines.config import BaseConfig, RoleConfig, field_default, is_int, raw_section, raw_value
-from roll.pipelines.rlvr.config import TrainInferFilterConfig
+from roll.pipelines.rlvr.sections import TrainInferFilterConfig
 from roll.pipelines.rlvr.settings import PolicySettings
 from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supported
 from roll.runtime import RollModel

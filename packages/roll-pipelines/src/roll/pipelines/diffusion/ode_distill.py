@@ -21,6 +21,7 @@ from roll.pipelines.base import Role
 from roll.pipelines.data.shapes import condition_labels
 from roll.pipelines.diffusion.config import ODEDistillConfig
 from roll.pipelines.diffusion.pipeline import DiffusionPipeline
+from roll.pipelines.diffusion.steps import ode_segment_batch
 from roll.pipelines.diffusion.workers import DiffusionTrainWorker, DiffusionWorker
 from roll.pipelines.stages import StepTimer
 from roll.protocol import DataProto
@@ -64,15 +65,9 @@ class ODEDistillPipeline(DiffusionPipeline):
         o, timer = self.config.ode, StepTimer()
         index = torch.randint(0, o.num_trajectories, (o.batch_size,), generator=self.rng)
         segment = torch.randint(0, o.student_steps, (o.batch_size,), generator=self.rng)
-        batch = {
-            "x_t": self.states[index, segment],
-            "timesteps": self.student_t[segment],
-            "next_timesteps": self.student_t[segment + 1],
-            "target_next": self.states[index, segment + 1],
-            "class_labels": self.train_labels[index],
-        }
+        batch = ode_segment_batch(self.states, self.train_labels, self.student_t, index, segment)
         with timer.phase("train"):
-            out = self.student.train_ode(DataProto.from_dict(batch))
+            out = self.student.train_ode(DataProto.from_dict(dict(batch)))
         return {**{f"train/{k}": v for k, v in out.meta_info["metrics"].items()}, **timer.times}
 
     def validate(self, step: int) -> dict[str, float]:

@@ -188,6 +188,20 @@ def teacher_trajectories(
     return torch.cat(chunks), student_t
 
 
+def ode_segment_batch(
+    states: torch.Tensor, labels: torch.Tensor, timesteps: torch.Tensor, index: torch.Tensor, segment: torch.Tensor
+) -> Batch:
+    """The ODE-distillation batch of trajectories ``index`` at segments ``segment``: teacher ``states`` (N, S + 1,
+    ...) at the student's ``timesteps`` (S + 1,) boundaries; one student step from each start should land on the next."""
+    return {
+        "x_t": states[index, segment],
+        "timesteps": timesteps[segment],
+        "next_timesteps": timesteps[segment + 1],
+        "target_next": states[index, segment + 1],
+        "class_labels": labels[index],
+    }
+
+
 def ode_distill_step(student_fn: Denoiser, process: NoiseProcess, batch: Batch) -> tuple[torch.Tensor, Metrics]:
     """One student step from teacher states ``x_t`` at ``timesteps`` should reach ``target_next`` at ``next_timesteps``."""
     x_t, t, t_next, target, labels = _need(batch, "x_t", "timesteps", "next_timesteps", "target_next", "class_labels")

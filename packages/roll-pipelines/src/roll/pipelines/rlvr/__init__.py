@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from roll.pipelines.rlvr.config import (
-    FLAT_KEYS,
+from roll.pipelines.rlvr.config import FLAT_KEYS, RLVRConfig
+from roll.pipelines.rlvr.pipeline import RLVRPipeline
+from roll.pipelines.rlvr.sections import (
     AdvantageSection,
     CorrectionSection,
     DynamicSamplingSection,
@@ -11,13 +12,11 @@ from roll.pipelines.rlvr.config import (
     OverlongSection,
     PolicyLossSection,
     RewardConfig,
-    RLVRConfig,
     RolloutSection,
     UpdateSection,
     ValidationSection,
     ValueLossSection,
 )
-from roll.pipelines.rlvr.pipeline import RLVRPipeline
 from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
 from roll.pipelines.rlvr.workers import ActorWorker, CriticWorker, InferWorker, PolicyWorker, actor_loss
 

@@ -35,8 +35,9 @@ from roll.pipelines.algorithms.roll_knobs import (
     whiten_token_rewards,
 )
 from roll.pipelines.algorithms.train_infer import train_infer_filter_mask
-from roll.pipelines.rlvr.config import AdvantageSection, RLVRConfig
+from roll.pipelines.rlvr.config import RLVRConfig
 from roll.pipelines.rlvr.opd import apply_opd
+from roll.pipelines.rlvr.sections import AdvantageSection
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
 

@@ -33,12 +33,9 @@ from roll.pipelines.rlvr.sections import (
     KLSection,
     OverlongSection,
     PolicyLossSection,
-    QueryFilterArgs,
-    QueryFilterConfig,
     RewardConfig,
     RolloutSection,
     SampleMaskSection,
-    TrainInferFilterConfig,
     UpdateSection,
     ValidationSection,
     ValueLossSection,
@@ -48,28 +45,7 @@ from roll.pipelines.rlvr.teacher_routing import check_teacher_routing
 from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supported
 from roll.strategies import GenerationConfig
 
-__all__ = [
-    "FLAT_KEYS",
-    "AdvantageSection",
-    "AsyncSection",
-    "CorrectionSection",
-    "DynamicSamplingSection",
-    "KLSection",
-    "OverlongSection",
-    "PolicyLossSection",
-    "QueryFilterArgs",
-    "QueryFilterConfig",
-    "RLVRConfig",
-    "RewardConfig",
-    "RolloutSection",
-    "SampleMaskSection",
-    "TrainInferFilterConfig",
-    "UpdateSection",
-    "ValidationSection",
-    "ValueLossSection",
-    "fill_reward_tags",
-    "sync_max_new_tokens",
-]
+__all__ = ["FLAT_KEYS", "RLVRConfig", "fill_reward_tags", "sync_max_new_tokens"]
 
 
 # ROLL-style flat key -> its section path. Data: a later ROLL-YAML importer extends this table.

@@ -9,7 +9,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from roll.pipelines.config import BaseConfig, RoleConfig, raw_section, raw_value
-from roll.pipelines.rlvr.config import RewardConfig, fill_reward_tags, sync_max_new_tokens
+from roll.pipelines.rlvr.config import fill_reward_tags, sync_max_new_tokens
+from roll.pipelines.rlvr.sections import RewardConfig
 from roll.pipelines.rlvr_rollout.writer import ROLLOUT_FIELDS
 from roll.runtime import RollModel
 from roll.strategies import GenerationConfig
