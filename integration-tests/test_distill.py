@@ -1,6 +1,6 @@
 """End-to-end distillation runs (`roll run distill-tiny`, `roll run opd-tiny`), read back from metrics.jsonl.
 
-Both use the cached teacher recipe (rlvr-tiny-warmup); opd-tiny's student is distill-tiny's plain-SFT baseline
+Both use the cached teacher recipe (sft-tiny-partial); opd-tiny's student is distill-tiny's plain-SFT baseline
 (``recipe://distill-tiny?distill_loss_weight=0.0``), trained once per cache. Bounds are looser than the
 Must-show numbers in docs/results/distill.md, for shorter runs.
 """

@@ -34,7 +34,7 @@ strategy does), so that TRL's training is not throttled by it.
     >= 1x TRL fastest (met/missed is reported; nothing asserts).
 
 (b) Learning race
-    The ``rlvr-tiny`` task as the recipe defines it: number comparison prompts, starting from the cached SFT
+    The ``rlvr-tiny`` task as the recipe defines it: worked two-digit additions, starting from the cached SFT
     warm-up (``recipe://rlvr-tiny-warmup``, resolved by roll's asset cache to an HF folder, trained once if the
     cache lacks it; both sides load that folder). Each side trains for ``--race-budget-s`` seconds of training wall
     time: from the end of the step-0 evaluation, evaluations excluded (roll: arrival times of its metrics rows

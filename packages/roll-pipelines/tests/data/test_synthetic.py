@@ -230,3 +230,33 @@ def test_worked_solutions_add_column_by_column(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="needs ops=add"):
         arithmetic_sft(3, show_work=1, ops="add,sub")
     assert resolve_data_uri("synthetic://preference_pairs?n=2&ops=add&show_work=1", tmp_path).is_file()
+
+
+def test_carry_slips_forget_the_carry_on_that_share_of_carrying_sums_only(tmp_path: Path) -> None:
+    clean = arithmetic_sft(2000, seed=3, max_operand=99, ops="add", show_work=1)
+    rows = arithmetic_sft(2000, seed=3, max_operand=99, ops="add", show_work=1, carry_slip_percent=60)
+    assert [r["prompt"] for r in rows] == [r["prompt"] for r in clean]  # the same problems, only answers change
+    carrying = slipped = 0
+    for row in rows:
+        a, b = (int(x) for x in row["prompt"][len("What is ") : -1].split(" + "))
+        answer = a + b
+        if a % 10 + b % 10 < 10:
+            assert is_correct_arithmetic(row["prompt"], row["response"])  # nothing to forget
+            continue
+        carrying += 1
+        if is_correct_arithmetic(row["prompt"], row["response"]):
+            assert f"{a // 10} + {b // 10} + 1 = " in row["response"]
+            continue
+        slipped += 1
+        # The slip: the tens column without "+ 1", the answer 10 too small, in the same words and format.
+        assert row["response"].split(". ")[1] == f"{a // 10} + {b // 10} = {a // 10 + b // 10}"
+        assert row["response"].endswith(f"The answer is \\boxed{{{answer - 10}}}.")
+    assert carrying > 700 and abs(slipped / carrying - 0.60) < 0.04
+    via_uri = resolve_data_uri(
+        "synthetic://arithmetic_sft?n=2000&seed=3&max_operand=99&ops=add&show_work=1&carry_slip_percent=60", tmp_path
+    )
+    assert [json.loads(line) for line in via_uri.read_text().splitlines()] == rows
+    with pytest.raises(DataError, match="carry_slip_percent must be within 0..100, got 101"):
+        arithmetic_sft(3, ops="add", show_work=1, carry_slip_percent=101)
+    with pytest.raises(DataError, match=r"carry_slip_percent needs worked solutions \(show_work=1\)"):
+        arithmetic_sft(3, ops="add", carry_slip_percent=50)

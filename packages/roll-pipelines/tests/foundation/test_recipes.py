@@ -16,5 +16,5 @@ def test_description_keeps_the_lines_that_finish_its_sentence():
 def test_built_in_recipe_descriptions_are_not_cut_mid_sentence():
     recipes = list_recipes()
     # A first line without a full stop is a whole description (see the helper's cases above).
-    assert recipes["rlvr-tiny-warmup"].endswith("learns the format fully, the one-digit facts in part")
+    assert recipes["sft-tiny-partial"].endswith("learns the format fully, the one-digit facts in part")
     assert all(description and "\n" not in description for description in recipes.values())

@@ -11,16 +11,17 @@ from __future__ import annotations
 __all__ = ["column_addition"]
 
 
-def column_addition(a: int, b: int, *, units_slip: int = 0) -> tuple[str, int]:
+def column_addition(a: int, b: int, *, units_slip: int = 0, forget_carry: bool = False) -> tuple[str, int]:
     """The worked solution of ``a + b`` (0..99 each) and the answer it reaches.
 
     ``units_slip`` adds that much to the units column's sum (kept within 0..18) and carries the mistake through:
-    a plausible wrong solution, for preference data.
+    a plausible wrong solution, for preference data. ``forget_carry`` leaves the units column's carry out of the
+    tens column (``"7 + 8 = 15. 4 + 3 = 7."``, answer 75 for 47 + 38): the classic slip of column addition.
     """
     if not (0 <= a <= 99 and 0 <= b <= 99):
         raise ValueError(f"column_addition handles two-digit operands (0..99), got {a} and {b}")
     units = min(max(a % 10 + b % 10 + units_slip, 0), 18)
-    carry = units // 10
+    carry = 0 if forget_carry else units // 10
     tens = a // 10 + b // 10 + carry
     answer = tens * 10 + units % 10
     tens_step = f"{a // 10} + {b // 10}" + (" + 1" if carry else "") + f" = {tens}."

@@ -185,23 +185,32 @@ def arithmetic_sft(
     ops: str = "add,sub",
     boxed_percent: int = 100,
     show_work: int = 0,
+    carry_slip_percent: int = 0,
 ) -> list[dict[str, str]]:
     """SFT rows ``{"prompt": "What is 12 + 7?", "response": "The answer is \\\\boxed{19}."}``.
 
     With ``boxed_percent`` < 100, that share of responses states the answer without ``\\boxed{}`` ("The answer
     is 19."). With ``show_work=1`` (addition only) the response first works the sum out column by column
     (``"2 + 7 = 9. 1 + 0 = 1. The answer is \\\\boxed{19}."``, see ``roll.pipelines.data._work``).
+    With ``carry_slip_percent`` > 0 (worked solutions only), that share of the problems whose units column carries
+    is demonstrated with the carry forgotten (a wrong answer, 10 too small): a teacher with a common bad habit,
+    for warm-ups whose policy should sample both the right procedure and the wrong one.
     """
-    if not 0 <= boxed_percent <= 100:
-        raise DataError(f"boxed_percent must be within 0..100, got {boxed_percent}")
+    for name, value in (("boxed_percent", boxed_percent), ("carry_slip_percent", carry_slip_percent)):
+        if not 0 <= value <= 100:
+            raise DataError(f"{name} must be within 0..100, got {value}")
     work = _check_show_work(show_work, ops)
+    if carry_slip_percent and not work:
+        raise DataError("carry_slip_percent needs worked solutions (show_work=1): a bare answer has no carry step")
     problems, rng = _draw(n, seed, "sft", split, max_operand, ops)
     rows = []
     for p in problems:
         boxed = boxed_percent == 100 or rng.random() * 100 < boxed_percent
         response = _answer_text(p.answer) if boxed else f"The answer is {p.answer}."
         if work:
-            steps = column_addition(p.a, p.b)[0]
+            carries = p.a % 10 + p.b % 10 >= 10
+            forget = carries and carry_slip_percent > 0 and rng.random() * 100 < carry_slip_percent
+            steps = column_addition(p.a, p.b, forget_carry=forget)[0]
             response = steps if boxed else steps.replace(f"\\boxed{{{p.answer}}}", str(p.answer))
         rows.append({"prompt": p.prompt, "response": response})
     return rows
@@ -293,11 +302,11 @@ SYNTHETIC_GENERATORS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "arithmetic_prompts": arithmetic_prompts,
     "preference_pairs": preference_pairs,
 }
-_INT_PARAMS = ("n", "seed", "max_operand", "boxed_percent", "show_work")
+_INT_PARAMS = ("n", "seed", "max_operand", "boxed_percent", "show_work", "carry_slip_percent")
 _PARAM_DEFAULTS: dict[str, Any] = {"n": 1000, "seed": 0, "max_operand": 20, "ops": "add,sub"}
 # Parameters only some generators take.
 _EXTRA_PARAMS: dict[str, dict[str, Any]] = {
-    "arithmetic_sft": {"boxed_percent": 100, "show_work": 0},
+    "arithmetic_sft": {"boxed_percent": 100, "show_work": 0, "carry_slip_percent": 0},
     "preference_pairs": {"show_work": 0},
 }
 
