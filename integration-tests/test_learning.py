@@ -3,9 +3,10 @@ correctness on the quick-start task.
 
 Each runs one algorithm of ``tools.bench.learning`` for fewer steps than the matrix, from the cached SFT warm-up
 (trained once per test session, shared with the other integration tests' runs), and asserts a looser bound than
-the matrix's: ``val/correct`` (the answer right, whatever its format) on the 256 held-out problems rises, while
-the format, which the warm-up already has, stays. The bound can fail: a run that learns only the format, or
-nothing, does not pass.
+the quick start's: ``val/correct`` (the answer right, whatever its format) on the 256 held-out problems rises by 10
+points (the quick start's target is 15 in 30 steps; the matrix measured about +40 in 20), while the format, which
+the warm-up already has, stays. The bound can fail: a run that learns only the format, or nothing, does not pass.
+``./tools/dev test`` runs this file (CI's short learning checks).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tools.bench.learning import run_variant
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.learning]
 
 STEPS = 10
-MIN_GAIN = 0.03
+MIN_GAIN = 0.10
 
 
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])

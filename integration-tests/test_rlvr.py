@@ -22,7 +22,7 @@ def test_rlvr_tiny_raises_held_out_correctness_not_format(tmp_path, roll):
     assert sorted(correct) == [0, 5, 10], correct
     # The warm-up already answers in the requested format, so what GRPO adds is correct answers.
     assert formatted[0] >= 0.9 and correct[0] <= 0.9, (correct, formatted)
-    assert correct[10] >= correct[0] + 0.05, correct
+    assert correct[10] >= correct[0] + 0.10, correct
     trained = [row for row in rows if "actor/loss" in row]
     assert len(trained) == 10
     assert all(row["rollout/samples"] == 16 * 8 for row in trained)
