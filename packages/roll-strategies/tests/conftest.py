@@ -27,3 +27,19 @@ def resources(ray_session):
     from roll.runtime import ResourceManager
 
     return ResourceManager()
+
+
+@pytest.fixture(scope="module")
+def isolated_process():
+    """For a module that runs strategies in this process (``pytestmark = pytest.mark.usefixtures(...)``): one torch
+    thread (tiny matmuls on a busy 2-core machine are many times faster without OpenMP threads waiting for cores);
+    a default process group the in-process strategies create is removed afterwards."""
+    import torch
+    import torch.distributed as dist
+
+    threads, had_group = torch.get_num_threads(), dist.is_initialized()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+    if not had_group and dist.is_initialized():
+        dist.destroy_process_group()

@@ -13,12 +13,7 @@ from roll.runtime import ConfigError
 from roll.strategies import (
     BatchingArgs,
     LossScale,
-    ModelArgs,
-    StrategyArgs,
     StrategyError,
-    StrategyWorker,
-    StrategyWorkerConfig,
-    TrainingArgs,
 )
 from roll.strategies.batching import (
     MicroBatchPlan,
@@ -31,21 +26,13 @@ from roll.strategies.batching import (
 from roll.strategies.megatron._batching import check_batching
 from roll.strategies.megatron.config import MegatronConfig
 from roll.strategies.ops import log_probs_from_logits
+from roll.strategies.testing.train import tiny_strategy
 from roll.strategies.varlen import VARLEN_SDPA, varlen_kwargs
 
 PROMPT, RESPONSE = 6, 12
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _isolated_process():
-    import torch.distributed as dist
-
-    threads, had_group = torch.get_num_threads(), dist.is_initialized()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-    if not had_group and dist.is_initialized():
-        dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("isolated_process")
 
 
 def rl_batch(rows: int = 10, seed: int = 0) -> DataProto:
@@ -177,17 +164,14 @@ def _infer_settings(train: dict[str, Any]) -> dict[str, Any]:
 
 
 def make(model: Path, strategy: str, batching: dict[str, Any], attn: str = "sdpa"):
-    config = StrategyWorkerConfig(
-        name="actor",
-        model_args=ModelArgs(model_name_or_path=str(model), dtype="float32", attn_implementation=attn),
-        training_args=TrainingArgs(learning_rate=1e-4, per_device_train_batch_size=3, max_grad_norm=None),
-        strategy_args=StrategyArgs(strategy_name=strategy),
+    return tiny_strategy(
+        model,
+        strategy=strategy,
+        model_args={"attn_implementation": attn},
+        training_args={"per_device_train_batch_size": 3, "max_grad_norm": None},
         infer_batch_size=4,
         batching=BatchingArgs(**batching),
     )
-    worker = StrategyWorker(config)
-    worker.initialize()
-    return worker.strategy
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])

@@ -40,7 +40,6 @@ from roll.runtime.testing import ship_module_by_value
 from roll.strategies import (
     STRATEGIES,
     GenerationConfig,
-    LossScale,
     ModelArgs,
     ModelUpdateGroup,
     StrategyArgs,
@@ -49,13 +48,16 @@ from roll.strategies import (
     TrainingArgs,
     create_strategy,
 )
-from roll.strategies.ops import language_model_loss, log_probs_from_logits, position_ids_from_attention_mask
+from roll.strategies.ops import log_probs_from_logits, position_ids_from_attention_mask
 from roll.strategies.testing import make_tiny_causal_lm
+from roll.strategies.testing.train import SftWorker, sft_batch
 from roll.strategies.weight_sync import WeightWriter
 from roll.strategies.weights import iter_buckets
 
 # The worker classes below are defined in this test file, which Ray workers cannot import.
 ship_module_by_value(__name__)
+
+pytestmark = pytest.mark.usefixtures("isolated_process")
 
 PAD = 3  # the tiny tokenizer's <|pad|>
 # Lengths 1..10 so left padding differs per row.
@@ -222,24 +224,9 @@ def backend_log_probs(strategy: Any, batch: DataProto) -> torch.Tensor:
     return values * scored_positions(batch.batch["attention_mask"])
 
 
-def sft_batch(rows: int = 4, length: int = 12, seed: int = 1) -> DataProto:
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(4, 512, (rows, length), generator=generator)
-    loss_mask = torch.ones_like(ids)
-    loss_mask[:, 0] = 0  # the first token is never predicted
-    data = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone(), "loss_mask": loss_mask}
-    return DataProto.from_dict(data)
-
-
-def sft_loss(micro: DataProto, logits: torch.Tensor, scale: LossScale) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token-mean cross-entropy over the whole mini-batch (the global token count comes in the LossScale)."""
-    labels = micro.batch["labels"].to(logits.device)
-    loss, tokens = language_model_loss(logits, labels, num_tokens=scale.num_tokens)
-    return loss, {"tokens": float(tokens)}
-
-
-def logits_of(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]:
-    return {"logits": logits.detach().cpu().clone()}
+def conformance_batch(seed: int) -> DataProto:
+    """4 unpadded rows of 12 tokens from the whole vocabulary."""
+    return sft_batch(4, seed, padded=False, high=512)
 
 
 # --- Ray workers ------------------------------------------------------------------------------------------------
@@ -260,7 +247,7 @@ class FailingWriter(WeightWriter):
         self.inner.finish()
 
 
-class TrainerWorker(StrategyWorker):
+class TrainerWorker(SftWorker):
     """An fsdp2_train role: one SFT step, and logits for comparisons."""
 
     fail_at: int | None = None
@@ -272,14 +259,6 @@ class TrainerWorker(StrategyWorker):
     def fail_next_sync_at(self, tensor_index: int | None) -> None:
         self.fail_at = tensor_index
 
-    @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
-    def train(self, data: DataProto) -> dict[str, float]:
-        return self.train_strategy.train_step(data, sft_loss, loss_mask_key="loss_mask")
-
-    @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
-    def logits(self, data: DataProto) -> DataProto:
-        return DataProto.from_dict(self.strategy.forward_step(data, logits_of))
-
 
 class RolloutWorker(StrategyWorker):
     """A vllm role that decodes greedily."""
@@ -290,20 +269,6 @@ class RolloutWorker(StrategyWorker):
 
 
 # --- fixtures ---------------------------------------------------------------------------------------------------
-@pytest.fixture(autouse=True, scope="module")
-def _isolated_process() -> Iterator[None]:
-    """One torch thread (tiny matmuls on a busy 2-core machine are faster without OpenMP threads waiting for
-    cores); a default process group left by the in-process strategies is removed afterwards."""
-    import torch.distributed as dist
-
-    threads, had_group = torch.get_num_threads(), dist.is_initialized()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-    if not had_group and dist.is_initialized():
-        dist.destroy_process_group()
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     """The shared fp32 test model: tiny nano weights plus seeded noise, saved with its tokenizer."""
@@ -371,7 +336,7 @@ def clusters(model_dir, resources, tmp_path_factory) -> Iterator[SimpleNamespace
     try:
         one_rank = Cluster(one_config.name, TrainerWorker, resources, one_config)
         materialize_all(train.initialize(blocking=False), one_rank.initialize(blocking=False))
-        train.train(sft_batch(seed=1))
+        train.train(conformance_batch(seed=1))
         export = tmp_path_factory.mktemp("export") / "hf"
         train.export_hf(str(export))
         export_logits = train.logits(scoring_batch()).batch["logits"]
@@ -467,7 +432,7 @@ def test_vllm_decodes_the_trained_weights_after_a_weight_sync(transport, ranks, 
     trainer = clusters.trainers[ranks]
     before = clusters.infer.greedy(PROMPTS, STEPS)
     seed = {"shared_memory": 2, "collective": 3, "object_store": 4}[transport] + 10 * ranks
-    metrics = trainer.train(sft_batch(seed=seed))
+    metrics = trainer.train(conformance_batch(seed=seed))
     assert all(m["loss"] == metrics[0]["loss"] > 0 for m in metrics)
 
     group = ModelUpdateGroup(trainer, clusters.infer, bucket_size_mb=SYNC_BUCKET_MB, transport=transport)
@@ -495,7 +460,7 @@ def test_vllm_decodes_the_trained_weights_after_a_weight_sync(transport, ranks, 
 @pytest.mark.parametrize("transport", ["shared_memory", "collective"])
 def test_a_weight_sync_that_fails_midway_is_loud_and_the_next_one_repairs_vllm(transport, clusters, tmp_path):
     trainer = clusters.trainers[2]
-    trainer.train(sft_batch(seed=40))
+    trainer.train(conformance_batch(seed=40))
     group = ModelUpdateGroup(trainer, clusters.infer, bucket_size_mb=SYNC_BUCKET_MB, transport=transport)
     try:
         trainer.fail_next_sync_at(12)  # half-way through the tensors: some layers loaded, others not

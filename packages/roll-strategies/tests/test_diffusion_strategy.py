@@ -15,12 +15,7 @@ from roll.protocol import DataProto
 from roll.runtime import ConfigError
 from roll.strategies import (
     LossScale,
-    ModelArgs,
-    StrategyArgs,
     StrategyError,
-    StrategyWorker,
-    StrategyWorkerConfig,
-    TrainingArgs,
 )
 from roll.strategies.diffusion import (
     load_diffusion_model,
@@ -28,6 +23,7 @@ from roll.strategies.diffusion import (
     make_tiny_diffusion_model,
     predict,
 )
+from roll.strategies.testing.train import tiny_strategy
 
 pytestmark = pytest.mark.extra("diffusers")  # diffusers is outside the Pants resolve
 
@@ -40,16 +36,14 @@ def unet(tmp_path_factory) -> Path:
 
 
 def _strategy(path: Path, strategy: str, **training: float | int):
-    config = StrategyWorkerConfig(
-        name=f"diffusion-{strategy}",
-        model_args=ModelArgs(model_name_or_path=str(path), dtype="float32", model_kind="diffusion"),
-        training_args=TrainingArgs(**{"learning_rate": 1e-3, "per_device_train_batch_size": 2, **training}),
-        strategy_args=StrategyArgs(strategy_name=strategy, strategy_config={}),
+    return tiny_strategy(
+        path,
+        f"diffusion-{strategy}",
+        strategy=strategy,
+        model_args={"model_kind": "diffusion"},
+        training_args={"learning_rate": 1e-3, **training},
         infer_batch_size=3,
     )
-    worker = StrategyWorker(config)
-    worker.initialize()
-    return worker.strategy
 
 
 def _batch(n: int = 6, seed: int = 0) -> DataProto:

@@ -10,32 +10,16 @@ import pytest
 import torch
 from torch import nn
 
-from roll.protocol import DataProto
 from roll.runtime import ConfigError
 from roll.strategies import (
-    LossScale,
     ModelArgs,
-    StrategyArgs,
-    StrategyWorker,
-    StrategyWorkerConfig,
-    TrainingArgs,
 )
 from roll.strategies.freezing import freeze_by_prefix
 from roll.strategies.megatron._freeze import megatron_frozen_names
 from roll.strategies.megatron._mapping import GptLayout, MegatronMapping
-from roll.strategies.ops import language_model_loss
+from roll.strategies.testing.train import sft_batch, sft_loss, tiny_strategy
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _isolated_process():
-    import torch.distributed as dist
-
-    threads, had_group = torch.get_num_threads(), dist.is_initialized()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-    if not had_group and dist.is_initialized():
-        dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("isolated_process")
 
 
 # --- the config field -----------------------------------------------------------------------------------------
@@ -84,34 +68,13 @@ def test_unmatched_prefix_names_it_and_nearby_modules() -> None:
 
 
 # --- fsdp2_train on the tiny model ----------------------------------------------------------------------------
-def sft_loss(micro: DataProto, logits: torch.Tensor, scale: LossScale) -> tuple[torch.Tensor, dict[str, float]]:
-    loss, tokens = language_model_loss(logits, micro.batch["labels"], num_tokens=scale.num_tokens)
-    return loss, {"tokens": float(tokens)}
-
-
-def batch(rows: int = 4, length: int = 12) -> DataProto:
-    ids = torch.randint(4, 500, (rows, length), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones_like(ids)
-    loss_mask = mask.clone()
-    loss_mask[:, 0] = 0
-    return DataProto.from_dict({"input_ids": ids, "attention_mask": mask, "labels": ids, "loss_mask": loss_mask})
-
-
-def make_strategy(model: Path, **model_args: Any) -> Any:
-    config = StrategyWorkerConfig(
-        name="actor",
-        model_args=ModelArgs(model_name_or_path=str(model), dtype="float32", **model_args),
-        training_args=TrainingArgs(learning_rate=1e-2, per_device_train_batch_size=2),
-        strategy_args=StrategyArgs(strategy_name="fsdp2_train"),
-    )
-    worker = StrategyWorker(config)
-    worker.initialize()
-    return worker.strategy
+def frozen_strategy(model: Path, prefixes: str) -> Any:
+    return tiny_strategy(model, model_args={"freeze_module_prefix": prefixes}, training_args={"learning_rate": 1e-2})
 
 
 def test_fsdp2_frozen_params_do_not_change_and_are_not_in_the_optimizer(tiny_model: Path) -> None:
     prefixes = ["model.embed_tokens", "model.layers.0.", "model.norm"]
-    strategy = make_strategy(tiny_model, freeze_module_prefix=",".join(prefixes))
+    strategy = frozen_strategy(tiny_model, ",".join(prefixes))
     named = dict(strategy.model.named_parameters())
     frozen = {n for n in named if any(n.startswith(p) for p in prefixes)}
     assert frozen and {n for n, p in named.items() if not p.requires_grad} == frozen
@@ -119,7 +82,7 @@ def test_fsdp2_frozen_params_do_not_change_and_are_not_in_the_optimizer(tiny_mod
     assert {n for n, p in named.items() if id(p) in in_optimizer} == set(named) - frozen
     before = {n: p.full_tensor().clone() for n, p in named.items()}
     for _ in range(2):
-        strategy.train_step(batch(), sft_loss, loss_mask_key="loss_mask")
+        strategy.train_step(sft_batch(4, seed=0, padded=False), sft_loss, loss_mask_key="loss_mask")
     after = {n: p.full_tensor() for n, p in strategy.model.named_parameters()}
     changed = {n for n in before if not torch.equal(before[n], after[n])}
     assert changed == set(named) - frozen  # every trainable parameter moved, no frozen one did
@@ -133,7 +96,7 @@ def test_fsdp2_unknown_prefix_fails_at_load_naming_it(tiny_model: Path) -> None:
     with pytest.raises(
         ConfigError, match=r"'model\.layer\.1' matches no parameter.*nearby module names: model\.layers"
     ):
-        make_strategy(tiny_model, freeze_module_prefix="model.layer.1")
+        frozen_strategy(tiny_model, "model.layer.1")
 
 
 # --- megatron names ---------------------------------------------------------------------------------------------

@@ -3,92 +3,38 @@
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from roll.protocol import DataProto, Dispatch, register
-from roll.runtime import Cluster, ConfigError
+from roll.protocol import Dispatch, register
+from roll.runtime import ConfigError
 from roll.runtime.testing import ship_module_by_value
 from roll.strategies import (
-    LossScale,
-    ModelArgs,
     StrategyArgs,
     StrategyError,
-    StrategyWorker,
-    StrategyWorkerConfig,
-    TrainingArgs,
     create_strategy,
 )
 from roll.strategies.fsdp2._optim import lr_factor
 from roll.strategies.fsdp2._weights import load_full_weights
 from roll.strategies.fsdp2.config import Fsdp2Config
-from roll.strategies.ops import language_model_loss
+from roll.strategies.testing.train import (
+    SftWorker,
+    logits_of,
+    running_cluster,
+    sft_batch,
+    sft_loss,
+    tiny_strategy,
+    tiny_worker_config,
+)
 
 ship_module_by_value(__name__)
 
 TOL = {"atol": 1e-5, "rtol": 0.0}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _isolated_process():
-    """One torch thread (tiny matmuls on a busy 2-core machine are many times faster without OpenMP threads
-    waiting for cores); the single-rank process group the in-process strategies create is removed afterwards."""
-    import torch.distributed as dist
-
-    threads, had_group = torch.get_num_threads(), dist.is_initialized()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-    if not had_group and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-# --- shared helpers (also used inside the Ray workers) ----------------------------------------------------------
-def sft_loss(micro: DataProto, logits: torch.Tensor, scale: LossScale) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token-mean cross-entropy over the whole mini-batch (the global token count from the LossScale)."""
-    loss, tokens = language_model_loss(logits, micro.batch["labels"], num_tokens=scale.num_tokens)
-    return loss, {"tokens": float(tokens)}
-
-
-def logits_of(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]:
-    return {"logits": logits.clone()}
-
-
-def sft_batch(rows: int, seed: int, length: int = 12) -> DataProto:
-    """Right-padded rows of random tokens; ``loss_mask`` marks the label positions that count."""
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(4, 500, (rows, length), generator=gen)
-    mask = torch.ones_like(ids)
-    for row in range(rows):
-        mask[row, length - row % 4 :] = 0
-    labels = ids.masked_fill(mask == 0, -100)
-    loss_mask = (labels != -100).long()
-    loss_mask[:, 0] = 0  # the first token is never predicted
-    data = {"input_ids": ids, "attention_mask": mask, "labels": labels, "loss_mask": loss_mask}
-    return DataProto.from_dict(data)
-
-
-def worker_config(model: Path, name: str = "actor", *, strategy: str = "fsdp2_train", **overrides: Any):
-    model_args = {"model_name_or_path": str(model), "dtype": "float32", **overrides.pop("model_args", {})}
-    # A small LR keeps Adam's near-sign updates of tiny gradients from amplifying float rounding differences
-    # between equivalent runs (micro-batch sizes, rank counts) beyond the 1e-5 the tests allow.
-    training = {"learning_rate": 1e-4, "per_device_train_batch_size": 2, **overrides.pop("training_args", {})}
-    return StrategyWorkerConfig(
-        name=name,
-        model_args=ModelArgs(**model_args),
-        training_args=TrainingArgs(**training),
-        strategy_args=StrategyArgs(strategy_name=strategy, strategy_config=overrides.pop("strategy_config", {})),
-        **overrides,
-    )
-
-
-def make_strategy(model: Path, **overrides: Any):
-    worker = StrategyWorker(worker_config(model, **overrides))
-    worker.initialize()
-    return worker.strategy
+pytestmark = pytest.mark.usefixtures("isolated_process")
 
 
 def weights(strategy) -> dict[str, torch.Tensor]:
@@ -107,9 +53,9 @@ def test_config_validates_ranges_and_is_known_to_the_registry(tiny_model):
     with pytest.raises(ConfigError, match="fsdp_size"):
         Fsdp2Config(fsdp_size=0)
     with pytest.raises(ConfigError, match="unknown field"):
-        worker_config(tiny_model, strategy_config={"fsdp_sise": 2})
+        tiny_worker_config(tiny_model, strategy_config={"fsdp_sise": 2})
     with pytest.raises(ConfigError, match="param_dtype"):
-        worker_config(tiny_model, strategy_config={"param_dtype": "fp8"})
+        tiny_worker_config(tiny_model, strategy_config={"param_dtype": "fp8"})
 
 
 def test_lr_schedule_warms_up_and_decays_to_the_floor():
@@ -125,7 +71,7 @@ def test_lr_schedule_warms_up_and_decays_to_the_floor():
 # --- single rank, in process -----------------------------------------------------------------------------------
 def test_training_decreases_the_loss_and_micro_batching_does_not_change_the_step(tiny_model):
     batch = sft_batch(4, seed=1)
-    strategy = make_strategy(tiny_model, training_args={"per_device_train_batch_size": 4, "learning_rate": 1e-3})
+    strategy = tiny_strategy(tiny_model, training_args={"per_device_train_batch_size": 4, "learning_rate": 1e-3})
     assert strategy.rank_info.dp_size == 1 and strategy.rank_info.tp_size == 1
     losses = [strategy.train_step(batch, sft_loss, loss_mask_key="loss_mask")["loss"] for _ in range(4)]
     assert losses == sorted(losses, reverse=True) and losses[-1] < losses[0] - 0.2, losses
@@ -133,7 +79,7 @@ def test_training_decreases_the_loss_and_micro_batching_does_not_change_the_step
     results = {}
     for micro_size, checkpointing in ((1, False), (4, False), (4, True)):
         model_args = {"gradient_checkpointing": checkpointing}
-        strategy = make_strategy(
+        strategy = tiny_strategy(
             tiny_model, model_args=model_args, training_args={"per_device_train_batch_size": micro_size}
         )
         metrics = strategy.train_step(batch, sft_loss, loss_mask_key="loss_mask")
@@ -155,7 +101,7 @@ def test_named_weights_are_the_full_hf_state_including_the_tied_lm_head(tiny_mod
     assert reference.config.tie_word_embeddings
     expected = dict(reference.state_dict())
     expected.setdefault("lm_head.weight", reference.get_input_embeddings().weight)
-    got = weights(make_strategy(tiny_model))
+    got = weights(tiny_strategy(tiny_model))
     assert "lm_head.weight" in got
     assert got.keys() == expected.keys()
     for name, tensor in got.items():
@@ -172,7 +118,7 @@ def test_checkpoint_resumes_bit_exactly(tiny_model, tmp_path):
         "max_grad_norm": 0.5,
     }
     batches = [sft_batch(4, seed=s) for s in (1, 2, 3)]
-    first = make_strategy(tiny_model, training_args=training)
+    first = tiny_strategy(tiny_model, training_args=training)
     for batch in batches[:2]:
         first.train_step(batch, sft_loss, loss_mask_key="loss_mask")
     first.save_checkpoint(str(tmp_path / "ckpt"))
@@ -180,7 +126,7 @@ def test_checkpoint_resumes_bit_exactly(tiny_model, tmp_path):
     expected_metrics = first.train_step(batches[2], sft_loss, loss_mask_key="loss_mask")
     expected = weights(first)
 
-    resumed = make_strategy(tiny_model, training_args=training)
+    resumed = tiny_strategy(tiny_model, training_args=training)
     resumed.load_checkpoint(str(tmp_path / "ckpt"))
     assert torch.equal(torch.get_rng_state(), saved_rng)
     metrics = resumed.train_step(batches[2], sft_loss, loss_mask_key="loss_mask")
@@ -194,7 +140,7 @@ def test_checkpoint_resumes_bit_exactly(tiny_model, tmp_path):
 def test_export_hf_loads_in_transformers_with_the_same_logits(tiny_model, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    strategy = make_strategy(tiny_model)
+    strategy = tiny_strategy(tiny_model)
     strategy.train_step(sft_batch(4, seed=1), sft_loss, loss_mask_key="loss_mask")
     strategy.export_hf(str(tmp_path / "hf"))
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
@@ -216,7 +162,7 @@ def test_lora_trains_only_adapters_and_exports_merged_base_weights(tiny_model, t
     from transformers import AutoModelForCausalLM
 
     lora = {"lora_rank": 4, "lora_alpha": 8}
-    strategy = make_strategy(tiny_model, model_args=lora, training_args={"learning_rate": 1e-2})
+    strategy = tiny_strategy(tiny_model, model_args=lora, training_args={"learning_rate": 1e-2})
     before = {n: p.full_tensor().clone() for n, p in strategy.model.named_parameters()}
     batch = sft_batch(4, seed=1)
     losses = [strategy.train_step(batch, sft_loss, loss_mask_key="loss_mask")["loss"] for _ in range(4)]
@@ -228,7 +174,7 @@ def test_lora_trains_only_adapters_and_exports_merged_base_weights(tiny_model, t
 
     merged = weights(strategy)
     strategy.save_checkpoint(str(tmp_path / "lora"))
-    resumed = make_strategy(tiny_model, model_args=lora)
+    resumed = tiny_strategy(tiny_model, model_args=lora)
     resumed.load_checkpoint(str(tmp_path / "lora"))
     assert all(torch.equal(tensor, merged[name]) for name, tensor in resumed.named_weights())
     base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
@@ -248,8 +194,8 @@ def test_lora_trains_only_adapters_and_exports_merged_base_weights(tiny_model, t
 
 
 def test_infer_strategy_forwards_and_receives_weights(tiny_model):
-    trainer = make_strategy(tiny_model)
-    reference = make_strategy(tiny_model, strategy="fsdp2_infer", infer_batch_size=2)
+    trainer = tiny_strategy(tiny_model)
+    reference = tiny_strategy(tiny_model, strategy="fsdp2_infer", infer_batch_size=2)
     assert not any(p.requires_grad for p in reference.model.parameters())
     batch = sft_batch(3, seed=4)
     before = reference.forward_step(batch, logits_of)["logits"]
@@ -265,7 +211,7 @@ def test_infer_strategy_forwards_and_receives_weights(tiny_model):
 
 
 def test_bf16_compute_keeps_float32_masters_and_syncs_bf16_weights(tiny_model):
-    strategy = make_strategy(
+    strategy = tiny_strategy(
         tiny_model, strategy_config={"param_dtype": "bfloat16"}, training_args={"learning_rate": 1e-3}
     )
     batch = sft_batch(4, seed=1)
@@ -280,7 +226,7 @@ def test_bf16_compute_keeps_float32_masters_and_syncs_bf16_weights(tiny_model):
 
 
 def test_train_step_explains_a_missing_loss_mask_and_an_empty_batch(tiny_model):
-    strategy = make_strategy(tiny_model)
+    strategy = tiny_strategy(tiny_model)
     batch = sft_batch(2, seed=1)
     with pytest.raises(StrategyError, match="response_mask"):
         strategy.train_step(batch, sft_loss, loss_mask_key="response_mask")
@@ -290,16 +236,8 @@ def test_train_step_explains_a_missing_loss_mask_and_an_empty_batch(tiny_model):
 
 
 # --- two ranks on Ray ------------------------------------------------------------------------------------------
-class Fsdp2TestWorker(StrategyWorker):
+class Fsdp2TestWorker(SftWorker):
     """A training role with the registered calls the cluster test needs."""
-
-    @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
-    def train(self, data: DataProto) -> dict[str, float]:
-        return self.strategy.train_step(data, sft_loss, loss_mask_key="loss_mask")
-
-    @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
-    def logits(self, data: DataProto) -> DataProto:
-        return DataProto.from_dict(self.strategy.forward_step(data, logits_of))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL_ONE)
     def full_weights(self) -> dict[str, torch.Tensor] | None:
@@ -324,20 +262,16 @@ class Fsdp2TestWorker(StrategyWorker):
 @pytest.fixture(scope="module")
 def two_ranks(tiny_model, resources):
     """A 2-worker fsdp2_train role (gloo); each test restarts its strategy with the settings it needs."""
-    config = worker_config(tiny_model, world_size=2, system_envs={"OMP_NUM_THREADS": "1"}, infer_batch_size=1)
-    cluster = Cluster(f"fsdp2-{uuid.uuid4().hex[:8]}", Fsdp2TestWorker, resources, config)
-    try:
-        cluster.initialize()
+    config = tiny_worker_config(tiny_model, world_size=2, system_envs={"OMP_NUM_THREADS": "1"}, infer_batch_size=1)
+    with running_cluster(f"fsdp2-{uuid.uuid4().hex[:8]}", Fsdp2TestWorker, resources, config) as cluster:
         yield cluster
-    finally:
-        cluster.shutdown()
 
 
 def test_two_ranks_match_one_rank(two_ranks, tiny_model):
     """FSDP2 on 2 ranks (two Ray workers, gloo) gives the same losses and final weights as 1 rank."""
     batches = [sft_batch(8, seed=s) for s in (11, 12, 13)]
     probe = sft_batch(3, seed=21)
-    reference = make_strategy(tiny_model)
+    reference = tiny_strategy(tiny_model)
     probe_logits = reference.forward_step(probe, logits_of)["logits"]
     ref_metrics = [reference.train_step(batch, sft_loss, loss_mask_key="loss_mask") for batch in batches]
 
@@ -377,7 +311,7 @@ def test_two_ranks_resume_from_a_sharded_checkpoint_exactly(two_ranks, tmp_path)
 def test_hsdp_with_uneven_shards_matches_one_rank(two_ranks, tiny_model):
     """2 replicas x 1 shard; 5 rows split 3 + 2, so rank 1 repeats a micro-batch at weight 0."""
     batches = [sft_batch(8, seed=11), sft_batch(5, seed=14)]
-    reference = make_strategy(tiny_model)
+    reference = tiny_strategy(tiny_model)
     ref_metrics = [reference.train_step(batch, sft_loss, loss_mask_key="loss_mask") for batch in batches]
     two_ranks.restart({"fsdp_size": 1})
     for batch, expected in zip(batches, ref_metrics):

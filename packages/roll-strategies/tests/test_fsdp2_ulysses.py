@@ -5,27 +5,24 @@ from __future__ import annotations
 
 import types
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from roll.protocol import DataProto, Dispatch, register
-from roll.runtime import Cluster, ConfigError
+from roll.runtime import ConfigError
 from roll.runtime.testing import ship_module_by_value
 from roll.strategies import (
     LossScale,
-    ModelArgs,
     StrategyArgs,
     StrategyError,
     StrategyWorker,
-    StrategyWorkerConfig,
-    TrainingArgs,
     create_strategy,
 )
 from roll.strategies.fsdp2.config import Fsdp2Config
 from roll.strategies.ops import language_model_loss, log_probs_from_logits
+from roll.strategies.testing.train import running_cluster, tiny_strategy, tiny_worker_config
 from roll.strategies.ulysses import check_heads
 
 ship_module_by_value(__name__)
@@ -34,16 +31,7 @@ TOL = {"atol": 1e-5, "rtol": 0.0}
 PROMPT, RESPONSE = 6, 7  # 13 columns: not a multiple of the group, so the sequence is padded
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _isolated_process():
-    import torch.distributed as dist
-
-    threads, had_group = torch.get_num_threads(), dist.is_initialized()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-    if not had_group and dist.is_initialized():
-        dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("isolated_process")
 
 
 def rl_batch(rows: int, seed: int) -> DataProto:
@@ -81,22 +69,6 @@ def sft_loss(micro: DataProto, logits: torch.Tensor, scale: LossScale) -> tuple[
     labels = micro.batch["input_ids"].masked_fill(~predicted, -100)
     loss, _ = language_model_loss(logits, labels, num_tokens=scale.num_tokens)
     return loss, {}
-
-
-def worker_config(model: Path, **overrides: Any) -> StrategyWorkerConfig:
-    return StrategyWorkerConfig(
-        name="actor",
-        model_args=ModelArgs(model_name_or_path=str(model), dtype="float32"),
-        training_args=TrainingArgs(learning_rate=1e-4, per_device_train_batch_size=2),
-        strategy_args=StrategyArgs(strategy_name="fsdp2_train", strategy_config=overrides.pop("strategy_config", {})),
-        **overrides,
-    )
-
-
-def make_strategy(model: Path, **overrides: Any):
-    worker = StrategyWorker(worker_config(model, **overrides))
-    worker.initialize()
-    return worker.strategy
 
 
 def train_with_grads(strategy, batch: DataProto, loss: str) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
@@ -162,13 +134,9 @@ class UlyssesTestWorker(StrategyWorker):
 
 @pytest.fixture(scope="module")
 def sp_pair(tiny_model, resources):
-    config = worker_config(tiny_model, world_size=2, system_envs={"OMP_NUM_THREADS": "1"}, infer_batch_size=2)
-    cluster = Cluster(f"ulysses-{uuid.uuid4().hex[:8]}", UlyssesTestWorker, resources, config)
-    try:
-        cluster.initialize()
+    config = tiny_worker_config(tiny_model, world_size=2, system_envs={"OMP_NUM_THREADS": "1"}, infer_batch_size=2)
+    with running_cluster(f"ulysses-{uuid.uuid4().hex[:8]}", UlyssesTestWorker, resources, config) as cluster:
         yield cluster
-    finally:
-        cluster.shutdown()
 
 
 # --- configuration ---------------------------------------------------------------------------------------------
@@ -185,7 +153,7 @@ def test_heads_must_split_over_the_group():
 
 def test_world_must_be_a_multiple_of_the_group(tiny_model):
     with pytest.raises(StrategyError, match="ulysses_size=2 must divide the role's world size 1"):
-        make_strategy(tiny_model, strategy_config={"ulysses_size": 2})
+        tiny_strategy(tiny_model, strategy_config={"ulysses_size": 2})
 
 
 # --- two ranks, one SP group -----------------------------------------------------------------------------------
@@ -199,7 +167,7 @@ def test_two_rank_ulysses_matches_one_rank(sp_pair, tiny_model, packing, fsdp_si
     probe, batch = rl_batch(5, seed=3), rl_batch(4, seed=4)
     results = {}
     for loss in ("pg", "sft"):
-        reference = make_strategy(tiny_model, infer_batch_size=2, batching={"sequence_packing": packing})
+        reference = tiny_strategy(tiny_model, infer_batch_size=2, batching={"sequence_packing": packing})
         before = reference.forward_step(probe, response_log_probs)["log_probs"]
         metrics, grads = train_with_grads(reference, batch, loss)
         after = reference.forward_step(probe, response_log_probs)["log_probs"]

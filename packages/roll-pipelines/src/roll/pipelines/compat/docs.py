@@ -13,6 +13,7 @@ from typing import Any, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import PydanticUndefined
 
+from roll.pipelines.compat.defaults import ROLL_RLVR_DEFAULTS
 from roll.pipelines.compat.keys import (
     DATA_ARGS,
     ENV_MANAGER_KEYS,
@@ -27,7 +28,6 @@ from roll.pipelines.compat.keys import (
     Rule,
 )
 from roll.pipelines.compat.notes import SEMANTICS_NOTES
-from roll.pipelines.compat.translate import ROLL_RLVR_DEFAULTS
 
 __all__ = ["config_reference", "roll_compat", "write_docs"]
 

@@ -19,6 +19,7 @@ __all__ = [
     "PIPELINE_KEYS",
     "REWARD_CLASSES",
     "ROLE_KEYS",
+    "ROLL_DTYPES",
     "STRATEGY_NAMES",
     "TOP_KEYS",
     "TRAINING_ARGS",
@@ -335,6 +336,8 @@ for _key in (
     DATA_ARGS[_key] = _ignored("multimodal sizing; roll's pipelines take text")
 
 # ROLL strategy names -> roll's (None: no roll backend; the note names the replacement).
+# ROLL's dtype spellings (model_args.dtype, strategy_config *dtype) -> torch names
+ROLL_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 STRATEGY_NAMES: dict[str, tuple[str | None, str]] = {
     "megatron_train": ("megatron_train", ""),
     "megatron_infer": ("megatron_infer", ""),

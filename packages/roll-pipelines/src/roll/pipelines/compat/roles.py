@@ -1,4 +1,5 @@
-"""The role sections of a ROLL config (WorkerConfig: model, training, generation, data, strategy) in roll's shape."""
+"""The role sections of a ROLL config (WorkerConfig: model, training, generation, data, strategy) in roll's shape;
+the strategy settings are in :mod:`roll.pipelines.compat.strategy_args`."""
 
 from __future__ import annotations
 
@@ -13,21 +14,20 @@ from roll.pipelines.compat.keys import (
     MODEL_ARGS,
     REWARD_CLASSES,
     ROLE_KEYS,
+    ROLL_DTYPES,
     ROLL_SAMPLING_DEFAULTS,
-    STRATEGY_NAMES,
     TRAINING_ARGS,
     Rule,
 )
+from roll.pipelines.compat.strategy_args import strategy_from_role, translate_strategy
 
 if TYPE_CHECKING:
     from roll.pipelines.compat.translate import _Translator
 
 __all__ = ["RoleTranslator"]
 
-_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 _ATTN = {"fa2": "flash_attention_2", "auto": None}
 _POLICY_ROLES = ("actor_train", "actor_infer", "reference", "sft_train", "student_infer")
-_STRATEGY_PASSTHROUGH = {"vllm": "engine_kwargs", "sglang": "engine_kwargs"}
 
 
 _PG_KEYS = {
@@ -92,7 +92,7 @@ class RoleTranslator:
             elif key in ("model_args", "training_args", "generating_args", "data_args") and isinstance(value, dict):
                 out[key] = self.section(where, key, value, model)
             elif key == "strategy_args" and isinstance(value, dict):
-                out[key] = self.strategy(where, value)
+                out[key] = translate_strategy(top, where, value)
             elif key in _PG_KEYS and path == "actor_train":
                 self.pg_key(where, key, value, raw)
             elif key == "model_update_frequency":
@@ -114,8 +114,7 @@ class RoleTranslator:
                 out[key] = value
                 close = difflib.get_close_matches(key, [*known, *ROLE_KEYS], n=1)
                 top.row(where, "unknown", note=f"unknown key; did you mean {close[0]!r}?" if close else "unknown key")
-        self.sglang_tp(path, raw, out)
-        self.ulysses(path, raw, out)
+        strategy_from_role(top, path, raw, out)
         if path == "actor_train" and _pg_worker(raw) and "pg_variant" not in raw:
             top.set_path("policy_loss.variant", "vanilla", f"{path}.worker_cls")
             top.row(f"({path}.pg_variant)", "implemented-as", "policy_loss.variant", "ROLL's ActorPGWorker default")
@@ -125,37 +124,6 @@ class RoleTranslator:
             del out["data_args"]  # ROLL gives every role a template only; roll's data lives on the trained role
         self.pipeline_wide(path, raw, out)
         return out
-
-    def sglang_tp(self, path: str, raw: dict[str, Any], out: dict[str, Any]) -> None:
-        """ROLL's sglang engine spans the worker's GPUs (tp_size = num_gpus_per_worker) unless the config says."""
-        strategy = out.get("strategy_args")
-        if not isinstance(strategy, dict) or strategy.get("strategy_name") != "sglang":
-            return
-        config = strategy.setdefault("strategy_config", {})
-        gpus = raw.get("num_gpus_per_worker")
-        if isinstance(gpus, int) and gpus > 1 and not {"tp_size", "tensor_parallel_size"} & set(config):
-            config["tp_size"] = gpus
-            self.top.row(
-                f"{path}.strategy_args.strategy_config.tp_size",
-                "implemented-as",
-                note=f"{gpus}: ROLL's sglang engine spans num_gpus_per_worker GPUs",
-            )
-
-    def ulysses(self, path: str, raw: dict[str, Any], out: dict[str, Any]) -> None:
-        """ROLL's ``model_args.ulysses_size`` -> ``strategy_config.ulysses_size`` of the fsdp2 strategies (ROLL's
-        other backends do not read it)."""
-        model_args = raw.get("model_args")
-        if not isinstance(model_args, dict) or "ulysses_size" not in model_args:
-            return
-        where, value = f"{path}.model_args.ulysses_size", model_args["ulysses_size"]
-        strategy = out.get("strategy_args")
-        name = strategy.get("strategy_name") if isinstance(strategy, dict) else None
-        if isinstance(strategy, dict) and str(name).startswith("fsdp2"):
-            strategy.setdefault("strategy_config", {})["ulysses_size"] = 1 if value is None else value
-            rule = MODEL_ARGS["ulysses_size"]
-            self.top.row(where, "renamed", f"{path}.{rule.target}", rule.note)
-        else:
-            self.top.row(where, "ignored", note=f"only ROLL's FSDP2 strategies read it; this role runs {name}")
 
     def pg_key(self, where: str, key: str, value: Any, raw: dict[str, Any]) -> None:
         """pg_variant and the TOPR weights: read by ROLL's ActorPGWorker only; its plain ActorWorker runs PPO."""
@@ -226,9 +194,9 @@ class RoleTranslator:
         for key, value in raw.items():
             here = f"{where}.{key}"
             rule: Rule | None = rules.get(key)
-            if key == "dtype" and name == "model_args" and value in _DTYPES:
-                out[key] = _DTYPES[value]
-                top.row(here, "renamed", note=f"{value} -> {_DTYPES[value]}")
+            if key == "dtype" and name == "model_args" and value in ROLL_DTYPES:
+                out[key] = ROLL_DTYPES[value]
+                top.row(here, "renamed", note=f"{value} -> {ROLL_DTYPES[value]}")
             elif key == "attn_implementation" and value in _ATTN:
                 if _ATTN[value] is not None:
                     out[key] = _ATTN[value]
@@ -249,7 +217,7 @@ class RoleTranslator:
             elif key == "template":
                 top.row(here, "implemented-as", f"{where}.apply_chat_template", "the tokenizer's own chat template")
             elif key == "ulysses_size" and name == "model_args":
-                continue  # a strategy setting in roll: RoleTranslator.ulysses places it once the strategy is known
+                continue  # a strategy setting in roll: strategy_from_role places it once the strategy is known
             elif key in known:
                 out[key] = value
                 top.row(here, "kept")
@@ -271,66 +239,6 @@ class RoleTranslator:
                 continue
             out[key] = default
             self.top.row(f"({where}.{key})", "implemented-as", f"{where}.{key}", f"ROLL default {default!r} written in")
-
-    def strategy(self, where: str, raw: dict[str, Any]) -> dict[str, Any]:
-        from roll.strategies.registry import STRATEGY_CONFIGS
-
-        top = self.top
-        name = raw.get("strategy_name")
-        mapped, note = STRATEGY_NAMES.get(str(name), (name, ""))
-        if mapped is None:
-            top.row(f"{where}.strategy_name", "unsupported", note=note)
-            return {"strategy_name": name}
-        top.row(f"{where}.strategy_name", "renamed" if mapped != name else "kept", str(mapped), note)
-        config = raw.get("strategy_config") or {}
-        out: dict[str, Any] = {"strategy_name": mapped, "strategy_config": {}}
-        try:
-            known = set(STRATEGY_CONFIGS.get(str(mapped)).model_fields)
-        except Exception:  # an unregistered name: validation names it
-            out["strategy_config"] = config
-            return out
-        if config.get("recompute_granularity") == "full" and "recompute_method" not in config:
-            config = {**config, "recompute_method": "uniform", "recompute_num_layers": 1}
-            top.row(
-                f"{where}.strategy_config.recompute_method",
-                "implemented-as",
-                note="full recompute without a method: uniform, 1 layer per checkpoint (Megatron's usual)",
-            )
-        tp = config.get("tensor_model_parallel_size", 1)
-        if str(mapped).startswith("megatron") and config.get("sequence_parallel") and tp == 1:
-            config = {**config, "sequence_parallel": False}
-            top.row(
-                f"{where}.strategy_config.sequence_parallel",
-                "implemented-as",
-                note="false: ROLL (mcore_adapter) turns sequence parallelism off when tensor_model_parallel_size is 1",
-            )
-        if str(mapped).startswith("megatron") and "transformer_impl" in known and "transformer_impl" not in config:
-            out["strategy_config"]["transformer_impl"] = "transformer_engine"
-            top.row(
-                f"{where}.strategy_config.transformer_impl",
-                "implemented-as",
-                note="transformer_engine: ROLL's (mcore_adapter's) default, written in",
-            )
-        passthrough = _STRATEGY_PASSTHROUGH.get(str(mapped))
-        for key, value in config.items():
-            here = f"{where}.strategy_config.{key}"
-            if key in known and key.endswith("dtype") and value in _DTYPES:
-                out["strategy_config"][key] = _DTYPES[value]
-                top.row(here, "renamed", note=f"{value} -> {_DTYPES[value]}")
-            elif key in known:
-                out["strategy_config"][key] = value
-                top.row(here, "kept")
-            elif passthrough:
-                out["strategy_config"].setdefault(passthrough, {})[key] = value
-                top.row(here, "renamed", f"{where}.strategy_config.{passthrough}.{key}", f"passed to {mapped} as is")
-            else:
-                top.row(
-                    here,
-                    "ignored",
-                    note=f"{mapped} tuning knob roll's {mapped} strategy does not take "
-                    "(GPU parallelism/kernels; no effect on the maths)",
-                )
-        return out
 
     # --- pipeline-wide values every role takes --------------------------------------------------------------
     def pipeline_wide(self, path: str, raw: dict[str, Any], out: dict[str, Any]) -> None:

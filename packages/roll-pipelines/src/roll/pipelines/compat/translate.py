@@ -3,8 +3,8 @@
 ROLL's YAML names no pipeline (its launcher script does), so :func:`infer_pipeline` reads it from the file's shape.
 :func:`translate` walks every key: roll's own keys are kept, ROLL's flat keys are mapped by the pipeline's
 ``FLAT_KEYS``, the rest follow :mod:`roll.pipelines.compat.keys`. Where ROLL's defaults differ from roll's, the
-ROLL default is written in, so the file means what it meant under ROLL. Unsupported and unknown keys are reported,
-never dropped: the caller turns them into one error.
+ROLL default is written in (:mod:`roll.pipelines.compat.defaults`), so the file means what it meant under ROLL.
+Unsupported and unknown keys are reported, never dropped: the caller turns them into one error.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from roll.pipelines.compat.defaults import fill_roll_defaults
 from roll.pipelines.compat.hydra import deep_merge
 from roll.pipelines.compat.judge import fold_judges
 from roll.pipelines.compat.keys import ENV_MANAGER_KEYS, PIPELINE_KEYS, TOP_KEYS, Rule, Status
@@ -32,17 +33,6 @@ PIPELINE_TRAINED_ROLE = {
     "distill": "student",
     "agentic": "",  # envs make the prompts: no role reads data
     "agentic_rollout": "",
-}
-# ROLL PPOConfig defaults that differ from roll's: written in when the file does not set them (flat key -> value)
-ROLL_RLVR_DEFAULTS: dict[str, Any] = {
-    "adv_estimator": "gae",
-    "lambd": 0.95,
-    "init_kl_coef": 0.2,
-    "kl_loss_coef": 0.0,
-    "kl_penalty": "kl",
-    "loss_agg_mode": "seq-mean-token-mean",
-    "value_clip": None,
-    "rollout_batch_size": 128,
 }
 UNSUPPORTED_ESTIMATORS = {"gigpo", "step_reinforce", "agentic_reinforce"}
 
@@ -198,7 +188,7 @@ class _Translator:
             else:
                 self.out[key] = value
                 self.row(key, "unknown", note=_suggest(key, [*fields, *self.flat, *TOP_KEYS]))
-        self.fill_roll_defaults(data)
+        fill_roll_defaults(self, data)
         roles.apply_pretrain(data)
 
     def env_manager(self, key: str, value: Any) -> Any:
@@ -355,72 +345,6 @@ class _Translator:
             self.row(key, "kept", target, "also given by a role")
         self.out[key] = value
         self.row(key, "mapped", target, note)
-
-    def derive_num_nodes(self, data: dict[str, Any]) -> None:
-        """ROLL ignores a file's num_nodes: it counts nodes from the highest device id in any role's
-        device_mapping and num_gpus_per_node (its default 8; at run time the machine's GPU count)."""
-        from roll.runtime.config import parse_device_mapping
-
-        ids: list[int] = []
-        for value in self.out.values():
-            roles = value.values() if isinstance(value, dict) and "device_mapping" not in value else [value]
-            for role in roles:
-                if isinstance(role, dict) and role.get("device_mapping") is not None:
-                    try:
-                        ids += parse_device_mapping(role["device_mapping"]) or []
-                    except ValueError:
-                        continue  # reported by validation with the role's name
-        if not ids:
-            return
-        per_node = self.out.setdefault("num_gpus_per_node", data.get("num_gpus_per_node", 8))
-        if not isinstance(per_node, int) or per_node < 1:
-            return
-        nodes = -(-(max(ids) + 1) // per_node)
-        if "num_nodes" in data and data["num_nodes"] != nodes:
-            self.rows = [row for row in self.rows if row.key != "num_nodes"]
-            self.row("num_nodes", "implemented-as", "num_nodes", f"{data['num_nodes']} replaced: ROLL derives it")
-        self.out["num_nodes"] = nodes
-        self.row(
-            "(num_nodes)", "implemented-as", "num_nodes", f"{nodes}: highest device id / num_gpus_per_node, as ROLL"
-        )
-
-    def fill_sft_columns(self, data: dict[str, Any]) -> None:
-        """ROLL's SFTConfig reads Alpaca columns by default (prompt_key instruction, response_key output)."""
-        if self.pipeline != "sft":
-            return
-        role = self.out.get("sft_train")
-        given = role.get("data_args") if isinstance(role, dict) else None
-        for key, value in (("prompt_key", "instruction"), ("response_key", "output")):
-            alias = key.removesuffix("_key")
-            if key in data or (isinstance(given, dict) and (key in given or alias in given)):
-                continue
-            self.set_path(f"sft_train.data_args.{key}", value, f"({key})")
-            self.row(f"({key})", "implemented-as", f"sft_train.data_args.{key}", f"ROLL default {value!r} written in")
-
-    def fill_roll_defaults(self, data: dict[str, Any]) -> None:
-        self.derive_num_nodes(data)
-        self.fill_sft_columns(data)
-        if self.pipeline == "distill" and "sequence_length" not in data:
-            self.set_path("student.data_args.max_length", 2048, "(sequence_length)")
-            self.row("(sequence_length)", "implemented-as", "student.data_args.max_length", "ROLL default 2048")
-        if self.opd_launcher and "is_pure_opd" not in data:
-            self.out["is_pure_opd"] = True
-            self.row("(is_pure_opd)", "implemented-as", "opd.pure", "true: ROLL's on-policy distill launcher sets it")
-        if self.pipeline != "rlvr":
-            return
-        for key, value in ROLL_RLVR_DEFAULTS.items():
-            if key not in data and key in self.flat:
-                self.out[key] = value
-                self.row(f"({key})", "implemented-as", self.flat[key], f"ROLL default {value!r} written in")
-        self.set_path("kl.loss_penalty", "k3", "(kl loss estimator)")
-        self.row("(kl loss estimator)", "implemented-as", "kl.loss_penalty", "ROLL's actor KL loss is always k3")
-        self.set_path("advantage.domain_stats", True, "(domain_stats)")
-        self.row(
-            "(domain_stats)",
-            "implemented-as",
-            "advantage.domain_stats",
-            "ROLL computes rewards and advantages per reward domain: true written in",
-        )
 
 
 def translate(data: dict[str, Any], referenced: set[str] | None = None, pipeline: str | None = None) -> Translation:

@@ -17,13 +17,13 @@ from roll.pipelines.rewards.base import (
     safe_score,
 )
 from roll.pipelines.rewards.code import CodeSandboxRewardWorker, CodeTest, code_score, extract_code, parse_test_cases
-from roll.pipelines.rewards.llm_judge import (
+from roll.pipelines.rewards.judge_text import (
     DEFAULT_JUDGE_TEMPLATE,
-    LLMJudgeRewardWorker,
     format_judge_prompt,
     judge_verdict,
     parse_judge_score,
 )
+from roll.pipelines.rewards.llm_judge import LLMJudgeRewardWorker
 from roll.pipelines.rewards.math import MathRewardWorker, answers_match, extract_answer, extract_boxed, math_score
 from roll.pipelines.rewards.python_fn import (
     PythonFunctionRewardWorker,

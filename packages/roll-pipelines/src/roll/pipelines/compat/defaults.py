@@ -1,0 +1,93 @@
+"""ROLL's defaults that differ from roll's, written into a translated config where the file leaves them out: the
+node count ROLL derives from device mappings, the Alpaca columns of its SFT, its distill length, its OPD launcher's
+switch and its RLVR (PPOConfig) defaults."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from roll.pipelines.compat.translate import _Translator
+
+__all__ = ["ROLL_RLVR_DEFAULTS", "fill_roll_defaults"]
+
+# ROLL PPOConfig defaults that differ from roll's: written in when the file does not set them (flat key -> value)
+ROLL_RLVR_DEFAULTS: dict[str, Any] = {
+    "adv_estimator": "gae",
+    "lambd": 0.95,
+    "init_kl_coef": 0.2,
+    "kl_loss_coef": 0.0,
+    "kl_penalty": "kl",
+    "loss_agg_mode": "seq-mean-token-mean",
+    "value_clip": None,
+    "rollout_batch_size": 128,
+}
+
+
+def _derive_num_nodes(top: _Translator, data: dict[str, Any]) -> None:
+    """ROLL ignores a file's num_nodes: it counts nodes from the highest device id in any role's
+    device_mapping and num_gpus_per_node (its default 8; at run time the machine's GPU count)."""
+    from roll.runtime.config import parse_device_mapping
+
+    ids: list[int] = []
+    for value in top.out.values():
+        roles = value.values() if isinstance(value, dict) and "device_mapping" not in value else [value]
+        for role in roles:
+            if isinstance(role, dict) and role.get("device_mapping") is not None:
+                try:
+                    ids += parse_device_mapping(role["device_mapping"]) or []
+                except ValueError:
+                    continue  # reported by validation with the role's name
+    if not ids:
+        return
+    per_node = top.out.setdefault("num_gpus_per_node", data.get("num_gpus_per_node", 8))
+    if not isinstance(per_node, int) or per_node < 1:
+        return
+    nodes = -(-(max(ids) + 1) // per_node)
+    if "num_nodes" in data and data["num_nodes"] != nodes:
+        top.rows = [row for row in top.rows if row.key != "num_nodes"]
+        top.row("num_nodes", "implemented-as", "num_nodes", f"{data['num_nodes']} replaced: ROLL derives it")
+    top.out["num_nodes"] = nodes
+    top.row("(num_nodes)", "implemented-as", "num_nodes", f"{nodes}: highest device id / num_gpus_per_node, as ROLL")
+
+
+def _fill_sft_columns(top: _Translator, data: dict[str, Any]) -> None:
+    """ROLL's SFTConfig reads Alpaca columns by default (prompt_key instruction, response_key output)."""
+    if top.pipeline != "sft":
+        return
+    role = top.out.get("sft_train")
+    given = role.get("data_args") if isinstance(role, dict) else None
+    for key, value in (("prompt_key", "instruction"), ("response_key", "output")):
+        alias = key.removesuffix("_key")
+        if key in data or (isinstance(given, dict) and (key in given or alias in given)):
+            continue
+        top.set_path(f"sft_train.data_args.{key}", value, f"({key})")
+        top.row(f"({key})", "implemented-as", f"sft_train.data_args.{key}", f"ROLL default {value!r} written in")
+
+
+def fill_roll_defaults(top: _Translator, data: dict[str, Any]) -> None:
+    """Where ROLL's defaults differ from roll's, write ROLL's in (each with a report row), so the file means what it
+    meant under ROLL."""
+    _derive_num_nodes(top, data)
+    _fill_sft_columns(top, data)
+    if top.pipeline == "distill" and "sequence_length" not in data:
+        top.set_path("student.data_args.max_length", 2048, "(sequence_length)")
+        top.row("(sequence_length)", "implemented-as", "student.data_args.max_length", "ROLL default 2048")
+    if top.opd_launcher and "is_pure_opd" not in data:
+        top.out["is_pure_opd"] = True
+        top.row("(is_pure_opd)", "implemented-as", "opd.pure", "true: ROLL's on-policy distill launcher sets it")
+    if top.pipeline != "rlvr":
+        return
+    for key, value in ROLL_RLVR_DEFAULTS.items():
+        if key not in data and key in top.flat:
+            top.out[key] = value
+            top.row(f"({key})", "implemented-as", top.flat[key], f"ROLL default {value!r} written in")
+    top.set_path("kl.loss_penalty", "k3", "(kl loss estimator)")
+    top.row("(kl loss estimator)", "implemented-as", "kl.loss_penalty", "ROLL's actor KL loss is always k3")
+    top.set_path("advantage.domain_stats", True, "(domain_stats)")
+    top.row(
+        "(domain_stats)",
+        "implemented-as",
+        "advantage.domain_stats",
+        "ROLL computes rewards and advantages per reward domain: true written in",
+    )
