@@ -9,8 +9,9 @@ Usage: python -m tools.diagnostics.opd_plain LR STEPS [--samples N] [--prompts P
 Each step: P training prompts x N samples (temperature 1, 40 new tokens) from the student; per-token advantage
 -(log p_student - log p_teacher) on the sampled tokens; one Adam step on -token_mean(A * log p) (grad clip 1).
 Prints the sampled reverse-KL estimate (k1, what opd/reverse_kl logs), the exact reverse KL over the vocabulary at
-the sampled positions before and after the step (same batch), and greedy held-out correctness (any format, 128
-eval prompts) every K steps. ``--fixed``: the same prompts every step (a fixed prompt set; fresh samples).
+the sampled positions before and after the step (same batch), and every K steps greedy correctness (any format) on
+128 training-split prompts the run never samples (the last ones of the split): settings are chosen on these, never
+on the recipe's held-out eval split. ``--fixed``: the same prompts every step (a fixed prompt set; fresh samples).
 ``--warmup W``: the learning rate rises linearly over the first W steps (lr * step / W), then stays.
 """
 
@@ -80,19 +81,21 @@ def main() -> None:
     student = AutoModelForCausalLM.from_pretrained(student_path, dtype=torch.float32)
     teacher = AutoModelForCausalLM.from_pretrained(teacher_path, dtype=torch.float32).eval()
     train = arithmetic_prompts(4000, 2, split="train", max_operand=99, ops="add")
-    held_out = arithmetic_prompts(256, 1, split="eval", max_operand=99, ops="add")[: args.eval_n]
+    unseen = train[-args.eval_n :]  # never sampled: steps * prompts < len(train) - eval_n is checked below
+    if args.steps * args.prompts > len(train) - args.eval_n:
+        raise SystemExit("steps * prompts reaches the unseen evaluation prompts; use fewer")
 
     @torch.no_grad()
     def evaluate(model: Any) -> tuple[float, float]:
         model.eval()
-        b = tok(_chat(tok, held_out), return_tensors="pt", padding=True)
+        b = tok(_chat(tok, unseen), return_tensors="pt", padding=True)
         out = model.generate(**b, max_new_tokens=40, do_sample=False, pad_token_id=tok.pad_token_id)
         texts = tok.batch_decode(out[:, b["input_ids"].shape[1] :], skip_special_tokens=True)
-        grades = [grade_answer(t, r["ground_truth"]) for t, r in zip(texts, held_out)]
+        grades = [grade_answer(t, r["ground_truth"]) for t, r in zip(texts, unseen)]
         return sum(g.correct for g in grades) / len(grades), sum(bool(g.formatted) for g in grades) / len(grades)
 
-    print(f"teacher held-out correct/format {evaluate(teacher)}", flush=True)
-    print(f"step 0 held-out correct/format {evaluate(student)}", flush=True)
+    print(f"teacher unseen-prompt correct/format {evaluate(teacher)}", flush=True)
+    print(f"step 0 unseen-prompt correct/format {evaluate(student)}", flush=True)
     opt = torch.optim.Adam(student.parameters(), lr=args.lr)
     n = args.samples
     for step in range(1, args.steps + 1):
@@ -142,7 +145,7 @@ def main() -> None:
             flush=True,
         )
         if step % args.eval_every == 0:
-            print(f"step {step} held-out correct/format {evaluate(student)}", flush=True)
+            print(f"step {step} unseen-prompt correct/format {evaluate(student)}", flush=True)
 
 
 if __name__ == "__main__":
