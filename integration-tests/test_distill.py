@@ -1,8 +1,8 @@
 """End-to-end distillation runs (`roll run distill-tiny`, `roll run opd-tiny`), read back from metrics.jsonl.
 
-Both use the cached teacher recipe (sft-tiny-partial); opd-tiny's student is distill-tiny's plain-SFT baseline
-(``recipe://distill-tiny?distill_loss_weight=0.0``), trained once per cache. Bounds are looser than the
-Must-show numbers in docs/results/distill.md, for shorter runs.
+distill-tiny's teacher is the cached recipe sft-tiny-partial; opd-tiny's teacher is distill-tiny's plain-SFT
+baseline (``recipe://distill-tiny?distill_loss_weight=0.0``) and its student the same recipe stopped at 100 steps,
+each trained once per cache. Bounds are looser than the Must-show numbers in docs/results/distill.md.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def test_opd_tiny_raises_held_out_accuracy_without_a_training_reward(tmp_path, r
     roll(["run", "opd-tiny", f"output_dir={out}"], timeout=3600)
     rows = read_metrics(out / "metrics.jsonl")
     correct = {row["step"]: row["val/correct"] for row in rows if "val/correct" in row}
-    assert sorted(correct) == [0, 10, 20], correct
-    assert correct[20] >= correct[0] + 0.05, correct
+    assert sorted(correct) == [0, 50, 100, 150, 200], correct  # the recipe: 200 steps, evaluated every 50
+    assert correct[200] >= correct[0] + 0.05, correct  # the Must-show asks +15 points; a looser bound here
     trained = [row for row in rows if "opd/reverse_kl" in row]
-    assert len(trained) == 20
+    assert len(trained) == 200
     assert not any("rollout/score" in row for row in trained)  # training rollouts are never scored
