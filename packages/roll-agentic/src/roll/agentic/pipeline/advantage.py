@@ -5,8 +5,9 @@ Trajectory-wise rows (one per episode): ``scores`` is the episode score. ``grpo`
 every assistant token of the row that value; ``agentic_reinforce`` places each turn's reward (``step_scores``) on
 its last token and discounts per turn; ``gae`` runs GAE with the critic's values.
 
-Step-wise rows (one per turn): ``gigpo`` adds the episode score normalized within its episode group and the
-discounted step return normalized within (episode group, state) groups, weighted by ``episode_reward_weight`` and
+Step-wise rows (one per turn): ``gigpo`` adds the episode score normalized with ``reward_normalization`` (by
+default mean/std within ``traj_group_id``, its episode group) and the discounted step return normalized within
+(episode group, state) groups by the same ``reward_normalization.method``, as ROLL does, weighted by ``episode_reward_weight`` and
 ``step_reward_weight``; ``step_reinforce`` normalizes the discounted step return with ``reward_normalization``;
 ``grpo``/``reinforce`` use the episode score of the row's episode.
 """
@@ -28,6 +29,7 @@ from roll.pipelines.algorithms import (
     labels_to_index,
     masked_mean,
     reinforce_returns,
+    reward_norm_types,
     state_group_index,
     step_discounted_returns,
     token_level_rewards_from_scores,
@@ -88,13 +90,16 @@ def _response_rewards(batch: DataProto, config: AgenticConfig) -> tuple[torch.Te
     if estimator == "gigpo":
         episode_groups = labels_to_index(_column(batch, "traj_group_id"))
         states = state_group_index(episode_groups, labels_to_index(_column(batch, "state_hash")))
+        # ROLL: the episode part with reward_normalization, the step part with its method over state groups
         parts = gigpo_rewards(
             episode_scores,
             step_returns,
-            episode_groups,
+            _group_index(batch, norm.grouping),
             states,
             episode_reward_weight=advantage.episode_reward_weight,
             step_reward_weight=advantage.step_reward_weight,
+            episode_norm=(norm.norm_mean_type, norm.norm_std_type),
+            step_norm=reward_norm_types(norm.method, "state_group_id"),
         )
         sizes = torch.bincount(states)
         metrics["advantage/state_groups"] = float(len(sizes))

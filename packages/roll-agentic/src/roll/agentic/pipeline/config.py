@@ -235,7 +235,7 @@ class AgenticConfig(BaseConfig):
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """Manager names, GRPO's default grouping, and the actor's LR schedule length (RL + warm-up steps)."""
+        """Manager names, GRPO's (and GiGPO's) default grouping, and the actor's LR schedule length (RL + warm-up steps)."""
         data = super().derive_defaults(data)
         spread_parse_tool_call(data)
         for key, name in (("train_env_manager", "train_env"), ("val_env_manager", "val_env")):
@@ -243,7 +243,7 @@ class AgenticConfig(BaseConfig):
             if section is not None and section.get("name") in (None, "worker"):
                 section["name"] = name
         estimator = raw_value(data, "advantage", "estimator", default="grpo")
-        if estimator == "grpo" and raw_value(data, "reward_normalization") is None:
+        if estimator in ("grpo", "gigpo") and raw_value(data, "reward_normalization") is None:
             data["reward_normalization"] = {"grouping": "traj_group_id", "method": "mean_std"}
         epochs = raw_value(data, "update", "epochs", default=1)
         warmup = raw_value(data, "warmup", "steps", default=0)
