@@ -80,7 +80,7 @@ def _config(manager: str, **extra) -> AgenticConfig:
 def _segments(mask_row: torch.Tensor) -> list[tuple[int, int]]:
     """[start, end) of each maximal run of 1s."""
     runs, start = [], None
-    for i, bit in enumerate(mask_row.tolist() + [0]):
+    for i, bit in enumerate([*mask_row.tolist(), 0]):
         if bit and start is None:
             start = i
         elif not bit and start is not None:
@@ -122,8 +122,6 @@ def test_traj_rows_mask_assistant_tokens_and_carry_the_episode_score(tokenizer, 
         for start, end in segments:  # each segment is the policy's answer, nothing of the environment's
             text = tokenizer.decode(data["responses"][row, start:end].tolist(), skip_special_tokens=True)
             assert "<answer>" in text and "Turn" not in text and "_" not in text
-        between = mask.clone()
-        between[segments[-1][1] :] = 1  # padding after the last turn is not an env message
         if len(segments) > 1:  # environment messages between turns: attended, never trained on
             gap = data["responses"][row, segments[0][1] : segments[1][0]].tolist()
             assert "Turn 2" in tokenizer.decode(gap, skip_special_tokens=True)
