@@ -79,6 +79,8 @@ def main() -> None:
     try:
         for step in range(1, steps + 1):
             batch = scheduler.get_batch(GROUPS * SIZE, step).batch
+            if batch is None:
+                continue
             success = [bool(v) for v in batch.non_tensor_batch["success"]]
             groups = list(batch.non_tensor_batch["traj_group_id"])
             scores = batch.batch["scores"].tolist()
