@@ -6,9 +6,10 @@
 
 The task is the quick start's (``rlvr-tiny``): worked two-digit additions, the policy starting from the cached
 SFT warm-up (``recipe://rlvr-tiny-warmup``, which answers in the requested ``\\boxed{}`` format, knows the
-one-digit facts, and forgets the carry in most greedy answers while ~40% of its samples carry it), 16 prompts x 8 samples per step, a reward of 1 for a right boxed answer. Every algorithm gets the
-same prompts, steps, learning rate (LoRA excepted, see below) and validation: greedy answers to the 256 held-out
-problems (none of them, nor their commuted twins, in training), graded by ``val/correct`` (the answer is right,
+one-digit facts, and forgets the carry in most greedy answers while ~40% of its samples carry it), 16 prompts x 8
+samples per step, a reward of 1 for a right boxed answer. Every algorithm gets the same prompts, steps, learning
+rate (LoRA excepted, see below) and validation: greedy answers to the 256 held-out problems (none of them, nor
+their commuted twins, in training), graded by ``val/correct`` (the answer is right,
 whatever its format) and ``val/format`` apart, before the first step and after the last.
 
 The algorithms (:data:`VARIANTS`), each a change to the recipe:

@@ -7,8 +7,8 @@ its last token and discounts per turn; ``gae`` runs GAE with the critic's values
 
 Step-wise rows (one per turn): ``gigpo`` adds the episode score normalized with ``reward_normalization`` (by
 default mean/std within ``traj_group_id``, its episode group) and the discounted step return normalized within
-(episode group, state) groups by the same ``reward_normalization.method``, as ROLL does, weighted by ``episode_reward_weight`` and
-``step_reward_weight``; ``step_reinforce`` normalizes the discounted step return with ``reward_normalization``;
+(episode group, state) groups by the same ``reward_normalization.method``, as ROLL does, weighted by
+``episode_reward_weight`` and ``step_reward_weight``; ``step_reinforce`` normalizes the discounted step return with ``reward_normalization``;
 ``grpo``/``reinforce`` use the episode score of the row's episode.
 """
 

@@ -235,7 +235,7 @@ class AgenticConfig(BaseConfig):
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """Manager names, GRPO's (and GiGPO's) default grouping, and the actor's LR schedule length (RL + warm-up steps)."""
+        """Manager names, GRPO's and GiGPO's default grouping, and the actor's LR schedule length (RL + warm-up)."""
         data = super().derive_defaults(data)
         spread_parse_tool_call(data)
         for key, name in (("train_env_manager", "train_env"), ("val_env_manager", "val_env")):
