@@ -1,21 +1,21 @@
 """GRPO on rlvr-tiny's warm-up model in plain PyTorch + transformers, none of roll's training code: a reference to
 tell a bug in roll's RL path from the optimisation itself (docs/results/quickstart.md).
 
-Usage: python -m tools.diagnostics.grpo_plain OPTIMIZER LR STEPS [WARMUP_EXPORT]
-  OPTIMIZER adam|sgd; WARMUP_EXPORT: the rlvr-tiny-warmup hf_export folder (default: the one under ROLL_CACHE_DIR).
+Usage: python -m tools.diagnostics.grpo_plain OPTIMIZER LR STEPS [START_MODEL]
+  OPTIMIZER adam|sgd; START_MODEL: an HF folder (default: the cached export of sft-tiny-partial, the quick start's
+  warm-up when these numbers were taken; trained once if roll's cache lacks it).
 Each step: 16 training prompts x 8 samples (temperature 1), math-rule scores (boxed), GRPO advantages, one
 on-policy step of -mean_tokens(A * log p); prints the rollout accuracy and the mean change of the samples' log-probs
 for positive and negative advantages, and greedy correctness on 128 held-out prompts every 5 steps.
 """
 
-import os
 import sys
-from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from roll.pipelines.data.synthetic import arithmetic_prompts
+from roll.pipelines.launcher import run_cached_recipe
 from roll.pipelines.rewards.math import math_score
 
 
@@ -23,17 +23,7 @@ def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(2)
     opt_name, lr, steps = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-    path = (
-        sys.argv[4]
-        if len(sys.argv) > 4
-        else str(
-            next(
-                (Path(os.environ.get("ROLL_CACHE_DIR", "~/.cache/roll")).expanduser() / "recipes").glob(
-                    "rlvr-tiny-warmup-*/hf_export"
-                )
-            )
-        )
-    )
+    path = sys.argv[4] if len(sys.argv) > 4 else str(run_cached_recipe("sft-tiny-partial"))
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)

@@ -18,9 +18,6 @@ on the recipe's held-out eval split. ``--fixed``: the same prompts every step (a
 from __future__ import annotations
 
 import argparse
-import json
-import os
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,16 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from roll.pipelines.data.synthetic import arithmetic_prompts
 from roll.pipelines.evaluation import grade_answer
-
-
-def _export(overrides: list[str]) -> str:
-    """The hf_export of the cached distill-tiny recipe run with exactly these overrides."""
-    root = Path(os.environ.get("ROLL_CACHE_DIR", "~/.cache/roll")).expanduser() / "recipes"
-    for folder in sorted(root.glob("distill-tiny-*")):
-        done = folder / "DONE.json"
-        if done.exists() and json.loads(done.read_text()).get("overrides") == overrides:
-            return str(folder / "hf_export")
-    raise SystemExit(f"no cached distill-tiny run with overrides {overrides} under {root}")
+from roll.pipelines.launcher import run_cached_recipe
 
 
 def _chat(tok: Any, rows: list[dict[str, str]]) -> list[str]:
@@ -74,8 +62,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    student_path = _export(["distill_loss_weight=0.0", "max_steps=100"])
-    teacher_path = _export(["distill_loss_weight=0.0"])
+    # opd-tiny's student and teacher (trained once into roll's cache if absent)
+    student_path = str(run_cached_recipe("distill-tiny", ["distill_loss_weight=0.0", "max_steps=100"]))
+    teacher_path = str(run_cached_recipe("distill-tiny", ["distill_loss_weight=0.0"]))
     tok = AutoTokenizer.from_pretrained(student_path)
     tok.padding_side = "left"
     student = AutoModelForCausalLM.from_pretrained(student_path, dtype=torch.float32)

@@ -35,3 +35,20 @@ def resources(ray_session):
     from roll.runtime import ResourceManager
 
     return ResourceManager()
+
+
+def _runs_of_ones(mask: list[int]) -> list[tuple[int, int]]:
+    runs, start = [], None
+    for i, bit in enumerate([*mask, 0]):
+        if bit and start is None:
+            start = i
+        elif not bit and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+@pytest.fixture(scope="session")
+def mask_runs():
+    """``[start, end)`` of each maximal run of 1s in a 0/1 list (e.g. the assistant turns of a loss mask)."""
+    return _runs_of_ones

@@ -12,18 +12,7 @@ from roll.strategies.ops import position_ids_from_attention_mask
 SPEC = dict(env_type="frozen_lake", env_config={"size": 4, "format_penalty": -0.1}, max_steps=4)
 
 
-def _segments(mask: list[int]) -> list[tuple[int, int]]:
-    runs, start = [], None
-    for i, m in enumerate([*mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            runs.append((start, i))
-            start = None
-    return runs
-
-
-def test_layout_masks_only_assistant_tokens(play, scripted, tokenizer) -> None:
+def test_layout_masks_only_assistant_tokens(play, scripted, tokenizer, mask_runs) -> None:
     responses = ["<answer>Up</answer>", "no idea", "<answer>Left</answer>", "<answer>Down</answer>"]
     client = scripted(responses)
     (result,) = play(CustomEnvConfig(**SPEC), client, seed=11)
@@ -37,7 +26,7 @@ def test_layout_masks_only_assistant_tokens(play, scripted, tokenizer) -> None:
     mask = data["response_mask"][0]
     assert bool((mask <= response_attention).all()) and bool(data["attention_mask"][0, :prompt_width].all())
     # Each run of the loss mask decodes to exactly one assistant response (with its EOS), in order.
-    runs = _segments(mask.tolist())
+    runs = mask_runs(mask.tolist())
     assert len(runs) == result.num_turns
     ids = data["responses"][0]
     for (start, end), response in zip(runs, responses):

@@ -77,18 +77,6 @@ def _config(manager: str, **extra) -> AgenticConfig:
     )
 
 
-def _segments(mask_row: torch.Tensor) -> list[tuple[int, int]]:
-    """[start, end) of each maximal run of 1s."""
-    runs, start = [], None
-    for i, bit in enumerate([*mask_row.tolist(), 0]):
-        if bit and start is None:
-            start = i
-        elif not bit and start is not None:
-            runs.append((start, i))
-            start = None
-    return runs
-
-
 def _normalized(values: list[float], groups: list[object], std: bool = True) -> list[float]:
     """ROLL's group normalisation in plain Python: mean/std (unbiased std; singletons and no spread give 0), or the
     mean only (``std=False``)."""
@@ -111,13 +99,13 @@ def traj_batch(tokenizer) -> DataProto:
     return _play(tokenizer, "traj")
 
 
-def test_traj_rows_mask_assistant_tokens_and_carry_the_episode_score(tokenizer, traj_batch) -> None:
+def test_traj_rows_mask_assistant_tokens_and_carry_the_episode_score(tokenizer, traj_batch, mask_runs) -> None:
     data, columns = traj_batch.batch, traj_batch.non_tensor_batch
     outcomes = [bool(s) for s in columns["success"]]
     assert 0 < sum(outcomes) < len(outcomes)  # the noisy planner gives mixed outcomes
     for row in range(len(traj_batch)):
         mask = data["response_mask"][row]
-        segments = _segments(mask)
+        segments = mask_runs(mask.tolist())
         assert len(segments) == int(columns["num_turns"][row])  # one loss segment per assistant turn
         for start, end in segments:  # each segment is the policy's answer, nothing of the environment's
             text = tokenizer.decode(data["responses"][row, start:end].tolist(), skip_special_tokens=True)
@@ -223,16 +211,29 @@ def _mean_by_sign(log_probs: torch.Tensor, batch: DataProto) -> tuple[float, flo
     return float(per_row[sign > 0].mean()), float(per_row[sign < 0].mean())
 
 
-def test_actor_loss_matches_plain_pytorch_and_one_adam_step_moves_log_probs_by_advantage_sign(
-    tokenizer, traj_batch
-) -> None:
+def _actor_loss_on(traj_batch: DataProto, vocab: int) -> tuple[DataProto, torch.nn.Module, torch.Tensor, torch.Tensor]:
+    """A copy of the batch with GRPO targets, a fresh tiny policy, its response log-probs and roll's actor loss."""
     batch = traj_batch.select_idxs(list(range(len(traj_batch))))
     compute_agentic_targets(batch, _config("traj"))
-    model = _tiny_policy(len(tokenizer))
+    model = _tiny_policy(vocab)
     mask = batch.batch["response_mask"]
     scale = LossScale(num_tokens=int(mask.sum()), num_seqs=len(batch))
     logits, log_probs = _response_log_probs(model, batch)
     loss, _ = agentic_actor_loss(AgenticActorSettings(), batch, logits, scale, on_policy=True)
+    return batch, model, log_probs, loss
+
+
+def _weighted_log_likelihood(batch: DataProto, log_probs: torch.Tensor) -> float:
+    """The objective the loss descends: token-mean of advantage x log-prob over the loss mask."""
+    mask = batch.batch["response_mask"]
+    return float((batch.batch["advantages"] * log_probs.detach() * mask).sum() / mask.sum())
+
+
+def test_actor_loss_matches_plain_pytorch_and_one_adam_step_moves_log_probs_by_advantage_sign(
+    tokenizer, traj_batch
+) -> None:
+    batch, model, log_probs, loss = _actor_loss_on(traj_batch, len(tokenizer))
+    mask = batch.batch["response_mask"]
     grads = torch.autograd.grad(loss, list(model.parameters()), retain_graph=True)
     # plain reference: on-policy PPO-clip is -A * exp(logp - logp.detach()), token-mean over the loss mask
     ratio = torch.exp(log_probs - log_probs.detach())
@@ -244,7 +245,7 @@ def test_actor_loss_matches_plain_pytorch_and_one_adam_step_moves_log_probs_by_a
 
     # one plain gradient step with roll's gradient (SGD: its direction exactly, no per-parameter rescaling)
     before_pos, before_neg = _mean_by_sign(log_probs.detach(), batch)
-    objective = float((batch.batch["advantages"] * log_probs.detach() * mask).sum() / mask.sum())
+    objective = _weighted_log_likelihood(batch, log_probs)
     with torch.no_grad():
         for param, grad in zip(model.parameters(), grads):
             param -= 0.1 * grad
@@ -252,24 +253,18 @@ def test_actor_loss_matches_plain_pytorch_and_one_adam_step_moves_log_probs_by_a
     after_pos, after_neg = _mean_by_sign(after, batch)
     assert after_pos > before_pos  # positive-advantage trajectories' assistant tokens became more likely
     assert after_neg < before_neg  # negative ones less likely
-    assert float((batch.batch["advantages"] * after * mask).sum() / mask.sum()) > objective
+    assert _weighted_log_likelihood(batch, after) > objective
 
 
 def test_one_small_adam_step_raises_the_advantage_weighted_log_likelihood(tokenizer, traj_batch) -> None:
     """Adam's first step is about lr x sign(gradient) per parameter: it raises sum(A x log p), but on a batch whose
     negative rows hold 3x the positive rows' tokens it may lower both signs' means (docs/results/agentic.md)."""
-    batch = traj_batch.select_idxs(list(range(len(traj_batch))))
-    compute_agentic_targets(batch, _config("traj"))
-    model = _tiny_policy(len(tokenizer))
-    mask = batch.batch["response_mask"]
-    scale = LossScale(num_tokens=int(mask.sum()), num_seqs=len(batch))
-    logits, log_probs = _response_log_probs(model, batch)
-    loss, _ = agentic_actor_loss(AgenticActorSettings(), batch, logits, scale, on_policy=True)
-    objective = float((batch.batch["advantages"] * log_probs.detach() * mask).sum() / mask.sum())
+    batch, model, log_probs, loss = _actor_loss_on(traj_batch, len(tokenizer))
+    objective = _weighted_log_likelihood(batch, log_probs)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     with torch.no_grad():
         after = _response_log_probs(model, batch)[1]
-    assert float((batch.batch["advantages"] * after * mask).sum() / mask.sum()) > objective
+    assert _weighted_log_likelihood(batch, after) > objective
