@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from roll.pipelines.rewards import SandboxLimits, _sandbox_io, run_untrusted, sandbox_layers
+from roll.pipelines.rewards import sandbox as sandbox_module
 from roll.pipelines.rewards._sandbox_boot import seccomp_program
 from roll.runtime import ConfigError
 
@@ -200,3 +201,20 @@ def test_seccomp_program_shape():
     program = seccomp_program("x86_64", 1234)
     assert program is not None and len(program) % 8 == 0
     assert seccomp_program("riscv64", 1) is None
+
+
+def test_a_parent_holding_many_descriptors_still_runs_programs_with_every_layer():
+    """A Ray worker holds more open descriptors than a program may (max_open_files): the child's set-up must open
+    what it needs (the landlock rule's directory) before lowering the limit, or every run fails to start."""
+    limits = SandboxLimits()
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(limits.max_open_files + 16)]
+    try:
+        assert min(held) < limits.max_open_files < max(held)
+        result = run_untrusted("print(6 * 7)")
+        # the probe too, as if it ran first in such a process
+        _, layers = sandbox_module._probe()
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert result.status == "ok" and result.stdout == "42\n"
+    assert layers == sandbox_layers()

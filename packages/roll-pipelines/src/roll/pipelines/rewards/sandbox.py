@@ -170,8 +170,6 @@ def _make_preexec(plan: _Plan, limits: SandboxLimits, workdir: str, ruleset: iso
     last_cap = iso.last_capability()
 
     def setup() -> None:
-        for which, value in rlimits:
-            resource.setrlimit(which, value)
         if plan.ns_flags:
             iso.unshare(plan.ns_flags)
             if plan.ns_flags & iso.CLONE_NEWUSER:
@@ -193,6 +191,10 @@ def _make_preexec(plan: _Plan, limits: SandboxLimits, workdir: str, ruleset: iso
         iso.set_parent_death_signal(signal.SIGKILL)
         if ruleset is not None:
             ruleset.restrict_self()
+        # Last: RLIMIT_NOFILE would make the steps above fail to open a descriptor in a parent that holds more
+        # than max_open_files of them (a Ray worker does), and RLIMIT_AS would fail their allocations.
+        for which, value in rlimits:
+            resource.setrlimit(which, value)
 
     return setup
 
