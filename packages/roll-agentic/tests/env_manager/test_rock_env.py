@@ -173,9 +173,7 @@ def test_a_start_failure_is_an_env_error_and_the_sandbox_is_stopped(rock, play, 
 
 
 def test_a_hung_agent_times_out_and_the_sandbox_is_stopped(rock, play, scripted) -> None:
-    spec = CustomEnvConfig(
-        env_type="rock_tb_native_env", env_manager_cls=NATIVE, env_config=rock, step_timeout_s=0.5
-    )
+    spec = CustomEnvConfig(env_type="rock_tb_native_env", env_manager_cls=NATIVE, env_config=rock, step_timeout_s=0.5)
     FakeSandbox.scenario = {"hang": 2.0}
     (result,) = play(spec, scripted(["Done."]))
     assert result.end_reason == "env_timeout"

@@ -63,7 +63,9 @@ def _check_service(url: str) -> str:
         pass  # it answered
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", e)
-        raise ServiceUnreachableError(f"ROCK service {url} does not answer ({reason}); start it or fix sandbox_base_url")
+        raise ServiceUnreachableError(
+            f"ROCK service {url} does not answer ({reason}); start it or fix sandbox_base_url"
+        ) from None
     return f"ROCK service {url}: answers"
 
 
