@@ -1,90 +1,24 @@
-"""ROLL's rock_tb_native_env against a fake ROCK sandbox (at the SandboxClient boundary: a scripted agent).
-
-The fake plays ROCK's side: ``start_agent`` + ``anti_call(0)`` give the agent's first LLM request (system + task
-prompt, a ``bash`` tool); a reply with a ``bash`` tool call is run in the "sandbox" (recorded) and its output comes
-back as a tool message in the next request; a reply without a tool call ends the agent's session. The task's
-``run-tests.sh`` answers with the scenario's test log.
-"""
+"""ROLL's rock_tb_native_env against a fake ROCK sandbox at the SandboxClient boundary (a scripted agent:
+roll.agentic.env.rock.testing.ScriptedRockSandbox)."""
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from pathlib import Path
-from typing import Any, ClassVar
 
 import pytest
 
 from roll.agentic.config import CustomEnvConfig
 from roll.agentic.env import make_env
 from roll.agentic.env.rock.checks import rock_checks
+from roll.agentic.env.rock.testing import BASH_TOOL as BASH
+from roll.agentic.env.rock.testing import ScriptedRockSandbox as FakeSandbox
+from roll.agentic.env.rock.testing import write_tasks
 from roll.runtime import ConfigError, MissingExtraError
 
 NATIVE = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
-BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}
 LS = "Let me look.<tool_call><function=bash><parameter=command>ls /testbed</parameter></function></tool_call>"
-
-
-class FakeSandbox:
-    """A scripted ROCK sandbox + agent; every instance is kept in ``made`` for the assertions."""
-
-    made: ClassVar[list[FakeSandbox]] = []
-    scenario: ClassVar[dict[str, Any]] = {}
-
-    def __init__(self, image: str, config: Any) -> None:
-        self.image, self.config = image, config
-        self.sandbox_id = f"sb-{len(self.made)}"
-        self.commands: list[str] = []  # agent tool commands
-        self.runs: list[str] = []  # env commands (tests)
-        self.uploads: list[str] = []
-        self.prompts: list[str] = []
-        self.stopped = 0
-        self.made.append(self)
-
-    def start(self) -> None:
-        if self.scenario.get("start_fails"):
-            raise RuntimeError("image pull failed")
-
-    def install_agent(self) -> None:
-        assert self.config.agent_config["project_path"] == "/testbed"  # a swebench image
-
-    def start_agent(self, prompt: str) -> None:
-        self.prompts.append(prompt)
-        self.messages: list[dict[str, Any]] = [
-            {"role": "system", "content": "You are a coding agent."},
-            {"role": "user", "content": prompt},
-        ]
-
-    def anti_call(self, index: int, response_payload: str | None) -> str:
-        if self.scenario.get("hang"):
-            time.sleep(self.scenario["hang"])
-        if response_payload is None:
-            return "log line\n" + json.dumps({"messages": self.messages, "tools": [BASH]})
-        message = json.loads(response_payload)["choices"][0]["message"]
-        self.messages.append(message)
-        calls = message.get("tool_calls") or []
-        if not calls:
-            return "SESSION_END"
-        command = json.loads(calls[0]["function"]["arguments"])["command"]
-        self.commands.append(command)
-        self.messages.append({"role": "tool", "content": f"ran: {command}"})
-        return json.dumps({"messages": self.messages, "tools": [BASH]})
-
-    def run(self, command: str, timeout: float) -> tuple[int, str]:
-        self.runs.append(command)
-        if "run-tests.sh" in command:
-            if self.scenario.get("tests_raise"):
-                raise ConnectionError("service gone")
-            return 0, self.scenario.get("test_log", "===== short test summary info =====\n3 PASSED")
-        return 0, ""
-
-    def upload(self, local_path: str, remote_path: str) -> None:
-        assert Path(local_path).is_file()
-        self.uploads.append(remote_path)
-
-    def stop(self) -> None:
-        self.stopped += 1
 
 
 @pytest.fixture
@@ -92,24 +26,7 @@ def rock(tmp_path: Path):
     """env_config for rock_tb_native_env on a task file of two tasks and their test folders, with the fake."""
     FakeSandbox.made.clear()
     FakeSandbox.scenario = {}
-    tasks = tmp_path / "tasks.jsonl"
-    rows = [
-        {"id": i, "prompt": f"Fix bug {i}", "sandbox_image": f"swebench/sweb.eval:t{i}", "task_name": f"t{i}"}
-        for i in (1, 2)
-    ]
-    tasks.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    for i in (1, 2):
-        (tmp_path / "bench" / f"t{i}" / "tests").mkdir(parents=True)
-        (tmp_path / "bench" / f"t{i}" / "run-tests.sh").write_text("pytest\n")
-        (tmp_path / "bench" / f"t{i}" / "tests" / "test_x.py").write_text("def test(): pass\n")
-    return {
-        "dataset_name": str(tasks),
-        "mode": "val",
-        "max_steps": 5,
-        "test_files": [str(tmp_path / "bench")],
-        "agent_config": {"agent_type": "default", "run_cmd": "iflow -p <<PROMPT>> --yolo"},
-        "sandbox_cls": f"{__name__}:FakeSandbox",
-    }
+    return {**write_tasks(tmp_path), "mode": "val", "max_steps": 5}
 
 
 def test_an_episode_relays_turns_and_the_tests_give_the_reward(rock) -> None:
