@@ -31,10 +31,10 @@ def rock(tmp_path: Path):
 
 def test_an_episode_relays_turns_and_the_tests_give_the_reward(rock) -> None:
     env = make_env("rock_tb_native_env", **rock)
-    messages, info = env.reset(seed=1)  # val: seed 1 -> the second task
+    messages, info = env.reset(seed=1)  # val: the first seed takes the first task
     box = FakeSandbox.made[0]
-    assert box.image == "swebench/sweb.eval:t2" and box.prompts == ["Fix bug 2"]
-    assert messages[-1] == {"role": "user", "content": "Fix bug 2"} and info["tools"] == [BASH]
+    assert box.image == "swebench/sweb.eval:t1" and box.prompts == ["Fix bug 1"]
+    assert messages[-1] == {"role": "user", "content": "Fix bug 1"} and info["tools"] == [BASH]
     assert box.config.rock_agent_config()["run_cmd"] == "iflow -p ${prompt} --yolo"
     messages, reward, terminated, truncated, info = env.step(LS)
     assert box.commands == ["ls /testbed"] and messages[-1] == {"role": "tool", "content": "ran: ls /testbed"}
@@ -42,9 +42,22 @@ def test_an_episode_relays_turns_and_the_tests_give_the_reward(rock) -> None:
     assert (reward, terminated, truncated, box.stopped) == (0.0, False, False, 0)
     messages, reward, terminated, truncated, info = env.step("Done, the bug is fixed.")
     assert (reward, terminated, truncated, info["success"]) == (1.0, True, False, True)
-    assert box.uploads == ["/tests/t2_tests.tar.gz", "/tests/run-tests.sh"]
+    assert box.uploads == ["/tests/t1_tests.tar.gz", "/tests/run-tests.sh"]
     assert box.runs[-1] == "cd /testbed && bash /tests/run-tests.sh" and box.stopped == 1
-    assert info["metrics"]["raw_reward"] == 1.0 and info["metrics"]["task_id"] == 2.0
+    assert info["metrics"]["raw_reward"] == 1.0 and info["metrics"]["task_id"] == 1.0
+
+
+def test_tasks_val_walks_in_order_train_draws_by_seed(rock) -> None:
+    from roll.agentic.env.rock.config import RockEnvConfig, TaskSet
+
+    val = TaskSet(RockEnvConfig.model_validate(rock))
+    again = TaskSet(RockEnvConfig.model_validate(rock))  # another env of the process: the same cursor
+    assert [val.pick(s)["id"] for s in (50, 8)] + [again.pick(s)["id"] for s in (50, 3)] == [1, 2, 1, 1]
+    train = TaskSet(RockEnvConfig.model_validate({**rock, "mode": "train", "train_idx_range": [2, 2]}))
+    assert {train.pick(s)["id"] for s in range(10)} == {2}  # [start, end] includes end; only task 2 is in range
+    both = TaskSet(RockEnvConfig.model_validate({**rock, "mode": "train"}))
+    assert [both.pick(s)["id"] for s in range(20)] == [both.pick(s)["id"] for s in range(20)]
+    assert {both.pick(s)["id"] for s in range(20)} == {1, 2}
 
 
 def test_failed_tests_give_zero_and_stop_the_sandbox(rock) -> None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -144,10 +145,14 @@ class RockEnvConfig(RollModel):
 class TaskSet:
     """The tasks of ``dataset_name`` whose id is in the mode's index range.
 
-    ROLL shares one dataset actor between envs ('sample' in train, 'traversal' in val). Here each env reads the file:
-    in train a seed draws a task at random (same seed, same task: a group's envs play one task), in val the seed
-    indexes the tasks in file order (seed modulo their count).
+    ROLL shares one dataset actor between envs: 'sample' in train, 'traversal' in val. Here in train a seed draws a
+    task at random (same seed, same task: a group's envs play one task); in val each new seed takes the next task in
+    file order (wrapping around) and a seed seen before gets its task again, from a cursor shared by the envs of one
+    process (env workers on Ray have one cursor each, so their val tasks may overlap).
     """
+
+    _cursors: ClassVar[dict[tuple[str, tuple[int, ...]], dict[int, int]]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, config: RockEnvConfig) -> None:
         from roll.pipelines.data.sources import DataNotFoundError
@@ -171,10 +176,14 @@ class TaskSet:
         if not self.rows:
             raise ConfigError(f"{path}: no task has an {config.id_key!r} in env_config.{key}")
         self.mode = config.mode
+        self.key = (str(path.resolve()), tuple(sorted(wanted)))
 
     def pick(self, seed: int) -> dict[str, Any]:
         if self.mode == "val":
-            return self.rows[seed % len(self.rows)]
+            with self._lock:
+                seen = self._cursors.setdefault(self.key, {})
+                index = seen.setdefault(seed, len(seen))
+            return self.rows[index % len(self.rows)]
         return self.rows[random.Random(seed).randrange(len(self.rows))]
 
 

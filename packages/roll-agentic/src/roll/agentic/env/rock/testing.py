@@ -86,6 +86,7 @@ class ScriptedRockSandbox:
 def write_tasks(folder: Path, count: int = 2) -> dict[str, Any]:
     """A task file of ``count`` SWE-bench-like tasks (ids 1..count) and their test folders under ``folder``; the
     env_config keys that point at them and at :class:`ScriptedRockSandbox`."""
+    folder.mkdir(parents=True, exist_ok=True)
     tasks = folder / "tasks.jsonl"
     rows = [
         {"id": i, "prompt": f"Fix bug {i}", "sandbox_image": f"swebench/sweb.eval:t{i}", "task_name": f"t{i}"}
