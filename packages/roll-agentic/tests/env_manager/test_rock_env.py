@@ -102,6 +102,14 @@ def test_a_start_failure_is_an_env_error_and_the_sandbox_is_stopped(rock, play, 
     assert FakeSandbox.made[0].stopped >= 1
 
 
+def test_an_agent_that_sends_no_request_fails_the_reset(rock) -> None:
+    FakeSandbox.scenario = {"no_first_request": True}
+    env = make_env("rock_tb_native_env", **rock)
+    with pytest.raises(RuntimeError, match="first LLM request did not come: model_service_anti_call_llm_failed"):
+        env.reset(seed=0)
+    assert FakeSandbox.made[0].stopped == 1 and env.sandbox is None
+
+
 def test_a_hung_agent_times_out_and_the_sandbox_is_stopped(rock, play, scripted) -> None:
     spec = CustomEnvConfig(env_type="rock_tb_native_env", env_manager_cls=NATIVE, env_config=rock, step_timeout_s=0.5)
     FakeSandbox.scenario = {"hang": 2.0}

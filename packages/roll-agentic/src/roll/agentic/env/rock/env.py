@@ -88,6 +88,8 @@ class RockTBNativeEnv:
             self.sandbox.install_agent()
             self._start_script()
             self._start_session(str(self.task[c.question_key]))
+            if self.ended:
+                raise RuntimeError(f"the agent's first LLM request did not come: {self.failure_mode}")
         except BaseException:
             self.close()
             raise
