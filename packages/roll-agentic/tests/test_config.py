@@ -103,7 +103,7 @@ def test_mistakes_are_reported() -> None:
     assert (gem.env_manager_cls, gem.env_instruction_in_system) == ("traj", True)
     native = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
     assert CustomEnvConfig(env_type="sokoban_native_env", env_manager_cls=native).env_manager_cls == "agent_native"
-    with pytest.raises(ConfigError, match="env_type 'rock_tb_native_env' is not supported: it runs SWE"):
+    with pytest.raises(ConfigError, match=r"env_config.agent_config: Field required"):
         CustomEnvConfig(env_type="rock_tb_native_env", env_manager_cls=native)
     with pytest.raises(ConfigError, match=r"fields \['turn_idx'\] that the step manager does not fill"):
         CustomEnvConfig(env_type="sokoban", env_manager_cls="step", agent_template="Turn {turn_idx}")

@@ -80,12 +80,10 @@ ROLL_MANAGERS_WITHOUT_COUNTERPART = {
     _ROLL_MANAGERS + "vl_traj_env_manager.VLTrajEnvManager": "it plays image-observation envs for vision-language "
     "models; roll has no multimodal pipeline",
 }
-# ROLL env types that need a service roll does not have.
-ROLL_ENVS_WITHOUT_COUNTERPART = {
-    "rock_tb_native_env": "it runs SWE / terminal-bench tasks in a ROCK sandbox (ROLL's RockTBNativeEnv drives "
-    "ROCK's sandbox service and agent runtime), which roll does not have; roll's agent_native manager plays "
-    "message-list envs such as sokoban_native_env or your own",
-}
+# ROLL env types that need a service roll does not have (none at present).
+ROLL_ENVS_WITHOUT_COUNTERPART: dict[str, str] = {}
+# Env types whose env_config is checked when the config loads (their settings models need no optional package).
+ROCK_ENV = "rock_tb_native_env"
 ROLL_GROUP_FILTER = "roll.pipeline.agentic.agentic_pipeline.GroupFilter"
 ROLL_ENV_WORKER = "roll.pipeline.agentic.environment_worker.EnvironmentWorker"
 
@@ -170,6 +168,25 @@ class CustomEnvConfig(RollModel):
         if reason is not None:
             raise ValueError(f"env_type {value!r} is not supported: {reason}")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rock_timeout(cls, data: Any) -> Any:
+        """A ROCK episode's reset starts a sandbox and installs an agent: unless set, a call may take as long as the
+        episode's ``max_env_time`` (default 3000 s), not the 60 s of other envs."""
+        if isinstance(data, dict) and data.get("env_type") == ROCK_ENV and "step_timeout_s" not in data:
+            env_config = data.get("env_config") or {}
+            limit = env_config.get("max_env_time", 3000) if isinstance(env_config, dict) else 3000
+            return {**data, "step_timeout_s": limit}
+        return data
+
+    @model_validator(mode="after")
+    def _check_rock(self) -> CustomEnvConfig:
+        if self.env_type == ROCK_ENV:
+            from roll.agentic.env.rock.env import check_env_config
+
+            check_env_config(self.env_config)
+        return self
 
     @field_validator("env_manager_cls")
     @classmethod

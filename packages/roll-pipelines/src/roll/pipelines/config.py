@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, get_args, get_origin
 
@@ -253,6 +253,11 @@ class BaseConfig(RollModel):
     @property
     def resolved_output_dir(self) -> Path:
         return Path(self.output_dir.replace("{exp_name}", self.exp_name)).expanduser()
+
+    def deployment_checks(self) -> list[Callable[[], str | None]]:
+        """Pipeline-specific checks for ``roll validate`` (each returns a summary line or None, raises a RollError
+        for a problem); none by default."""
+        return []
 
     def roles(self) -> dict[str, RoleConfig]:
         """The configured roles by field name; roles in a dict field (e.g. reward domains) as ``field.key``.

@@ -5,12 +5,13 @@ Checked, per role: the backend's library is installed (its pip extra otherwise),
 the task needs, fsdp2's ``ulysses_size`` divides the world size and the model's attention heads, and the device
 mapping fits the cluster (the declared ``num_nodes`` x ``num_gpus_per_node``, and the Ray cluster itself unless
 ``--no-ray``). Pipeline-wide: each tracker of ``track_with`` has its package, each reward
-domain's ``reward_type`` resolves, and every prompt carries the fields its reward needs. Every problem is reported,
-not just the first.
+domain's ``reward_type`` resolves, every prompt carries the fields its reward needs, and the pipeline's own
+``deployment_checks`` pass (agentic: each ROCK env's task file and service). Every problem is reported, not just the
+first.
 
 With ``--no-ray`` (checking a config away from the machine it runs on), what depends on this machine (a package that
-is not installed, a local model or data file that is not here, a hub id missing from the offline cache) is a warning
-line, not an error; the config's own problems stay errors.
+is not installed, a local model or data file that is not here, a hub id missing from the offline cache, a service
+that does not answer) is a warning line, not an error; the config's own problems stay errors.
 """
 
 from __future__ import annotations
@@ -25,17 +26,21 @@ from roll.pipelines.config import BaseConfig, RoleConfig
 from roll.pipelines.hub import HubError, cached_hub_repo, hub_offline, is_hub_id, use_modelscope
 from roll.runtime import ConfigError, MissingExtraError, RollError
 
-__all__ = ["NotHereError", "validate_deployment"]
+__all__ = ["NotHereError", "ServiceUnreachableError", "validate_deployment"]
 
 
 class NotHereError(ConfigError):
     """A model reference names a local folder that does not exist (on this machine)."""
 
 
+class ServiceUnreachableError(ConfigError):
+    """A service the run needs (e.g. a ROCK sandbox service) does not answer from this machine."""
+
+
 def _about_this_machine(error: RollError) -> bool:
     from roll.pipelines.data.sources import DataNotFoundError
 
-    return isinstance(error, MissingExtraError | HubError | NotHereError | DataNotFoundError)
+    return isinstance(error, MissingExtraError | HubError | NotHereError | DataNotFoundError | ServiceUnreachableError)
 
 
 class _Problems:
@@ -356,6 +361,8 @@ def validate_deployment(config: BaseConfig, *, check_ray: bool = True) -> list[s
         placement = f"devices {role.device_mapping}" if role.device_mapping is not None else "CPU"
         lines.append(f"{name}: {role.world_size} worker(s), {backend}, {placement}")
     problems.run(lambda: _check_rewards(config), lines)
+    for check in config.deployment_checks():
+        problems.run(check, lines)
     if check_ray and not problems.errors:
         problems.run(lambda: _check_ray(config), lines)
     problems.raise_if_any()

@@ -26,6 +26,7 @@ ENVS.register("sokoban", "roll.agentic.env.sokoban:SokobanEnv")
 ENVS.register("arithmetic", "roll.agentic.env.math_tool:ArithmeticEnv")
 ENVS.register("tool_math", "roll.agentic.env.math_tool:make_tool_math_env")
 ENVS.register("sokoban_native_env", "roll.agentic.env.sokoban_native:SokobanNativeEnv")
+ENVS.register("rock_tb_native_env", "roll.agentic.env.rock.env:RockTBNativeEnv")
 
 
 def register_env(name: str, target: str | Any, *, package: str | None = None, extra: str | None = None) -> None:

@@ -11,7 +11,7 @@ roles of :mod:`roll.agentic.config`. Sections: ``rollout``, ``update``, ``advant
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -232,6 +232,12 @@ class AgenticConfig(BaseConfig):
         default=None, gt=0, description="Stop RL once this much wall time has passed (then validate); None: no limit."
     )
     parse_tool_call_parameter_to_dict: bool = Field(default=False, description=PARSE_TOOL_CALL_DESCRIPTION)
+
+    def deployment_checks(self) -> list[Callable[[], str | None]]:
+        """``roll validate``: the ROCK envs' SDK, agent config, task file and service."""
+        from roll.agentic.env.rock.checks import rock_checks
+
+        return rock_checks(self.custom_envs)
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:

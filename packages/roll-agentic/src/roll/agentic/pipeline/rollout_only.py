@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -41,6 +41,12 @@ class AgenticRolloutConfig(BaseConfig):
     max_steps: int = Field(default=1, ge=1, description="Batches to play.")
     export_hf: bool = Field(default=False, description="Unused: nothing is trained.")
     parse_tool_call_parameter_to_dict: bool = Field(default=False, description=PARSE_TOOL_CALL_DESCRIPTION)
+
+    def deployment_checks(self) -> list[Callable[[], str | None]]:
+        """``roll validate``: the ROCK envs' SDK, agent config, task file and service."""
+        from roll.agentic.env.rock.checks import rock_checks
+
+        return rock_checks(self.custom_envs)
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,108 @@
+"""A scripted stand-in for a ROCK sandbox and its agent, for tests and dry runs without a ROCK service.
+
+``sandbox_cls: roll.agentic.env.rock.testing:ScriptedRockSandbox`` in a ``rock_tb_native_env`` entry's env_config
+replaces ROCK's SDK (see :class:`~roll.agentic.env.rock.sandbox.SandboxClient`). The scripted agent's first LLM
+request is a system message and the task prompt with one ``bash`` tool; a reply with a ``bash`` tool call is "run"
+(recorded in ``commands``) and answered with a tool message ``ran: <command>``; a reply without a tool call ends
+its session. ``run-tests.sh`` answers with ``scenario["test_log"]`` (a passing pytest summary by default).
+``scenario`` keys: ``start_fails``, ``no_first_request``, ``hang`` (seconds each relay takes), ``tests_raise``,
+``test_log``. Every
+instance is kept in ``made`` (class attributes: one process's record).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+__all__ = ["BASH_TOOL", "ScriptedRockSandbox", "write_tasks"]
+
+BASH_TOOL = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}
+
+
+class ScriptedRockSandbox:
+    """A scripted ROCK sandbox and agent (see the module)."""
+
+    made: ClassVar[list[ScriptedRockSandbox]] = []
+    scenario: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, image: str, config: Any) -> None:
+        self.image, self.config = image, config
+        self.sandbox_id = f"sb-{len(self.made)}"
+        self.commands: list[str] = []  # agent tool commands
+        self.runs: list[str] = []  # env commands (tests)
+        self.uploads: list[str] = []
+        self.prompts: list[str] = []
+        self.stopped = 0
+        self.made.append(self)
+
+    def start(self) -> None:
+        if self.scenario.get("start_fails"):
+            raise RuntimeError("image pull failed")
+
+    def install_agent(self) -> None:
+        self.project_path = self.config.agent_config["project_path"]
+
+    def start_agent(self, prompt: str) -> None:
+        self.prompts.append(prompt)
+        self.messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": prompt},
+        ]
+
+    def anti_call(self, index: int, response_payload: str | None) -> str:
+        if self.scenario.get("hang"):
+            time.sleep(self.scenario["hang"])
+        if response_payload is None and self.scenario.get("no_first_request"):
+            return "SESSION_END"
+        if response_payload is None:
+            return "log line\n" + json.dumps({"messages": self.messages, "tools": [BASH_TOOL]})
+        message = json.loads(response_payload)["choices"][0]["message"]
+        self.messages.append(message)
+        calls = message.get("tool_calls") or []
+        if not calls:
+            return "SESSION_END"
+        command = json.loads(calls[0]["function"]["arguments"])["command"]
+        self.commands.append(command)
+        self.messages.append({"role": "tool", "content": f"ran: {command}"})
+        return json.dumps({"messages": self.messages, "tools": [BASH_TOOL]})
+
+    def run(self, command: str, timeout: float) -> tuple[int, str]:
+        self.runs.append(command)
+        if "run-tests.sh" in command:
+            if self.scenario.get("tests_raise"):
+                raise ConnectionError("service gone")
+            return 0, self.scenario.get("test_log", "===== short test summary info =====\n3 PASSED")
+        return 0, ""
+
+    def upload(self, local_path: str, remote_path: str) -> None:
+        if not Path(local_path).is_file():
+            raise FileNotFoundError(local_path)
+        self.uploads.append(remote_path)
+
+    def stop(self) -> None:
+        self.stopped += 1
+
+
+def write_tasks(folder: Path, count: int = 2) -> dict[str, Any]:
+    """A task file of ``count`` SWE-bench-like tasks (ids 1..count) and their test folders under ``folder``; the
+    env_config keys that point at them and at :class:`ScriptedRockSandbox`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tasks = folder / "tasks.jsonl"
+    rows = [
+        {"id": i, "prompt": f"Fix bug {i}", "sandbox_image": f"swebench/sweb.eval:t{i}", "task_name": f"t{i}"}
+        for i in range(1, count + 1)
+    ]
+    tasks.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    for i in range(1, count + 1):
+        (folder / "bench" / f"t{i}" / "tests").mkdir(parents=True)
+        (folder / "bench" / f"t{i}" / "run-tests.sh").write_text("pytest\n")
+        (folder / "bench" / f"t{i}" / "tests" / "test_x.py").write_text("def test(): pass\n")
+    return {
+        "dataset_name": str(tasks),
+        "test_files": [str(folder / "bench")],
+        "agent_config": {"agent_type": "default", "run_cmd": "iflow -p <<PROMPT>> --yolo"},
+        "sandbox_cls": "roll.agentic.env.rock.testing:ScriptedRockSandbox",
+    }
