@@ -10,7 +10,8 @@ from roll.runtime._bootstrap import RayInfo, init, shutdown
 from roll.runtime._calls import PendingCall, materialize_all, materialize_concat
 from roll.runtime._cluster import Cluster, MethodProxy, RemoteMethod
 from roll.runtime._output import ENV_WORKER_LOG
-from roll.runtime._resources import NodeInfo, Placement, ResourceManager
+from roll.runtime._planning import NodeShare, plan_devices
+from roll.runtime._resources import NodeDevices, NodeInfo, Placement, ResourceManager
 from roll.runtime._worker import Worker
 from roll.runtime.config import RollModel, WorkerConfig, parse_device_mapping
 from roll.runtime.errors import (
@@ -35,7 +36,9 @@ __all__ = [
     "Execute",
     "MethodProxy",
     "MissingExtraError",
+    "NodeDevices",
     "NodeInfo",
+    "NodeShare",
     "PendingCall",
     "Placement",
     "ProtocolError",
@@ -56,6 +59,7 @@ __all__ = [
     "materialize_all",
     "materialize_concat",
     "parse_device_mapping",
+    "plan_devices",
     "register",
     "shutdown",
 ]

@@ -8,7 +8,7 @@ without SGLang, which needs CUDA.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -41,6 +41,10 @@ _RESERVED_ENGINE_KWARGS = {
 
 class SglangConfig(RollModel):
     """``sglang.Engine`` settings; anything else SGLang's ServerArgs accepts goes in ``engine_kwargs``."""
+
+    # One engine may run over several nodes (see the multi-node section of the strategy module); the runtime then
+    # lets a worker own devices on more than one node.
+    multi_node_engine: ClassVar[bool] = True
 
     tp_size: int = Field(default=1, ge=1, description="GPUs (tensor-parallel ranks) of each worker's engine.")
     mem_fraction_static: float = Field(
