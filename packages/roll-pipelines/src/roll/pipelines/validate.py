@@ -298,11 +298,26 @@ def _check_declared_devices(config: BaseConfig, name: str, role: RoleConfig) -> 
     spanning = [rank for rank, shares in enumerate(plans) if len(shares) > 1]
     if not spanning:
         return None
+    _check_node_layout(name, role, [[len(share.global_devices) for share in plans[rank]] for rank in spanning])
     nodes = {len(plans[rank]) for rank in spanning}
     return (
         f"{name}: {len(spanning)} of {len(plans)} worker(s) run one engine over {'/'.join(map(str, sorted(nodes)))} "
         f"nodes (the worker on its first node, engine processes on the others)"
     )
+
+
+def _check_node_layout(name: str, role: RoleConfig, splits: list[list[int]]) -> None:
+    """The backend's own rule for how an engine's devices may split over nodes (``node_layout_problem``)."""
+    from roll.strategies import validate_strategy_config
+
+    if role.strategy_args is None:
+        return
+    settings = validate_strategy_config(role.strategy_args.strategy_name, role.strategy_args.strategy_config)
+    rule = getattr(settings, "node_layout_problem", None)
+    for sizes in splits if rule is not None else []:
+        problem = rule(sizes)
+        if problem:
+            raise ConfigError(f"{name}: {problem}")
 
 
 def _check_ray(config: BaseConfig) -> str:
