@@ -11,7 +11,6 @@ import sys
 
 import ray
 from ray.cluster_utils import Cluster as RayTestCluster
-
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from roll.runtime import (
@@ -64,7 +63,10 @@ class SpanningWorker(WhereWorker):
                         placement_group=node.placement_group, placement_group_bundle_index=node.bundle_index
                     ),
                     runtime_env={
-                        "env_vars": {"CUDA_VISIBLE_DEVICES": visible, "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}
+                        "env_vars": {
+                            "CUDA_VISIBLE_DEVICES": visible,
+                            "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
+                        }
                     },
                 )
                 .remote()
