@@ -134,3 +134,21 @@ def test_sglang_needs_the_same_number_of_devices_on_every_node() -> None:
 def test_sglang_multi_node_arguments_are_roll_s_to_set() -> None:
     with pytest.raises(ConfigError, match="engine_kwargs.nnodes is set by roll"):
         SglangConfig(engine_kwargs={"nnodes": 2})
+
+
+def test_a_vllm_worker_over_nodes_hands_the_engine_roll_s_ray_executor() -> None:
+    pytest.importorskip("vllm")
+    from types import SimpleNamespace
+
+    from vllm.v1.executor.ray_executor import RayDistributedExecutor
+
+    from roll.strategies.vllm.strategy import VllmStrategy
+
+    config = role("vllm", {"tensor_parallel_size": 16, "engine_kwargs": {"distributed_executor_backend": "ray"}})
+    worker = SimpleNamespace(worker_config=config, nodes=two_nodes(), rank=0)
+    strategy = VllmStrategy(worker, VllmConfig(**config.strategy_args.strategy_config))
+    executor = strategy._multi_node_kwargs()["distributed_executor_backend"]
+    assert issubclass(executor, RayDistributedExecutor)
+    assert [(r.rank, r.node_index, r.local_device) for r in executor.engine_ranks] == [
+        (rank, rank // 8, rank % 8) for rank in range(16)
+    ]
