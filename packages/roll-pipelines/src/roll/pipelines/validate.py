@@ -314,7 +314,9 @@ def _check_node_layout(name: str, role: RoleConfig, splits: list[list[int]]) -> 
         return
     settings = validate_strategy_config(role.strategy_args.strategy_name, role.strategy_args.strategy_config)
     rule = getattr(settings, "node_layout_problem", None)
-    for sizes in splits if rule is not None else []:
+    if rule is None:
+        return
+    for sizes in splits:
         problem = rule(sizes)
         if problem:
             raise ConfigError(f"{name}: {problem}")

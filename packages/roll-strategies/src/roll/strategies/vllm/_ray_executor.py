@@ -72,8 +72,9 @@ class RollRayExecutor(RayDistributedExecutor):  # type: ignore[misc]
                 f"roll planned {len(ranks)} engine ranks, vLLM expects {self.parallel_config.world_size}"
             )
         self.driver_dummy_worker = None
-        self.workers = [self._spawn(rank) for rank in ranks]
-        ips = ray.get([worker.get_node_ip.remote() for worker in self.workers])
+        workers: list[Any] = [self._spawn(rank) for rank in ranks]  # actor handles (vLLM types them as wrappers)
+        self.workers = workers
+        ips = ray.get([worker.get_node_ip.remote() for worker in workers])
         misplaced = [(r.rank, r.node_ip, ip) for r, ip in zip(ranks, ips) if r.node_ip and ip != r.node_ip]
         if misplaced:
             raise StrategyError(f"engine ranks landed on other nodes than planned (rank, planned, actual): {misplaced}")
