@@ -59,7 +59,7 @@ class _NodeEngine:
 
 def _start_node_engine(launch: NodeLaunch, name: str) -> tuple[Any, Any]:
     env = {"CUDA_VISIBLE_DEVICES": launch.visible_devices, "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}
-    actor = (
+    actor: Any = (
         ray.remote(_NodeEngine)
         .options(
             name=name,
