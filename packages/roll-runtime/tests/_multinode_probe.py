@@ -11,8 +11,18 @@ import sys
 
 import ray
 from ray.cluster_utils import Cluster as RayTestCluster
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from roll.runtime import Cluster, ConfigError, Dispatch, ResourceManager, Worker, WorkerConfig, register
+from roll.runtime import (
+    GPU_SHARE_PER_ACTOR,
+    Cluster,
+    ConfigError,
+    Dispatch,
+    ResourceManager,
+    Worker,
+    WorkerConfig,
+    register,
+)
 from roll.runtime.testing import ship_module_by_value
 
 
@@ -25,6 +35,54 @@ class WhereWorker(Worker):
             "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "master": [os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")],
         }
+
+
+class Probe:
+    def where(self):
+        return {"node_id": ray.get_runtime_context().get_node_id(), "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+class SpanningWorker(WhereWorker):
+    """A worker class that runs one engine over nodes: starts a helper on each node's reservation, as engines do."""
+
+    @classmethod
+    def spans_nodes(cls, worker_config):
+        return True
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def start_helpers(self):
+        out = []
+        for node in self.nodes:
+            visible = ",".join(str(d) for d in node.local_devices)
+            helper = (
+                ray.remote(Probe)
+                .options(
+                    num_cpus=0,
+                    num_gpus=GPU_SHARE_PER_ACTOR,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=node.placement_group, placement_group_bundle_index=node.bundle_index
+                    ),
+                    runtime_env={
+                        "env_vars": {
+                            "CUDA_VISIBLE_DEVICES": visible,
+                            "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
+                        }
+                    },
+                )
+                .remote()
+            )
+            landed = ray.get(helper.where.remote(), timeout=120)
+            ray.kill(helper)
+            out.append(
+                {
+                    "node_rank": node.node_rank,
+                    "node_id": node.node_id,
+                    "global": list(node.global_devices),
+                    "local": list(node.local_devices),
+                    "helper": landed,
+                }
+            )
+        return out
 
 
 def main() -> None:
@@ -56,6 +114,13 @@ def main() -> None:
         report["colocated"] = colocated.where()
         cpu = Cluster("cpu", WhereWorker, manager, WorkerConfig(name="cpu", world_size=4))
         report["cpu"] = cpu.where()
+        spanning = Cluster(
+            "spanning",
+            SpanningWorker,
+            manager,
+            WorkerConfig(name="spanning", device_mapping=[2, 3, 4, 5], num_gpus_per_worker=4),
+        )
+        report["spanning"] = {"where": spanning.where(), "helpers": spanning.start_helpers()}
         errors = []
         for mapping, per_worker in (([8], 1), ([2, 3, 4], 3)):
             try:
@@ -63,7 +128,7 @@ def main() -> None:
             except ConfigError as e:
                 errors.append(str(e))
         report["errors"] = errors
-        for cluster in (gpu, colocated, cpu):
+        for cluster in (gpu, colocated, cpu, spanning):
             cluster.shutdown()
         manager.destroy()
     finally:

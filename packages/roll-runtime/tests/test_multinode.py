@@ -46,4 +46,20 @@ def test_cpu_workers_spread_across_nodes(report):
 def test_impossible_mappings_are_config_errors(report):
     beyond, spanning = report["errors"]
     assert "uses device ids [8], but the Ray cluster has 8 devices (2 node(s) x 4 GPUs" in beyond
-    assert "would span nodes [0, 1]" in spanning
+    assert "would span nodes [0, 1]" in spanning and "at most 4 devices" in spanning
+
+
+def test_a_worker_that_spans_nodes_runs_on_its_first_node_and_reserves_the_others(report):
+    node_a, node_b = report["nodes"]
+    (worker,) = report["spanning"]["where"]
+    assert worker["node_id"] == node_a and worker["visible"] == "2,3"
+    (helpers,) = report["spanning"]["helpers"]
+    assert [(h["node_rank"], h["node_id"], h["global"], h["local"]) for h in helpers] == [
+        (0, node_a, [2, 3], [2, 3]),
+        (1, node_b, [4, 5], [0, 1]),
+    ]
+    # A process started in a node's reservation lands on that node and sees that node's share of the devices.
+    assert [h["helper"] for h in helpers] == [
+        {"node_id": node_a, "visible": "2,3"},
+        {"node_id": node_b, "visible": "0,1"},
+    ]

@@ -23,8 +23,6 @@ FILES = sorted(p for p in Path(ROOT).rglob("*.yaml") if "config" not in p.parent
 KNOWN_INVALID = {
     # placeholders x_1 / x_2 for numbers (ROLL's loader rejects the string for its float field too)
     "docs_examples/example_topr.yaml": "use_topr_neg_loss_coef: x_2 is not a number",
-    # ROLL runs this vLLM engine (TP 16) over two 8-GPU nodes; roll places a worker and its engine on one node
-    "qwen3.5-397A17-rlvr_megatron/rlvr_megatron_80GB.yaml": "a 16-GPU inference worker on 8-GPU nodes",
 }
 
 

@@ -155,25 +155,37 @@ def test_every_problem_is_reported_at_once(capsys, tmp_path, hub_cache):
     assert "roll-test/missing-too" in err and "needs a 'ground_truth' field" in err
 
 
-@pytest.mark.parametrize(
-    ("strategy", "reason"),
-    [
-        (
-            "vllm",
-            "ROLL starts such a vllm engine over nodes (vLLM's multi-node mode inside the worker), but roll places",
-        ),
-        (
-            "sglang",
-            "ROLL starts such a sglang engine over nodes (SGLang's multi-node mode inside the worker), but roll",
-        ),
-    ],
-)
-def test_a_worker_spanning_nodes_fails_with_the_strategys_reason(capsys, strategy, reason):
-    overrides = ["num_nodes=2", "num_gpus_per_node=2", "actor_infer.device_mapping=[1,2]"]
-    overrides.append(f"actor_infer.strategy_args.strategy_name={strategy}")
-    size = "tensor_parallel_size" if strategy == "vllm" else "tp_size"
-    overrides.append(f"actor_infer.strategy_args.strategy_config.{size}=2")
-    code, _, err = validate(capsys, *overrides)
+def _spanning(strategy: str, per_node: int, mapping: str, size: int) -> list[str]:
+    key = "tensor_parallel_size" if strategy == "vllm" else "tp_size"
+    return [
+        "num_nodes=2",
+        f"num_gpus_per_node={per_node}",
+        f"actor_infer.device_mapping={mapping}",
+        f"actor_infer.strategy_args.strategy_name={strategy}",
+        f"actor_infer.strategy_args.strategy_config.{key}={size}",
+    ]
+
+
+@pytest.mark.parametrize("strategy", ["vllm", "sglang"])
+def test_a_worker_spanning_nodes_passes_when_its_engine_runs_over_nodes(capsys, strategy):
+    code, out, err = validate(capsys, *_spanning(strategy, 2, "[1,2]", 2))
+    assert code == 0, err
+    assert "actor_infer: 1 of 1 worker(s) run one engine over 2 nodes" in out
+
+
+def test_a_worker_spanning_nodes_fails_when_its_backend_runs_on_one_node(capsys, monkeypatch):
+    from roll.strategies.vllm.config import VllmConfig
+
+    monkeypatch.setattr(VllmConfig, "multi_node_engine", False)  # a backend without the capability
+    code, _, err = validate(capsys, *_spanning("vllm", 2, "[1,2]", 2))
     assert code == 2
     assert "actor_infer rank 0 would span nodes [0, 1] with devices [1, 2]" in err
-    assert reason in err
+    assert "at most 2 devices" in err
+    assert "strategy 'vllm' runs a worker's devices on one node; backends whose engine spans nodes: sglang" in err
+
+
+def test_an_sglang_engine_over_nodes_needs_the_same_devices_on_each(capsys):
+    code, _, err = validate(capsys, *_spanning("sglang", 4, "[1,2,3,4]", 4))
+    assert code == 2
+    assert "actor_infer: an sglang engine over 2 nodes needs the same number of devices on each node" in err
+    assert "split [3, 1]" in err

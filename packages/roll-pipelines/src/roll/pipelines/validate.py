@@ -272,6 +272,9 @@ def _prompt_fields(row: dict[str, Any], data: Any) -> dict[str, Any]:
 # --- devices ------------------------------------------------------------------------------------------------------
 def _check_declared_devices(config: BaseConfig, name: str, role: RoleConfig) -> str | None:
     """``device_mapping`` against the cluster the config declares (num_nodes x num_gpus_per_node), if it does."""
+    from roll.runtime import plan_devices
+    from roll.strategies.registry import multi_node_strategies, runs_across_nodes
+
     mapping = role.device_mapping
     if mapping is None or config.num_gpus_per_node is None:
         return None
@@ -283,28 +286,40 @@ def _check_declared_devices(config: BaseConfig, name: str, role: RoleConfig) -> 
             f"{name}.device_mapping uses device ids {beyond}, but num_nodes={config.num_nodes or 1} x "
             f"num_gpus_per_node={per_node} gives ids 0..{total - 1}; use ids below {total} or declare more devices"
         )
-    for rank in range(role.world_size or 1):
-        nodes = sorted({d // per_node for d in role.devices_of(rank)})
-        if len(nodes) > 1:
-            raise ConfigError(
-                f"{name} rank {rank} would span nodes {nodes} with devices {role.devices_of(rank)}; a worker's "
-                f"devices must sit on one node (num_gpus_per_node={per_node}): {_spanning_reason(role, per_node)}"
-            )
-    return None
-
-
-def _spanning_reason(role: RoleConfig, per_node: int) -> str:
-    """Why roll cannot start a worker over several nodes, by strategy (ROLL can for vllm and sglang)."""
-    strategy = role.strategy_args.strategy_name if role.strategy_args is not None else None
-    if strategy in ("vllm", "sglang"):
-        return (
-            f"ROLL starts such a {strategy} engine over nodes ({'vLLM' if strategy == 'vllm' else 'SGLang'}'s "
-            f"multi-node mode inside the worker), but roll places each worker and its engine on one node's GPUs; "
-            f"keep tensor_parallel_size x pipeline_parallel_size <= {per_node}"
-        )
+    spans = runs_across_nodes(role)
+    try:
+        plans = plan_devices(role, num_gpus_per_node=per_node, spans_nodes=spans)
+    except ConfigError as e:
+        strategy = role.strategy_args.strategy_name if role.strategy_args is not None else None
+        raise ConfigError(
+            f"{e} (strategy {strategy!r} runs a worker's devices on one node; backends whose engine spans nodes: "
+            f"{', '.join(multi_node_strategies())})"
+        ) from None
+    spanning = [rank for rank, shares in enumerate(plans) if len(shares) > 1]
+    if not spanning:
+        return None
+    _check_node_layout(name, role, [[len(share.global_devices) for share in plans[rank]] for rank in spanning])
+    nodes = {len(plans[rank]) for rank in spanning}
     return (
-        f"strategy {strategy!r} runs a worker's devices in one process on one node; use at most {per_node} per worker"
+        f"{name}: {len(spanning)} of {len(plans)} worker(s) run one engine over {'/'.join(map(str, sorted(nodes)))} "
+        f"nodes (the worker on its first node, engine processes on the others)"
     )
+
+
+def _check_node_layout(name: str, role: RoleConfig, splits: list[list[int]]) -> None:
+    """The backend's own rule for how an engine's devices may split over nodes (``node_layout_problem``)."""
+    from roll.strategies import validate_strategy_config
+
+    if role.strategy_args is None:
+        return
+    settings = validate_strategy_config(role.strategy_args.strategy_name, role.strategy_args.strategy_config)
+    rule = getattr(settings, "node_layout_problem", None)
+    if rule is None:
+        return
+    for sizes in splits:
+        problem = rule(sizes)
+        if problem:
+            raise ConfigError(f"{name}: {problem}")
 
 
 def _check_ray(config: BaseConfig) -> str:
@@ -312,8 +327,10 @@ def _check_ray(config: BaseConfig) -> str:
 
     info = init()
     manager = ResourceManager(num_nodes=config.num_nodes, num_gpus_per_node=config.num_gpus_per_node)
+    from roll.strategies.registry import runs_across_nodes
+
     for role in config.roles().values():
-        manager.validate(role)
+        manager.validate(role, spans_nodes=runs_across_nodes(role))
     return f"Ray: {len(manager.nodes)} node(s), {manager.total_devices} device(s), {info.num_cpus:g} CPUs"
 
 

@@ -10,7 +10,8 @@ from roll.runtime._bootstrap import RayInfo, init, shutdown
 from roll.runtime._calls import PendingCall, materialize_all, materialize_concat
 from roll.runtime._cluster import Cluster, MethodProxy, RemoteMethod
 from roll.runtime._output import ENV_WORKER_LOG
-from roll.runtime._resources import NodeInfo, Placement, ResourceManager
+from roll.runtime._planning import NodeShare, plan_devices
+from roll.runtime._resources import GPU_SHARE_PER_ACTOR, NodeDevices, NodeInfo, Placement, ResourceManager
 from roll.runtime._worker import Worker
 from roll.runtime.config import RollModel, WorkerConfig, parse_device_mapping
 from roll.runtime.errors import (
@@ -28,6 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ENV_WORKER_LOG",
+    "GPU_SHARE_PER_ACTOR",
     "Cluster",
     "ConfigError",
     "DataProto",
@@ -35,7 +37,9 @@ __all__ = [
     "Execute",
     "MethodProxy",
     "MissingExtraError",
+    "NodeDevices",
     "NodeInfo",
+    "NodeShare",
     "PendingCall",
     "Placement",
     "ProtocolError",
@@ -56,6 +60,7 @@ __all__ = [
     "materialize_all",
     "materialize_concat",
     "parse_device_mapping",
+    "plan_devices",
     "register",
     "shutdown",
 ]

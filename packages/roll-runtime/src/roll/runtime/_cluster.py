@@ -119,7 +119,9 @@ class Cluster(Generic[W]):
         self.resource_manager = resource_manager
         self.timeout_s = worker_config.rpc_timeout_s
         self._registrations = registered_methods(self.worker_cls)
-        self.placements = resource_manager.allocate(worker_config)
+        self.placements = resource_manager.allocate(
+            worker_config, spans_nodes=self.worker_cls.spans_nodes(worker_config)
+        )
         self._actors = _Actors(name)
         self._finalizer: weakref.finalize[[], Cluster[Any]] | None = weakref.finalize(self, self._actors.release)
         self._finalizer.atexit = False  # at interpreter exit Ray stops the driver's actors itself
@@ -253,6 +255,9 @@ class Cluster(Generic[W]):
             master = self._actors.master = self._claim(address, port, first, start_timeout)
             master_env = {"MASTER_ADDR": master[0], "MASTER_PORT": str(master[1])}
             self._wait_start([w._roll_set_env.remote(master_env) for w in self.workers], start_timeout)
+            nodes = [(w, p.nodes) for w, p in zip(self.workers, self.placements) if p.nodes]
+            if nodes:
+                self._wait_start([w._roll_set_nodes.remote(shares) for w, shares in nodes], start_timeout)
             self._rank_infos = self._fetch_rank_infos()
         except BaseException:
             self.shutdown()

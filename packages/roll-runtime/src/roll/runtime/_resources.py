@@ -4,6 +4,10 @@ Global device id ``g`` lives on GPU node ``g // num_gpus_per_node`` as local dev
 GPUs are reserved once per node with a placement group; actors join it with a token GPU share and see their
 devices through ``CUDA_VISIBLE_DEVICES``, so several roles can share devices (colocation) when their
 ``device_mapping`` overlaps. CPU workers (no ``device_mapping``) are spread round-robin over the nodes.
+
+A worker whose class says it runs one engine over several nodes (:meth:`roll.runtime.Worker.spans_nodes`, e.g. a
+vLLM or SGLang strategy worker) may own devices on several nodes: its actor runs on the node of its first device, and
+its :class:`Placement` lists every node's share with that node's reservation, where the engine starts its processes.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
+from roll.runtime._planning import NodeShare, plan_devices
 from roll.runtime.config import WorkerConfig
 from roll.runtime.errors import ConfigError, RpcTimeoutError
 
@@ -35,8 +40,31 @@ class NodeInfo:
 
 
 @dataclass(frozen=True)
+class NodeDevices:
+    """One node's share of a worker's devices, and the reservation (placement group bundle) holding them there.
+
+    A process of the worker's engine runs on this node by joining ``placement_group`` at ``bundle_index`` with a
+    token GPU share (:data:`GPU_SHARE_PER_ACTOR`) and pinning ``local_devices`` itself through
+    ``CUDA_VISIBLE_DEVICES`` (with ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1``), as the worker actors do.
+    """
+
+    node_rank: int
+    node_id: str
+    node_ip: str
+    global_devices: tuple[int, ...]
+    local_devices: tuple[int, ...]
+    placement_group: Any = field(default=None, compare=False, repr=False)
+    bundle_index: int = 0
+
+
+@dataclass(frozen=True)
 class Placement:
-    """Where one worker runs: its node, its devices (global and node-local) and Ray's scheduling options."""
+    """Where one worker runs: its node, its devices (global and node-local) and Ray's scheduling options.
+
+    ``node_rank``/``node_id``/``node_ip``/``local_devices`` describe the node the worker actor runs on (its first
+    device's); ``global_devices`` are all its devices; ``nodes`` lists every node's share, the actor's first, so a
+    worker spanning nodes has more than one.
+    """
 
     rank: int
     node_rank: int
@@ -45,10 +73,15 @@ class Placement:
     global_devices: tuple[int, ...]
     local_devices: tuple[int, ...]
     actor_options: dict[str, Any] = field(compare=False)
+    nodes: tuple[NodeDevices, ...] = ()
 
     @property
     def visible_devices(self) -> str:
         return ",".join(str(d) for d in self.local_devices)
+
+    @property
+    def spans_nodes(self) -> bool:
+        return len(self.nodes) > 1
 
 
 def discover_nodes() -> list[NodeInfo]:
@@ -116,17 +149,22 @@ class ResourceManager:
         """(node rank, local device id) of a global device id."""
         return divmod(global_device, self.num_gpus_per_node)
 
-    def validate(self, config: WorkerConfig) -> None:
-        """Check that ``config``'s devices exist in this cluster, without reserving or starting anything."""
+    def validate(self, config: WorkerConfig, *, spans_nodes: bool = False) -> None:
+        """Check that ``config``'s devices exist in this cluster, without reserving or starting anything.
+
+        ``spans_nodes``: the role's worker runs one engine over several nodes (``worker_cls.spans_nodes(config)``).
+        """
         if config.device_mapping is not None:
             self._check_mapping(config)
+            plan_devices(config, num_gpus_per_node=self.num_gpus_per_node, spans_nodes=spans_nodes)
 
-    def allocate(self, config: WorkerConfig) -> list[Placement]:
-        """One Placement per rank of the role described by ``config``."""
+    def allocate(self, config: WorkerConfig, *, spans_nodes: bool = False) -> list[Placement]:
+        """One Placement per rank of the role described by ``config`` (``spans_nodes`` as in :meth:`validate`)."""
         if config.device_mapping is None:
             return [self._cpu_placement(rank, config) for rank in range(config.world_size or 1)]
         self._check_mapping(config)
-        return [self._gpu_placement(rank, config) for rank in range(config.world_size or 1)]
+        plans = plan_devices(config, num_gpus_per_node=self.num_gpus_per_node, spans_nodes=spans_nodes)
+        return [self._gpu_placement(rank, shares) for rank, shares in enumerate(plans)]
 
     def _check_mapping(self, config: WorkerConfig) -> None:
         mapping = config.device_mapping or []
@@ -142,28 +180,32 @@ class ResourceManager:
                 f"devices ({len(self.gpu_nodes)} node(s) x {self.num_gpus_per_node} GPUs, ids 0..{self.total_devices - 1}); "
                 f"use ids below {self.total_devices}"
             )
-        for rank in range(config.world_size or 1):
-            nodes = {self.device_location(d)[0] for d in config.devices_of(rank)}
-            if len(nodes) > 1:
-                raise ConfigError(
-                    f"{config.name} rank {rank} would span nodes {sorted(nodes)} with devices {config.devices_of(rank)}; "
-                    f"a worker's num_gpus_per_worker={config.num_gpus_per_worker} devices must sit on one node"
-                )
 
-    def _gpu_placement(self, rank: int, config: WorkerConfig) -> Placement:
-        devices = config.devices_of(rank)
-        node_rank = self.device_location(devices[0])[0]
-        node = self.gpu_nodes[node_rank]
-        group = self._node_group(node_rank)
+    def _gpu_placement(self, rank: int, shares: tuple[NodeShare, ...]) -> Placement:
+        # Every node of the rank is reserved now: the engine's processes on the other nodes join those reservations.
+        nodes = tuple(
+            NodeDevices(
+                share.node_rank,
+                self.gpu_nodes[share.node_rank].node_id,
+                self.gpu_nodes[share.node_rank].ip,
+                share.global_devices,
+                share.local_devices,
+                self._node_group(share.node_rank),
+            )
+            for share in shares
+        )
+        first = nodes[0]
         options = {
             "num_cpus": 0,
             "num_gpus": GPU_SHARE_PER_ACTOR,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(
-                placement_group=group, placement_group_bundle_index=0
+                placement_group=first.placement_group, placement_group_bundle_index=first.bundle_index
             ),
         }
-        local = tuple(self.device_location(d)[1] for d in devices)
-        return Placement(rank, node_rank, node.node_id, node.ip, tuple(devices), local, options)
+        devices = tuple(d for node in nodes for d in node.global_devices)
+        return Placement(
+            rank, first.node_rank, first.node_id, first.node_ip, devices, first.local_devices, options, nodes
+        )
 
     def _cpu_placement(self, rank: int, config: WorkerConfig) -> Placement:
         node_rank = self._next_cpu_node % len(self.nodes)

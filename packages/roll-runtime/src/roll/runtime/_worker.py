@@ -13,12 +13,15 @@ import logging
 import os
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roll.protocol import RankInfo, get_registration, register
 from roll.protocol._dispatch import Dispatch
 from roll.runtime._output import ENV_WORKER_LOG, redirect_worker_output
 from roll.runtime.config import WorkerConfig
+
+if TYPE_CHECKING:
+    from roll.runtime._resources import NodeDevices
 
 ENV_CLUSTER_NAME = "ROLL_CLUSTER_NAME"
 ENV_WORKERS_ON_NODE = "ROLL_WORKERS_ON_NODE"  # how many of this role's workers share this worker's node
@@ -113,6 +116,9 @@ class Worker:
     stdout and stderr go to that file, see :mod:`roll.runtime._output`) and the role's ``system_envs``. ``MASTER_ADDR`` and
     ``MASTER_PORT`` (torch.distributed's env:// rendezvous, chosen by rank 0) are set once every rank has started,
     before the first registered call: initialize process groups in ``initialize``, not in ``__init__``.
+
+    ``self.nodes`` (set with the rendezvous address) lists each node's share of a device worker's devices, the
+    worker's own node first; it has several entries only for a worker class whose :meth:`spans_nodes` allowed it.
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -132,7 +138,18 @@ class Worker:
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.rank_info = RankInfo(rank=self.rank, world_size=self.world_size)
         self.settings: Any = None
+        self.nodes: tuple[NodeDevices, ...] = ()
         self.logger = logging.getLogger(f"roll.worker.{self.cluster_name}.{self.rank}")
+
+    @classmethod
+    def spans_nodes(cls, worker_config: WorkerConfig) -> bool:
+        """Whether a worker of this class, configured by ``worker_config``, may own devices on several nodes.
+
+        False by default: a worker uses its devices from one process on one node. A class whose worker starts one
+        engine over several nodes (its own processes on the other nodes' reservations, see ``self.nodes``) returns
+        True, and the ResourceManager then places such a rank over nodes instead of refusing it.
+        """
+        return False
 
     @property
     def worker_name(self) -> str:
@@ -175,6 +192,9 @@ class Worker:
 
     def _roll_set_env(self, env: dict[str, str]) -> None:
         os.environ.update(env)
+
+    def _roll_set_nodes(self, nodes: tuple[NodeDevices, ...]) -> None:
+        self.nodes = tuple(nodes)
 
 
 def registered_methods(worker_cls: type) -> dict[str, Any]:

@@ -155,7 +155,12 @@ class WorkerConfig(RollModel):
     name: str = Field(default="worker", description="Cluster name; actors are named '{name}-{rank}'.")
     worker_cls: Any = Field(default=None, description="Worker class, or its dotted path 'pkg.module.Class'.")
     device_mapping: list[int] | None = Field(default=None, description="Global device ids, or 'list(range(a, b))'.")
-    num_gpus_per_worker: int = Field(default=1, ge=1, description="Devices each worker owns (e.g. vLLM TP x PP).")
+    num_gpus_per_worker: int = Field(
+        default=1,
+        ge=1,
+        description="Devices each worker owns (e.g. vLLM TP x PP); on one node, unless the worker runs one engine "
+        "over several nodes (Worker.spans_nodes: vllm, sglang).",
+    )
     world_size: int | None = Field(default=None, ge=1, description="Number of workers; derived for GPU roles.")
     num_cpus_per_worker: float = Field(default=0.01, ge=0, description="Logical CPUs Ray reserves per worker.")
     num_threads: Annotated[int, Field(ge=1)] | Literal["all"] | None = Field(

@@ -12,14 +12,22 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from roll.runtime import ConfigError, MissingExtraError, Registry, RollModel
+from roll.runtime import ConfigError, MissingExtraError, Registry, RollError, RollModel
 from roll.runtime.config import validation_error_lines
 
 if TYPE_CHECKING:
     from roll.runtime import Worker
     from roll.strategies.base import InferenceStrategy
 
-__all__ = ["STRATEGIES", "STRATEGY_CONFIGS", "check_backend_installed", "create_strategy", "validate_strategy_config"]
+__all__ = [
+    "STRATEGIES",
+    "STRATEGY_CONFIGS",
+    "check_backend_installed",
+    "create_strategy",
+    "multi_node_strategies",
+    "runs_across_nodes",
+    "validate_strategy_config",
+]
 
 STRATEGIES: Registry[type[InferenceStrategy]] = Registry("strategy", entry_point_group="roll.strategies")
 STRATEGY_CONFIGS: Registry[type[RollModel]] = Registry("strategy", entry_point_group="roll.strategy_configs")
@@ -120,3 +128,29 @@ def create_strategy(worker: Worker) -> InferenceStrategy:
     strategy_cls = STRATEGIES.get(strategy_args.strategy_name)
     config = validate_strategy_config(strategy_args.strategy_name, strategy_args.strategy_config)
     return strategy_cls(worker, config)
+
+
+def _multi_node(strategy_name: str) -> bool:
+    """The backend's capability flag ``multi_node_engine``, declared on its config model (so no backend import)."""
+    return bool(getattr(STRATEGY_CONFIGS.get(strategy_name), "multi_node_engine", False))
+
+
+def runs_across_nodes(worker_config: Any) -> bool:
+    """Whether the backend of ``worker_config.strategy_args`` runs one engine over several nodes, so one worker may
+    own devices on more than one node (see :meth:`roll.runtime.Worker.spans_nodes`)."""
+    strategy_args = getattr(worker_config, "strategy_args", None)
+    if strategy_args is None or strategy_args.strategy_name not in STRATEGIES:
+        return False
+    return _multi_node(strategy_args.strategy_name)
+
+
+def multi_node_strategies() -> list[str]:
+    """Registered backends whose engine can span nodes (for error messages that name the alternatives)."""
+    names = []
+    for name in STRATEGY_CONFIGS.names():
+        try:
+            if _multi_node(name):
+                names.append(name)
+        except RollError:  # a plug-in whose config cannot be imported here is not named
+            continue
+    return names

@@ -16,7 +16,7 @@ from roll.protocol import Dispatch, register
 from roll.runtime import Worker
 from roll.strategies.base import InferenceStrategy, TrainStrategy
 from roll.strategies.contract import OffloadTarget, StrategyError
-from roll.strategies.registry import create_strategy
+from roll.strategies.registry import create_strategy, runs_across_nodes
 from roll.strategies.weight_sync.cuda_ipc import device_uuid
 from roll.strategies.weight_sync.object_store import export_buckets, load_buckets
 from roll.strategies.weight_sync.plan import SyncPlan, build_plan
@@ -40,6 +40,12 @@ class StrategyWorker(Worker):
         self._weight_senders: dict[str, SenderSession] = {}
         self._weight_receivers: dict[str, ReceiverSession] = {}
         self._object_store_writer: WeightWriter | None = None
+
+    @classmethod
+    def spans_nodes(cls, worker_config: Any) -> bool:
+        """A worker may own devices on several nodes when its backend runs a multi-node engine (vllm, sglang: the
+        ``multi_node_engine`` flag of the backend's config model)."""
+        return runs_across_nodes(worker_config)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
     def initialize(self, settings: Any = None) -> None:

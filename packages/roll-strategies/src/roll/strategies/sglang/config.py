@@ -8,7 +8,7 @@ without SGLang, which needs CUDA.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -35,12 +35,19 @@ _RESERVED_ENGINE_KWARGS = {
     "data_parallel_size": "more workers (one engine per worker)",
     "pp_size": "strategy_config.tp_size (pipeline parallelism is not used)",
     "base_gpu_id": "device_mapping",
+    "nnodes": "device_mapping (a worker whose devices span nodes runs its engine over them)",
+    "node_rank": "device_mapping (a worker whose devices span nodes runs its engine over them)",
+    "dist_init_addr": "nothing: roll picks it on the worker's node when the engine spans nodes",
     "trust_remote_code": "model_args.trust_remote_code",
 }
 
 
 class SglangConfig(RollModel):
     """``sglang.Engine`` settings; anything else SGLang's ServerArgs accepts goes in ``engine_kwargs``."""
+
+    # One engine may run over several nodes (see the multi-node section of the strategy module); the runtime then
+    # lets a worker own devices on more than one node.
+    multi_node_engine: ClassVar[bool] = True
 
     tp_size: int = Field(default=1, ge=1, description="GPUs (tensor-parallel ranks) of each worker's engine.")
     mem_fraction_static: float = Field(
@@ -65,6 +72,16 @@ class SglangConfig(RollModel):
     @property
     def devices_per_worker(self) -> int:
         return self.tp_size
+
+    def node_layout_problem(self, devices_per_node: Sequence[int]) -> str | None:
+        """Why an engine cannot run with a worker's devices split ``devices_per_node`` over nodes, or None."""
+        if len(set(devices_per_node)) > 1:
+            return (
+                f"an sglang engine over {len(devices_per_node)} nodes needs the same number of devices on each node "
+                f"(SGLang splits tp_size evenly), but this worker's devices split {list(devices_per_node)} over its "
+                f"nodes; align device_mapping to the nodes' boundaries"
+            )
+        return None
 
     @field_validator("engine_kwargs")
     @classmethod

@@ -8,6 +8,11 @@ scaling (do not set ``SGLANG_RETURN_ORIGINAL_LOGPROB``).
 Weight sync uses ``Engine.update_weights_from_tensor`` (tensors on this worker's GPU are shared with the
 scheduler processes through CUDA IPC) and ``flush_cache`` once a sync is complete; offloading uses
 ``release_memory_occupation`` / ``resume_memory_occupation``, which need ``enable_memory_saver``.
+
+Over several nodes: a worker the runtime placed over several nodes runs SGLang's multi-node mode (``nnodes``,
+``node_rank``, ``dist_init_addr`` on the worker's node); node 0's engine lives in the worker, and one helper actor per
+other node, placed in that node's reservation, starts the engine's processes there (plan: ``_nodes``). Needs a
+multi-node GPU cluster; not run in roll's CI.
 """
 
 from __future__ import annotations
@@ -17,15 +22,18 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import ray
 import sglang  # imported first so that selecting this backend without SGLang raises MissingExtraError
 import torch
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from roll.protocol import DataProto
-from roll.runtime import ConfigError
+from roll.runtime import GPU_SHARE_PER_ACTOR, ConfigError
 from roll.strategies.base import InferenceStrategy
 from roll.strategies.config import GenerationConfig
 from roll.strategies.contract import ForwardFunc, OffloadTarget, StrategyError
 from roll.strategies.generation import build_generation_output, prompt_token_lists
+from roll.strategies.sglang._nodes import NodeLaunch, node_launch_plan
 from roll.strategies.sglang.config import (
     SglangConfig,
     check_engine_result,
@@ -39,6 +47,32 @@ __all__ = ["SglangStrategy"]
 logger = logging.getLogger(__name__)
 
 _ALL_TAGS = ("weights", "kv_cache")
+
+
+class _NodeEngine:
+    """A Ray actor on one of the other nodes of a multi-node engine: runs that node's part of the SGLang engine."""
+
+    def serve(self, engine_args: dict[str, Any]) -> None:
+        # On node_rank >= 1 SGLang starts this node's schedulers and waits on them: the call returns when they end.
+        self.engine = sglang.Engine(**engine_args)
+
+
+def _start_node_engine(launch: NodeLaunch, name: str) -> tuple[Any, Any]:
+    env = {"CUDA_VISIBLE_DEVICES": launch.visible_devices, "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}
+    actor: Any = (
+        ray.remote(_NodeEngine)
+        .options(
+            name=name,
+            num_cpus=0,
+            num_gpus=GPU_SHARE_PER_ACTOR,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=launch.placement_group, placement_group_bundle_index=launch.bundle_index
+            ),
+            runtime_env={"env_vars": env},
+        )
+        .remote()
+    )
+    return actor, actor.serve.remote(launch.engine_args)
 
 
 class SglangStrategy(InferenceStrategy):
@@ -61,7 +95,18 @@ class SglangStrategy(InferenceStrategy):
         pad = self.tokenizer.pad_token_id
         self._pad_id = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
         seed = self.worker_config.training_args.seed + self.worker.rank
-        self.engine: Any = sglang.Engine(**self.config.engine_args(self.model_args, seed=seed))
+        args = self.config.engine_args(self.model_args, seed=seed)
+        self._node_engines: list[tuple[Any, Any]] = []
+        nodes = getattr(self.worker, "nodes", ())
+        if len(nodes) > 1:
+            plan = node_launch_plan(self.config, args, nodes, self.worker._roll_free_port())
+            self._node_engines = [
+                _start_node_engine(launch, f"{self.worker.worker_name}-sglang-node{launch.node_rank}")
+                for launch in plan[1:]
+            ]
+            args = plan[0].engine_args
+            logger.info("sglang engine over %d nodes, dist_init_addr %s", len(nodes), args["dist_init_addr"])
+        self.engine: Any = sglang.Engine(**args)
         self._released: set[str] = set()
         logger.info("sglang %s engine ready on %d GPU(s)", getattr(sglang, "__version__", "?"), self.config.tp_size)
 
@@ -145,4 +190,7 @@ class SglangStrategy(InferenceStrategy):
         engine, self.engine = getattr(self, "engine", None), None
         if engine is not None:
             engine.shutdown()
+        for actor, _ in getattr(self, "_node_engines", []):
+            ray.kill(actor, no_restart=True)  # ends that node's schedulers with the actor's process
+        self._node_engines = []
         gc.collect()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -35,6 +35,10 @@ MANAGED_ENGINE_KWARGS: dict[str, str] = {
 
 class VllmConfig(RollModel):
     """How the ``vllm`` backend builds its engine (one ``vllm.LLM`` per worker, owning TP x PP devices)."""
+
+    # One engine may run over several nodes (see the multi-node section of the strategy module); the runtime then
+    # lets a worker own devices on more than one node.
+    multi_node_engine: ClassVar[bool] = True
 
     tensor_parallel_size: int = Field(default=1, ge=1)
     pipeline_parallel_size: int = Field(default=1, ge=1)

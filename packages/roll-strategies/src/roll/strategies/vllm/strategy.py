@@ -24,6 +24,13 @@ Weight sync
     Bucket tensors are views of a reused transfer slot: whatever the engine keeps past a call is copied.
     Tensors are handed to the engine directly, which needs the engine core in this process (``in_process``,
     default on); verified on CPU with TP=1.
+
+Over several nodes
+    A worker the runtime placed over several nodes (``worker.nodes`` has more than one entry; ROLL's
+    ``tensor_parallel_size: 16`` on 8-GPU nodes) runs vLLM's multi-node mode: the engine core stays in this worker
+    and its TP x PP ranks are Ray actors, one per device, inside each node's reservation (``_nodes`` plans them,
+    ``_ray_executor`` starts them). Weight sync then reaches the ranks through vLLM's ``collective_rpc`` over Ray.
+    Needs a multi-node GPU cluster; not run in roll's CI.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from roll.strategies.base import InferenceStrategy
 from roll.strategies.config import GenerationConfig
 from roll.strategies.contract import ForwardFunc, OffloadTarget, StrategyError
 from roll.strategies.generation import build_generation_output, prompt_token_lists
-from roll.strategies.vllm import _inplace, _reload
+from roll.strategies.vllm import _inplace, _nodes, _reload
 from roll.strategies.vllm._sampling import (
     build_requests,
     parse_completions,
@@ -112,8 +119,11 @@ class VllmStrategy(InferenceStrategy):
         from vllm import LLM
 
         plain = self.config.cpu_plain_linear and not on_gpu
+        kwargs = self._engine_kwargs(on_gpu)
+        if len(getattr(self.worker, "nodes", ())) > 1:
+            kwargs.update(self._multi_node_kwargs())
         with _keep_torch_threads(), _inplace.plain_cpu_linears() if plain else contextlib.nullcontext():
-            self.llm = LLM(**self._engine_kwargs(on_gpu))
+            self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
         text_config = self.llm.llm_engine.model_config.hf_config.get_text_config()
@@ -163,6 +173,20 @@ class VllmStrategy(InferenceStrategy):
             # (vLLM then raises max_num_batched_tokens to max_model_len if it is below it).
             kwargs["enable_chunked_prefill"] = False
         return {**kwargs, **cfg.engine_kwargs}
+
+    def _multi_node_kwargs(self) -> dict[str, Any]:
+        """Engine arguments of a worker placed over several nodes: roll's Ray executor over the planned ranks."""
+        ranks = _nodes.engine_ranks(self.config, self.worker.nodes)
+        from roll.strategies.vllm._ray_executor import executor_for  # imports vLLM's Ray executor: GPU runs only
+
+        logger.info(
+            "vLLM engine over %d nodes: %d ranks (tp %d x pp %d)",
+            len(self.worker.nodes),
+            len(ranks),
+            self.config.tensor_parallel_size,
+            self.config.pipeline_parallel_size,
+        )
+        return _nodes.multi_node_engine_kwargs(self.config, executor_for(ranks))
 
     def shutdown(self) -> None:
         if self.llm is None:
