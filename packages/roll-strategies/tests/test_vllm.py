@@ -6,6 +6,7 @@ One engine serves the whole module (starting it takes 20-60 s); tests that chang
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -310,8 +311,21 @@ def test_a_repeated_bucket_layout_is_replayed_and_matches_transformers(engine, h
         assert vllm_greedy(engine, PROMPTS) == [hf_greedy(perturbed, p, 8) for p in PROMPTS] != original
     replayable, not_replayable = engine._rpc(_inplace.replay_counts)
     assert replayable > before[0] and not_replayable == before[1] == 0  # every layout of this model replays
+    # The replayed copies of the model's tensors were plain memmoves (whole or in pieces), never torch's copy_.
+    copies = engine._rpc(_inplace.replay_copy_counts)
+    assert copies["memmove"] + copies["split"] > 0 and copies["torch"] == 0
     push(engine, hf_model.state_dict().items(), 1 << 30)
     assert vllm_greedy(engine, PROMPTS) == original
+
+
+def _engine_pid(worker) -> int:
+    return os.getpid()
+
+
+def test_the_engine_copies_weights_in_the_worker_process_so_the_worker_environment_applies(engine):
+    """The engine core is not a child process: weight_sync_env()'s GLIBC_TUNABLES, given to the worker at its
+    start, is what the engine's copies run under."""
+    assert engine._rpc(_engine_pid) == os.getpid()
 
 
 def test_a_sync_aborted_midway_refuses_to_generate_until_a_complete_sync(engine, hf_model):

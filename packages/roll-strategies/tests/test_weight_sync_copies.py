@@ -13,6 +13,14 @@ from torch import nn
 
 from roll.strategies.vllm._replay import ReplayCache
 from roll.strategies.weight_sync import TensorSpec, build_plan, weight_sync_env
+from roll.strategies.weight_sync.memcopy import (
+    ALIAS_BAND,
+    CopyCounts,
+    aliased,
+    memmove_calls,
+    run_memmoves,
+    streaming_threshold,
+)
 from roll.strategies.weight_sync.ring import SHM_DIR, SharedRing
 from roll.strategies.weight_sync.sender import MAX_HOST_SLOTS, host_slots
 from roll.strategies.weight_sync.writer import copy_into
@@ -36,6 +44,58 @@ def test_weight_sync_env_sets_the_threshold_once_and_keeps_other_tunables():
     env = weight_sync_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
     assert env == {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.cpu.x86_non_temporal_threshold=0x100000"}
     assert weight_sync_env({"GLIBC_TUNABLES": "glibc.cpu.x86_non_temporal_threshold=0xc000000"}) == {}
+
+
+def test_streaming_threshold_reads_the_tunable_weight_sync_env_sets():
+    assert streaming_threshold(weight_sync_env({})) == 1 << 20
+    assert (
+        streaming_threshold({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.cpu.x86_non_temporal_threshold=0x4040"})
+        == 0x4040
+    )
+    assert streaming_threshold({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}) is None
+    assert streaming_threshold({}) is None
+
+
+def test_only_a_destination_a_little_ahead_of_its_source_within_a_page_counts_as_aliased():
+    base = 1 << 30
+    assert [aliased(base + delta, base) for delta in (0, 1, 64, ALIAS_BAND - 1, ALIAS_BAND, 2048, 4095)] == [
+        False,
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
+    assert aliased(base + 4096 * 7 + 64, base) and not aliased(base, base + 64)  # pages apart; source ahead
+
+
+def test_a_large_aliased_pair_is_copied_in_pieces_below_the_threshold_and_others_whole():
+    counts = CopyCounts()
+    base, piece = 1 << 30, 1 << 19
+    pairs = [
+        (base + 64, base + (8 << 20), 3 * piece + 100),
+        (base + 2048, base + (16 << 20), 3 * piece),
+        (base + 64, base, piece),
+    ]
+    calls = memmove_calls(pairs, piece=piece, counts=counts)
+    assert calls[:4] == [
+        (base + 64 + i * piece, base + (8 << 20) + i * piece, piece if i < 3 else 100) for i in range(4)
+    ]
+    assert calls[4:] == pairs[1:]
+    assert (counts.whole, counts.split, counts.bytes) == (2, 1, sum(n for _, _, n in pairs))
+
+
+def test_copy_into_copies_an_aliased_pair_in_pieces_byte_for_byte():
+    src_buffer, dst_buffer = torch.randn((3 << 20) // 4 + 4096), torch.zeros((3 << 20) // 4 + 4096)
+    src = src_buffer[: (3 << 20) // 4]
+    shift = ((src.data_ptr() - dst_buffer.data_ptr() + 64) % 4096) // 4  # dst lands 64 bytes ahead (mod 4 KiB)
+    dst = dst_buffer[shift : shift + src.numel()]
+    assert aliased(dst.data_ptr(), src.data_ptr()) and (dst.data_ptr() - src.data_ptr()) % 4096 == 64
+    assert len(memmove_calls([(dst.data_ptr(), src.data_ptr(), src.numel() * 4)])) > 1
+    assert copy_into([dst], [src]) == src.numel() * 4
+    assert torch.equal(dst, src) and not dst_buffer[:shift].any() and not dst_buffer[shift + src.numel() :].any()
+    assert run_memmoves([]) == 0
 
 
 # --- ring -------------------------------------------------------------------------------------------------------
@@ -122,6 +182,34 @@ def test_replay_copies_the_same_bytes_as_load_weights_once_two_recordings_agree(
         assert torch.equal(model.norm.data, bucket[3][1])
     assert model.calls == 2  # recorded twice, replayed twice
     assert cache.counts() == (1, 0)
+    # Every replayed copy (q, k, v, norm; twice) was one plain memmove, none torch's copy_.
+    assert (cache.memmoves.whole, cache.memmoves.split, cache.torch_copies) == (8, 0, 0)
+
+
+class _Big(nn.Module):
+    """One 1 MiB parameter loaded by plain copy_: large enough that an aliased replay is split into pieces."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1 << 18))
+
+    def load_weights(self, weights):
+        for _, tensor in weights:
+            self.weight.data.copy_(tensor)
+        return {"weight"}
+
+
+def test_a_replayed_copy_whose_addresses_alias_is_split_and_still_exact():
+    model, cache = _Big(), ReplayCache()
+    slot = torch.empty((1 << 18) + 4096)
+    shift = ((model.weight.data_ptr() - slot.data_ptr() - 64) % 4096) // 4  # the parameter 64 bytes ahead
+    for seed in range(3):
+        view = slot[shift : shift + (1 << 18)]
+        view.copy_(torch.randn(1 << 18, generator=torch.Generator().manual_seed(seed)))
+        assert aliased(model.weight.data_ptr(), view.data_ptr())
+        assert cache.load(model, [("weight", view)], lambda tensors: sorted(model.load_weights(tensors))) == ["weight"]
+        assert torch.equal(model.weight.data, view)
+    assert cache.counts() == (1, 0) and (cache.memmoves.whole, cache.memmoves.split, cache.torch_copies) == (0, 1, 0)
 
 
 def test_buckets_that_fill_part_of_a_fused_parameter_replay_their_part():

@@ -22,7 +22,14 @@ import torch
 
 from roll.strategies.vllm._replay import ReplayCache
 
-__all__ = ["in_place_ready", "load_in_place", "parameter_names", "plain_cpu_linears", "replay_counts"]
+__all__ = [
+    "in_place_ready",
+    "load_in_place",
+    "parameter_names",
+    "plain_cpu_linears",
+    "replay_copy_counts",
+    "replay_counts",
+]
 
 _UNQUANTIZED = ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod")
 _REPLAY_ATTR = "_roll_weight_replay"  # the engine worker's ReplayCache
@@ -97,3 +104,13 @@ def replay_counts(worker: Any) -> tuple[int, int]:
     """(bucket layouts this engine replays, layouts it loads through ``load_weights`` every time)."""
     cache = getattr(worker, _REPLAY_ATTR, None)
     return (0, 0) if cache is None else cache.counts()
+
+
+def replay_copy_counts(worker: Any) -> dict[str, int]:
+    """How this engine's replayed copies ran so far: ``memmove`` (whole), ``split`` (memmove in pieces, see
+    :mod:`roll.strategies.weight_sync.memcopy`), ``torch`` (torch's ``copy_``), and ``bytes`` by memmove."""
+    cache = getattr(worker, _REPLAY_ATTR, None)
+    if cache is None:
+        return {"memmove": 0, "split": 0, "torch": 0, "bytes": 0}
+    counts = cache.memmoves
+    return {"memmove": counts.whole, "split": counts.split, "torch": cache.torch_copies, "bytes": counts.bytes}

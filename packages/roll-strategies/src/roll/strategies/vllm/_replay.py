@@ -4,8 +4,8 @@ A bucket with the same tensors (names, dtypes, shapes) arrives every sync. The f
 ``load_weights`` loads it while a :class:`torch.overrides.TorchFunctionMode` records every ``copy_`` from a
 bucket tensor into a parameter (the destination view, e.g. the q slice of a fused qkv weight, and which elements
 of which bucket tensor it read). If both recordings are identical, later syncs replay them directly: one
-``memmove`` per contiguous pair (streaming stores, see :func:`roll.strategies.weight_sync.weight_sync_env`), no
-name mapping or weight-loader Python per tensor.
+``memmove`` per contiguous pair (streaming stores, or pieces where streaming would be slow: see
+:mod:`roll.strategies.weight_sync.memcopy`), no name mapping or weight-loader Python per tensor.
 
 A recording is only kept when every write into a parameter it saw was such a copy: another in-place op on a
 parameter (``mul_``, ``__setitem__``, ``out=``...), a copy from a tensor the loader computed, bucket bytes copied
@@ -18,7 +18,6 @@ parameter must still own the memory it had when recorded.
 from __future__ import annotations
 
 import bisect
-import ctypes
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,8 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from roll.strategies.weight_sync.memcopy import CopyCounts, memmove_calls, run_memmoves
 
 __all__ = ["ReplayCache"]
 
@@ -123,6 +124,8 @@ class ReplayCache:
 
     def __init__(self) -> None:
         self._recordings: dict[_Key, _Recording | None] = {}
+        self.memmoves = CopyCounts()  # replayed copies done by memmove (whole, or split to dodge 4K aliasing)
+        self.torch_copies = 0  # replayed copies that needed torch's copy_ (strided or off-host pairs)
 
     def counts(self) -> tuple[int, int]:
         """(bucket layouts that replay, layouts that always go through ``load_weights``); others are being recorded."""
@@ -180,15 +183,19 @@ class ReplayCache:
             )
         return loaded
 
-    @staticmethod
-    def _replay(recording: _Recording, named_tensors: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
+    def _replay(self, recording: _Recording, named_tensors: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
+        pairs: list[tuple[int, int, int]] = []  # plain host copies, run in order before any torch copy
         with torch.no_grad():
             for copy in recording.copies:
                 base = named_tensors[copy.source][1]
                 src = base.as_strided(copy.shape, copy.stride, base.storage_offset() + copy.offset)
                 dst = copy.dst
                 if dst.is_contiguous() and src.is_contiguous() and dst.device.type == "cpu" == src.device.type:
-                    ctypes.memmove(dst.data_ptr(), src.data_ptr(), dst.numel() * dst.element_size())
-                else:
-                    dst.copy_(src)
+                    pairs.append((dst.data_ptr(), src.data_ptr(), dst.numel() * dst.element_size()))
+                    continue
+                run_memmoves(memmove_calls(pairs, counts=self.memmoves))
+                pairs = []
+                dst.copy_(src)
+                self.torch_copies += 1
+        run_memmoves(memmove_calls(pairs, counts=self.memmoves))
         return list(recording.loaded)

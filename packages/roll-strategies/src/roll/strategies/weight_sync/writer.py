@@ -15,40 +15,18 @@ bucket by bucket. Two modes, chosen per channel by the sender from the topology:
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from roll.strategies.base import StrategyError
+from roll.strategies.weight_sync.memcopy import NON_TEMPORAL_THRESHOLD, memmove_calls, run_memmoves, weight_sync_env
 from roll.strategies.weight_sync.plan import TensorSpec
 
 __all__ = ["NON_TEMPORAL_THRESHOLD", "GatheredWriter", "WeightWriter", "WriteStats", "copy_into", "weight_sync_env"]
-
-# From this size on, glibc's memcpy in processes that sync weights uses non-temporal stores (see weight_sync_env).
-NON_TEMPORAL_THRESHOLD = 1 << 20
-
-
-def weight_sync_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment variables for worker processes that sync weights (give them at process start).
-
-    ``GLIBC_TUNABLES`` lowers glibc's non-temporal threshold for memcpy to :data:`NON_TEMPORAL_THRESHOLD`. By
-    default glibc sizes it from the last-level cache (192 MiB on a VM that reports a 256 MiB L3), so every copy
-    of a tensor into a bucket slot ran with ordinary stores: each destination line is read before it is written,
-    and the copy costs about twice the CPU time of a streaming one (measured: 416 MiB in 64 MB buckets, 52-56 ms
-    CPU with ordinary stores, 29-37 ms streaming, one flat 416 MiB memcpy 28-31 ms). glibc reads the variable
-    when the process starts; other C libraries and non-x86 machines ignore it. A threshold already set in
-    ``environ`` (default: ``os.environ``) is kept; set it there to opt out.
-    """
-    current = (os.environ if environ is None else environ).get("GLIBC_TUNABLES", "")
-    if "x86_non_temporal_threshold" in current:
-        return {}
-    tunable = f"glibc.cpu.x86_non_temporal_threshold={NON_TEMPORAL_THRESHOLD:#x}"
-    return {"GLIBC_TUNABLES": f"{current}:{tunable}" if current else tunable}
 
 
 @dataclass
@@ -103,16 +81,14 @@ def copy_into(dsts: Sequence[torch.Tensor], srcs: Sequence[torch.Tensor]) -> int
 
     Plain host copies go through the C library's ``memmove`` (one call per tensor, on this thread, without the
     GIL): unlike torch's copy kernel it switches to non-temporal stores for large copies, which write a bucket
-    slot (memory that another process reads next, not this core) at about half the CPU cost. Where glibc's
-    switch happens is the process's ``glibc.cpu.x86_non_temporal_threshold``; see :data:`WEIGHT_SYNC_ENV`.
+    slot (memory that another process reads next, not this core) at about half the CPU cost; a pair whose
+    addresses would make that streaming copy slow is copied in pieces (:mod:`.memcopy`).
     """
     if not dsts:
         return 0
     pairs = _memcpy_pairs(dsts, srcs)
     if pairs is not None:
-        for dst_address, src_address, nbytes in pairs:
-            ctypes.memmove(dst_address, src_address, nbytes)
-        return sum(nbytes for _, _, nbytes in pairs)
+        return run_memmoves(memmove_calls(pairs))
     same = all(d.dtype == s.dtype and d.device == s.device for d, s in zip(dsts, srcs))
     on_host = all(d.device.type == "cpu" and s.device.type == "cpu" for d, s in zip(dsts, srcs))
     with torch.no_grad(), _one_thread() if on_host else contextlib.nullcontext():
