@@ -1,4 +1,5 @@
-"""Configs of the diffusion pipelines (``diffusion_reward_fl``, ``diffusion_dmd``, ``diffusion_ode_distill``):
+"""Configs of the diffusion pipelines (``diffusion_pretrain``, ``diffusion_reward_fl``, ``diffusion_dmd``,
+``diffusion_ode_distill``):
 their model roles (diffusers models, ``model_kind: diffusion`` filled in), an algorithm section each, and the
 evaluation section they share. Workers get their own settings from ``*_settings()``, never the config.
 """
@@ -19,8 +20,10 @@ __all__ = [
     "DMDConfig",
     "DMDSection",
     "DiffusionEvalSection",
+    "DiffusionPretrainConfig",
     "ODEDistillConfig",
     "ODEDistillSection",
+    "PretrainSection",
     "RewardFLConfig",
     "RewardFLSection",
 ]
@@ -90,6 +93,36 @@ class _DiffusionConfig(BaseConfig):
         """The settings every diffusion worker gets: its scheduler folder (the role's own model) and image size."""
         path = getattr(self, role).model_args.model_name_or_path
         return DiffusionSettings(scheduler_path=path, image_size=self.image_size)
+
+
+class PretrainSection(RollModel):
+    """Denoising pretraining of a class-conditional model on the shapes data, with an EMA of its weights (the EMA is
+    what is evaluated and exported: the teacher of the other diffusion recipes)."""
+
+    batch_size: int = Field(
+        default=32, ge=1, description="Training images per optimizer step (drawn with replacement)."
+    )
+    ema_decay: float = Field(
+        default=0.999, ge=0, lt=1, description="EMA decay, with the warm-up (1 + u) / (10 + u) while that is lower."
+    )
+    sample_steps: int = Field(default=50, ge=1, description="Sampler steps of the evaluation samples (grid, FD, MMD).")
+    heldout_seed: int = Field(
+        default=0,
+        description="Noise seed of val/denoising_loss: every held-out image at each of evaluation.denoising_levels "
+        "levels (the same triples at every evaluation).",
+    )
+
+
+class DiffusionPretrainConfig(_DiffusionConfig):
+    flat_keys: ClassVar[Mapping[str, str]] = {"ema_decay": "pretrain.ema_decay"}
+    model_roles: ClassVar[tuple[str, ...]] = ("denoiser",)
+    trained_roles: ClassVar[tuple[str, ...]] = ("denoiser",)
+
+    pipeline_cls: str = "diffusion_pretrain"
+    denoiser: RoleConfig = Field(
+        description="The trained model (fsdp2_train), e.g. a random-init tiny-diffusion://unet-nano folder."
+    )
+    pretrain: PretrainSection = Field(default_factory=PretrainSection)
 
 
 class RewardFLSection(RollModel):

@@ -33,6 +33,7 @@ from roll.pipelines.algorithms.diffusion import (
     regression_loss,
     reward_fl_loss,
     sample_ode,
+    sample_training_timesteps,
     sampling_timesteps,
 )
 from roll.runtime.errors import ConfigError
@@ -41,8 +42,10 @@ __all__ = [
     "Batch",
     "dmd_fake_score_step",
     "dmd_generator_step",
+    "ema_decay_at",
     "ema_update",
     "ode_distill_step",
+    "pretrain_batch",
     "pretrain_step",
     "reward_fl_step",
     "teacher_trajectories",
@@ -57,6 +60,31 @@ def _need(batch: Batch, *keys: str) -> list[torch.Tensor]:
     if missing:
         raise ConfigError(f"the batch lacks tensor fields {missing}; it has {sorted(batch)}")
     return [batch[k] for k in keys]
+
+
+def pretrain_batch(
+    images: torch.Tensor,
+    class_labels: torch.Tensor,
+    process: NoiseProcess,
+    batch_size: int,
+    generator: torch.Generator,
+) -> dict[str, torch.Tensor]:
+    """One pretraining batch drawn from ``generator``: ``batch_size`` rows of the dataset (with replacement), their
+    noise and training timesteps, in this order (the in-process teacher and the pipeline's driver draw alike)."""
+    index = torch.randint(0, images.shape[0], (batch_size,), generator=generator)
+    rows = images[index]
+    return {
+        "images": rows,
+        "class_labels": class_labels[index],
+        "noise": torch.randn(rows.shape, generator=generator),
+        "timesteps": sample_training_timesteps(process, batch_size, generator=generator),
+    }
+
+
+def ema_decay_at(update: int, decay: float) -> float:
+    """The EMA decay after optimizer update ``update`` (0-based): ``decay`` with a warm-up, ``(1 + u) / (10 + u)``
+    while that is lower, so early averages are not dominated by the random initialisation."""
+    return min(decay, (1 + update) / (10 + update))
 
 
 def pretrain_step(model_fn: Denoiser, process: NoiseProcess, batch: Batch) -> tuple[torch.Tensor, Metrics]:

@@ -8,9 +8,11 @@ Each loss is the micro-batch's share of the mini-batch loss (its mean times rows
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from roll.pipelines.algorithms.diffusion import (
     NoiseProcess,
@@ -30,6 +32,7 @@ from roll.runtime import ConfigError
 from roll.strategies import LossScale, ModelCall, StrategyWorker
 
 __all__ = [
+    "DiffusionPretrainWorker",
     "DiffusionSettings",
     "DiffusionTrainWorker",
     "DiffusionWorker",
@@ -182,6 +185,88 @@ class DiffusionTrainWorker(DiffusionWorker):
         t = sampling_timesteps(self.process, 1, device=noise.device)[0].expand(noise.shape[0])
         x0, _ = predicted_x0_and_noise(self.process, call(noise, t, labels), noise, t)
         return x0
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a (possibly FSDP2-sharded) parameter, sharing its storage."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+class DiffusionPretrainWorker(DiffusionTrainWorker):
+    """Denoising pretraining with an exponential moving average (EMA) of the weights, kept shard by shard.
+
+    The EMA is the model the recipe evaluates and exports: :meth:`swap_ema` exchanges it with the trained weights
+    (twice restores them, bit for bit), so sampling, held-out losses and the export run on it unchanged. It is
+    saved with each checkpoint (``ema/rank_<r>.pt``).
+    """
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
+    def initialize(self, settings: Any = None) -> None:
+        super().initialize(settings)
+        with torch.no_grad():
+            self.ema = [_local(p.detach()).clone() for p in self._parameters()]
+        self.ema_swapped = False
+
+    def _parameters(self) -> list[torch.Tensor]:
+        """The model's parameters, resharded first (a forward pass may leave the root's gathered)."""
+        from torch.distributed.fsdp import FSDPModule
+
+        model = self.train_strategy.model
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+        return list(model.parameters())
+
+    @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
+    def train_pretrain(self, batch: DataProto, ema_decay: float) -> DataProto:
+        """One optimizer step of the denoising loss on the batch's draws, then ``ema = lerp(ema, w, 1 - ema_decay)``."""
+        if self.ema_swapped:
+            raise ConfigError("train_pretrain called while the EMA weights are swapped in; call swap_ema() first")
+        out = self._train(batch, lambda micro, call: pretrain_step(call, self.process, micro.batch))
+        with torch.no_grad():
+            for average, param in zip(self.ema, self._parameters(), strict=True):
+                average.lerp_(_local(param.detach()), 1.0 - ema_decay)
+        return out
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def swap_ema(self) -> bool:
+        """Exchange the model's weights with the EMA; returns True when the EMA is now in the model."""
+        with torch.no_grad():
+            for average, param in zip(self.ema, self._parameters(), strict=True):
+                local = _local(param.detach())
+                held = local.clone()
+                local.copy_(average)
+                average.copy_(held)
+        self.ema_swapped = not self.ema_swapped
+        return self.ema_swapped
+
+    def _ema_file(self, path: str) -> Path:
+        return Path(path) / "ema" / f"rank_{self.rank}.pt"
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        if self.ema_swapped:
+            raise ConfigError("save_checkpoint called while the EMA weights are swapped in; call swap_ema() first")
+        super().save_checkpoint(path)
+        file = self._ema_file(path)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"world_size": self.world_size, "ema": self.ema}, file)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        super().load_checkpoint(path)
+        file = self._ema_file(path)
+        if not file.is_file():
+            raise ConfigError(f"{file} is missing: the checkpoint has no EMA for rank {self.rank}")
+        saved = torch.load(file, weights_only=True)
+        if saved["world_size"] != self.world_size:
+            raise ConfigError(
+                f"{file} holds the EMA shards of {saved['world_size']} ranks, this role has {self.world_size}; "
+                "resume with the world_size the checkpoint was written with"
+            )
+        with torch.no_grad():
+            for average, stored in zip(self.ema, saved["ema"], strict=True):
+                average.copy_(stored)
 
 
 class RewardFLWorker(DiffusionTrainWorker):
