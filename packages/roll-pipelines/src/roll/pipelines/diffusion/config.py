@@ -166,7 +166,7 @@ class RewardFLConfig(_DiffusionConfig):
 
 
 class DMDSection(RollModel):
-    """Distribution matching distillation into a one-step generator."""
+    """Distribution matching distillation into a 1-4-step generator."""
 
     batch_size: int = Field(default=32, ge=1, description="Generator samples per step.")
     teacher_steps: int = Field(default=50, ge=2, description="Teacher sampler steps (regression targets, baseline).")
@@ -175,6 +175,12 @@ class DMDSection(RollModel):
         default=512, ge=1, description="(noise, teacher output) pairs made at setup; each step draws batch_size."
     )
     fake_updates: int = Field(default=1, ge=1, description="Fake-score optimizer steps per generator step.")
+    student_steps: int = Field(
+        default=1,
+        ge=1,
+        le=4,
+        description="Generator sampler steps (fixed timesteps from noise; gradients through the last step only).",
+    )
 
 
 class DMDConfig(_DiffusionConfig):
@@ -184,7 +190,7 @@ class DMDConfig(_DiffusionConfig):
 
     pipeline_cls: str = "diffusion_dmd"
     generator: RoleConfig = Field(
-        description="The one-step student (fsdp2_train), usually initialised from the teacher."
+        description="The 1-4-step student (fsdp2_train), usually initialised from the teacher."
     )
     fake_score: RoleConfig = Field(description="The online score model of generator samples (fsdp2_train).")
     teacher: RoleConfig = Field(description="The frozen multi-step teacher: the real score (fsdp2_infer/hf_infer).")

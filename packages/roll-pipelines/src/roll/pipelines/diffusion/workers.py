@@ -23,9 +23,8 @@ from roll.pipelines.algorithms.diffusion import (
     predicted_x0_and_noise,
     regression_loss,
     sample_ode,
-    sampling_timesteps,
 )
-from roll.pipelines.diffusion.steps import ode_distill_step, pretrain_step, reward_fl_step
+from roll.pipelines.diffusion.steps import generator_sample, ode_distill_step, pretrain_step, reward_fl_step
 from roll.pipelines.rewards.image_worker import ImageRewardSettings
 from roll.protocol import DataProto, Dispatch, register
 from roll.runtime import ConfigError
@@ -163,28 +162,24 @@ class DiffusionTrainWorker(DiffusionWorker):
         return self._train(batch, lambda micro, call: ode_distill_step(call, self.process, micro.batch))
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
-    def train_dmd_generator(self, batch: DataProto, regression_weight: float) -> DataProto:
-        """The one-step generator's DMD loss from ``noise``, given the real and fake scores' ``real_x0``/``fake_x0``
-        at its noised samples (computed by those roles), plus ``regression_weight`` x MSE of ``reg_noise`` ->
-        ``reg_target`` (teacher outputs)."""
+    def train_dmd_generator(self, batch: DataProto, regression_weight: float, student_steps: int = 1) -> DataProto:
+        """The ``student_steps``-step generator's DMD loss from ``noise`` (gradients through its last step), given
+        the real and fake scores' ``real_x0``/``fake_x0`` at its noised samples (computed by those roles), plus
+        ``regression_weight`` x MSE of ``reg_noise`` -> ``reg_target`` (teacher outputs)."""
 
         def loss_of(micro: DataProto, call: ModelCall) -> tuple[torch.Tensor, Metrics]:
             rows = micro.batch
-            generated = self._one_step(call, rows["noise"], rows["class_labels"])
+            generated = generator_sample(call, self.process, rows["noise"], rows["class_labels"], student_steps)
             loss = dmd_generator_loss(generated, rows["real_x0"], rows["fake_x0"])
             metrics = {"dmd_loss": loss.item()}
             if regression_weight > 0:
-                reg = regression_loss(self._one_step(call, rows["reg_noise"], rows["reg_labels"]), rows["reg_target"])
+                reg_images = generator_sample(call, self.process, rows["reg_noise"], rows["reg_labels"], student_steps)
+                reg = regression_loss(reg_images, rows["reg_target"])
                 loss = loss + regression_weight * reg
                 metrics["regression_loss"] = reg.item()
             return loss, metrics
 
         return self._train(batch, loss_of)
-
-    def _one_step(self, call: ModelCall, noise: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        t = sampling_timesteps(self.process, 1, device=noise.device)[0].expand(noise.shape[0])
-        x0, _ = predicted_x0_and_noise(self.process, call(noise, t, labels), noise, t)
-        return x0
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
