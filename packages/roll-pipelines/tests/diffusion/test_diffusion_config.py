@@ -81,7 +81,7 @@ def test_pretrain_recipe_matches_the_in_process_reference_settings():
     assert (config.pretrain.ema_decay, config.denoiser.world_size, config.denoiser.num_threads) == (0.999, 1, 1)
     assert config.denoiser.training_args.per_device_train_batch_size == reference.batch_size  # one micro-batch
     # one FSDP unit: per-block units reorder the sums of the UNet's skip-connection gradients (not bit for bit)
-    assert config.denoiser.strategy_args.strategy_config.wrap_blocks is False
+    assert config.denoiser.strategy_args.strategy_config == {"wrap_blocks": False}
     assert config.flat_keys["ema_decay"] == "pretrain.ema_decay"
     assert load_config("diffusion-pretrain-tiny", ["ema_decay=0.99"]).pretrain.ema_decay == 0.99
 
