@@ -206,7 +206,11 @@ class DiffusionPretrainWorker(DiffusionTrainWorker):
         """The model's parameters, resharded first (a forward pass may leave the root's gathered)."""
         from torch.distributed.fsdp import FSDPModule
 
-        model = self.train_strategy.model
+        model = getattr(self.train_strategy, "model", None)
+        if not isinstance(model, torch.nn.Module):
+            raise ConfigError(
+                f"{self.worker_name}: {self.strategy.strategy_name} holds no torch model; use fsdp2_train"
+            )
         for module in model.modules():
             if isinstance(module, FSDPModule):
                 module.reshard()
