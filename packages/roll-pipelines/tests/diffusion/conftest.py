@@ -1,5 +1,5 @@
-"""Fixtures for the diffusion pipeline runs: the tiny teacher (trained once into the shared asset cache, reused by
-every later run: minutes of CPU the first time) and a private local Ray."""
+"""Fixtures for the diffusion pipeline runs: the tiny teacher (the ``diffusion-pretrain-tiny`` recipe, trained once
+into the shared asset cache and reused by every later run: minutes of CPU the first time) and a private local Ray."""
 
 from __future__ import annotations
 
@@ -7,16 +7,15 @@ import pytest
 
 pytest.importorskip("diffusers")
 
-from roll.pipelines.diffusion.teacher import teacher_uri_path
+from roll.pipelines.launcher import run_cached_recipe
 from roll.runtime.testing import local_ray
-
-TEACHER_URI = "diffusion-teacher://unet-nano?steps=2000"
 
 
 @pytest.fixture(scope="session")
 def teacher_path() -> str:
     """The recipes' teacher folder, resolved before any test changes the cache directory."""
-    return str(teacher_uri_path(TEACHER_URI))
+    with local_ray(num_cpus=8):
+        return str(run_cached_recipe("diffusion-pretrain-tiny"))
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,16 @@
 """The diffusion pipelines' configs: recipes load, roles become diffusion roles, bad combinations fail with the
-field named, and teacher references reject unknown settings (no Ray, no training)."""
+field named, and model references resolve or reject bad settings (no Ray, no training)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from roll.pipelines.assets import resolve_model_uri
 from roll.pipelines.config import load_config
-from roll.pipelines.diffusion.config import DMDConfig, ODEDistillConfig, RewardFLConfig
-from roll.pipelines.diffusion.teacher import teacher_uri_path
+from roll.pipelines.diffusion.config import DiffusionPretrainConfig, DMDConfig, ODEDistillConfig, RewardFLConfig
+from roll.pipelines.diffusion.teacher import PretrainSettings
 from roll.pipelines.registry import resolve_pipeline
 from roll.runtime import ConfigError
 
@@ -17,6 +20,7 @@ pytestmark = pytest.mark.extra("diffusers")  # diffusers is outside the Pants re
 @pytest.mark.parametrize(
     ("recipe", "config_cls", "trained"),
     [
+        ("diffusion-pretrain-tiny", DiffusionPretrainConfig, {"denoiser": 2000}),
         ("diffusion-reward-fl-tiny", RewardFLConfig, {"actor_train": 50}),
         ("diffusion-dmd-tiny", DMDConfig, {"generator": 400, "fake_score": 2000}),
         ("diffusion-ode-distill-tiny", ODEDistillConfig, {"student": 200}),
@@ -60,8 +64,45 @@ def test_bad_combinations_name_the_field():
         load_config("diffusion-ode-distill-tiny", ["ode.student_steps=50"])
 
 
-def test_teacher_references_reject_unknown_settings():
-    with pytest.raises(ConfigError, match="bad teacher settings"):
-        teacher_uri_path("diffusion-teacher://unet-nano?stepz=10")
-    with pytest.raises(ConfigError, match="is not a diffusion-teacher"):
-        teacher_uri_path("tiny://nano")
+def test_pretrain_recipe_matches_the_in_process_reference_settings():
+    """The recipe trains the teacher the measured results used (pretrain_teacher's defaults, cache
+    teacher-50910038d5bd): same model, scheduler, seed, steps, batch, AdamW (no decay), clip and EMA."""
+    config = load_config("diffusion-pretrain-tiny")
+    reference = PretrainSettings()
+    assert reference.fingerprint() == "50910038d5bd"
+    args = config.denoiser.training_args
+    assert config.denoiser.model_args.model_name_or_path == (
+        f"tiny-diffusion://{reference.preset}?scheduler={reference.scheduler}&seed={reference.seed}"
+        f"&image_size={reference.image_size}"
+    )
+    assert (config.max_steps, config.pretrain.batch_size, config.seed) == (reference.steps, reference.batch_size, 0)
+    assert (args.learning_rate, args.weight_decay, args.max_grad_norm) == (reference.learning_rate, 0.0, 1.0)
+    assert (args.lr_scheduler_type, args.warmup_steps, args.warmup_ratio) == ("constant", 0, 0.0)
+    assert (config.pretrain.ema_decay, config.denoiser.world_size, config.denoiser.num_threads) == (0.999, 1, 1)
+    assert config.denoiser.training_args.per_device_train_batch_size == reference.batch_size  # one micro-batch
+    # one FSDP unit: per-block units reorder the sums of the UNet's skip-connection gradients (not bit for bit)
+    assert config.denoiser.strategy_args.strategy_config == {"wrap_blocks": False}
+    assert config.flat_keys["ema_decay"] == "pretrain.ema_decay"
+    assert load_config("diffusion-pretrain-tiny", ["ema_decay=0.99"]).pretrain.ema_decay == 0.99
+
+
+@pytest.mark.parametrize("recipe", ["diffusion-reward-fl-tiny", "diffusion-dmd-tiny", "diffusion-ode-distill-tiny"])
+def test_distillation_recipes_name_the_pretrain_recipe_as_teacher(recipe):
+    config = load_config(recipe)
+    paths = {role.model_args.model_name_or_path for role in config.roles().values() if role.model_args}
+    assert paths - {None} == {"recipe://diffusion-pretrain-tiny"}
+
+
+def test_tiny_diffusion_references_build_a_model_folder_or_name_the_bad_setting(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLL_CACHE_DIR", str(tmp_path))
+    path = resolve_model_uri("tiny-diffusion://unet-nano?scheduler=ddim&seed=3&image_size=16")
+    assert path is not None and (tmp_path / "tiny-diffusion") in Path(path).parents
+    from roll.strategies.diffusion import load_scheduler
+
+    assert type(load_scheduler(path)).__name__ == "DDIMScheduler"
+    with pytest.raises(ConfigError, match=r"unknown settings \['stepz'\]"):
+        resolve_model_uri("tiny-diffusion://unet-nano?stepz=10")
+    with pytest.raises(ConfigError, match="must be integers"):
+        resolve_model_uri("tiny-diffusion://unet-nano?seed=x")
+    with pytest.raises(ConfigError, match="unknown model reference"):
+        resolve_model_uri("diffusion-teacher://unet-nano?steps=2000")

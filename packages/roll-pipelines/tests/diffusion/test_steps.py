@@ -10,8 +10,11 @@ from roll.pipelines.algorithms.diffusion import add_noise, flow_process, sample_
 from roll.pipelines.diffusion import (
     dmd_fake_score_step,
     dmd_generator_step,
+    ema_decay_at,
     ema_update,
+    generator_sample,
     ode_distill_step,
+    pretrain_batch,
     pretrain_step,
     reward_fl_step,
     teacher_trajectories,
@@ -166,3 +169,51 @@ def test_ode_segment_batch_pairs_each_start_with_the_next_boundary():
     assert batch["target_next"].tolist() == [[16.0, 17.0], [2.0, 3.0]]
     assert batch["timesteps"].tolist() == [0.5, 1.0] and batch["next_timesteps"].tolist() == [0.0, 0.5]
     assert batch["class_labels"].tolist() == [9, 7]
+
+
+@pytest.mark.parametrize("process", [flow_process(), vp_process()], ids=["flow", "vp"])
+@pytest.mark.parametrize("steps", [2, 4])
+def test_few_step_generator_samples_over_fixed_timesteps_with_gradients_through_the_last(process, steps):
+    model, batch = ConvDenoiser(), _batch(n=5)
+    noise, labels = batch["noise"], batch["class_labels"]
+    images = generator_sample(model, process, noise, labels, steps)
+    assert images.shape == noise.shape and images.requires_grad
+    # the same images as the deterministic sampler over `steps` fixed timesteps (what evaluation draws)
+    with torch.no_grad():
+        reference = sample_ode(model, noise, labels, process, sampling_timesteps(process, steps)).sample
+    assert_close(images.detach(), reference, **TOL)
+    # gradients through the last step only: a constant model before it would give the same gradient
+    calls = []
+    counting = lambda x, t, y: calls.append(torch.is_grad_enabled()) or model(x, t, y)  # noqa: E731
+    generator_sample(counting, process, noise, labels, steps).pow(2).mean().backward()
+    assert calls == [False] * (steps - 1) + [True]
+    assert model.conv.weight.grad is not None and model.conv.weight.grad.abs().sum() > 0
+    # the DMD step takes the same path; its loss and regression term are scalars
+    model.zero_grad()
+    real = lambda x, t, y: x * 0.5  # noqa: E731
+    fake = lambda x, t, y: x * 0.4  # noqa: E731
+    reg = {"reg_noise": noise[:3], "reg_labels": labels[:3], "reg_target": torch.zeros(3, 3, 8, 8)}
+    loss, metrics, generated = dmd_generator_step(
+        model, real, fake, process, {**batch, **reg}, regression_weight=0.5, student_steps=steps
+    )
+    assert loss.ndim == 0 and set(metrics) == {"dmd_loss", "regression_loss", "loss"}
+    assert generated.shape == noise.shape and not generated.requires_grad
+    assert_close(generated, reference, **TOL)
+
+
+def test_one_step_generator_is_the_clean_prediction_from_noise():
+    model, process, batch = ConvDenoiser(), flow_process(), _batch()
+    t = sampling_timesteps(process, 1)[0].expand(4)
+    expected = batch["noise"] - t.reshape(-1, 1, 1, 1) / 1000 * model(batch["noise"], t, batch["class_labels"])
+    assert_close(generator_sample(model, process, batch["noise"], batch["class_labels"]), expected, **TOL)
+
+
+def test_pretrain_batch_draws_rows_noise_and_timesteps_in_a_fixed_order():
+    images, labels = torch.arange(10.0).reshape(10, 1, 1, 1).expand(10, 3, 2, 2), torch.arange(10)
+    batch = pretrain_batch(images, labels, flow_process(), 6, torch.Generator().manual_seed(7))
+    g = torch.Generator().manual_seed(7)
+    index = torch.randint(0, 10, (6,), generator=g)
+    assert torch.equal(batch["class_labels"], index) and torch.equal(batch["images"], images[index])
+    assert torch.equal(batch["noise"], torch.randn(6, 3, 2, 2, generator=g))
+    assert torch.equal(batch["timesteps"], torch.rand(6, generator=g) * 1000)
+    assert [ema_decay_at(u, 0.999) for u in (0, 1, 8990)] == [0.1, 2 / 11, 0.999]

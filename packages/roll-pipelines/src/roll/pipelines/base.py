@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from roll.pipelines.checkpoint import CheckpointManager, PipelineState
 from roll.pipelines.config import BaseConfig, RoleConfig
 from roll.pipelines.metrics import reduce_metrics
 from roll.pipelines.plots import write_plots
+from roll.pipelines.summary import STEPS_TOTAL_KEY
 from roll.pipelines.tracking import Tracker
 from roll.runtime import ENV_WORKER_LOG, Cluster, ConfigError, ResourceManager, init, materialize_all
 from roll.strategies import ModelUpdateGroup
@@ -39,6 +41,7 @@ from roll.strategies.weight_sync import weight_sync_env
 __all__ = ["BasePipeline", "Role", "Session", "set_seed"]
 
 logger = logging.getLogger(__name__)
+_clock = time.perf_counter  # the step timer's clock (a seam for tests)
 # A normal shutdown still closes weight channels politely, but never waits on a stuck worker for long.
 _CLOSE_TIMEOUT_S = 60.0
 
@@ -135,6 +138,9 @@ class BasePipeline:
         self._checkpoint_clusters: list[Cluster] = []
         self._update_groups: list[ModelUpdateGroup] = []
         self._closed = False
+        # Wall seconds of the finished loop steps (resumed runs continue the count) and the running step's start.
+        self._steps_done_s = 0.0
+        self._step_started: float | None = None
 
     # --- setup steps ------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -252,18 +258,32 @@ class BasePipeline:
     # --- loop helpers -----------------------------------------------------------------------------------
     def steps(self, start: int) -> Iterator[int]:
         """Steps ``start+1 .. max_steps`` with their progress on stderr: a bar (ETA) on a terminal, plain periodic
-        lines when stderr goes to a file or a pipe."""
+        lines when stderr goes to a file or a pipe. Each step's wall time (the loop body: step, validation,
+        logging, checkpoint) adds to ``time/steps_total_s``, which :meth:`log_metrics` records."""
         from roll.pipelines.progress import step_progress
 
         total = self.max_steps
+        history = self.state.metrics_history
+        self._steps_done_s = float(history[-1].get(STEPS_TOTAL_KEY, 0.0)) if history else 0.0
         with step_progress(total, start, self.config.exp_name) as bar:
             for step in range(start + 1, total + 1):
-                yield step
+                self._step_started = _clock()
+                try:
+                    yield step
+                finally:
+                    self._steps_done_s += _clock() - self._step_started
+                    self._step_started = None
                 bar.update(1)
 
     def log_metrics(self, step: int, metrics: dict[str, Any]) -> dict[str, float]:
-        """Reduce (lists -> mean / @max / @min / @sum), record in history and trackers, every ``logging_steps``."""
+        """Reduce (lists -> mean / @max / @min / @sum), record in history and trackers, every ``logging_steps``.
+
+        Inside :meth:`steps` the row also gets ``time/steps_total_s``: the wall seconds of all loop steps so far
+        (this one up to now), so the end-of-run summary is right whatever ``logging_steps`` skips.
+        """
         reduced = reduce_metrics(metrics)
+        if self._step_started is not None:
+            reduced[STEPS_TOTAL_KEY] = self._steps_done_s + _clock() - self._step_started
         self.state.metrics_history.append({"step": step, **reduced})
         if step % self.config.logging_steps == 0 or step == self.max_steps:
             self.session.tracker.log(step, reduced)

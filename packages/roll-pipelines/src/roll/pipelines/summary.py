@@ -3,7 +3,9 @@
 It reads the run's ``metrics.jsonl``: the first and the last validation (``val/*``) rows are "before" and
 "after". Rows shown, when the run reports them: ``val/correct`` (answers right, any format), ``val/format``
 (answers in the requested format), the verifier's reward ``val/score`` and its full-marks share
-``val/accuracy``, pass@k, the SFT losses and the DPO preference accuracy; then the steps and the minutes.
+``val/accuracy``, pass@k, the SFT losses and the DPO preference accuracy, the diffusion pipelines' measures
+(reward, held-out denoising loss, distances of samples to held-out images, distillation gaps); then the steps
+and the minutes the steps took (``time/steps_total_s`` of the last row, which every pipeline loop logs).
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from typing import Any
 
 from roll.pipelines.tracking import read_metrics
 
-__all__ = ["SUMMARY_METRICS", "before_after", "format_before_after", "summarize_run"]
+__all__ = ["STEPS_TOTAL_KEY", "SUMMARY_METRICS", "before_after", "format_before_after", "summarize_run"]
+
+# The cumulative wall seconds of a run's loop steps, in every row logged inside the loop (BasePipeline.log_metrics).
+STEPS_TOTAL_KEY = "time/steps_total_s"
 
 # Metric -> label, in table order.
 SUMMARY_METRICS: dict[str, str] = {
@@ -25,6 +30,13 @@ SUMMARY_METRICS: dict[str, str] = {
     "val/exact_match": "exact match (whole response)",
     "val/answer_loss": "loss on answer tokens",
     "val/loss": "loss on response tokens",
+    "val/reward": "reward (image reward, held-out conditions)",
+    "val/denoising_loss": "denoising loss on held-out images",
+    "val/fd": "FD of samples to held-out images",
+    "val/fd_ratio": "FD / the teacher's FD",
+    "val/mmd": "MMD of samples to held-out images",
+    "val/mse_to_teacher": "MSE to the teacher's outputs",
+    "val/mse_ratio": "MSE to the teacher / at the start",
 }
 
 
@@ -32,11 +44,13 @@ def before_after(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """``{"before": row, "after": row, "steps": int, "step_minutes": float}`` from metrics rows.
 
     ``before``/``after`` are the first/last rows holding ``val/`` metrics ({} when there are none);
-    ``step_minutes`` sums ``time/step_s`` (training steps, their validations included).
+    ``step_minutes`` is the last ``time/steps_total_s`` (all loop steps, their validations and checkpoints
+    included, whatever ``logging_steps`` left out of the rows); in files without it, the sum of ``time/step_s``.
     """
     evaluated = [row for row in rows if any(key.startswith("val/") for key in row)]
     steps = max((int(row.get("step", 0)) for row in rows), default=0)
-    step_s = sum(float(row.get("time/step_s", 0.0)) for row in rows)
+    totals = [float(row[STEPS_TOTAL_KEY]) for row in rows if STEPS_TOTAL_KEY in row]
+    step_s = totals[-1] if totals else sum(float(row.get("time/step_s", 0.0)) for row in rows)
     return {
         "before": evaluated[0] if evaluated else {},
         "after": evaluated[-1] if evaluated else {},

@@ -1,4 +1,5 @@
-"""Configs of the diffusion pipelines (``diffusion_reward_fl``, ``diffusion_dmd``, ``diffusion_ode_distill``):
+"""Configs of the diffusion pipelines (``diffusion_pretrain``, ``diffusion_reward_fl``, ``diffusion_dmd``,
+``diffusion_ode_distill``):
 their model roles (diffusers models, ``model_kind: diffusion`` filled in), an algorithm section each, and the
 evaluation section they share. Workers get their own settings from ``*_settings()``, never the config.
 """
@@ -19,8 +20,10 @@ __all__ = [
     "DMDConfig",
     "DMDSection",
     "DiffusionEvalSection",
+    "DiffusionPretrainConfig",
     "ODEDistillConfig",
     "ODEDistillSection",
+    "PretrainSection",
     "RewardFLConfig",
     "RewardFLSection",
 ]
@@ -92,6 +95,36 @@ class _DiffusionConfig(BaseConfig):
         return DiffusionSettings(scheduler_path=path, image_size=self.image_size)
 
 
+class PretrainSection(RollModel):
+    """Denoising pretraining of a class-conditional model on the shapes data, with an EMA of its weights (the EMA is
+    what is evaluated and exported: the teacher of the other diffusion recipes)."""
+
+    batch_size: int = Field(
+        default=32, ge=1, description="Training images per optimizer step (drawn with replacement)."
+    )
+    ema_decay: float = Field(
+        default=0.999, ge=0, lt=1, description="EMA decay, with the warm-up (1 + u) / (10 + u) while that is lower."
+    )
+    sample_steps: int = Field(default=50, ge=1, description="Sampler steps of the evaluation samples (grid, FD, MMD).")
+    heldout_seed: int = Field(
+        default=0,
+        description="Noise seed of val/denoising_loss: every held-out image at each of evaluation.denoising_levels "
+        "levels (the same triples at every evaluation).",
+    )
+
+
+class DiffusionPretrainConfig(_DiffusionConfig):
+    flat_keys: ClassVar[Mapping[str, str]] = {"ema_decay": "pretrain.ema_decay"}
+    model_roles: ClassVar[tuple[str, ...]] = ("denoiser",)
+    trained_roles: ClassVar[tuple[str, ...]] = ("denoiser",)
+
+    pipeline_cls: str = "diffusion_pretrain"
+    denoiser: RoleConfig = Field(
+        description="The trained model (fsdp2_train), e.g. a random-init tiny-diffusion://unet-nano folder."
+    )
+    pretrain: PretrainSection = Field(default_factory=PretrainSection)
+
+
 class RewardFLSection(RollModel):
     """Reward feedback learning: sample with gradients through the last ``grad_steps`` steps, ascend the reward."""
 
@@ -133,7 +166,7 @@ class RewardFLConfig(_DiffusionConfig):
 
 
 class DMDSection(RollModel):
-    """Distribution matching distillation into a one-step generator."""
+    """Distribution matching distillation into a 1-4-step generator."""
 
     batch_size: int = Field(default=32, ge=1, description="Generator samples per step.")
     teacher_steps: int = Field(default=50, ge=2, description="Teacher sampler steps (regression targets, baseline).")
@@ -142,6 +175,12 @@ class DMDSection(RollModel):
         default=512, ge=1, description="(noise, teacher output) pairs made at setup; each step draws batch_size."
     )
     fake_updates: int = Field(default=1, ge=1, description="Fake-score optimizer steps per generator step.")
+    student_steps: int = Field(
+        default=1,
+        ge=1,
+        le=4,
+        description="Generator sampler steps (fixed timesteps from noise; gradients through the last step only).",
+    )
 
 
 class DMDConfig(_DiffusionConfig):
@@ -151,7 +190,7 @@ class DMDConfig(_DiffusionConfig):
 
     pipeline_cls: str = "diffusion_dmd"
     generator: RoleConfig = Field(
-        description="The one-step student (fsdp2_train), usually initialised from the teacher."
+        description="The 1-4-step student (fsdp2_train), usually initialised from the teacher."
     )
     fake_score: RoleConfig = Field(description="The online score model of generator samples (fsdp2_train).")
     teacher: RoleConfig = Field(description="The frozen multi-step teacher: the real score (fsdp2_infer/hf_infer).")

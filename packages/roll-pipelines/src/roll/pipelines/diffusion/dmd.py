@@ -1,12 +1,14 @@
-"""The ``diffusion_dmd`` pipeline: distribution matching distillation of a multi-step teacher into a one-step
-generator (real score = the frozen teacher, fake score = a model trained online on the generator's samples).
+"""The ``diffusion_dmd`` pipeline: distribution matching distillation of a multi-step teacher into a generator of
+``student_steps`` (1-4) steps (real score = the frozen teacher, fake score = a model trained online on the
+generator's samples).
 
-Per step: the generator maps fresh noise to images in one step; the images are noised at a random level and both
+Per step: the generator maps fresh noise to images in ``student_steps`` deterministic sampler steps over fixed
+timesteps (with more than one, gradients flow through the last step only, from the detached state before it); the images are noised at a random level and both
 score models predict the clean image; the generator descends ``fake_x0 - real_x0`` (normalised, DMD's gradient)
 plus ``regression_weight`` x MSE to the teacher's ``teacher_steps``-step outputs of paired noise (made at setup);
 then the fake score takes ``fake_updates`` denoising steps on the generator's images.
 
-Evaluation: the generator's one-step samples from fixed noise, their Frechet distance and MMD to held-out images
+Evaluation: the generator's ``student_steps``-step samples from fixed noise, their Frechet distance and MMD to held-out images
 (fixed random conv features), and the ratio to the teacher's ``teacher_steps``-step distance (``val/fd_ratio``,
 ``val/mmd_ratio``; the teacher's values are measured once at setup).
 """
@@ -74,7 +76,9 @@ class DMDPipeline(DiffusionPipeline):
         labels = condition_labels(n, seed=self.config.seed * 100_003 + step)
         noise = self.noise(n)
         with timer.phase("generate"):
-            generated = self.sample(self.generator, noise, labels, self.timesteps(1), clamp=False)["images"]
+            generated = self.sample(self.generator, noise, labels, self.timesteps(d.student_steps), clamp=False)[
+                "images"
+            ]
         t = self._score_levels(n)
         noisy = DataProto.from_dict(
             {"x_t": add_noise(self.process, generated, self.noise(n), t), "timesteps": t, "class_labels": labels}
@@ -88,7 +92,7 @@ class DMDPipeline(DiffusionPipeline):
                 reg_noise=self.reg_noise[index], reg_labels=self.reg_labels[index], reg_target=self.reg_target[index]
             )
         with timer.phase("train_generator"):
-            gen = self.generator.train_dmd_generator(DataProto.from_dict(rows), d.regression_weight)
+            gen = self.generator.train_dmd_generator(DataProto.from_dict(rows), d.regression_weight, d.student_steps)
         metrics = {f"generator/{k}": v for k, v in gen.meta_info["metrics"].items()}
         with timer.phase("train_fake_score"):
             for _ in range(d.fake_updates):
@@ -103,11 +107,12 @@ class DMDPipeline(DiffusionPipeline):
         return {**metrics, **timer.times}
 
     def validate(self, step: int) -> dict[str, float]:
-        images = self.sample(self.generator, self.eval_noise, self.eval_labels, self.timesteps(1))["images"]
+        steps = self.config.dmd.student_steps
+        images = self.sample(self.generator, self.eval_noise, self.eval_labels, self.timesteps(steps))["images"]
         distance = self.reference.distance(images)
         metrics = {f"val/{k}": v for k, v in distance.items()}
         for key, value in self.teacher_distance.items():
             metrics[f"val/teacher_{key}"] = value
             metrics[f"val/{key}_ratio"] = distance[key] / value
-        self.save_grid("generator_1step", step, images)
+        self.save_grid(f"generator_{steps}step", step, images)
         return metrics

@@ -33,6 +33,7 @@ from roll.pipelines.algorithms.diffusion import (
     regression_loss,
     reward_fl_loss,
     sample_ode,
+    sample_training_timesteps,
     sampling_timesteps,
 )
 from roll.runtime.errors import ConfigError
@@ -41,8 +42,11 @@ __all__ = [
     "Batch",
     "dmd_fake_score_step",
     "dmd_generator_step",
+    "ema_decay_at",
     "ema_update",
+    "generator_sample",
     "ode_distill_step",
+    "pretrain_batch",
     "pretrain_step",
     "reward_fl_step",
     "teacher_trajectories",
@@ -57,6 +61,31 @@ def _need(batch: Batch, *keys: str) -> list[torch.Tensor]:
     if missing:
         raise ConfigError(f"the batch lacks tensor fields {missing}; it has {sorted(batch)}")
     return [batch[k] for k in keys]
+
+
+def pretrain_batch(
+    images: torch.Tensor,
+    class_labels: torch.Tensor,
+    process: NoiseProcess,
+    batch_size: int,
+    generator: torch.Generator,
+) -> dict[str, torch.Tensor]:
+    """One pretraining batch drawn from ``generator``: ``batch_size`` rows of the dataset (with replacement), their
+    noise and training timesteps, in this order (the in-process teacher and the pipeline's driver draw alike)."""
+    index = torch.randint(0, images.shape[0], (batch_size,), generator=generator)
+    rows = images[index]
+    return {
+        "images": rows,
+        "class_labels": class_labels[index],
+        "noise": torch.randn(rows.shape, generator=generator),
+        "timesteps": sample_training_timesteps(process, batch_size, generator=generator),
+    }
+
+
+def ema_decay_at(update: int, decay: float) -> float:
+    """The EMA decay after optimizer update ``update`` (0-based): ``decay`` with a warm-up, ``(1 + u) / (10 + u)``
+    while that is lower, so early averages are not dominated by the random initialisation."""
+    return min(decay, (1 + update) / (10 + update))
 
 
 def pretrain_step(model_fn: Denoiser, process: NoiseProcess, batch: Batch) -> tuple[torch.Tensor, Metrics]:
@@ -102,13 +131,18 @@ def reward_fl_step(
     )
 
 
-def _one_step_sample(
-    model_fn: Denoiser, process: NoiseProcess, noise: torch.Tensor, labels: torch.Tensor
+def generator_sample(
+    model_fn: Denoiser, process: NoiseProcess, noise: torch.Tensor, labels: torch.Tensor, num_steps: int = 1
 ) -> torch.Tensor:
-    """A one-step generator: the model's clean-image prediction from pure noise (the first sampling timestep)."""
-    t = sampling_timesteps(process, 1, device=noise.device)[0].expand(noise.shape[0])
-    x0, _ = predicted_x0_and_noise(process, model_fn(noise, t, labels), noise, t)
-    return x0
+    """A few-step generator's images from ``noise``: its deterministic sampler over ``num_steps`` fixed timesteps
+    (:func:`sampling_timesteps`), with gradients through the last model call only (the earlier steps run without
+    autograd). One step is the model's clean-image prediction from pure noise at the first sampling timestep."""
+    if num_steps == 1:
+        t = sampling_timesteps(process, 1, device=noise.device)[0].expand(noise.shape[0])
+        x0, _ = predicted_x0_and_noise(process, model_fn(noise, t, labels), noise, t)
+        return x0
+    timesteps = sampling_timesteps(process, num_steps, device=noise.device)
+    return sample_ode(model_fn, noise, labels, process, timesteps, grad_steps=1).sample
 
 
 def dmd_generator_step(
@@ -119,13 +153,15 @@ def dmd_generator_step(
     batch: Batch,
     *,
     regression_weight: float = 0.0,
+    student_steps: int = 1,
 ) -> tuple[torch.Tensor, Metrics, torch.Tensor]:
-    """The one-step generator's DMD loss (+ ``regression_weight`` x MSE to paired teacher outputs).
+    """The ``student_steps``-step generator's DMD loss (+ ``regression_weight`` x MSE to paired teacher outputs);
+    gradients flow through the generator's last step (:func:`generator_sample`).
 
     Returns ``(loss, metrics, generated)``; ``generated`` (detached) feeds :func:`dmd_fake_score_step`.
     """
     noise, labels, dmd_noise, dmd_t = _need(batch, "noise", "class_labels", "dmd_noise", "dmd_timesteps")
-    generated = _one_step_sample(generator_fn, process, noise, labels)
+    generated = generator_sample(generator_fn, process, noise, labels, student_steps)
     with torch.no_grad():
         noisy = add_noise(process, generated, dmd_noise, dmd_t)
         real_x0, _ = predicted_x0_and_noise(process, real_fn(noisy, dmd_t, labels), noisy, dmd_t)
@@ -134,7 +170,7 @@ def dmd_generator_step(
     metrics = {"dmd_loss": loss.item()}
     if regression_weight > 0:
         reg_noise, reg_labels, reg_target = _need(batch, "reg_noise", "reg_labels", "reg_target")
-        reg = regression_loss(_one_step_sample(generator_fn, process, reg_noise, reg_labels), reg_target)
+        reg = regression_loss(generator_sample(generator_fn, process, reg_noise, reg_labels, student_steps), reg_target)
         loss = loss + regression_weight * reg
         metrics["regression_loss"] = reg.item()
     metrics["loss"] = loss.item()

@@ -1,8 +1,12 @@
-"""The ``diffusion-pretrain-tiny`` recipe in-process: train a small class-conditional teacher on the shapes data,
-keep an EMA copy, and save it as a diffusers folder (model + scheduler) cached by its settings.
+"""The in-process reference of the ``diffusion-pretrain-tiny`` recipe: the same teacher training in one process,
+with no Ray and no strategy (used by the in-process experiments in ``tools/diffusion`` and by the test that the
+``diffusion_pretrain`` pipeline trains exactly this teacher).
 
-Part of the recipes' shared code: the pretrain pipeline's worker runs the same :func:`pretrain_step` on its
-shard of each batch; this function is the single-process reference used by the experiments and tests.
+Both draw their batches with :func:`~roll.pipelines.diffusion.steps.pretrain_batch`, take the loss of
+:func:`~roll.pipelines.diffusion.steps.pretrain_step`, and average with
+:func:`~roll.pipelines.diffusion.steps.ema_decay_at`; the order per step is the same: loss, backward, clip, AdamW
+step, EMA update. Recipes name their teacher ``recipe://diffusion-pretrain-tiny`` (the pipeline, cached by the
+launcher), never this function.
 """
 
 from __future__ import annotations
@@ -14,30 +18,22 @@ import json
 import logging
 import time
 from pathlib import Path
-from urllib.parse import parse_qsl, urlparse
 
 import torch
 from pydantic import Field
 
-from roll.pipelines.algorithms.diffusion import (
-    denoising_eval_loss,
-    noise_process_from_scheduler,
-    sample_training_timesteps,
-)
-from roll.pipelines.cache import cache_dir
+from roll.pipelines.algorithms.diffusion import denoising_eval_loss, noise_process_from_scheduler
 from roll.pipelines.data.shapes import shape_dataset
-from roll.pipelines.diffusion.steps import ema_update, pretrain_step
-from roll.runtime import ConfigError, RollModel
+from roll.pipelines.diffusion.steps import ema_decay_at, ema_update, pretrain_batch, pretrain_step
+from roll.runtime import RollModel
 
-__all__ = ["TEACHER_SCHEME", "PretrainSettings", "pretrain_teacher", "teacher_uri_path"]
-
-TEACHER_SCHEME = "diffusion-teacher"
+__all__ = ["PretrainSettings", "pretrain_teacher"]
 
 logger = logging.getLogger(__name__)
 
 
 class PretrainSettings(RollModel):
-    """Settings of the tiny teacher (the ``diffusion-pretrain-tiny`` recipe)."""
+    """Settings of the tiny teacher (the defaults are the ``diffusion-pretrain-tiny`` recipe's)."""
 
     preset: str = Field(default="unet-nano", description="DIFFUSION_PRESETS name of the model.")
     scheduler: str = Field(default="flow", description="'flow' (rectified flow), 'ddpm' or 'ddim'.")
@@ -75,21 +71,13 @@ def pretrain_teacher(settings: PretrainSettings, out_dir: str | Path, *, log_eve
     model_fn = functools.partial(predict, model)
     start_wall, start_cpu, recent = time.time(), time.process_time(), []
     for step in range(settings.steps):
-        index = torch.randint(0, len(train), (settings.batch_size,), generator=generator)
-        images = train.images[index]
-        batch = {
-            "images": images,
-            "class_labels": train.class_labels[index],
-            "noise": torch.randn(images.shape, generator=generator),
-            "timesteps": sample_training_timesteps(process, settings.batch_size, generator=generator),
-        }
+        batch = pretrain_batch(train.images, train.class_labels, process, settings.batch_size, generator)
         loss, metrics = pretrain_step(model_fn, process, batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
         optimizer.step()
-        # EMA warm-up: early averages would otherwise be dominated by the random initialisation.
-        ema_update(ema, model, min(settings.ema_decay, (1 + step) / (10 + step)))
+        ema_update(ema, model, ema_decay_at(step, settings.ema_decay))
         recent.append(metrics["loss"])
         if log_every and (step + 1) % log_every == 0:
             logger.info("pretrain step %d: loss %.4f", step + 1, sum(recent) / len(recent))
@@ -107,22 +95,3 @@ def pretrain_teacher(settings: PretrainSettings, out_dir: str | Path, *, log_eve
     return save_diffusion_model(
         ema, out_dir, scheduler=scheduler, extra_files={"roll_pretrain.json": json.dumps(record, indent=1)}
     )
-
-
-def teacher_uri_path(uri: str) -> Path:
-    """The folder of ``diffusion-teacher://<preset>?steps=..&scheduler=..&seed=..`` (any PretrainSettings field),
-    trained once with :func:`pretrain_teacher` and cached under ``<cache>/diffusion/teacher-<fingerprint>``."""
-    parsed = urlparse(uri)
-    if parsed.scheme != TEACHER_SCHEME:
-        raise ConfigError(f"{uri!r} is not a {TEACHER_SCHEME}:// reference")
-    params: dict[str, object] = dict(parse_qsl(parsed.query))
-    preset = parsed.netloc or parsed.path.strip("/")
-    if preset:
-        params["preset"] = preset
-    try:
-        settings = PretrainSettings.model_validate(params)
-    except ValueError as e:
-        raise ConfigError(
-            f"{uri!r}: bad teacher settings ({e}); fields: {sorted(PretrainSettings.model_fields)}"
-        ) from e
-    return pretrain_teacher(settings, cache_dir() / "diffusion" / f"teacher-{settings.fingerprint()}")

@@ -8,9 +8,11 @@ Each loss is the micro-batch's share of the mini-batch loss (its mean times rows
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from roll.pipelines.algorithms.diffusion import (
     NoiseProcess,
@@ -21,15 +23,15 @@ from roll.pipelines.algorithms.diffusion import (
     predicted_x0_and_noise,
     regression_loss,
     sample_ode,
-    sampling_timesteps,
 )
-from roll.pipelines.diffusion.steps import ode_distill_step, pretrain_step, reward_fl_step
+from roll.pipelines.diffusion.steps import generator_sample, ode_distill_step, pretrain_step, reward_fl_step
 from roll.pipelines.rewards.image_worker import ImageRewardSettings
 from roll.protocol import DataProto, Dispatch, register
 from roll.runtime import ConfigError
 from roll.strategies import LossScale, ModelCall, StrategyWorker
 
 __all__ = [
+    "DiffusionPretrainWorker",
     "DiffusionSettings",
     "DiffusionTrainWorker",
     "DiffusionWorker",
@@ -160,28 +162,110 @@ class DiffusionTrainWorker(DiffusionWorker):
         return self._train(batch, lambda micro, call: ode_distill_step(call, self.process, micro.batch))
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
-    def train_dmd_generator(self, batch: DataProto, regression_weight: float) -> DataProto:
-        """The one-step generator's DMD loss from ``noise``, given the real and fake scores' ``real_x0``/``fake_x0``
-        at its noised samples (computed by those roles), plus ``regression_weight`` x MSE of ``reg_noise`` ->
-        ``reg_target`` (teacher outputs)."""
+    def train_dmd_generator(self, batch: DataProto, regression_weight: float, student_steps: int = 1) -> DataProto:
+        """The ``student_steps``-step generator's DMD loss from ``noise`` (gradients through its last step), given
+        the real and fake scores' ``real_x0``/``fake_x0`` at its noised samples (computed by those roles), plus
+        ``regression_weight`` x MSE of ``reg_noise`` -> ``reg_target`` (teacher outputs)."""
 
         def loss_of(micro: DataProto, call: ModelCall) -> tuple[torch.Tensor, Metrics]:
             rows = micro.batch
-            generated = self._one_step(call, rows["noise"], rows["class_labels"])
+            generated = generator_sample(call, self.process, rows["noise"], rows["class_labels"], student_steps)
             loss = dmd_generator_loss(generated, rows["real_x0"], rows["fake_x0"])
             metrics = {"dmd_loss": loss.item()}
             if regression_weight > 0:
-                reg = regression_loss(self._one_step(call, rows["reg_noise"], rows["reg_labels"]), rows["reg_target"])
+                reg_images = generator_sample(call, self.process, rows["reg_noise"], rows["reg_labels"], student_steps)
+                reg = regression_loss(reg_images, rows["reg_target"])
                 loss = loss + regression_weight * reg
                 metrics["regression_loss"] = reg.item()
             return loss, metrics
 
         return self._train(batch, loss_of)
 
-    def _one_step(self, call: ModelCall, noise: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        t = sampling_timesteps(self.process, 1, device=noise.device)[0].expand(noise.shape[0])
-        x0, _ = predicted_x0_and_noise(self.process, call(noise, t, labels), noise, t)
-        return x0
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a (possibly FSDP2-sharded) parameter, sharing its storage."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+class DiffusionPretrainWorker(DiffusionTrainWorker):
+    """Denoising pretraining with an exponential moving average (EMA) of the weights, kept shard by shard.
+
+    The EMA is the model the recipe evaluates and exports: :meth:`swap_ema` exchanges it with the trained weights
+    (twice restores them, bit for bit), so sampling, held-out losses and the export run on it unchanged. It is
+    saved with each checkpoint (``ema/rank_<r>.pt``).
+    """
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
+    def initialize(self, settings: Any = None) -> None:
+        super().initialize(settings)
+        with torch.no_grad():
+            self.ema = [_local(p.detach()).clone() for p in self._parameters()]
+        self.ema_swapped = False
+
+    def _parameters(self) -> list[torch.Tensor]:
+        """The model's parameters, resharded first (a forward pass may leave the root's gathered)."""
+        from torch.distributed.fsdp import FSDPModule
+
+        model = getattr(self.train_strategy, "model", None)
+        if not isinstance(model, torch.nn.Module):
+            raise ConfigError(
+                f"{self.worker_name}: {self.strategy.strategy_name} holds no torch model; use fsdp2_train"
+            )
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+        return list(model.parameters())
+
+    @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
+    def train_pretrain(self, batch: DataProto, ema_decay: float) -> DataProto:
+        """One optimizer step of the denoising loss on the batch's draws, then ``ema = lerp(ema, w, 1 - ema_decay)``."""
+        if self.ema_swapped:
+            raise ConfigError("train_pretrain called while the EMA weights are swapped in; call swap_ema() first")
+        out = self._train(batch, lambda micro, call: pretrain_step(call, self.process, micro.batch))
+        with torch.no_grad():
+            for average, param in zip(self.ema, self._parameters(), strict=True):
+                average.lerp_(_local(param.detach()), 1.0 - ema_decay)
+        return out
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def swap_ema(self) -> bool:
+        """Exchange the model's weights with the EMA; returns True when the EMA is now in the model."""
+        with torch.no_grad():
+            for average, param in zip(self.ema, self._parameters(), strict=True):
+                local = _local(param.detach())
+                held = local.clone()
+                local.copy_(average)
+                average.copy_(held)
+        self.ema_swapped = not self.ema_swapped
+        return self.ema_swapped
+
+    def _ema_file(self, path: str) -> Path:
+        return Path(path) / "ema" / f"rank_{self.rank}.pt"
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        if self.ema_swapped:
+            raise ConfigError("save_checkpoint called while the EMA weights are swapped in; call swap_ema() first")
+        super().save_checkpoint(path)
+        file = self._ema_file(path)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"world_size": self.world_size, "ema": self.ema}, file)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        super().load_checkpoint(path)
+        file = self._ema_file(path)
+        if not file.is_file():
+            raise ConfigError(f"{file} is missing: the checkpoint has no EMA for rank {self.rank}")
+        saved = torch.load(file, weights_only=True)
+        if saved["world_size"] != self.world_size:
+            raise ConfigError(
+                f"{file} holds the EMA shards of {saved['world_size']} ranks, this role has {self.world_size}; "
+                "resume with the world_size the checkpoint was written with"
+            )
+        with torch.no_grad():
+            for average, stored in zip(self.ema, saved["ema"], strict=True):
+                average.copy_(stored)
 
 
 class RewardFLWorker(DiffusionTrainWorker):

@@ -59,13 +59,18 @@ def shard_diffusion_model(
     reshard_after_forward: bool = True,
     param_dtype: torch.dtype = torch.float32,
     reduce_dtype: torch.dtype = torch.float32,
+    wrap_blocks: bool = True,
 ) -> nn.Module:
-    """Shard ``model`` in place over ``mesh`` (1-D, or 2-D replicate x shard for HSDP) and return it."""
+    """Shard ``model`` in place over ``mesh`` (1-D, or 2-D replicate x shard for HSDP) and return it.
+
+    With ``wrap_blocks`` off the whole model is one FSDP unit: on one rank its gradients are then bit for bit
+    the unwrapped model's (block units add autograd hooks at block boundaries, which change the order in which
+    the UNet's skip-connection gradients are summed).
+    """
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
-    for unit in _reused_units(model):
+    units = [*_reused_units(model), *diffusion_blocks(model, block_classes)] if wrap_blocks else []
+    for unit in units:
         fully_shard(unit, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
-    for block in diffusion_blocks(model, block_classes):
-        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
     # The root's parameters (stem, time/class embeddings, output head) are needed again at once for backward.
     fully_shard(model, mesh=mesh, reshard_after_forward=None if reshard_after_forward else False, mp_policy=policy)
     return model

@@ -34,7 +34,7 @@ def load_role_model(path: str | None, dtype: torch.dtype, *, train: bool) -> nn.
     if not (Path(path) / "config.json").is_file():
         raise ConfigError(
             f"model_args.model_name_or_path={path!r} is not a diffusers model folder (no config.json); with "
-            "model_kind: diffusion give a folder written by save_diffusion_model or a diffusion-teacher:// reference"
+            "model_kind: diffusion give a folder written by save_diffusion_model or a recipe://diffusion-pretrain-tiny reference"
         )
     return load_diffusion_model(path, dtype=dtype, train=train)
 

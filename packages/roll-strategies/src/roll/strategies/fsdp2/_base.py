@@ -105,6 +105,7 @@ class Fsdp2Model(InferenceStrategy):
             model,
             self.mesh,
             block_classes=self.config.wrap_modules,
+            wrap_blocks=self.config.wrap_blocks,
             reshard_after_forward=self.config.reshard_after_forward,
             param_dtype=self.compute_dtype,
             reduce_dtype=reduce_dtype,

@@ -196,11 +196,12 @@ def shard_model(
     param_dtype: torch.dtype,
     reduce_dtype: torch.dtype,
 ) -> nn.Module:
-    """``fully_shard`` each decoder layer, then the root (embeddings, final norm, LM head)."""
+    """``fully_shard`` each decoder layer (unless ``config.wrap_blocks`` is off), then the root (embeddings, final
+    norm, LM head)."""
     base = hf_model(model)
     names = set(config.wrap_modules or getattr(base, "_no_split_modules", None) or [])
-    layers = [m for m in base.modules() if type(m).__name__ in names]
-    if not layers:
+    layers = [m for m in base.modules() if type(m).__name__ in names] if config.wrap_blocks else []
+    if not layers and config.wrap_blocks:
         raise StrategyError(
             f"no module of {type(base).__name__} is a {sorted(names) or 'decoder layer class'}; set "
             "strategy_config.wrap_modules to the class names of its decoder layers"

@@ -39,6 +39,12 @@ class Fsdp2Config(RollModel):
         default=None,
         description="Class names sharded as separate units; None = the model's _no_split_modules (decoder layers).",
     )
+    wrap_blocks: bool = Field(
+        default=True,
+        description="Shard each block (wrap_modules, decoder layers, diffusion blocks) as its own FSDP unit. False: "
+        "the whole model is one unit (all weights gathered at once: more memory); on one rank its gradients are "
+        "then bit for bit the unwrapped model's (per-block units change the order autograd sums them in).",
+    )
     ulysses_size: int = Field(
         default=1,
         ge=1,
