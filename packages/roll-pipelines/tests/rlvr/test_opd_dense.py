@@ -42,6 +42,7 @@ def batch() -> DataProto:
         {"finish_reason": ["stop", "stop"]},
     )
 
+
 # Teacher (0.8, 0.2) against a uniform student (logits 0, 0) over a 2-token vocabulary.
 TEACHER = torch.log(torch.tensor([[0.8, 0.2]]))
 FORWARD = 0.8 * math.log(0.8 / 0.5) + 0.2 * math.log(0.2 / 0.5)  # 0.192745
