@@ -32,7 +32,10 @@ def test_opd_tiny_raises_held_out_accuracy_without_a_training_reward(tmp_path, r
     rows = read_metrics(out / "metrics.jsonl")
     correct = {row["step"]: row["val/correct"] for row in rows if "val/correct" in row}
     assert sorted(correct) == [0, 50, 100, 150, 200], correct  # the recipe: 200 steps, evaluated every 50
-    assert correct[200] >= correct[0] + 0.05, correct  # the Must-show asks +15 points; a looser bound here
+    assert correct[200] >= correct[0] + 0.10, correct  # the Must-show asks +15 points (measured +31); looser here
+    kl = {row["step"]: row["val/kl_to_teacher"] for row in rows if "val/kl_to_teacher" in row}
+    assert kl[200] <= 0.5 * kl[0], kl  # dense OPD: held-out KL to the teacher fell 92% in the measured run
     trained = [row for row in rows if "opd/reverse_kl" in row]
     assert len(trained) == 200
+    assert all(row["actor/opd_dense_loss"] > 0 and row["actor/pg_loss"] == 0 for row in trained)  # dense replaces
     assert not any("rollout/score" in row for row in trained)  # training rollouts are never scored

@@ -55,7 +55,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return _peaked(base, root / "student", seed=1), _peaked(base, root / "teacher", seed=2)
 
 
-def _config(student: Path, teacher: Path, learning_rate: float) -> RLVRConfig:
+def _config(student: Path, teacher: Path, learning_rate: float, **extra: Any) -> RLVRConfig:
     def role(path: Path, strategy: str, **extra: Any) -> dict[str, Any]:
         model = {"model_name_or_path": str(path), "dtype": "float32"}
         return {"world_size": 1, "model_args": model, "strategy_args": {"strategy_name": strategy}, **extra}
@@ -79,6 +79,7 @@ def _config(student: Path, teacher: Path, learning_rate: float) -> RLVRConfig:
             ),
             "teacher": role(teacher, "hf_infer", opd_kl_coef=1.0),
             "rewards": {"math": {"reward_type": "math"}},
+            **extra,
         }
     )
 
@@ -142,16 +143,26 @@ def _hf(path: Path) -> Any:
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
-def _trained_reverse_kl(config: RLVRConfig, batch: DataProto, student: Path, teacher_full: list[torch.Tensor]) -> float:
-    """The actor's one pure-OPD step on ``batch``; the exact reverse KL of its new weights at the batch's positions."""
+def _exact_forward_kl(student: list[torch.Tensor], teacher: list[torch.Tensor]) -> float:
+    """Mean over the batch's response positions of KL(teacher || student) over the whole vocabulary."""
+    return _exact_reverse_kl(teacher, student)
+
+
+def _train_once(config: RLVRConfig, batch: DataProto, student: Path) -> tuple[list[torch.Tensor], dict[str, Any]]:
+    """The actor's one OPD step on ``batch``: its new weights' log-softmax at the batch's positions, and its metrics."""
     actor = ActorWorker(config.actor_train)
     actor.initialize(config.actor_settings())
-    actor.train_step(batch, UpdatePlan(num_mini_batches=1, epochs=1, seed=0), True)
+    result = actor.train_step(batch, UpdatePlan(num_mini_batches=1, epochs=1, seed=0), True)
     model = _hf(student)
     missing, unexpected = model.load_state_dict(dict(actor.strategy.named_weights()), strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     model.tie_weights()
-    return _exact_reverse_kl(_hand_rolled(model.eval(), _rows(batch)), teacher_full)
+    return _hand_rolled(model.eval(), _rows(batch)), result.meta_info["metrics"]
+
+
+def _trained_reverse_kl(config: RLVRConfig, batch: DataProto, student: Path, teacher_full: list[torch.Tensor]) -> float:
+    """The actor's one pure-OPD step on ``batch``; the exact reverse KL of its new weights at the batch's positions."""
+    return _exact_reverse_kl(_train_once(config, batch, student)[0], teacher_full)
 
 
 def test_one_pure_opd_step_aligns_teacher_tokens_and_lowers_the_reverse_kl(models: tuple[Path, Path]) -> None:
@@ -191,3 +202,39 @@ def test_one_pure_opd_step_aligns_teacher_tokens_and_lowers_the_reverse_kl(model
     away = _trained_reverse_kl(config, batch, student_path, teacher_full)
     assert away > before + 1e-3, (before, away)
     print(f"exact reverse KL on the batch: {before:.4f} before, {after:.4f} after the step, {away:.4f} sign flipped")
+
+
+def test_one_dense_opd_step_ships_the_teachers_distributions_and_lowers_the_forward_kl(
+    models: tuple[Path, Path],
+) -> None:
+    """opd.dense_objective=forward_kl, the whole vocabulary (dense_topk 0), replacing the sampled-token advantage."""
+    student_path, teacher_path = models
+    config = _config(student_path, teacher_path, learning_rate=1e-4, opd={"dense_objective": "forward_kl"})
+    batch = _sampled_batch(config)
+    rows = _rows(batch)
+    mask = batch.batch["response_mask"].bool()
+
+    teacher_worker = PolicyWorker(config.teacher)
+    teacher_worker.initialize(config.teacher_settings())
+    scored = teacher_worker.compute_log_probs(batch)
+    RLVRPipeline.put_teacher_log_probs(
+        batch, {"teacher": torch.ones(len(batch), dtype=torch.bool)}, {"teacher:teacher": scored}
+    )
+    batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
+    assert "teacher_topk_indices" not in batch.batch.keys()  # the whole vocabulary: no ids travel
+    student_full, teacher_full = _hand_rolled(_hf(student_path), rows), _hand_rolled(_hf(teacher_path), rows)
+    shipped = batch.batch["teacher_topk_log_probs"]
+    assert shipped.shape == (len(batch), mask.shape[1], teacher_full[0].shape[-1])
+    for i, (_, response) in enumerate(rows):  # the teacher's distribution predicting each sampled token
+        torch.testing.assert_close(shipped[i, : len(response)], teacher_full[i], atol=1e-4, rtol=0)
+
+    compute_training_targets(batch, config, 0.0)
+    assert float(batch.batch["advantages"].abs().sum()) == 0.0  # dense_mode replace: no sampled-token signal
+
+    before = _exact_forward_kl(student_full, teacher_full)
+    after_full, metrics = _train_once(config, batch, student_path)
+    # the step's loss is the token-mean forward KL of the weights before it (one on-policy update)
+    assert metrics["actor/opd_dense_loss"] == pytest.approx([before], rel=1e-3)  # one optimizer step
+    after = _exact_forward_kl(after_full, teacher_full)
+    assert after < before - 1e-3, (before, after)
+    print(f"exact forward KL on the batch: {before:.4f} before, {after:.4f} after one dense OPD step")

@@ -47,6 +47,7 @@ from roll.pipelines.algorithms.distill import (
     kd_divergence,
     kd_loss,
     opd_advantages,
+    opd_dense_divergence,
     teacher_topk,
 )
 from roll.pipelines.algorithms.dpo import DPO_LOSS_TYPES, dpo_loss, sequence_log_probs
@@ -115,6 +116,7 @@ __all__ = [
     "masked_whiten",
     "normalize_scores",
     "opd_advantages",
+    "opd_dense_divergence",
     "overlong_mask",
     "overlong_penalty",
     "policy_loss",

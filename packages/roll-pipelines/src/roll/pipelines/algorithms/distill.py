@@ -39,6 +39,7 @@ __all__ = [
     "kd_divergence",
     "kd_loss",
     "opd_advantages",
+    "opd_dense_divergence",
     "teacher_topk",
 ]
 
@@ -228,3 +229,26 @@ def opd_advantages(
     check_positive("opd_kl_coef", coef, allow_zero=True)
     kl = kl_penalty(log_probs, teacher_log_probs, penalty)
     return -coef * kl * response_mask.to(kl.dtype)
+
+
+def opd_dense_divergence(
+    student_logits: torch.Tensor,
+    teacher_log_probs: torch.Tensor,
+    teacher_indices: torch.Tensor | None,
+    objective: str = "forward_kl",
+    *,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Dense on-policy distillation: per position (..., ) the divergence between the student's and the teacher's
+    whole next-token distributions at the student's own sampled positions (GKD-style on-policy distillation).
+
+    ``student_logits`` (..., V): the student's raw logits predicting each sampled response token;
+    ``teacher_log_probs`` (..., k) and ``teacher_indices`` (..., k) (None: the whole vocabulary, k = V): the
+    teacher's :func:`teacher_topk` at the same positions and the same temperature. The student is scaled by
+    ``temperature`` and renormalised over the teacher's ids, so the divergence is the top-k one of
+    :func:`kd_divergence` (exact over the vocabulary when ``teacher_indices`` is None). Unlike the sampled-token
+    estimator of :func:`opd_advantages`, every token of the teacher's support gets a gradient, including the
+    teacher's choice when the student sampled another token.
+    """
+    gathered = gather_student_logits(student_logits, teacher_indices)
+    return kd_divergence(gathered, teacher_log_probs, objective, temperature=temperature)

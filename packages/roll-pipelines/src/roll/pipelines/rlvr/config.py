@@ -245,6 +245,11 @@ class RLVRConfig(BaseConfig):
     def policy_settings(self) -> PolicySettings:
         return PolicySettings(temperature=self.sampling_temperature)
 
+    def teacher_settings(self) -> PolicySettings:
+        """An OPD teacher: log-probs of the samples and, for dense OPD, its top-k (or whole) distributions."""
+        topk = self.opd.dense_topk if self.opd.dense else None
+        return PolicySettings(temperature=self.sampling_temperature, dense_topk=topk)
+
     def reference_settings(self) -> PolicySettings:
         """The reference also returns whole distributions when the KL is 'full'."""
         full = self.kl.penalty == "full" or self.kl.full_loss
@@ -270,7 +275,14 @@ class RLVRConfig(BaseConfig):
             rl_loss_coef=loss.rl_loss_coef,
             positive_loss_coef=loss.positive_loss_coef,
             topr_negative_loss_coef=loss.topr_negative_loss_coef,
+            opd_dense_objective=self.opd.dense_objective,
+            opd_dense_coef=self._dense_coef(),
         )
+
+    def _dense_coef(self) -> float:
+        """Dense OPD's weight: the (single) teacher's opd_kl_coef."""
+        teachers = self.teacher_roles()
+        return next(iter(teachers.values())).opd_kl_coef if self.opd.dense and teachers else 0.0
 
     def critic_settings(self) -> CriticSettings:
         return CriticSettings(value_clip=self.value_loss.clip)
@@ -309,6 +321,11 @@ class RLVRConfig(BaseConfig):
                 {domain: reward.tag_included for domain, reward in self.rewards.items()},
                 {name: role.tag_included for name, role in teachers.items()},
                 pure=self.opd.pure,
+            )
+        if self.opd.dense and len(teachers) != 1:
+            raise ValueError(
+                f"opd.dense_objective supports one teacher (teacher: ...), got {len(teachers)} ({sorted(teachers)}); "
+                f"use one teacher or drop opd.dense_objective"
             )
         if self.opd.pure and self.dynamic_sampling.enabled:
             raise ValueError("is_pure_opd does not score training rollouts: turn dynamic_sampling off")

@@ -14,6 +14,14 @@ ROLL's keys and semantics:
   only the rows routed to it (see :mod:`roll.pipelines.rlvr.teacher_routing`); a row's OPD term is the sum over
   its teachers of ``-opd_kl_coef_t * KL_t``, as ROLL's ``compute_advantage`` sums them.
 
+Dense OPD (roll's own option, ``opd.dense_objective``; ROLL has no equivalent): the sampled-token estimate gives
+one noisy scalar per position, and when the student samples a wrong token it only pushes that token down. With
+``opd.dense_objective`` set, the teacher also returns its next-token distribution at every sampled position (its
+top ``opd.dense_topk`` ids renormalised, or the whole vocabulary), and the student's loss adds ``opd_kl_coef`` times
+that divergence (``roll.pipelines.algorithms.opd_dense_divergence``) over the response tokens: every id of the
+teacher's support gets a gradient. ``opd.dense_mode`` says whether it replaces the sampled-token advantage (pure
+OPD then has no policy-gradient signal) or is added to it. One teacher only.
+
 The student's log-probs are the old log-probs of the step (a recompute pass or the rollout engine's); the teachers
 score at the sampling temperature, as the reference does.
 """
@@ -28,17 +36,21 @@ from pydantic import Field, model_validator
 
 from roll.pipelines.algorithms import masked_mean, opd_advantages
 from roll.pipelines.config import RoleConfig
+from roll.pipelines.rlvr.teacher_routing import scatter_rows
 from roll.runtime import RollModel
 
 __all__ = [
     "OPD_FLAT_KEYS",
     "SINGLE_TEACHER",
+    "TEACHER_TOPK_INDICES",
+    "TEACHER_TOPK_LOG_PROBS",
     "OPDSection",
     "TeacherConfig",
     "apply_opd",
     "is_teacher_dict",
     "kl_metrics",
     "map_student_roles",
+    "put_teacher_distributions",
     "split_teacher_dict",
     "teacher_kl_sums",
     "teacher_log_probs_key",
@@ -48,6 +60,11 @@ __all__ = [
 
 OPD_FLAT_KEYS: dict[str, str] = {"is_pure_opd": "opd.pure", "use_opd": "opd.mixed", "opd_kl_penalty": "opd.penalty"}
 SINGLE_TEACHER = "teacher"  # the name of the one teacher of a ``teacher:`` role
+DenseObjective = Literal[
+    "forward_kl", "reverse_kl", "adaptive_kl", "skewed_forward_kl", "skewed_reverse_kl", "js_divergence"
+]  # KD_OBJECTIVES
+TEACHER_TOPK_LOG_PROBS = "teacher_topk_log_probs"  # (B, R, k) float32: dense OPD's teacher distributions
+TEACHER_TOPK_INDICES = "teacher_topk_indices"  # (B, R, k) int64 ids; absent for the whole vocabulary
 
 
 class TeacherConfig(RoleConfig):
@@ -69,6 +86,23 @@ class OPDSection(RollModel):
     penalty: Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"] = Field(
         default="k1", description="The per-token KL estimate; k1 is log p_student - log p_teacher."
     )
+    dense_objective: DenseObjective | None = Field(
+        default=None,
+        description="roll's dense OPD (not in ROLL): the teacher ships its next-token distribution at every sampled "
+        "response position and the student's loss adds teacher-coef x this divergence (a KD objective: forward_kl, "
+        "reverse_kl, ...) between the two distributions there. None: ROLL's sampled-token estimator only.",
+    )
+    dense_topk: int = Field(
+        default=0,
+        ge=0,
+        description="Dense OPD: the teacher's top-k ids per position, renormalised (0: the whole vocabulary, exact; "
+        "sends rows x response_length x vocab float32 per step, so only for small vocabularies).",
+    )
+    dense_mode: Literal["replace", "add"] = Field(
+        default="replace",
+        description="Dense OPD: replace the sampled-token OPD advantage by the dense loss (pure OPD: the policy "
+        "gradient term is then 0), or add the dense loss to it.",
+    )
 
     @model_validator(mode="after")
     def _exclusive(self) -> OPDSection:
@@ -77,7 +111,26 @@ class OPDSection(RollModel):
                 "is_pure_opd (opd.pure) and use_opd (opd.mixed) are exclusive: pure OPD trains on the teacher's KL "
                 "alone, mixed OPD adds it to the reward-based advantage; set only one"
             )
+        if self.dense_objective is None and (self.dense_topk != 0 or self.dense_mode != "replace"):
+            raise ValueError(
+                "opd.dense_topk / opd.dense_mode are set but opd.dense_objective is not (they only shape dense OPD): "
+                "set opd.dense_objective (e.g. forward_kl), or drop them"
+            )
+        if self.dense_objective is not None and not self.on:
+            raise ValueError(
+                "opd.dense_objective needs on-policy distillation: set is_pure_opd (opd.pure) or use_opd (opd.mixed)"
+            )
         return self
+
+    @property
+    def dense(self) -> bool:
+        """Whether the student's loss has the dense per-position divergence to the teacher."""
+        return self.dense_objective is not None
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the sampled-token estimator enters the advantage (ROLL's OPD; off when dense replaces it)."""
+        return self.on and not (self.dense and self.dense_mode == "replace")
 
     @property
     def on(self) -> bool:
@@ -128,6 +181,24 @@ def teacher_rows_key(name: str) -> str:
     return "teacher_rows" if name == SINGLE_TEACHER else f"teacher_rows_{name}"
 
 
+def put_teacher_distributions(batch: Any, result: Any, rows: torch.Tensor) -> None:
+    """Dense OPD: the teacher's ``topk_log_probs`` (and ``topk_indices``) from its scoring ``result`` (DataProtos)
+    into ``batch`` as :data:`TEACHER_TOPK_LOG_PROBS` / :data:`TEACHER_TOPK_INDICES`, zeros on the rows it did not
+    score (``rows`` is False there; the student's loss masks them out by ``teacher_rows``)."""
+    every = bool(rows.all())
+    log_probs = result.batch["topk_log_probs"].float()
+    if not every:
+        log_probs = scatter_rows(log_probs, rows)
+    batch.batch[TEACHER_TOPK_LOG_PROBS] = log_probs
+    if "topk_indices" in result.batch.keys():
+        indices = result.batch["topk_indices"].long()
+        if not every:
+            full = torch.zeros((len(rows), *indices.shape[1:]), dtype=torch.long)
+            full[rows] = indices
+            indices = full
+        batch.batch[TEACHER_TOPK_INDICES] = indices
+
+
 def _routed(data: Any, name: str, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(rows, routed): ``name``'s (batch,) rows and the float (batch, T) mask of its tokens among ``mask``."""
     key = teacher_rows_key(name)
@@ -164,12 +235,16 @@ def apply_opd(
 ) -> tuple[torch.Tensor, dict[str, float]]:  # data: the batch's TensorDict
     """The OPD advantage (pure: ``advantages`` is None) or the mixed one, from ``old_log_probs`` and each teacher's
     log-probs (``coefs``: teacher name -> opd_kl_coef) on its routed rows; a row routed to no teacher gets 0.
+    When dense OPD replaces the estimator (``section.sampled`` false) the OPD term is 0 (metrics still reported).
 
     Metrics: the teachers' KL on their rows (``opd/reverse_kl``, and per teacher ``opd/reverse_kl/<name>`` with
     ``opd/samples/<name>`` when there are several), ``opd/advantage_mean``."""
     student = data["old_log_probs"].float()
     opd = torch.zeros_like(student)
     metrics = kl_metrics(teacher_kl_sums(data, mask, list(coefs)), "opd/reverse_kl")
+    if not section.sampled:  # dense OPD replaces the estimator: the actor's loss carries the teacher's signal
+        metrics["opd/advantage_mean"] = 0.0
+        return (opd if advantages is None else advantages), metrics
     for name, coef in coefs.items():
         rows, routed = _routed(data, name, mask)
         term = opd_advantages(student, data[teacher_log_probs_key(name)].float(), routed, coef, section.penalty)

@@ -31,7 +31,13 @@ from roll.pipelines.rewards import resolve_reward_worker
 from roll.pipelines.rlvr.advantage import compute_training_targets
 from roll.pipelines.rlvr.async_mode import async_step, make_scheduler
 from roll.pipelines.rlvr.config import RLVRConfig
-from roll.pipelines.rlvr.opd import teacher_kl_sums, teacher_log_probs_key, teacher_role_name, teacher_rows_key
+from roll.pipelines.rlvr.opd import (
+    put_teacher_distributions,
+    teacher_kl_sums,
+    teacher_log_probs_key,
+    teacher_role_name,
+    teacher_rows_key,
+)
 from roll.pipelines.rlvr.rollout import PromptSource, Rollouts, check_reward_fields, step_generation_config
 from roll.pipelines.rlvr.scheduler import RequestScheduler
 from roll.pipelines.rlvr.teacher_routing import TeacherRouter, scatter_rows
@@ -86,7 +92,7 @@ class RLVRPipeline(BasePipeline):
             roles["critic"] = Role(CriticWorker, cfg.critic, cfg.critic_settings())
         teachers = cfg.teacher_roles() if cfg.opd.on else {}
         for name, teacher in teachers.items():  # one role per teacher: "teacher", or "teacher/<name>" for several
-            roles[teacher_role_name(name)] = Role(PolicyWorker, teacher, cfg.policy_settings())
+            roles[teacher_role_name(name)] = Role(PolicyWorker, teacher, cfg.teacher_settings())
         for domain, reward in cfg.rewards.items():
             roles[f"reward/{domain}"] = Role(reward_workers[domain], reward)
         clusters = self.create_clusters(roles)
@@ -173,6 +179,8 @@ class RLVRPipeline(BasePipeline):
             values = result.batch["log_probs"] if result is not None else torch.zeros(0, width)
             batch.batch[teacher_log_probs_key(name)] = values if bool(rows.all()) else scatter_rows(values, rows)
             batch.batch[teacher_rows_key(name)] = rows
+            if result is not None and "topk_log_probs" in result.batch.keys():  # dense OPD (one teacher)
+                put_teacher_distributions(batch, result, rows)
 
     def score_with_models(self, batch: DataProto, plan: UpdatePlan) -> None:
         """Reference and teacher log-probs (KL, OPD), old log-probs (a recompute pass, or the engine's) and values

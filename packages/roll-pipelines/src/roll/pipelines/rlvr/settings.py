@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from roll.pipelines.algorithms import LOSS_AGG_MODES
+from roll.pipelines.algorithms import KD_OBJECTIVES, LOSS_AGG_MODES
 from roll.pipelines.algorithms.pg_variants import PG_VARIANTS, PGVariantParams
 from roll.runtime import ConfigError
 
@@ -28,9 +28,14 @@ class PolicySettings:
 
     temperature: float = 1.0
     full_distribution: bool = False  # also return the whole log-softmax per position (kl penalty 'full')
+    dense_topk: int | None = None  # dense OPD teacher: also the top-k distribution per position (0: whole vocab)
 
     def __post_init__(self) -> None:
         _positive("PolicySettings", "temperature", self.temperature)
+        if self.dense_topk is not None and (isinstance(self.dense_topk, bool) or self.dense_topk < 0):
+            raise ConfigError(
+                f"PolicySettings.dense_topk must be None or >= 0 (0: whole vocabulary), got {self.dense_topk!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -61,9 +66,16 @@ class ActorSettings:
     rl_loss_coef: float = 1.0
     positive_loss_coef: float = 0.0
     topr_negative_loss_coef: float = 0.0
+    opd_dense_objective: str | None = None  # dense OPD: the KD divergence to the teacher's distributions
+    opd_dense_coef: float = 0.0  # its weight (the teacher's opd_kl_coef)
 
     def __post_init__(self) -> None:
         _positive("ActorSettings", "temperature", self.temperature)
+        if self.opd_dense_objective is not None and self.opd_dense_objective not in KD_OBJECTIVES:
+            raise ConfigError(
+                f"ActorSettings.opd_dense_objective must be None or one of {KD_OBJECTIVES}, "
+                f"got {self.opd_dense_objective!r}"
+            )
         if self.pg_variant not in PG_VARIANTS:
             raise ConfigError(f"ActorSettings.pg_variant must be one of {PG_VARIANTS}, got {self.pg_variant!r}")
         _positive("ActorSettings", "clip_low", self.clip_low)
@@ -77,7 +89,14 @@ class ActorSettings:
             raise ConfigError(
                 f"ActorSettings.loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}"
             )
-        for name in ("entropy_coef", "kl_loss_coef", "rl_loss_coef", "positive_loss_coef", "topr_negative_loss_coef"):
+        for name in (
+            "entropy_coef",
+            "kl_loss_coef",
+            "rl_loss_coef",
+            "positive_loss_coef",
+            "topr_negative_loss_coef",
+            "opd_dense_coef",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"ActorSettings.{name} must be >= 0, got {getattr(self, name)!r}")
 

@@ -18,12 +18,15 @@ from roll.pipelines.algorithms import (
     entropy_loss,
     kl_loss,
     masked_mean,
+    opd_dense_divergence,
     policy_loss,
+    teacher_topk,
     value_loss,
 )
 from roll.pipelines.algorithms.kl import FULL_KL, full_kl
 from roll.pipelines.algorithms.pg_variants import pg_variant_loss, score_split_loss
 from roll.pipelines.algorithms.roll_knobs import sample_loss_weights
+from roll.pipelines.rlvr.opd import TEACHER_TOPK_INDICES, TEACHER_TOPK_LOG_PROBS
 from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySettings
 from roll.pipelines.stages import UpdatePlan, run_update
 from roll.protocol import DataProto, Dispatch, register
@@ -94,6 +97,10 @@ def actor_loss(
         metrics["actor/kl_loss"] = float(kl.detach())
     if settings.rl_loss_coef != 1.0:  # ROLL: scales the policy-gradient + KL terms, not the entropy bonus
         loss = loss * settings.rl_loss_coef
+    if settings.opd_dense_objective is not None:  # roll's dense OPD: its own term, outside rl_loss_coef
+        dense = _opd_dense_loss(settings, predicting, micro, counts)
+        loss = loss + settings.opd_dense_coef * dense
+        metrics["actor/opd_dense_loss"] = float(dense.detach())
     if settings.entropy_coef > 0:
         bonus = entropy_loss(
             entropy_from_logits(predicting, settings.temperature), mask, settings.loss_agg_mode, **counts
@@ -135,6 +142,31 @@ def _kl_loss(
         loss_agg_mode=settings.loss_agg_mode,
         **counts,
     )
+
+
+def _opd_dense_loss(
+    settings: ActorSettings, predicting: torch.Tensor, micro: DataProto, counts: dict[str, Any]
+) -> torch.Tensor:
+    """Dense OPD: the divergence between this forward's next-token distributions and the teacher's (its top-k, or
+    the whole vocabulary) at every response position the teacher scored, aggregated as the policy loss is."""
+    data = micro.batch
+    if TEACHER_TOPK_LOG_PROBS not in data.keys():
+        raise ConfigError(
+            f"opd.dense_objective is set but the batch has no {TEACHER_TOPK_LOG_PROBS!r}: the teacher role must "
+            f"run with dense_topk (RLVRConfig.teacher_settings)"
+        )
+    indices = data[TEACHER_TOPK_INDICES] if TEACHER_TOPK_INDICES in data.keys() else None
+    per_token = opd_dense_divergence(
+        predicting,
+        data[TEACHER_TOPK_LOG_PROBS].detach(),
+        indices,
+        str(settings.opd_dense_objective),
+        temperature=settings.temperature,
+    )
+    mask = data["response_mask"].float()
+    if "teacher_rows" in data.keys():  # rows the (single) teacher did not score carry no distribution
+        mask = mask * data["teacher_rows"].float()[:, None]
+    return aggregate_loss(per_token, mask, settings.loss_agg_mode, **counts)
 
 
 def policy_gradient_loss(
@@ -206,13 +238,16 @@ class _ScoringWorker(StrategyWorker):
 
     temperature: float = 1.0
     full_distribution: bool = False
+    dense_topk: int | None = None
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def compute_log_probs(self, batch: DataProto) -> DataProto:
         """``log_probs`` (B, R) of ``responses`` under the sampling temperature, and their ``entropy`` (B, R); with
-        ``full_distribution`` (kl penalty 'full') also ``full_log_probs`` (B, R, V), the whole log-softmax."""
+        ``full_distribution`` (kl penalty 'full') also ``full_log_probs`` (B, R, V), the whole log-softmax; with
+        ``dense_topk`` (a dense-OPD teacher) also ``topk_log_probs`` (B, R, k) renormalised over the top-k ids and
+        ``topk_indices`` (B, R, k) int64 (k = 0: the whole log-softmax, (B, R, V), and no indices)."""
         length = _response_length(batch)
-        temperature, full = self.temperature, self.full_distribution
+        temperature, full, topk = self.temperature, self.full_distribution, self.dense_topk
 
         def forward(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]:
             predicting = response_logits(logits, length)
@@ -223,6 +258,13 @@ class _ScoringWorker(StrategyWorker):
             if full:
                 _check_full_distribution_size(len(batch), length, predicting.shape[-1])
                 out["full_log_probs"] = _log_softmax(predicting, temperature)
+            if topk is not None:
+                if topk == 0:
+                    _check_full_distribution_size(len(batch), length, predicting.shape[-1])
+                top = teacher_topk(predicting, topk, temperature)
+                out["topk_log_probs"] = top.log_probs
+                if top.indices is not None:
+                    out["topk_indices"] = top.indices
             return out
 
         out = self.strategy.forward_step(batch, forward, logits_to_keep=_logits_to_keep(length))
@@ -239,6 +281,7 @@ class PolicyWorker(_ScoringWorker):
         settings = settings or PolicySettings()
         self.temperature = settings.temperature
         self.full_distribution = settings.full_distribution
+        self.dense_topk = settings.dense_topk
         super().initialize(settings)
 
 
