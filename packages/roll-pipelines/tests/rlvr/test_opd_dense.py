@@ -10,37 +10,10 @@ import torch
 
 from roll.pipelines.algorithms import opd_dense_divergence
 from roll.pipelines.rlvr.advantage import compute_training_targets
-from roll.pipelines.rlvr.config import RLVRConfig
 from roll.pipelines.rlvr.settings import ActorSettings, PolicySettings
-from roll.protocol import DataProto
 from roll.runtime import ConfigError
 
 ROLE = {"model_args": {"model_name_or_path": "tiny://nano"}, "strategy_args": {"strategy_name": "mock_infer"}}
-
-
-def make_config(**overrides: object) -> RLVRConfig:
-    data = {
-        "pipeline_cls": "rlvr",
-        "actor_train": {**ROLE, "data_args": {"file_name": "synthetic://arithmetic_prompts?n=8"}},
-        "actor_infer": {**ROLE, "generating_args": {"num_return_sequences": 2}},
-        "rewards": {"math": {"reward_type": "math"}},
-        "response_length": 4,
-        **overrides,
-    }
-    return RLVRConfig.model_validate(data)
-
-
-def batch() -> DataProto:
-    return DataProto.from_dict(
-        {
-            "response_mask": torch.tensor([[1, 1, 0], [1, 1, 1]]),
-            "scores": torch.tensor([1.0, 0.0]),
-            "group_index": torch.tensor([0, 0]),
-            "old_log_probs": torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -0.5]]),
-            "teacher_log_probs": torch.tensor([[-0.5, -2.5, -9.0], [-0.5, -1.5, 0.0]]),
-        },
-        {"finish_reason": ["stop", "stop"]},
-    )
 
 
 # Teacher (0.8, 0.2) against a uniform student (logits 0, 0) over a 2-token vocabulary.
@@ -94,7 +67,7 @@ def test_dense_divergence_on_the_teachers_top_k_renormalises_the_student_over_th
     assert float(value[0]) == pytest.approx(expected, abs=1e-6)
 
 
-def test_dense_keys_are_validated():
+def test_dense_keys_are_validated(make_config):
     teacher = {**ROLE, "opd_kl_coef": 0.5}
     config = make_config(is_pure_opd=True, teacher=teacher, opd={"dense_objective": "forward_kl", "dense_topk": 2})
     assert config.opd.dense and not config.opd.sampled and config.opd.dense_mode == "replace"
@@ -116,7 +89,7 @@ def test_dense_keys_are_validated():
         ActorSettings(opd_dense_objective="kl")
 
 
-def test_dense_replace_zeroes_the_sampled_advantage_and_add_keeps_it():
+def test_dense_replace_zeroes_the_sampled_advantage_and_add_keeps_it(make_config, batch):
     replace = make_config(is_pure_opd=True, teacher=ROLE, opd={"dense_objective": "reverse_kl"})
     data = batch()
     metrics = compute_training_targets(data, replace, 0.0)
