@@ -89,6 +89,8 @@ def test_schedule_counts_warmup_and_rl_steps():
     assert config.actor_train.training_args.max_steps == 25
     again = AgenticConfig.model_validate(config.model_dump())  # a dumped config loads back to itself
     assert again.actor_train.training_args.max_steps == 25
+    # each warm-up step takes num_mini_batches optimizer steps
+    assert _config(max_steps=10, warmup={"steps": 5, "num_mini_batches": 3}).actor_train.training_args.max_steps == 25
 
 
 def test_pipelines_are_declared_as_entry_points_and_resolve():

@@ -82,6 +82,7 @@ def test_agentic_run_survives_env_faults(ray_env, tmp_path: Path):
         "warmup": {
             "steps": 1,
             "episodes_per_step": 4,
+            "num_mini_batches": 2,
             "policy": "roll.agentic.policy.mock:RandomActionPolicy",
             "policy_kwargs": {"actions": ["Up", "Down", "Left", "Right"]},
         },
@@ -94,6 +95,7 @@ def test_agentic_run_survives_env_faults(ray_env, tmp_path: Path):
     run_config(load_config(data))
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [0, 1, 2]
+    assert metrics[0]["warmup/optimizer_steps"] == 2  # one warm-up step in two mini-batches
     for row in metrics[1:]:
         assert row["rollout/env_faults"] >= 1  # the Faulty tag faulted ...
         assert row["rollout/groups_faulted"] >= 1  # ... its groups were dropped and replaced

@@ -189,6 +189,11 @@ class WarmupSection(RollModel):
     )
     policy_kwargs: dict[str, Any] = Field(default_factory=dict, description="e.g. {noise: 0.5}.")
     seed: int = Field(default=1_000_003, description="Base seed of the warm-up episodes (not the RL seeds).")
+    num_mini_batches: int = Field(
+        default=1,
+        ge=1,
+        description="Optimizer steps per warm-up step: its episodes' rows split into this many shuffled mini-batches.",
+    )
 
 
 class AgenticCorrectionSection(RollModel):
@@ -253,14 +258,15 @@ class AgenticConfig(BaseConfig):
             data["reward_normalization"] = {"grouping": "traj_group_id", "method": "mean_std"}
         epochs = raw_value(data, "update", "epochs", default=1)
         warmup = raw_value(data, "warmup", "steps", default=0)
+        warmup_updates = raw_value(data, "warmup", "num_mini_batches", default=1)
         max_steps = data.get("max_steps", field_default(cls, "max_steps"))
         training = raw_section(data, "actor_train", "training_args", create=True) if data.get("actor_train") else None
         if (
             training is not None
             and training.get("max_steps") is None
-            and all(is_int(v) for v in (epochs, warmup, max_steps))
+            and all(is_int(v) for v in (epochs, warmup, warmup_updates, max_steps))
         ):  # one optimizer step per epoch (mini-batches of step-wise batches vary) plus the warm-up's
-            training["max_steps"] = max_steps * epochs + warmup
+            training["max_steps"] = max_steps * epochs + warmup * warmup_updates
         return data
 
     # --- derived views ------------------------------------------------------------------------------------

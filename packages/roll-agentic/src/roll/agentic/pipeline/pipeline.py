@@ -288,6 +288,7 @@ class AgenticPipeline(BasePipeline):
         metrics: dict[str, Any] = {}
         size = manager.group_size
         episodes = max(size, warm.episodes_per_step // size * size)
+        updates = 0
         try:
             for step in range(1, warm.steps + 1):
                 out = scheduler.get_batch(episodes, step)
@@ -295,8 +296,9 @@ class AgenticPipeline(BasePipeline):
                     continue
                 batch = adjust_batch(out.batch, self.actor_train.dp_size or 1, "delete")
                 batch.batch["advantages"] = batch.batch["response_mask"].float()
-                plan = UpdatePlan(1, 1, warm.seed + step)
+                plan = UpdatePlan(min(warm.num_mini_batches, len(batch)), 1, warm.seed + step)
                 result = self.actor_train.train_step(batch, plan, True)
+                updates += plan.num_mini_batches
                 log_prob = result.meta_info.get("metrics", {}).get("actor/log_prob", [0.0])
                 nll = [-value for value in log_prob]  # of the demonstrations' tokens, before this step's update
                 metrics = {
@@ -308,6 +310,7 @@ class AgenticPipeline(BasePipeline):
         finally:
             scheduler.close()
         metrics["time/warmup_s"] = time.perf_counter() - started
+        metrics["warmup/optimizer_steps"] = float(updates)
         return metrics
 
     # --- loop -------------------------------------------------------------------------------------------
