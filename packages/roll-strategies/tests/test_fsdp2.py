@@ -137,6 +137,27 @@ def test_checkpoint_resumes_bit_exactly(tiny_model, tmp_path):
         resumed.load_checkpoint(str(tmp_path))
 
 
+def test_learning_rate_changes_mid_run_keeping_the_schedule_and_adam_state(tiny_model, tmp_path):
+    training = {"learning_rate": 1e-3, "lr_scheduler_type": "cosine", "warmup_steps": 2, "max_steps": 6}
+    schedule = {"kind": "cosine", "warmup": 2, "total": 6, "min_ratio": 0.0}
+    batch = sft_batch(4, seed=1)
+    strategy = tiny_strategy(tiny_model, training_args=training)
+    assert strategy.train_step(batch, sft_loss, loss_mask_key="loss_mask")["lr"] == pytest.approx(1e-3 * 0.5)
+    moments = {id(p): state["exp_avg_sq"].clone() for p, state in strategy.optimizer.state.items()}
+    strategy.set_learning_rate(1e-4)  # e.g. a warm-up at 1e-3, then RL at 1e-4
+    lrs = [strategy.train_step(batch, sft_loss, loss_mask_key="loss_mask")["lr"] for _ in range(3)]
+    assert lrs == pytest.approx([1e-4 * lr_factor(step, **schedule) for step in (1, 2, 3)])
+    for param, state in strategy.optimizer.state.items():  # Adam's moments and step count went on
+        assert int(state["step"]) == 4 and not torch.equal(state["exp_avg_sq"], moments[id(param)])
+    strategy.save_checkpoint(str(tmp_path / "ckpt"))
+    resumed = tiny_strategy(tiny_model, training_args=training)
+    resumed.load_checkpoint(str(tmp_path / "ckpt"))  # the new base rate is part of the saved schedule
+    expected = 1e-4 * lr_factor(4, **schedule)
+    assert resumed.train_step(batch, sft_loss, loss_mask_key="loss_mask")["lr"] == pytest.approx(expected)
+    with pytest.raises(ConfigError, match="positive number"):
+        strategy.set_learning_rate(float("nan"))
+
+
 def test_export_hf_loads_in_transformers_with_the_same_logits(tiny_model, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -93,6 +93,17 @@ def test_schedule_counts_warmup_and_rl_steps():
     assert _config(max_steps=10, warmup={"steps": 5, "num_mini_batches": 3}).actor_train.training_args.max_steps == 25
 
 
+def test_warmup_learning_rate_needs_a_strategy_that_can_change_it():
+    warm = {"steps": 5, "learning_rate": 1e-3}
+    trained = {"model_args": ROLE, "strategy_args": {"strategy_name": "fsdp2_train"}}
+    assert _config(warmup=warm, actor_train=trained).warmup.learning_rate == 1e-3
+    megatron = {"model_args": ROLE, "strategy_args": {"strategy_name": "megatron_train"}}
+    with pytest.raises(ValueError, match="warmup.learning_rate needs actor_train on fsdp2_train"):
+        _config(warmup=warm, actor_train=megatron)
+    with pytest.raises(ValueError, match="greater than 0"):
+        _config(warmup={"steps": 5, "learning_rate": 0.0})
+
+
 def test_pipelines_are_declared_as_entry_points_and_resolve():
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     declared = pyproject["project"]["entry-points"]["roll.pipelines"]

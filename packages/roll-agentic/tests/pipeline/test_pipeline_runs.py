@@ -83,6 +83,7 @@ def test_agentic_run_survives_env_faults(ray_env, tmp_path: Path):
             "steps": 1,
             "episodes_per_step": 4,
             "num_mini_batches": 2,
+            "learning_rate": 3e-4,  # RL then runs at training_args.learning_rate
             "policy": "roll.agentic.policy.mock:RandomActionPolicy",
             "policy_kwargs": {"actions": ["Up", "Down", "Left", "Right"]},
         },
@@ -96,6 +97,8 @@ def test_agentic_run_survives_env_faults(ray_env, tmp_path: Path):
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [0, 1, 2]
     assert metrics[0]["warmup/optimizer_steps"] == 2  # one warm-up step in two mini-batches
+    assert metrics[0]["warmup/learning_rate"] == pytest.approx(3e-4)
+    assert [m["actor/lr"] for m in metrics[1:]] == pytest.approx([1e-4, 1e-4])
     for row in metrics[1:]:
         assert row["rollout/env_faults"] >= 1  # the Faulty tag faulted ...
         assert row["rollout/groups_faulted"] >= 1  # ... its groups were dropped and replaced

@@ -144,6 +144,15 @@ class TrainStrategy(InferenceStrategy):
         the algorithm needs (a diffusion sampler with gradients through its last steps, a one-step generator)."""
         raise StrategyError(f"{self.strategy_name} cannot train with model functions (train_model_step)")
 
+    def set_learning_rate(self, lr: float) -> None:
+        """Make ``lr`` the base learning rate of every parameter group from the next optimizer step on (e.g. a
+        behaviour-cloning warm-up at one rate, then RL at another). The schedule keeps its position: its factor
+        (warm-up ramp, decay) applies to the new base. Optimizer state (Adam moments) is kept."""
+        raise StrategyError(
+            f"{self.strategy_name} cannot change its learning rate during a run; use fsdp2_train, or give the "
+            "warm-up and the training the same training_args.learning_rate"
+        )
+
     @abstractmethod
     def save_checkpoint(self, path: str) -> None:
         """Write model, optimizer, LR scheduler and RNG states under ``path`` (every rank calls this)."""

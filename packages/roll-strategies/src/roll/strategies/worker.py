@@ -59,6 +59,11 @@ class StrategyWorker(Worker):
             raise StrategyError(f"{self.worker_name} runs {self.strategy.strategy_name}, which does not train")
         return self.strategy
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def set_learning_rate(self, lr: float) -> None:
+        """The base learning rate from the next optimizer step on (see :meth:`TrainStrategy.set_learning_rate`)."""
+        self.train_strategy.set_learning_rate(lr)
+
     # --- device memory ----------------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def offload_states(self, include: list[str] | None = None) -> None:

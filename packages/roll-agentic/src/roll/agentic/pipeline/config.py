@@ -194,6 +194,12 @@ class WarmupSection(RollModel):
         ge=1,
         description="Optimizer steps per warm-up step: its episodes' rows split into this many shuffled mini-batches.",
     )
+    learning_rate: float | None = Field(
+        default=None,
+        gt=0,
+        description="The warm-up's learning rate (None: actor_train.training_args.learning_rate, which RL uses after "
+        "it). Adam's moments carry over. Needs a strategy that can change its rate (fsdp2_train).",
+    )
 
 
 class AgenticCorrectionSection(RollModel):
@@ -355,6 +361,12 @@ class AgenticConfig(BaseConfig):
             raise ValueError(f"advantage.estimator={estimator} compares a group's episodes: set group_size >= 2")
         if estimator == "grpo" and size < 2:
             self._check_grpo_of_one()
+        strategy = getattr(self.actor_train.strategy_args, "strategy_name", None)
+        if self.warmup.steps and self.warmup.learning_rate is not None and strategy not in (None, "fsdp2_train"):
+            raise ValueError(
+                f"warmup.learning_rate needs actor_train on fsdp2_train (it runs {strategy}, which cannot change its "
+                "learning rate mid-run); drop warmup.learning_rate to warm up at training_args.learning_rate"
+            )
         if self.needs_reference and self.reference is None:
             raise ValueError("kl.use_loss is on (use_kl_loss) but no reference role is configured")
         check_replay_supported(self.rollout_mock, asynchronous=self.asynchrony.enabled)

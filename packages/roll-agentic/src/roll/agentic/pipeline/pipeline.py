@@ -289,6 +289,8 @@ class AgenticPipeline(BasePipeline):
         size = manager.group_size
         episodes = max(size, warm.episodes_per_step // size * size)
         updates = 0
+        if warm.learning_rate is not None:
+            self.actor_train.set_learning_rate(warm.learning_rate)
         try:
             for step in range(1, warm.steps + 1):
                 out = scheduler.get_batch(episodes, step)
@@ -299,16 +301,19 @@ class AgenticPipeline(BasePipeline):
                 plan = UpdatePlan(min(warm.num_mini_batches, len(batch)), 1, warm.seed + step)
                 result = self.actor_train.train_step(batch, plan, True)
                 updates += plan.num_mini_batches
-                log_prob = result.meta_info.get("metrics", {}).get("actor/log_prob", [0.0])
-                nll = [-value for value in log_prob]  # of the demonstrations' tokens, before this step's update
+                trained = result.meta_info.get("metrics", {})
+                nll = [-value for value in trained.get("actor/log_prob", [0.0])]  # before this step's update
                 metrics = {
                     "warmup/expert_success": out.metrics.get("rollout/success", 0.0),
                     "warmup/nll": nll,
+                    "warmup/learning_rate": trained.get("actor/lr", [0.0]),
                 }
                 if step % 10 == 0 or step == warm.steps:
                     logger.info("warm-up step %d/%d (%.0f s)", step, warm.steps, time.perf_counter() - started)
         finally:
             scheduler.close()
+            if warm.learning_rate is not None:
+                self.actor_train.set_learning_rate(self.config.actor_train.training_args.learning_rate)
         metrics["time/warmup_s"] = time.perf_counter() - started
         metrics["warmup/optimizer_steps"] = float(updates)
         return metrics

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from roll.protocol import DataProto
+from roll.runtime import ConfigError
 from roll.strategies.base import TrainStrategy
 from roll.strategies.batching import MicroBatchPlan, PaddingStats, split_micro_batches, train_plan
 from roll.strategies.contract import (
@@ -76,6 +77,15 @@ class Fsdp2TrainStrategy(Fsdp2Model, TrainStrategy):
         args = self.worker_config.training_args
         self.optimizer = build_optimizer(self.model, args)
         self.scheduler = build_scheduler(self.optimizer, args)
+
+    def set_learning_rate(self, lr: float) -> None:
+        if not (math.isfinite(lr) and lr > 0):
+            raise ConfigError(f"learning rate must be a positive number, got {lr!r}")
+        factor = self.scheduler.lr_lambdas[0](self.scheduler.last_epoch)
+        self.scheduler.base_lrs = [lr] * len(self.optimizer.param_groups)
+        for group in self.optimizer.param_groups:
+            group["initial_lr"] = lr
+            group["lr"] = lr * factor
 
     # --- compute ----------------------------------------------------------------------------------------
     def _global_counts(self, batch: DataProto, num_micros: int, key: str | None) -> tuple[int, int, int]:
