@@ -73,3 +73,17 @@ def test_pipeline_loop_logs_the_running_total_of_step_time(monkeypatch, tmp_path
     assert totals == [0, 3.0, 16.0, 20.0]
     assert [step for step, _ in logged] == [0, 2, 3]
     assert pipeline._steps_done_s == 24.0  # step 3 ended at 130
+
+
+def test_agentic_runs_show_the_environments_success_first() -> None:
+    rows = [
+        {"step": 0, "val/success": 0.148, "val/format": 0.961},
+        {"step": 59, "val/success": 0.164, "val/format": 0.953},
+    ]
+    lines = format_before_after(before_after(rows)).splitlines()
+    assert lines[1].startswith("success (the environment's own") and lines[1].split()[-3:] == [
+        "0.148",
+        "0.164",
+        "+0.016",
+    ]
+    assert lines[2].startswith("format (answer in the requested format)")

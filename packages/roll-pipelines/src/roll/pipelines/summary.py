@@ -1,7 +1,8 @@
 """The before/after table printed at the end of ``roll run``: what the run changed on held-out data.
 
 It reads the run's ``metrics.jsonl``: the first and the last validation (``val/*``) rows are "before" and
-"after". Rows shown, when the run reports them: ``val/correct`` (answers right, any format), ``val/format``
+"after". Rows shown, when the run reports them: the agentic pipelines' ``val/success`` (the environments' own
+success), ``val/correct`` (answers right, any format), ``val/format``
 (answers in the requested format), the verifier's reward ``val/score`` and its full-marks share
 ``val/accuracy``, pass@k, the SFT losses and the DPO preference accuracy, the diffusion pipelines' measures
 (reward, held-out denoising loss, distances of samples to held-out images, distillation gaps); then the steps
@@ -23,8 +24,9 @@ STEPS_TOTAL_KEY = "time/steps_total_s"
 
 # Metric -> label, in table order.
 SUMMARY_METRICS: dict[str, str] = {
+    "val/success": "success (the environment's own: goal reached, task solved)",
     "val/correct": "correct (answer right, any format)",
-    "val/format": "format (answer in \\boxed{})",
+    "val/format": "format (answer in the requested format)",
     "val/score": "reward (verifier score)",
     "val/accuracy": "accuracy (verifier full marks / preference)",
     "val/exact_match": "exact match (whole response)",
