@@ -8,7 +8,8 @@ dependency set, a changed recipe) is seen before a learning run is blamed.
 Usage: python -m tools.diagnostics.warmup_skills MODEL_DIR EVAL_JSONL [PROMPTS] [SAMPLES]
   MODEL_DIR: an HF folder (e.g. ``$ROLL_CACHE_DIR/recipes/rlvr-tiny-warmup-*/hf_export``); EVAL_JSONL: rlvr-tiny's
   held-out prompts (``$ROLL_CACHE_DIR/data/arithmetic_prompts-eval-*.jsonl``); PROMPTS: how many of them (default
-  96); SAMPLES: samples per prompt at temperature 1 (default 8). Answers are graded by their ``\\boxed{}`` value.
+  96); SAMPLES: samples per prompt at temperature 1 (default 8). Answers are graded by their last ``\\boxed{}``
+  (the math reward's extraction).
 """
 
 from __future__ import annotations
@@ -21,13 +22,9 @@ from collections import Counter
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from roll.pipelines.rewards.math import extract_boxed
+
 MAX_NEW_TOKENS = 40
-_BOXED = re.compile(r"\\boxed\{([^}]*)\}")
-
-
-def boxed_answer(text: str) -> str | None:
-    found = _BOXED.search(text)
-    return found.group(1).strip() if found else None
 
 
 def carries(prompt: str) -> bool:
@@ -42,13 +39,13 @@ def main(model_dir: str, eval_file: str, prompts: int = 96, samples: int = 8) ->
     with open(eval_file) as lines:
         rows = [json.loads(line) for line in lines][:prompts]
     counts: Counter[str] = Counter()
+    pad = tokenizer.pad_token_id or 0
     for row in rows:
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": row["prompt"]}], tokenize=False, add_generation_prompt=True
         )
         ids = tokenizer(text, return_tensors="pt").input_ids
         kind = "carry" if carries(row["prompt"]) else "no_carry"
-        pad = tokenizer.pad_token_id or 0
         with torch.no_grad():
             sampled = model.generate(
                 ids,
@@ -60,10 +57,10 @@ def main(model_dir: str, eval_file: str, prompts: int = 96, samples: int = 8) ->
             )
             greedy = model.generate(ids, do_sample=False, max_new_tokens=MAX_NEW_TOKENS, pad_token_id=pad)
         truth = str(row["ground_truth"])
-        answers = [boxed_answer(tokenizer.decode(s[ids.shape[1] :], skip_special_tokens=True)) for s in sampled]
+        answers = [extract_boxed(tokenizer.decode(s[ids.shape[1] :], skip_special_tokens=True)) for s in sampled]
         counts[f"{kind}/right"] += sum(a == truth for a in answers)
         counts[f"{kind}/samples"] += samples
-        counts[f"{kind}/greedy_right"] += boxed_answer(tokenizer.decode(greedy[0][ids.shape[1] :])) == truth
+        counts[f"{kind}/greedy_right"] += extract_boxed(tokenizer.decode(greedy[0][ids.shape[1] :])) == truth
         counts[f"{kind}/prompts"] += 1
     report = {}
     for kind in ("no_carry", "carry"):

@@ -98,7 +98,10 @@ def test_warmup_learning_rate_needs_a_strategy_that_can_change_it():
     trained = {"model_args": ROLE, "strategy_args": {"strategy_name": "fsdp2_train"}}
     assert _config(warmup=warm, actor_train=trained).warmup.learning_rate == 1e-3
     megatron = {"model_args": ROLE, "strategy_args": {"strategy_name": "megatron_train"}}
-    with pytest.raises(ValueError, match="warmup.learning_rate needs actor_train on fsdp2_train"):
+    with pytest.raises(
+        ValueError,
+        match=r"warmup.learning_rate needs actor_train on a backend .* \(fsdp2_train\); it runs megatron_train",
+    ):
         _config(warmup=warm, actor_train=megatron)
     with pytest.raises(ValueError, match="greater than 0"):
         _config(warmup={"steps": 5, "learning_rate": 0.0})

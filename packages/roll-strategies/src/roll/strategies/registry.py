@@ -26,6 +26,8 @@ __all__ = [
     "create_strategy",
     "multi_node_strategies",
     "runs_across_nodes",
+    "sets_learning_rate_mid_run",
+    "strategies_with",
     "validate_strategy_config",
 ]
 
@@ -130,9 +132,14 @@ def create_strategy(worker: Worker) -> InferenceStrategy:
     return strategy_cls(worker, config)
 
 
+def _capability(strategy_name: str, flag: str) -> bool:
+    """A backend's capability flag (``multi_node_engine``, ``mid_run_learning_rate``), declared on its config model
+    (so no backend import)."""
+    return bool(getattr(STRATEGY_CONFIGS.get(strategy_name), flag, False))
+
+
 def _multi_node(strategy_name: str) -> bool:
-    """The backend's capability flag ``multi_node_engine``, declared on its config model (so no backend import)."""
-    return bool(getattr(STRATEGY_CONFIGS.get(strategy_name), "multi_node_engine", False))
+    return _capability(strategy_name, "multi_node_engine")
 
 
 def runs_across_nodes(worker_config: Any) -> bool:
@@ -144,13 +151,23 @@ def runs_across_nodes(worker_config: Any) -> bool:
     return _multi_node(strategy_args.strategy_name)
 
 
-def multi_node_strategies() -> list[str]:
-    """Registered backends whose engine can span nodes (for error messages that name the alternatives)."""
+def strategies_with(flag: str) -> list[str]:
+    """Registered backends declaring capability ``flag`` (for error messages that name the alternatives)."""
     names = []
     for name in STRATEGY_CONFIGS.names():
         try:
-            if _multi_node(name):
+            if _capability(name, flag):
                 names.append(name)
         except RollError:  # a plug-in whose config cannot be imported here is not named
             continue
     return names
+
+
+def multi_node_strategies() -> list[str]:
+    """Registered backends whose engine can span nodes."""
+    return strategies_with("multi_node_engine")
+
+
+def sets_learning_rate_mid_run(strategy_name: str) -> bool:
+    """Whether the training backend ``strategy_name`` implements :meth:`TrainStrategy.set_learning_rate`."""
+    return strategy_name in STRATEGIES and _capability(strategy_name, "mid_run_learning_rate")

@@ -30,6 +30,7 @@ from roll.pipelines.rlvr.sections import TrainInferFilterConfig
 from roll.pipelines.rlvr.settings import PolicySettings
 from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supported
 from roll.runtime import RollModel
+from roll.strategies.registry import STRATEGIES, sets_learning_rate_mid_run, strategies_with
 
 logger = logging.getLogger(__name__)
 
@@ -332,6 +333,17 @@ class AgenticConfig(BaseConfig):
             norm.method,
         )
 
+    def _check_warmup_learning_rate(self) -> None:
+        strategy = getattr(self.actor_train.strategy_args, "strategy_name", None)
+        if strategy is None or sets_learning_rate_mid_run(strategy):
+            return
+        able = [name for name in strategies_with("mid_run_learning_rate") if STRATEGIES.get(name).is_training]
+        raise ValueError(
+            f"warmup.learning_rate needs actor_train on a backend that can change its learning rate mid-run "
+            f"({', '.join(able)}); it runs {strategy}. Drop warmup.learning_rate to warm up at "
+            "training_args.learning_rate"
+        )
+
     @model_validator(mode="after")
     def _check_agentic(self) -> AgenticConfig:
         managers = [m for m in (self.train_env_manager, self.val_env_manager) if m is not None]
@@ -361,12 +373,8 @@ class AgenticConfig(BaseConfig):
             raise ValueError(f"advantage.estimator={estimator} compares a group's episodes: set group_size >= 2")
         if estimator == "grpo" and size < 2:
             self._check_grpo_of_one()
-        strategy = getattr(self.actor_train.strategy_args, "strategy_name", None)
-        if self.warmup.steps and self.warmup.learning_rate is not None and strategy not in (None, "fsdp2_train"):
-            raise ValueError(
-                f"warmup.learning_rate needs actor_train on fsdp2_train (it runs {strategy}, which cannot change its "
-                "learning rate mid-run); drop warmup.learning_rate to warm up at training_args.learning_rate"
-            )
+        if self.warmup.steps and self.warmup.learning_rate is not None:
+            self._check_warmup_learning_rate()
         if self.needs_reference and self.reference is None:
             raise ValueError("kl.use_loss is on (use_kl_loss) but no reference role is configured")
         check_replay_supported(self.rollout_mock, asynchronous=self.asynchrony.enabled)

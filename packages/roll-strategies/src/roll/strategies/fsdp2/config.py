@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -19,6 +19,8 @@ class Fsdp2Config(RollModel):
     Every worker owns one device. With ``fsdp_size`` smaller than the role's world size the ranks form a 2-D
     (replicate x shard) mesh (HSDP): parameters are sharded over ``fsdp_size`` ranks and replicated across groups.
     """
+
+    mid_run_learning_rate: ClassVar[bool] = True  # fsdp2_train implements TrainStrategy.set_learning_rate
 
     fsdp_size: int | None = Field(
         default=None, ge=1, description="Ranks one parameter is sharded over; None = the whole world (plain FSDP)."
