@@ -201,6 +201,12 @@ class WarmupSection(RollModel):
         description="The warm-up's learning rate (None: actor_train.training_args.learning_rate, which RL uses after "
         "it). Adam's moments carry over. Needs a strategy that can change its rate (fsdp2_train).",
     )
+    cache: bool = Field(
+        default=False,
+        description="Keep the trained warm-up (actor_train's weights, optimizer and schedule) under "
+        "$ROLL_CACHE_DIR/agentic-warmup/, keyed by everything that shapes it (this section, the training envs, "
+        "actor_train's model files, training and strategy args, the packages' versions), and reuse it in later runs.",
+    )
 
 
 class AgenticCorrectionSection(RollModel):

@@ -17,7 +17,8 @@ With ``asynchrony.generation_ratio`` (ROLL's ``async_generation_ratio``) > 0 the
 most ``ratio`` policy versions stale; generation is paused for the weight sync and validation at each step's end.
 ``rollout_mock`` dumps each step's batch, or replays dumped batches instead of playing (roll.pipelines.rollout_mock).
 
-Before step 1, ``warmup.steps`` behaviour-cloning steps on a scripted policy's episodes (optional). Env faults
+Before step 1, ``warmup.steps`` behaviour-cloning steps on a scripted policy's episodes (optional; with
+``warmup.cache`` trained once and reused, :mod:`roll.agentic.pipeline.warmup_cache`). Env faults
 (an env that raises, hangs past ``step_timeout_s`` or returns malformed output) end their episode with a reason;
 training replaces the group, validation counts the episode as failed; both are in the step's metrics.
 """
@@ -34,6 +35,7 @@ from roll.agentic.pipeline.adjust import adjust_batch, batch_unit
 from roll.agentic.pipeline.advantage import compute_agentic_targets
 from roll.agentic.pipeline.config import AgenticConfig
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
+from roll.agentic.pipeline.warmup_cache import WarmupCache
 from roll.agentic.pipeline.workers import AgenticActorWorker
 from roll.agentic.policy import MockPolicyClient
 from roll.agentic.scheduler import RolloutBatch, RolloutScheduler
@@ -299,7 +301,7 @@ class AgenticPipeline(BasePipeline):
                 batch = adjust_batch(out.batch, self.actor_train.dp_size or 1, "delete")
                 batch.batch["advantages"] = batch.batch["response_mask"].float()
                 plan = UpdatePlan(min(warm.num_mini_batches, len(batch)), 1, warm.seed + step)
-                result = self.actor_train.train_step(batch, plan, True)
+                result = self.actor_train.train_step(batch, plan, True, True)
                 updates += plan.num_mini_batches
                 trained = result.meta_info.get("metrics", {})
                 nll = [-value for value in trained.get("actor/log_prob", [0.0])]  # before this step's update
@@ -318,6 +320,22 @@ class AgenticPipeline(BasePipeline):
         metrics["warmup/optimizer_steps"] = float(updates)
         return metrics
 
+    def cached_warm_up(self) -> dict[str, Any]:
+        """:meth:`warm_up`, or its saved result (``warmup.cache``; :mod:`roll.agentic.pipeline.warmup_cache`)."""
+        cache = WarmupCache(self.config)
+        saved = cache.metrics()
+        if saved is not None:
+            started = time.perf_counter()
+            self.actor_train.load_checkpoint(str(cache.checkpoint))
+            logger.info("warm-up loaded from the cache: %s", cache.folder)
+            loaded = {"warmup/cached": 1.0, "warmup/trained_s": saved.get("time/warmup_s", 0.0)}
+            return {**saved, **loaded, "time/warmup_s": time.perf_counter() - started}
+        metrics = self.warm_up()
+        staged = cache.staging()
+        self.actor_train.save_checkpoint(str(staged / "actor_train"))
+        logger.info("warm-up saved to the cache: %s", cache.commit(staged, metrics))
+        return {**metrics, "warmup/cached": 0.0}
+
     # --- loop -------------------------------------------------------------------------------------------
     def run(self) -> dict[str, float]:
         start = self.resume()
@@ -327,7 +345,7 @@ class AgenticPipeline(BasePipeline):
         else:
             first: dict[str, Any] = {}
             if self.config.warmup.steps > 0:
-                first.update(self.warm_up())
+                first.update(self.cached_warm_up() if self.config.warmup.cache else self.warm_up())
                 self.sync_weights(0, force=True)
             self.log_metrics(0, {**first, **self.validate(0)})
         ratio = self.config.asynchrony.generation_ratio

@@ -88,13 +88,24 @@ class AgenticActorWorker(ActorWorker):
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def train_step(
-        self, batch: DataProto, plan: UpdatePlan, old_log_probs_from_train_forward: bool = False
+        self,
+        batch: DataProto,
+        plan: UpdatePlan,
+        old_log_probs_from_train_forward: bool = False,
+        behaviour_cloning: bool = False,
     ) -> DataProto:
-        """As :meth:`ActorWorker.train_step`, with the loss of :func:`agentic_actor_loss`."""
+        """As :meth:`ActorWorker.train_step`, with the loss of :func:`agentic_actor_loss`. ``behaviour_cloning``
+        (the warm-up; advantages 1 on the expert's tokens): the token-mean negative log-likelihood at the sampling
+        temperature, whatever the RL loss settings are (aggregation, pg variant, entropy bonus, KL to the reference),
+        so changing the RL loss leaves the warm-up, and a cached warm-up, as they were."""
         keep = batch.batch["responses"].shape[1] + 1
+        settings = self.settings
+        if behaviour_cloning:  # the default loss at ratio 1: the NLL's gradient, at the sampling temperature
+            settings = AgenticActorSettings(temperature=settings.temperature)
+            old_log_probs_from_train_forward = True
 
         def loss(micro: DataProto, logits: torch.Tensor, scale: LossScale) -> tuple[torch.Tensor, dict[str, float]]:
-            return agentic_actor_loss(self.settings, micro, logits, scale, on_policy=old_log_probs_from_train_forward)
+            return agentic_actor_loss(settings, micro, logits, scale, on_policy=old_log_probs_from_train_forward)
 
         def step(mini: DataProto) -> dict[str, float]:
             return self.train_strategy.train_step(mini, loss, loss_mask_key="response_mask", logits_to_keep=keep)

@@ -1,0 +1,119 @@
+"""A trained warm-up, kept and reused (``warmup.cache: true``).
+
+The behaviour-cloning warm-up of a recipe is the same in every run that shares its inputs, and on a CPU it is most
+of a short run's time. With the cache on, the first run saves actor_train's training state right after the warm-up
+(weights, optimizer moments, learning-rate schedule: the strategy's checkpoint) with the warm-up's metrics; later
+runs whose key matches load it instead of warming up, so their RL starts from exactly that state.
+
+The key hashes everything that shapes the warm-up: the ``warmup`` section (without ``cache``), the training env
+manager and its envs, ``rollout.sequence_length``, the seed, actor_train's model, training, strategy and batching args
+and world size, a fingerprint of the model folder's files (name, size, modification time), and the versions of torch,
+transformers and roll's packages. What it cannot see is an edit of roll's source in a development install: delete
+the folder (or set ``warmup.cache: false``) after changing the warm-up's code. Entries are written to a temporary
+folder and renamed into place, so a crash leaves no half-written entry; on a multi-node cluster the cache directory
+must be on a shared filesystem (as for ``recipe://`` models).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from roll.agentic.pipeline.config import AgenticConfig
+from roll.pipelines.cache import cache_dir, write_stamp
+
+__all__ = ["FORMAT", "WarmupCache", "warmup_key"]
+
+FORMAT = 1  # bump when what an entry holds, or how the warm-up trains, changes
+_PACKAGES = ("torch", "transformers", "roll-agentic", "roll-pipelines", "roll-strategies")
+_STAMP = "warmup.json"
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _files(model: str) -> list[tuple[str, int, int]] | str:
+    """(relative name, size, mtime in ns) of a local model folder's files; the reference itself otherwise."""
+    root = Path(model).expanduser()
+    if not root.is_dir():
+        return model
+    out = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            info = path.stat()
+            out.append((str(path.relative_to(root)), info.st_size, info.st_mtime_ns))
+    return out
+
+
+def warmup_key(config: AgenticConfig) -> str:
+    """The cache key of ``config``'s warm-up (see the module docstring for what it covers)."""
+    manager = config.train_env_manager
+    role = config.actor_train
+    payload: dict[str, Any] = {
+        "format": FORMAT,
+        "warmup": config.warmup.model_dump(mode="json", exclude={"cache"}),
+        "env_manager": manager.model_dump(mode="json"),
+        "envs": {tag: config.custom_envs[tag].model_dump(mode="json") for tag in sorted(set(manager.tags))},
+        "sequence_length": config.rollout.sequence_length,
+        "seed": config.seed,
+        "actor_train": {
+            "world_size": role.world_size,
+            "model_args": role.model_args.model_dump(mode="json"),
+            "training_args": role.training_args.model_dump(mode="json"),
+            "strategy_args": None if role.strategy_args is None else role.strategy_args.model_dump(mode="json"),
+            "batching": role.batching.model_dump(mode="json"),
+        },
+        "model_files": _files(role.model_args.model_name_or_path),
+        "versions": {package: _version(package) for package in _PACKAGES},
+    }
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class WarmupCache:
+    """One config's entry: ``<root>/<key>/`` holding ``actor_train/`` (the checkpoint) and ``warmup.json``."""
+
+    def __init__(self, config: AgenticConfig, root: Path | None = None) -> None:
+        self.key = warmup_key(config)
+        self.root = (root or cache_dir() / "agentic-warmup").expanduser()
+        self.folder = self.root / self.key
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.folder / "actor_train"
+
+    def metrics(self) -> dict[str, Any] | None:
+        """The saved warm-up's metrics, or None when there is no complete entry."""
+        stamp = self.folder / _STAMP
+        if not stamp.is_file():
+            return None
+        return dict(json.loads(stamp.read_text())["metrics"])
+
+    def staging(self) -> Path:
+        """An empty folder beside the entry to write a new one into (its checkpoint goes to ``<it>/actor_train``)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{self.key}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        return tmp
+
+    def commit(self, staged: Path, metrics: dict[str, Any]) -> Path:
+        """Stamp ``staged`` with ``metrics`` and move it into place (a concurrent run's entry wins if it got
+        there first: both hold the same warm-up)."""
+        write_stamp(staged / _STAMP, {"key": self.key, "metrics": metrics})
+        try:
+            os.rename(staged, self.folder)
+        except OSError:
+            if self.metrics() is None:
+                raise
+            shutil.rmtree(staged, ignore_errors=True)
+        return self.folder

@@ -1,0 +1,145 @@
+"""``warmup.cache``: the key covers what shapes the warm-up (and nothing else), and a cached warm-up starts RL
+from exactly the state a fresh one leaves (same validation at step 0, same first RL step)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roll.agentic.pipeline import AgenticConfig, register_pipelines
+from roll.agentic.pipeline.warmup_cache import WarmupCache, warmup_key
+from roll.pipelines.config import load_config
+from roll.pipelines.launcher import run_config
+from roll.pipelines.tracking import read_metrics
+
+LAKE = {
+    "env_type": "frozen_lake",
+    # the format penalty gives RL's first step a non-zero loss (the nano model never answers in format)
+    "env_config": {"size": 3, "grid_vocab": {}, "env_instruction": "FrozenLake.", "format_penalty": -0.1},
+    "max_steps": 2,
+    "max_tokens_per_step": 8,
+    "agent_system_template": None,
+    "agent_template": "{observation}",
+}
+
+
+def _data(model: str, **extra: Any) -> dict[str, Any]:
+    def role(name: str, strategy: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "model_args": {"model_name_or_path": model, "dtype": "float32"},
+            "strategy_args": {"strategy_name": strategy},
+        }
+
+    data = {
+        "pipeline_cls": "agentic",
+        "adv_estimator": "reinforce",  # the episode score itself: a non-zero first RL step
+        "max_steps": 2,
+        "eval_steps": 1,
+        "export_hf": False,
+        "plots": False,
+        "rollout_batch_size": 4,
+        "sequence_length": 256,
+        "rollout": {"env_workers": "local"},
+        "warmup": {
+            "steps": 2,
+            "episodes_per_step": 4,
+            "learning_rate": 3e-4,
+            "cache": True,
+            "policy": "roll.agentic.policy.mock:RandomActionPolicy",
+            "policy_kwargs": {"actions": ["Up", "Down", "Left", "Right"]},
+        },
+        "custom_envs": {"Lake": LAKE, "Other": {**LAKE, "max_steps": 3}},
+        "train_env_manager": {"num_env_groups": 2, "group_size": 2, "tags": ["Lake"]},
+        "val_env_manager": {"num_env_groups": 4, "group_size": 1, "tags": ["Lake"]},
+        "actor_train": {**role("agentic-train", "fsdp2_train"), "training_args": {"learning_rate": 1e-4}},
+        # greedy rollouts, so that two runs from the same weights play the same episodes
+        "actor_infer": {
+            **role("agentic-infer", "hf_infer"),
+            "generating_args": {"max_new_tokens": 8, "temperature": 0.0},
+        },
+    }
+    for dotted, value in extra.items():
+        *parents, leaf = dotted.split("__")
+        node = data
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return data
+
+
+def _key(tmp_path: Path, **extra: Any) -> str:
+    return warmup_key(AgenticConfig.model_validate(_data(str(tmp_path), **extra)))
+
+
+def test_key_changes_with_what_shapes_the_warm_up_only(tmp_path: Path):
+    (tmp_path / "config.json").write_text("{}")
+    base = _key(tmp_path)
+    assert _key(tmp_path) == base
+    # the RL side (loss, rollouts of RL, validation, step counts of RL) does not touch the warm-up
+    assert _key(tmp_path, policy_loss__loss_agg_mode="seq-mean-token-mean", policy_loss__entropy_coef=0.01) == base
+    assert _key(tmp_path, val_env_manager__num_env_groups=8, rollout_batch_size=8, eval_steps=5) == base
+    assert _key(tmp_path, warmup__cache=False) == base
+    changed = [
+        _key(tmp_path, warmup__steps=3),
+        _key(tmp_path, warmup__learning_rate=1e-3),
+        _key(tmp_path, warmup__policy_kwargs={"actions": ["Up"]}),
+        _key(tmp_path, train_env_manager__tags=["Other"]),
+        _key(tmp_path, train_env_manager__group_size=4),
+        _key(tmp_path, actor_train__training_args={"learning_rate": 2e-4}),
+        _key(tmp_path, sequence_length=512),
+        _key(tmp_path, seed=7),
+    ]
+    assert len({base, *changed}) == len(changed) + 1
+    (tmp_path / "model.safetensors").write_bytes(b"weights")  # the model folder's files
+    assert _key(tmp_path) != base
+
+
+@pytest.mark.integration
+def test_cached_warm_up_starts_rl_from_the_same_state(ray_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("ROLL_CACHE_DIR", str(tmp_path / "cache"))
+    register_pipelines()
+
+    def run(name: str, **extra: Any) -> list[dict[str, Any]]:
+        run_config(load_config(_data("tiny://nano?seed=0", output_dir=str(tmp_path / name), **extra)))
+        return read_metrics(tmp_path / name / "metrics.jsonl")
+
+    fresh = run("fresh")
+    entries = [p for p in (tmp_path / "cache" / "agentic-warmup").iterdir()]
+    assert [p.name for p in entries] == [fresh_key := entries[0].name] and (entries[0] / "warmup.json").is_file()
+    cached = run("cached")
+    # a run with other RL loss settings and no cache trains the same warm-up (behaviour cloning ignores them)
+    other_loss = run("other_loss", warmup__cache=False, policy_loss__loss_agg_mode="seq-mean-token-mean")
+    assert [p.name for p in (tmp_path / "cache" / "agentic-warmup").iterdir()] == [fresh_key]
+
+    assert fresh[0]["warmup/cached"] == 0.0 and cached[0]["warmup/cached"] == 1.0
+    assert cached[0]["warmup/trained_s"] == pytest.approx(fresh[0]["time/warmup_s"])
+    for row in (cached[0], other_loss[0]):
+        assert row["warmup/nll"] == pytest.approx(fresh[0]["warmup/nll"])
+        assert row["warmup/optimizer_steps"] == fresh[0]["warmup/optimizer_steps"] == 2
+        assert row["val/success"] == fresh[0]["val/success"]
+        assert row["val/Lake/generated_tokens"] == fresh[0]["val/Lake/generated_tokens"]
+    # RL starts from the same weights (step 1's forward) and the same Adam moments and rate (step 2's, after
+    # step 1's update)
+    for step in (1, 2):
+        assert cached[step]["actor/lr"] == pytest.approx(fresh[step]["actor/lr"]) == pytest.approx(1e-4)
+        assert fresh[step]["actor/pg_loss"] != 0.0 and fresh[step]["actor/grad_norm"] > 0.0
+        for key in ("actor/pg_loss", "actor/grad_norm", "actor/log_prob", "actor/entropy"):
+            assert cached[step][key] == pytest.approx(fresh[step][key], rel=1e-5, abs=1e-7), (step, key)
+        assert cached[step]["val/success"] == fresh[step]["val/success"]
+
+
+def test_entries_are_written_whole(tmp_path: Path):
+    (tmp_path / "model").mkdir()
+    cache = WarmupCache(AgenticConfig.model_validate(_data(str(tmp_path / "model"))), root=tmp_path / "cache")
+    assert cache.metrics() is None
+    staged = cache.staging()
+    (staged / "actor_train").mkdir()
+    assert cache.metrics() is None  # a staged entry is not an entry
+    cache.commit(staged, {"warmup/nll": [1.0]})
+    assert cache.metrics() == {"warmup/nll": [1.0]} and not staged.exists()
+    again = cache.staging()  # a second writer of the same key: the first entry stays
+    cache.commit(again, {"warmup/nll": [2.0]})
+    assert cache.metrics() == {"warmup/nll": [1.0]} and not again.exists()
