@@ -90,3 +90,10 @@ def test_custom_grid_lookup_and_map_seed() -> None:
 
 def test_shortest_path_none_when_blocked() -> None:
     assert shortest_path(["SH", "HG"], (0, 0), (1, 1)) is None
+
+
+def test_grid_vocab_empty_means_no_legend_and_none_the_default_one() -> None:
+    # ROLL's semantics: grid_vocab {} (or false in YAML) shows no symbol legend; leaving it out shows the default one
+    assert "The meaning of each symbol" not in FrozenLakeEnv(grid_vocab={}).instructions()
+    assert "P: player" in FrozenLakeEnv().instructions()
+    assert "P: you" in FrozenLakeEnv(grid_vocab={"P": "you"}).instructions()

@@ -74,3 +74,8 @@ def test_solver_reports_unsolvable() -> None:
     room = Room(((0, 0, 0, 0, 0), (0, 1, 1, 2, 0), (0, 0, 0, 0, 0)), frozenset({(1, 1)}), (1, 2))
     assert solve(room) is None
     assert solve(Room(fixed, frozenset({(1, 2)}), (1, 1))) == []
+
+
+def test_grid_vocab_empty_means_no_legend() -> None:
+    assert "The meaning of each symbol" not in SokobanEnv(grid_vocab={}).instructions()
+    assert "The meaning of each symbol" in SokobanEnv().instructions()

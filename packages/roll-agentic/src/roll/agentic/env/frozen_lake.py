@@ -104,7 +104,7 @@ class FrozenLakeEnv(Env):
         self.map_seed, self.max_steps, self.format_penalty = map_seed, max_steps, format_penalty
         self.action_pattern = action_pattern
         self.grid_lookup = {int(k): v for k, v in (grid_lookup or GRID_LOOKUP).items()}
-        self.grid_vocab = dict(grid_vocab or GRID_VOCAB)
+        self.grid_vocab = dict(GRID_VOCAB if grid_vocab is None else grid_vocab)  # {}: no legend
         self.env_instruction = env_instruction or INSTRUCTION
         self.board: list[str] = []
         self.player: Cell = (0, 0)

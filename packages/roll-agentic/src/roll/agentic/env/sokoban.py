@@ -69,7 +69,7 @@ class SokobanEnv(Env):
         self.num_boxes, self.search_depth, self.max_steps = num_boxes, search_depth, max_steps
         self.format_penalty, self.action_pattern = format_penalty, action_pattern
         self.grid_lookup = {int(k): v for k, v in (grid_lookup or GRID_LOOKUP).items()}
-        self.grid_vocab = dict(grid_vocab or GRID_VOCAB)
+        self.grid_vocab = dict(GRID_VOCAB if grid_vocab is None else grid_vocab)  # {}: no legend
         self.env_instruction = env_instruction or INSTRUCTION
         self.room: Room | None = None
         self.boxes: frozenset[tuple[int, int]] = frozenset()
@@ -142,10 +142,8 @@ class SokobanEnv(Env):
 
     def instructions(self) -> str:
         vocab = ", ".join(f"{k}: {v}" for k, v in self.grid_vocab.items())
-        return (
-            f"{self.env_instruction}\nThe meaning of each symbol in the state is:\n{vocab}"
-            f"\nYour available actions are:\n{', '.join(self.ACTIONS)}"
-        )
+        legend = f"\nThe meaning of each symbol in the state is:\n{vocab}" if vocab else ""  # grid_vocab {}: none
+        return f"{self.env_instruction}{legend}\nYour available actions are:\n{', '.join(self.ACTIONS)}"
 
     def sample_random_action(self) -> str:
         return f"<answer>{_SAMPLER.choice(self.ACTIONS)}</answer>"

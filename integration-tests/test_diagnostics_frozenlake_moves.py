@@ -1,0 +1,55 @@
+"""tools/diagnostics/frozenlake_moves grades moves against the board: the noise-free planner is optimal on every
+move, a random mover matches the chance rate computed on the same boards, and a hand-checked board grades as expected."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from roll.agentic.env.frozen_lake import FrozenLakeEnv
+from roll.agentic.policy.expert import FrozenLakeExpert
+from tools.diagnostics.frozenlake_moves import grade, moves, report
+
+
+def test_grade_of_a_hand_checked_board():
+    grid = ["P_O_", "_O__", "___G", "____"]  # player top-left, holes at (0,2) and (1,1), goal at (2,3)
+    table = grade(grid)
+    assert table is not None
+    assert {m for m, (optimal, _) in table.items() if optimal} == {"Down"}  # Right leads to a dead end
+    assert {m for m, (_, hole) in table.items() if hole} == set()
+    table = grade(["_P__", "_O__", "___G", "____"])
+    assert table["Down"] == (False, True) and table["Right"] == (True, False)
+    assert grade(["____", "_X__", "___G", "____"]) is None  # the player is in a hole
+
+
+def _dump(tmp_path: Path, noise: float, episodes: int = 40) -> Path:
+    expert, rng = FrozenLakeExpert(noise=noise), random.Random(0)
+    path = tmp_path / f"noise-{noise}.jsonl"
+    with path.open("w") as sink:
+        for seed in range(episodes):
+            env = FrozenLakeEnv(size=4, max_steps=6)
+            observation, _ = env.reset(seed)
+            prompt, response = f"Turn 1:\n{observation}\n", ""
+            for turn in range(2, 8):
+                answer = expert(prompt + response, rng)
+                observation, _, terminated, truncated, _ = env.step(answer)
+                response += f"{answer}\nTurn {turn}:\n{observation}\n"
+                if terminated or truncated:
+                    break
+            sink.write(json.dumps({"prompt": prompt, "response": response}) + "\n")
+    return path
+
+
+def test_planner_is_optimal_and_a_random_mover_is_at_chance(tmp_path: Path):
+    planner = report(_dump(tmp_path, 0.0))
+    assert planner["moves"] > 40 and planner["optimal"] == 1.0 and planner["into_hole"] == 0.0
+    assert planner["unparsable"] == 0.0
+    rows = [json.loads(line) for line in _dump(tmp_path, 0.0).open()]
+    assert len(moves(rows[0]["prompt"] + rows[0]["response"])) >= 1
+    chance = report(_dump(tmp_path, 1.0, episodes=200))
+    assert chance["optimal"] == pytest.approx(chance["random_optimal"], abs=0.08)
+    assert chance["into_hole"] == pytest.approx(chance["random_into_hole"], abs=0.06)
+    assert chance["demonstrator_optimal"] == pytest.approx(0.5 + 0.5 * chance["random_optimal"])

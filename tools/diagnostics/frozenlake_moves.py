@@ -1,0 +1,119 @@
+"""Does a FrozenLake policy read the grid? Grades every move of dumped rollouts against the board it was made on.
+
+Usage: python -m tools.diagnostics.frozenlake_moves ROLLOUT_FILE [ROLLOUT_FILE ...]
+  ROLLOUT_FILE: a ``<name>.jsonl`` written by the agentic pipeline with ``rollout.dump=true`` (e.g.
+  ``<output_dir>/rollouts/val-step-000000.jsonl``; one row per episode for trajectory-wise managers, one per turn for
+  step-wise ones).
+
+Each answer is paired with the last grid shown before it. A move is *optimal* when it lowers the hole-free distance
+to the goal by one (it is on some shortest path); *into a hole* when it steps onto a hole. Printed per file: the
+moves graded, the share optimal, the share into a hole, unparsable answers, and the same two shares for a uniform
+random mover and for the warm-up's demonstrator (the planner with ``noise`` 0.5, i.e. half planner, half random)
+on the very same boards, so the policy's numbers read against chance and against what it imitated.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import deque
+from pathlib import Path
+
+from roll.agentic.env.frozen_lake import GRID_LOOKUP
+
+_MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
+PLAYER, HOLE, GOAL = GRID_LOOKUP[0], GRID_LOOKUP[2], GRID_LOOKUP[3]
+_CELL = "[" + re.escape("".join(GRID_LOOKUP.values())) + "]"
+_TOKENS = re.compile(rf"(?P<grid>{_CELL}+(?:\n{_CELL}+)+)|<answer>(?P<answer>.*?)</answer>", re.S)
+DEMONSTRATOR_NOISE = 0.5
+
+
+def distances(grid: list[str], goal: tuple[int, int]) -> dict[tuple[int, int], int]:
+    """Hole-free BFS distance from every reachable cell to ``goal``."""
+    size = len(grid)
+    dist = {goal: 0}
+    queue = deque([goal])
+    while queue:
+        r, c = queue.popleft()
+        for dr, dc in _MOVES.values():
+            nr, nc = r + dr, c + dc
+            if 0 <= nr < size and 0 <= nc < size and (nr, nc) not in dist and grid[nr][nc] != HOLE:
+                dist[(nr, nc)] = dist[(r, c)] + 1
+                queue.append((nr, nc))
+    return dist
+
+
+def grade(grid: list[str]) -> dict[str, tuple[bool, bool]] | None:
+    """Per move: (optimal, into a hole); None when the player is not on a free cell or the goal is unreachable."""
+    cells = {ch: (r, row.index(ch)) for r, row in enumerate(grid) for ch in (PLAYER, GOAL) if ch in row}
+    if PLAYER not in cells or GOAL not in cells:
+        return None
+    dist = distances(grid, cells[GOAL])
+    here = cells[PLAYER]
+    if here not in dist:
+        return None
+    size, out = len(grid), {}
+    for move, (dr, dc) in _MOVES.items():
+        r = min(max(here[0] + dr, 0), size - 1)
+        c = min(max(here[1] + dc, 0), size - 1)
+        out[move] = (dist.get((r, c), 99) == dist[here] - 1, grid[r][c] == HOLE)
+    return out
+
+
+def moves(text: str) -> list[tuple[list[str], str]]:
+    """(grid, answer) pairs of one conversation, each answer with the last grid before it."""
+    pairs, grid = [], None
+    for match in _TOKENS.finditer(text):
+        if match.group("grid"):
+            lines = match.group("grid").split("\n")
+            if len(lines) == len(lines[0]) and all(len(line) == len(lines[0]) for line in lines):
+                grid = lines
+        elif grid is not None:
+            pairs.append((grid, match.group("answer").strip()))
+            grid = None  # one answer per observation
+    return pairs
+
+
+def report(path: Path) -> dict[str, float]:
+    graded = optimal = hole = bad = 0
+    random_optimal = random_hole = 0.0
+    for line in path.open():
+        row = json.loads(line)
+        for grid, answer in moves(row["prompt"] + row["response"]):
+            table = grade(grid)
+            if table is None:
+                continue
+            graded += 1
+            random_optimal += sum(o for o, _ in table.values()) / 4
+            random_hole += sum(h for _, h in table.values()) / 4
+            if answer not in table:
+                bad += 1
+                continue
+            optimal += table[answer][0]
+            hole += table[answer][1]
+    n = max(graded, 1)
+    out = {
+        "moves": float(graded),
+        "optimal": optimal / n,
+        "into_hole": hole / n,
+        "unparsable": bad / n,
+        "random_optimal": random_optimal / n,
+        "random_into_hole": random_hole / n,
+    }
+    out["demonstrator_optimal"] = (1 - DEMONSTRATOR_NOISE) + DEMONSTRATOR_NOISE * out["random_optimal"]
+    out["demonstrator_into_hole"] = DEMONSTRATOR_NOISE * out["random_into_hole"]
+    return out
+
+
+def main(argv: list[str]) -> None:
+    if not argv:
+        raise SystemExit(__doc__)
+    for name in argv:
+        stats = report(Path(name))
+        print(name)
+        print("  " + "  ".join(f"{k}={v:.3f}" if k != "moves" else f"moves={int(v)}" for k, v in stats.items()))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

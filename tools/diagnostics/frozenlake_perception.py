@@ -1,0 +1,150 @@
+"""Can the recipe's model learn to read a FrozenLake grid by behaviour cloning, and from how many moves?
+
+Usage: python -m tools.diagnostics.frozenlake_perception [--preset micro] [--steps 400] [--batch 140] [--lr 1e-3]
+       [--labels noisy clean] [--eval-every 40]
+
+A plain torch loop (no Ray, no pipeline), one single-turn sample per move: the prompt is the env's instructions and
+one grid (as the trajectory-wise manager's first turn shows it), the target ``<answer>Move</answer>``. States come
+from episodes of the warm-up's demonstrator (the planner with noise 0.5) on training layouts; the label is either
+the move the demonstrator made (``noisy``: what the pipeline's warm-up clones) or the planner's move on that state
+(``clean``: same states, no random labels). Every ``--eval-every`` steps: on 400 states of held-out (``val`` split)
+layouts, the share of greedy moves that are optimal (on a shortest path: tools.diagnostics.frozenlake_moves.grade)
+and of moves into a hole, with chance (a uniform mover) beside them. ``--batch 140`` x 80 steps is about the
+recipe's warm-up (80 steps of 32 episodes, ~4.4 moves each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import time
+from collections.abc import Iterator
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from roll.agentic.env.frozen_lake import FrozenLakeEnv
+from roll.agentic.policy.expert import FrozenLakeExpert
+from roll.strategies.testing import make_tiny_causal_lm
+from tools.diagnostics.frozenlake_moves import grade
+
+ACTIONS = ("Left", "Down", "Right", "Up")
+RECIPE_INSTRUCTION = "FrozenLake: P is you, G the goal, O a hole. Answer like <answer>Left</answer>."  # the recipe's
+
+
+def states(split: str, seed: int, noise: float) -> Iterator[tuple[str, str, str, dict]]:
+    """(instructions, grid, demonstrator's move, grade table) along the demonstrator's episodes on ``split``."""
+    rng, expert, planner = random.Random(seed), FrozenLakeExpert(noise=noise), FrozenLakeExpert(noise=0.0)
+    episode = 0
+    while True:
+        env = FrozenLakeEnv(size=4, p=0.8, max_steps=6, split=split, env_instruction=RECIPE_INSTRUCTION)
+        grid, info = env.reset(seed * 1_000_003 + episode)
+        episode += 1
+        for _ in range(6):
+            lines = grid.split("\n")
+            table = grade(lines)
+            if table is None:
+                break
+            answer = expert(f"Turn 1:\n{grid}", rng)
+            planned = planner.action(lines)
+            yield info["env_instruction"], grid, answer, {"table": table, "planned": planned}
+            grid, _, terminated, truncated, _ = env.step(answer)
+            if terminated or truncated:
+                break
+
+
+def encode(tokenizer, instruction: str, grid: str, answer: str | None) -> tuple[list[int], int]:
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": f"{instruction}\nTurn 1:\n{grid}"}], tokenize=False, add_generation_prompt=True
+    )
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    if answer is None:
+        return ids, len(ids)
+    target = tokenizer(f"<answer>{answer}</answer>", add_special_tokens=False)["input_ids"]
+    return ids + target + [tokenizer.eos_token_id], len(ids)
+
+
+def batch_loss(model, tokenizer, rows: list[tuple[list[int], int]]) -> torch.Tensor:
+    width = max(len(ids) for ids, _ in rows)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.full((len(rows), width), pad)
+    labels = torch.full((len(rows), width), -100)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (ids, start) in enumerate(rows):
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        labels[i, start : len(ids)] = torch.tensor(ids[start:])
+        mask[i, : len(ids)] = 1
+    return model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+
+
+@torch.no_grad()
+def evaluate(model, tokenizer, held_out: list[tuple[str, str, str, dict]]) -> dict[str, float]:
+    """Greedy choice among the four answers by their log-likelihood (no parsing failures to confound)."""
+    optimal = hole = chance_opt = 0.0
+    candidates = [tokenizer(f"<answer>{a}</answer>", add_special_tokens=False)["input_ids"] for a in ACTIONS]
+    for instruction, grid, _, info in held_out:
+        prompt, start = encode(tokenizer, instruction, grid, None)
+        rows = [prompt + c for c in candidates]
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        logits = model(input_ids=ids, attention_mask=mask).logits.log_softmax(-1)
+        scores = []
+        for i, cand in enumerate(candidates):
+            picked = logits[i, start - 1 : start - 1 + len(cand)].gather(-1, torch.tensor(cand)[:, None])
+            scores.append(float(picked.sum()))
+        move = ACTIONS[max(range(4), key=scores.__getitem__)]
+        table = info["table"]
+        optimal += table[move][0]
+        hole += table[move][1]
+        chance_opt += sum(o for o, _ in table.values()) / 4
+    n = len(held_out)
+    return {"optimal": optimal / n, "into_hole": hole / n, "chance_optimal": chance_opt / n}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="micro")
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--batch", type=int, default=140)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--labels", nargs="+", default=["noisy", "clean"], choices=["noisy", "clean"])
+    parser.add_argument("--eval-every", type=int, default=40)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    held_out = [s for s, _ in zip(states("val", 7, 0.5), range(400))]
+    for labels in args.labels:
+        torch.manual_seed(0)
+        with tempfile.TemporaryDirectory() as folder:
+            path = make_tiny_causal_lm(folder, preset=args.preset, seed=0)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+        stream = states("train", 1, 0.5)
+        started = time.perf_counter()
+        print(f"labels={labels} preset={args.preset} lr={args.lr} batch={args.batch}")
+        print(f"  step 0: {evaluate(model, tokenizer, held_out)}")
+        for step in range(1, args.steps + 1):
+            rows = []
+            for instruction, grid, answer, info in (next(stream) for _ in range(args.batch)):
+                label = answer.removeprefix("<answer>").removesuffix("</answer>")
+                if labels == "clean":
+                    label = info["planned"] or label
+                rows.append(encode(tokenizer, instruction, grid, label))
+            model.train()
+            loss = batch_loss(model, tokenizer, rows)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            if step % args.eval_every == 0:
+                model.eval()
+                result = evaluate(model, tokenizer, held_out)
+                elapsed = time.perf_counter() - started
+                print(f"  step {step} ({step * args.batch} moves, {elapsed:.0f} s): loss {float(loss):.3f} {result}")
+
+
+if __name__ == "__main__":
+    main()
