@@ -1,10 +1,11 @@
 """Can the recipe's model learn to read a FrozenLake grid by behaviour cloning, and from how many moves?
 
 Usage: python -m tools.diagnostics.frozenlake_perception [--preset micro] [--steps 400] [--batch 140] [--lr 1e-3]
-       [--labels noisy clean] [--eval-every 40]
+       [--labels noisy clean] [--eval-every 40] [--eval-states 400] [--full-prompt] [--threads 2]
 
-A plain torch loop (no Ray, no pipeline), one single-turn sample per move: the prompt is the env's instructions and
-one grid (as the trajectory-wise manager's first turn shows it), the target ``<answer>Move</answer>``. States come
+A plain torch loop (no Ray, no pipeline), one single-turn sample per move: the prompt is one grid (with
+``--full-prompt``: the chat template, the recipe's instructions and the grid, as the trajectory-wise manager's first
+turn shows it, ~10x the tokens), the target ``<answer>Move</answer>``. States come
 from episodes of the warm-up's demonstrator (the planner with noise 0.5) on training layouts; the label is either
 the move the demonstrator made (``noisy``: what the pipeline's warm-up clones) or the planner's move on that state
 (``clean``: same states, no random labels). Every ``--eval-every`` steps: on 400 states of held-out (``val`` split)
@@ -30,6 +31,7 @@ from roll.strategies.testing import make_tiny_causal_lm
 from tools.diagnostics.frozenlake_moves import grade
 
 ACTIONS = ("Left", "Down", "Right", "Up")
+FULL_PROMPT = False  # --full-prompt: the chat template with the recipe's instructions (~240 tokens a sample)
 RECIPE_INSTRUCTION = "FrozenLake: P is you, G the goal, O a hole. Answer like <answer>Left</answer>."  # the recipe's
 
 
@@ -55,9 +57,12 @@ def states(split: str, seed: int, noise: float) -> Iterator[tuple[str, str, str,
 
 
 def encode(tokenizer, instruction: str, grid: str, answer: str | None) -> tuple[list[int], int]:
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": f"{instruction}\nTurn 1:\n{grid}"}], tokenize=False, add_generation_prompt=True
-    )
+    if FULL_PROMPT:
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"{instruction}\nTurn 1:\n{grid}"}], tokenize=False, add_generation_prompt=True
+        )
+    else:  # the grid alone: the same perception problem at a tenth of the tokens
+        prompt = f"{grid}\n"
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     if answer is None:
         return ids, len(ids)
@@ -112,9 +117,13 @@ def main() -> None:
     parser.add_argument("--labels", nargs="+", default=["noisy", "clean"], choices=["noisy", "clean"])
     parser.add_argument("--eval-every", type=int, default=40)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--eval-states", type=int, default=400)
+    parser.add_argument("--full-prompt", action="store_true")
     args = parser.parse_args()
+    global FULL_PROMPT
+    FULL_PROMPT = args.full_prompt
     torch.set_num_threads(args.threads)
-    held_out = [s for s, _ in zip(states("val", 7, 0.5), range(400))]
+    held_out = [s for s, _ in zip(states("val", 7, 0.5), range(args.eval_states))]
     for labels in args.labels:
         torch.manual_seed(0)
         with tempfile.TemporaryDirectory() as folder:
