@@ -41,8 +41,10 @@ def _version(package: str) -> str:
         return "absent"
 
 
-def _files(model: str) -> list[tuple[str, int, int]] | str:
+def _files(model: str | None) -> list[tuple[str, int, int]] | str | None:
     """(relative name, size, mtime in ns) of a local model folder's files; the reference itself otherwise."""
+    if model is None:
+        return None
     root = Path(model).expanduser()
     if not root.is_dir():
         return model
