@@ -31,7 +31,6 @@ from roll.strategies.testing import make_tiny_causal_lm
 from tools.diagnostics.frozenlake_moves import grade
 
 ACTIONS = ("Left", "Down", "Right", "Up")
-FULL_PROMPT = False  # --full-prompt: the chat template with the recipe's instructions (~240 tokens a sample)
 RECIPE_INSTRUCTION = "FrozenLake: P is you, G the goal, O a hole. Answer like <answer>Left</answer>."  # the recipe's
 
 
@@ -56,8 +55,10 @@ def states(split: str, seed: int, noise: float) -> Iterator[tuple[str, str, str,
                 break
 
 
-def encode(tokenizer, instruction: str, grid: str, answer: str | None) -> tuple[list[int], int]:
-    if FULL_PROMPT:
+def encode(
+    tokenizer, instruction: str, grid: str, answer: str | None, full_prompt: bool = False
+) -> tuple[list[int], int]:
+    if full_prompt:  # the chat template with the recipe's instructions (~240 tokens a sample)
         prompt = tokenizer.apply_chat_template(
             [{"role": "user", "content": f"{instruction}\nTurn 1:\n{grid}"}], tokenize=False, add_generation_prompt=True
         )
@@ -84,12 +85,12 @@ def batch_loss(model, tokenizer, rows: list[tuple[list[int], int]]) -> torch.Ten
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, held_out: list[tuple[str, str, str, dict]]) -> dict[str, float]:
+def evaluate(model, tokenizer, held_out: list[tuple[str, str, str, dict]], full_prompt: bool) -> dict[str, float]:
     """Greedy choice among the four answers by their log-likelihood (no parsing failures to confound)."""
     optimal = hole = chance_opt = 0.0
     candidates = [tokenizer(f"<answer>{a}</answer>", add_special_tokens=False)["input_ids"] for a in ACTIONS]
     for instruction, grid, _, info in held_out:
-        prompt, start = encode(tokenizer, instruction, grid, None)
+        prompt, start = encode(tokenizer, instruction, grid, None, full_prompt)
         rows = [prompt + c for c in candidates]
         width = max(len(r) for r in rows)
         ids = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
@@ -120,8 +121,6 @@ def main() -> None:
     parser.add_argument("--eval-states", type=int, default=400)
     parser.add_argument("--full-prompt", action="store_true")
     args = parser.parse_args()
-    global FULL_PROMPT
-    FULL_PROMPT = args.full_prompt
     torch.set_num_threads(args.threads)
     held_out = [s for s, _ in zip(states("val", 7, 0.5), range(args.eval_states))]
     for labels in args.labels:
@@ -134,14 +133,14 @@ def main() -> None:
         stream = states("train", 1, 0.5)
         started = time.perf_counter()
         print(f"labels={labels} preset={args.preset} lr={args.lr} batch={args.batch}")
-        print(f"  step 0: {evaluate(model, tokenizer, held_out)}")
+        print(f"  step 0: {evaluate(model, tokenizer, held_out, args.full_prompt)}")
         for step in range(1, args.steps + 1):
             rows = []
             for instruction, grid, answer, info in (next(stream) for _ in range(args.batch)):
                 label = answer.removeprefix("<answer>").removesuffix("</answer>")
                 if labels == "clean":
                     label = info["planned"] or label
-                rows.append(encode(tokenizer, instruction, grid, label))
+                rows.append(encode(tokenizer, instruction, grid, label, args.full_prompt))
             model.train()
             loss = batch_loss(model, tokenizer, rows)
             optimizer.zero_grad()
@@ -150,7 +149,7 @@ def main() -> None:
             optimizer.step()
             if step % args.eval_every == 0:
                 model.eval()
-                result = evaluate(model, tokenizer, held_out)
+                result = evaluate(model, tokenizer, held_out, args.full_prompt)
                 elapsed = time.perf_counter() - started
                 print(f"  step {step} ({step * args.batch} moves, {elapsed:.0f} s): loss {float(loss):.3f} {result}")
 
