@@ -17,47 +17,32 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections import deque
 from pathlib import Path
 
-from roll.agentic.env.frozen_lake import GRID_LOOKUP
+from roll.agentic.env.frozen_lake import GRID_LOOKUP, MOVES, shortest_path
+from roll.agentic.policy.expert import FrozenLakeExpert, is_square
 
-_MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
-PLAYER, HOLE, GOAL = GRID_LOOKUP[0], GRID_LOOKUP[2], GRID_LOOKUP[3]
 _CELL = "[" + re.escape("".join(GRID_LOOKUP.values())) + "]"
 _TOKENS = re.compile(rf"(?P<grid>{_CELL}+(?:\n{_CELL}+)+)|<answer>(?P<answer>.*?)</answer>", re.S)
+_BOARDS = FrozenLakeExpert()  # reads ROLL's default symbols into ("S", "F", "H", "G") boards
 DEMONSTRATOR_NOISE = 0.5
-
-
-def distances(grid: list[str], goal: tuple[int, int]) -> dict[tuple[int, int], int]:
-    """Hole-free BFS distance from every reachable cell to ``goal``."""
-    size = len(grid)
-    dist = {goal: 0}
-    queue = deque([goal])
-    while queue:
-        r, c = queue.popleft()
-        for dr, dc in _MOVES.values():
-            nr, nc = r + dr, c + dc
-            if 0 <= nr < size and 0 <= nc < size and (nr, nc) not in dist and grid[nr][nc] != HOLE:
-                dist[(nr, nc)] = dist[(r, c)] + 1
-                queue.append((nr, nc))
-    return dist
 
 
 def grade(grid: list[str]) -> dict[str, tuple[bool, bool]] | None:
     """Per move: (optimal, into a hole); None when the player is not on a free cell or the goal is unreachable."""
-    cells = {ch: (r, row.index(ch)) for r, row in enumerate(grid) for ch in (PLAYER, GOAL) if ch in row}
-    if PLAYER not in cells or GOAL not in cells:
+    found = _BOARDS.board(grid)
+    if found is None:
         return None
-    dist = distances(grid, cells[GOAL])
-    here = cells[PLAYER]
-    if here not in dist:
+    board, here, goal = found
+    path = shortest_path(board, here, goal)
+    if path is None:
         return None
-    size, out = len(grid), {}
-    for move, (dr, dc) in _MOVES.items():
-        r = min(max(here[0] + dr, 0), size - 1)
-        c = min(max(here[1] + dc, 0), size - 1)
-        out[move] = (dist.get((r, c), 99) == dist[here] - 1, grid[r][c] == HOLE)
+    size, out = len(board), {}
+    for move, (dr, dc) in MOVES.items():
+        cell = (min(max(here[0] + dr, 0), size - 1), min(max(here[1] + dc, 0), size - 1))
+        hole = board[cell[0]][cell[1]] == "H"
+        rest = None if hole else shortest_path(board, cell, goal)
+        out[move] = (rest is not None and len(rest) == len(path) - 1, hole)
     return out
 
 
@@ -67,7 +52,7 @@ def moves(text: str) -> list[tuple[list[str], str]]:
     for match in _TOKENS.finditer(text):
         if match.group("grid"):
             lines = match.group("grid").split("\n")
-            if len(lines) == len(lines[0]) and all(len(line) == len(lines[0]) for line in lines):
+            if is_square(lines):
                 grid = lines
         elif grid is not None:
             pairs.append((grid, match.group("answer").strip()))

@@ -15,11 +15,11 @@ from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, lay
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
 from roll.runtime import ConfigError
 
-__all__ = ["FrozenLakeEnv", "generate_frozen_lake_map", "shortest_path"]
+__all__ = ["MOVES", "FrozenLakeEnv", "generate_frozen_lake_map", "shortest_path"]
 
 Cell = tuple[int, int]
 _SAMPLER = random.Random()
-_MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
+MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
 _PERPENDICULAR = {"Left": ("Up", "Down"), "Right": ("Up", "Down"), "Up": ("Left", "Right"), "Down": ("Left", "Right")}
 # Symbols of the rendered grid: ROLL's defaults.
 GRID_LOOKUP = {0: "P", 1: "_", 2: "O", 3: "G", 4: "X", 5: "√"}
@@ -43,7 +43,7 @@ def shortest_path(board: list[str], start: Cell, goal: Cell) -> list[str] | None
                 cell, action = previous[cell]  # type: ignore[misc]
                 path.append(action)
             return path[::-1]
-        for action, (dr, dc) in _MOVES.items():
+        for action, (dr, dc) in MOVES.items():
             nxt = (cell[0] + dr, cell[1] + dc)
             if 0 <= nxt[0] < size and 0 <= nxt[1] < size and nxt not in previous and board[nxt[0]][nxt[1]] != "H":
                 previous[nxt] = (cell, action)
@@ -148,7 +148,7 @@ class FrozenLakeEnv(Env):
     def _move(self, action: str) -> None:
         if self.is_slippery:
             action = self._rng.choice((action, *_PERPENDICULAR[action]))
-        dr, dc = _MOVES[action]
+        dr, dc = MOVES[action]
         row = min(max(self.player[0] + dr, 0), self.size - 1)
         col = min(max(self.player[1] + dc, 0), self.size - 1)
         self.player = (row, col)

@@ -301,7 +301,9 @@ class AgenticPipeline(BasePipeline):
                 batch = adjust_batch(out.batch, self.actor_train.dp_size or 1, "delete")
                 batch.batch["advantages"] = batch.batch["response_mask"].float()
                 plan = UpdatePlan(min(warm.num_mini_batches, len(batch)), 1, warm.seed + step)
-                result = self.actor_train.train_step(batch, plan, True, True)
+                result = self.actor_train.train_step(
+                    batch, plan, old_log_probs_from_train_forward=True, behaviour_cloning=True
+                )
                 updates += plan.num_mini_batches
                 trained = result.meta_info.get("metrics", {})
                 nll = [-value for value in trained.get("actor/log_prob", [0.0])]  # before this step's update

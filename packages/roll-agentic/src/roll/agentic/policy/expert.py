@@ -10,12 +10,17 @@ import json
 import random
 import re
 
-from roll.agentic.env.frozen_lake import GRID_LOOKUP, shortest_path
+from roll.agentic.env.frozen_lake import GRID_LOOKUP, Cell, shortest_path
 from roll.runtime import ConfigError
 
-__all__ = ["FrozenLakeExpert", "SokobanExpert", "ToolMathExpert", "last_grid"]
+__all__ = ["FrozenLakeExpert", "SokobanExpert", "ToolMathExpert", "is_square", "last_grid"]
 
 _ACTIONS = ("Left", "Down", "Right", "Up")
+
+
+def is_square(lines: list[str]) -> bool:
+    """Whether ``lines`` form a square block (as many rows as columns, every row as wide): a rendered grid."""
+    return bool(lines) and len(lines) == len(lines[0]) and all(len(line) == len(lines[0]) for line in lines)
 
 
 def last_grid(text: str, symbols: str) -> list[str] | None:
@@ -24,8 +29,7 @@ def last_grid(text: str, symbols: str) -> list[str] | None:
     found = None
     for match in re.finditer(f"{cls}+(?:\n{cls}+)+", text):
         lines = match.group(0).split("\n")
-        width = len(lines[0])
-        if len(lines) == width and all(len(line) == width for line in lines):
+        if is_square(lines):
             found = lines
     return found
 
@@ -41,8 +45,9 @@ class FrozenLakeExpert:
         self.player, self.empty, self.hole, self.goal = lookup[0], lookup[1], lookup[2], lookup[3]
         self.symbols = "".join(lookup.values())
 
-    def action(self, grid: list[str]) -> str | None:
-        """The planner's move on ``grid``, or None when the player is not on the board (in a hole, at the goal)."""
+    def board(self, grid: list[str]) -> tuple[list[str], Cell, Cell] | None:
+        """``grid`` as ("S", "F", "H", "G") rows with the player's and the goal's cells, or None when either is gone
+        (the player in a hole or on the goal)."""
         board = [
             "".join("S" if c == self.player else "H" if c == self.hole else "G" if c == self.goal else "F" for c in row)
             for row in grid
@@ -51,7 +56,12 @@ class FrozenLakeExpert:
         goal = next(((r, row.index("G")) for r, row in enumerate(board) if "G" in row), None)
         if start is None or goal is None:
             return None
-        path = shortest_path(board, start, goal)
+        return board, start, goal
+
+    def action(self, grid: list[str]) -> str | None:
+        """The planner's move on ``grid``, or None when the player is not on the board (in a hole, at the goal)."""
+        found = self.board(grid)
+        path = shortest_path(*found) if found is not None else None
         return path[0] if path else None
 
     def __call__(self, prompt: str, rng: random.Random) -> str:
