@@ -1,11 +1,12 @@
 """Can the recipe's model learn to read a FrozenLake grid by behaviour cloning, and from how many moves?
 
 Usage: python -m tools.diagnostics.frozenlake_perception [--preset micro] [--steps 400] [--batch 140] [--lr 1e-3]
-       [--labels noisy clean] [--eval-every 40] [--eval-states 400] [--full-prompt] [--threads 2]
+       [--labels noisy clean] [--eval-every 40] [--eval-states 400] [--prompt grid|chat|full] [--seed 0] [--threads 2]
 
-A plain torch loop (no Ray, no pipeline), one single-turn sample per move: the prompt is one grid (with
-``--full-prompt``: the chat template, the recipe's instructions and the grid, as the trajectory-wise manager's first
-turn shows it, ~10x the tokens), the target ``<answer>Move</answer>``. States come
+A plain torch loop (no Ray, no pipeline), one single-turn sample per move: the prompt is one grid (``--prompt grid``,
+~20 tokens), the grid in the chat template (``chat``), or the chat template with the recipe's instructions and the
+grid, as the managers' first turn shows it (``full``, ~100 tokens); the target ``<answer>Move</answer>``. ``--seed``:
+the model's initialisation (``tiny://<preset>?seed=N``). States come
 from episodes of the warm-up's demonstrator (the planner with noise 0.5) on training layouts; the label is either
 the move the demonstrator made (``noisy``: what the pipeline's warm-up clones) or the planner's move on that state
 (``clean``: same states, no random labels). Every ``--eval-every`` steps: on 400 states of held-out (``val`` split)
@@ -56,14 +57,15 @@ def states(split: str, seed: int, noise: float) -> Iterator[tuple[str, str, str,
 
 
 def encode(
-    tokenizer, instruction: str, grid: str, answer: str | None, full_prompt: bool = False
+    tokenizer, instruction: str, grid: str, answer: str | None, prompt_kind: str = "grid"
 ) -> tuple[list[int], int]:
-    if full_prompt:  # the chat template with the recipe's instructions (~240 tokens a sample)
-        prompt = tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"{instruction}\nTurn 1:\n{grid}"}], tokenize=False, add_generation_prompt=True
-        )
-    else:  # the grid alone: the same perception problem at a tenth of the tokens
+    if prompt_kind == "grid":  # the grid alone: the same perception problem at a fifth of the tokens
         prompt = f"{grid}\n"
+    else:  # the chat template around the grid, with the recipe's instructions for "full" (~100 tokens a sample)
+        content = f"{instruction}\nTurn 1:\n{grid}" if prompt_kind == "full" else grid
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        )
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     if answer is None:
         return ids, len(ids)
@@ -85,12 +87,12 @@ def batch_loss(model, tokenizer, rows: list[tuple[list[int], int]]) -> torch.Ten
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, held_out: list[tuple[str, str, str, dict]], full_prompt: bool) -> dict[str, float]:
+def evaluate(model, tokenizer, held_out: list[tuple[str, str, str, dict]], prompt_kind: str) -> dict[str, float]:
     """Greedy choice among the four answers by their log-likelihood (no parsing failures to confound)."""
     optimal = hole = chance_opt = 0.0
     candidates = [tokenizer(f"<answer>{a}</answer>", add_special_tokens=False)["input_ids"] for a in ACTIONS]
     for instruction, grid, _, info in held_out:
-        prompt, start = encode(tokenizer, instruction, grid, None, full_prompt)
+        prompt, start = encode(tokenizer, instruction, grid, None, prompt_kind)
         rows = [prompt + c for c in candidates]
         width = max(len(r) for r in rows)
         ids = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
@@ -119,28 +121,31 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=40)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--eval-states", type=int, default=400)
-    parser.add_argument("--full-prompt", action="store_true")
+    parser.add_argument("--prompt", default="grid", choices=["grid", "chat", "full"])
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     held_out = [s for s, _ in zip(states("val", 7, 0.5), range(args.eval_states))]
     for labels in args.labels:
-        torch.manual_seed(0)
+        torch.manual_seed(args.seed)
         with tempfile.TemporaryDirectory() as folder:
-            path = make_tiny_causal_lm(folder, preset=args.preset, seed=0)
+            path = make_tiny_causal_lm(folder, preset=args.preset, seed=args.seed)
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
         stream = states("train", 1, 0.5)
         started = time.perf_counter()
-        print(f"labels={labels} preset={args.preset} lr={args.lr} batch={args.batch}")
-        print(f"  step 0: {evaluate(model, tokenizer, held_out, args.full_prompt)}")
+        print(
+            f"labels={labels} prompt={args.prompt} seed={args.seed} preset={args.preset} lr={args.lr} batch={args.batch}"
+        )
+        print(f"  step 0: {evaluate(model, tokenizer, held_out, args.prompt)}")
         for step in range(1, args.steps + 1):
             rows = []
             for instruction, grid, answer, info in (next(stream) for _ in range(args.batch)):
                 label = answer.removeprefix("<answer>").removesuffix("</answer>")
                 if labels == "clean":
                     label = info["planned"] or label
-                rows.append(encode(tokenizer, instruction, grid, label, args.full_prompt))
+                rows.append(encode(tokenizer, instruction, grid, label, args.prompt))
             model.train()
             loss = batch_loss(model, tokenizer, rows)
             optimizer.zero_grad()
@@ -149,7 +154,7 @@ def main() -> None:
             optimizer.step()
             if step % args.eval_every == 0:
                 model.eval()
-                result = evaluate(model, tokenizer, held_out, args.full_prompt)
+                result = evaluate(model, tokenizer, held_out, args.prompt)
                 elapsed = time.perf_counter() - started
                 print(f"  step {step} ({step * args.batch} moves, {elapsed:.0f} s): loss {float(loss):.3f} {result}")
 
