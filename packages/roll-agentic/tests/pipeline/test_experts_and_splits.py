@@ -9,7 +9,7 @@ import pytest
 from roll.agentic.env.frozen_lake import FrozenLakeEnv
 from roll.agentic.env.math_tool import ArithmeticEnv
 from roll.agentic.env.sokoban import SokobanEnv
-from roll.agentic.policy.expert import FrozenLakeExpert, SokobanExpert, last_grid
+from roll.agentic.policy.expert import FrozenLakeExpert, SokobanExpert, is_square, last_grid
 
 
 def _play(env, policy, seed: int, turns: int) -> bool:
@@ -26,6 +26,20 @@ def test_last_grid_takes_the_latest_square_block():
     text = "Turn 1:\nP_\n_G\nsomething\nTurn 2:\n[_P\n_G] Decide"
     assert last_grid(text, "P_OGX√") == ["_P", "_G"]
     assert last_grid("no grid here", "P_OGX√") is None
+
+
+def test_is_square_accepts_only_square_blocks():
+    assert is_square(["P_", "_G"])
+    assert not is_square(["P_O", "_G_"])  # wider than tall
+    assert not is_square(["P_", "_"])  # ragged
+    assert not is_square([])
+
+
+def test_frozen_lake_expert_reads_the_board_and_its_cells():
+    expert = FrozenLakeExpert()
+    assert expert.board(["P_O", "_O_", "__G"]) == (["SFH", "FHF", "FFG"], (0, 0), (2, 2))
+    assert expert.board(["__O", "_X_", "__G"]) is None  # the player fell into a hole
+    assert expert.action(["P_O", "_O_", "__G"]) == "Down"  # the only hole-free shortest path starts downwards
 
 
 def test_frozen_lake_expert_solves_and_noise_hurts():
