@@ -107,6 +107,13 @@ def test_mistakes_are_reported() -> None:
         CustomEnvConfig(env_type="rock_tb_native_env", env_manager_cls=native)
     with pytest.raises(ConfigError, match=r"fields \['turn_idx'\] that the step manager does not fill"):
         CustomEnvConfig(env_type="sokoban", env_manager_cls="step", agent_template="Turn {turn_idx}")
+    with pytest.raises(ConfigError, match="show_env_instruction is false but agent_template names"):
+        CustomEnvConfig(env_type="sokoban", env_manager_cls="step", show_env_instruction=False)
+    with pytest.raises(ConfigError, match="show_env_instruction is false but env_instruction_in_system"):
+        CustomEnvConfig(env_type="sokoban", env_instruction_in_system=True, show_env_instruction=False)
+    assert not CustomEnvConfig(
+        env_type="sokoban", env_manager_cls="step", agent_template="{current_observation}", show_env_instruction=False
+    ).show_env_instruction
     with pytest.raises(ConfigError, match="max_stepz"):
         CustomEnvConfig(env_type="sokoban", max_stepz=3)
     with pytest.raises(ConfigError, match="tags is empty"):

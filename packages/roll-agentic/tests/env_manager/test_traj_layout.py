@@ -133,3 +133,27 @@ def test_gem_runner_layout_puts_the_env_instruction_in_the_system_message(play, 
     *_, reward2 = env.step(responses[1])[:2]
     assert result.batch.non_tensor_batch["step_scores"][0] == [reward1, reward2]  # GEMRunner: score = their sum
     assert float(data["scores"][0].sum()) == reward1 + reward2
+
+
+def test_show_env_instruction_false_opens_with_the_observation(play, scripted, tokenizer) -> None:
+    responses = ["<answer>Up</answer>", "<answer>Right</answer>"]
+    spec = CustomEnvConfig(
+        **{**SPEC, "max_steps": 2},
+        agent_system_template=None,
+        agent_template="{observation}",
+        show_env_instruction=False,
+    )
+    (result,) = play(spec, scripted(responses), seed=3)
+    data = result.batch.batch
+    text = tokenizer.decode(data["input_ids"][0][data["attention_mask"][0].bool()])
+    env = FrozenLakeEnv(size=4, format_penalty=-0.1)
+    obs, info = env.reset(seed=3)
+    obs2, *_ = env.step(responses[0])
+    messages = [
+        {"role": "user", "content": obs},
+        {"role": "assistant", "content": responses[0]},
+        {"role": "user", "content": obs2},
+        {"role": "assistant", "content": responses[1]},
+    ]
+    assert text + "\n" == tokenizer.apply_chat_template(messages, tokenize=False)
+    assert info["env_instruction"].splitlines()[0] not in text

@@ -151,6 +151,11 @@ class CustomEnvConfig(RollModel):
         description="Traj-wise: append the env instruction to the system message (after a blank line) instead of "
         "opening the first user message with it (ROLL's GEMRunner layout).",
     )
+    show_env_instruction: bool = Field(
+        default=True,
+        description="False: prompts leave out the env's instruction (the traj manager opens with the first "
+        "observation). A tiny model with no English reads the board better without it (docs/results/agentic.md, 15).",
+    )
     parse_tool_call_arguments: bool = Field(
         default=False,
         description="agent_native: JSON-string tool-call arguments of assistant messages are rendered as dicts "
@@ -247,6 +252,16 @@ class CustomEnvConfig(RollModel):
                 raise ValueError(
                     f"agent_template uses fields {unknown} that the {self.env_manager_cls} manager does not fill; "
                     f"available: {sorted(allowed)}"
+                )
+        if not self.show_env_instruction:
+            if self.env_instruction_in_system:
+                raise ValueError(
+                    "show_env_instruction is false but env_instruction_in_system is true; set one of them"
+                )
+            if step_wise and "env_instruction" in template_fields(self.agent_template or ""):
+                raise ValueError(
+                    "show_env_instruction is false but agent_template names {env_instruction}; remove the field "
+                    "from the template or show the instruction"
                 )
         return self
 

@@ -154,7 +154,7 @@ class EnvManager(ABC):
             state.observation, state.info = await self.runner.reset(task.seed)
         except EnvFault as fault:
             return self._finish(state, fault.reason, str(fault))
-        state.instruction = str(state.info.get("env_instruction", "") or "")
+        state.instruction = str(state.info.get("env_instruction", "") or "") if self.spec.show_env_instruction else ""
         reason = "max_steps"
         while len(state.turns) < self.spec.max_steps:
             turn_prompt, model_input = self.build_prompt(state)
