@@ -8,8 +8,9 @@ Usage: python -m tools.diagnostics.frozenlake_moves ROLLOUT_FILE [ROLLOUT_FILE .
 Each answer is paired with the last grid shown before it. A move is *optimal* when it lowers the hole-free distance
 to the goal by one (it is on some shortest path); *into a hole* when it steps onto a hole. Printed per file: the
 moves graded, the share optimal, the share into a hole, unparsable answers, and the same two shares for a uniform
-random mover and for the warm-up's demonstrator (the planner with ``noise`` 0.5, i.e. half planner, half random)
-on the very same boards, so the policy's numbers read against chance and against what it imitated.
+random mover and for a planner with ``noise`` 0.5 (half planner, half random: what the recipes' warm-ups cloned until
+section 14 of docs/results/agentic.md; they now clone the noise-free planner, optimal on every move) on the very
+same boards, so the policy's numbers read against chance and against a half-random imitation.
 """
 
 from __future__ import annotations
