@@ -20,18 +20,17 @@ import re
 import sys
 from pathlib import Path
 
-from roll.agentic.env.frozen_lake import GRID_LOOKUP, MOVES, shortest_path
-from roll.agentic.policy.expert import FrozenLakeExpert, is_square
+from roll.agentic.env.frozen_lake import GRID_LOOKUP, MOVES, read_board, shortest_path
+from roll.agentic.policy.expert import is_square
 
 _CELL = "[" + re.escape("".join(GRID_LOOKUP.values())) + "]"
 _TOKENS = re.compile(rf"(?P<grid>{_CELL}+(?:\n{_CELL}+)+)|<answer>(?P<answer>.*?)</answer>", re.S)
-_BOARDS = FrozenLakeExpert()  # reads ROLL's default symbols into ("S", "F", "H", "G") boards
 DEMONSTRATOR_NOISE = 0.5
 
 
 def grade(grid: list[str]) -> dict[str, tuple[bool, bool]] | None:
     """Per move: (optimal, into a hole); None when the player is not on a free cell or the goal is unreachable."""
-    found = _BOARDS.board(grid)
+    found = read_board(grid)
     if found is None:
         return None
     board, here, goal = found

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from roll.agentic.env.frozen_lake import FrozenLakeEnv
+from roll.agentic.env.frozen_lake import FrozenLakeEnv, read_board
 from roll.agentic.env.math_tool import ArithmeticEnv
 from roll.agentic.env.sokoban import SokobanEnv
 from roll.agentic.policy.expert import FrozenLakeExpert, SokobanExpert, is_square, last_grid
@@ -35,11 +35,16 @@ def test_is_square_accepts_only_square_blocks():
     assert not is_square([])
 
 
-def test_frozen_lake_expert_reads_the_board_and_its_cells():
-    expert = FrozenLakeExpert()
-    assert expert.board(["P_O", "_O_", "__G"]) == (["SFH", "FHF", "FFG"], (0, 0), (2, 2))
-    assert expert.board(["__O", "_X_", "__G"]) is None  # the player fell into a hole
-    assert expert.action(["P_O", "_O_", "__G"]) == "Down"  # the only hole-free shortest path starts downwards
+def test_frozen_lake_board_reader_and_expert():
+    assert read_board(["P_O", "_O_", "__G"]) == (["SFH", "FHF", "FFG"], (0, 0), (2, 2))
+    assert read_board(["__O", "_X_", "__G"]) is None  # the player fell into a hole
+    assert read_board(["a.h", ".h.", "..g"], {0: "a", 1: ".", 2: "h", 3: "g"}) == (
+        ["SFH", "FHF", "FFG"],
+        (0, 0),
+        (2, 2),
+    )
+    assert FrozenLakeExpert().action(["P_O", "_O_", "__G"]) == "Down"  # the only hole-free shortest path: down
+    assert FrozenLakeExpert(grid_lookup={0: "a", 1: ".", 2: "h", 3: "g"}).action(["a.h", ".h.", "..g"]) == "Down"
 
 
 def test_frozen_lake_expert_solves_and_noise_hurts():

@@ -255,9 +255,7 @@ class CustomEnvConfig(RollModel):
                 )
         if not self.show_env_instruction:
             if self.env_instruction_in_system:
-                raise ValueError(
-                    "show_env_instruction is false but env_instruction_in_system is true; set one of them"
-                )
+                raise ValueError("show_env_instruction is false but env_instruction_in_system is true; set one of them")
             if step_wise and "env_instruction" in template_fields(self.agent_template or ""):
                 raise ValueError(
                     "show_env_instruction is false but agent_template names {env_instruction}; remove the field "

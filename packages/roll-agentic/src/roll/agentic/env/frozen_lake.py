@@ -15,7 +15,7 @@ from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, lay
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
 from roll.runtime import ConfigError
 
-__all__ = ["MOVES", "FrozenLakeEnv", "generate_frozen_lake_map", "shortest_path"]
+__all__ = ["MOVES", "FrozenLakeEnv", "generate_frozen_lake_map", "read_board", "shortest_path"]
 
 Cell = tuple[int, int]
 _SAMPLER = random.Random()
@@ -49,6 +49,22 @@ def shortest_path(board: list[str], start: Cell, goal: Cell) -> list[str] | None
                 previous[nxt] = (cell, action)
                 queue.append(nxt)
     return None
+
+
+def read_board(grid: list[str], grid_lookup: dict[int, str] | None = None) -> tuple[list[str], Cell, Cell] | None:
+    """A rendered ``grid`` (symbols of ``grid_lookup``, default ROLL's) as ("S", "F", "H", "G") rows with the player's
+    and the goal's cells, or None when either is gone (the player in a hole or on the goal)."""
+    lookup = {int(k): v for k, v in (grid_lookup or GRID_LOOKUP).items()}
+    player, hole, goal_symbol = lookup[0], lookup[2], lookup[3]
+    board = [
+        "".join("S" if c == player else "H" if c == hole else "G" if c == goal_symbol else "F" for c in row)
+        for row in grid
+    ]
+    start = next(((r, row.index("S")) for r, row in enumerate(board) if "S" in row), None)
+    goal = next(((r, row.index("G")) for r, row in enumerate(board) if "G" in row), None)
+    if start is None or goal is None:
+        return None
+    return board, start, goal
 
 
 def generate_frozen_lake_map(size: int, p: float, rng: random.Random) -> list[str]:

@@ -10,7 +10,7 @@ import json
 import random
 import re
 
-from roll.agentic.env.frozen_lake import GRID_LOOKUP, Cell, shortest_path
+from roll.agentic.env.frozen_lake import GRID_LOOKUP, read_board, shortest_path
 from roll.runtime import ConfigError
 
 __all__ = ["FrozenLakeExpert", "SokobanExpert", "ToolMathExpert", "is_square", "last_grid"]
@@ -41,26 +41,12 @@ class FrozenLakeExpert:
         if not 0 <= noise <= 1:
             raise ConfigError(f"FrozenLakeExpert noise={noise} must be in [0, 1]")
         self.noise = noise
-        lookup = {int(k): v for k, v in (grid_lookup or GRID_LOOKUP).items()}
-        self.player, self.empty, self.hole, self.goal = lookup[0], lookup[1], lookup[2], lookup[3]
-        self.symbols = "".join(lookup.values())
-
-    def board(self, grid: list[str]) -> tuple[list[str], Cell, Cell] | None:
-        """``grid`` as ("S", "F", "H", "G") rows with the player's and the goal's cells, or None when either is gone
-        (the player in a hole or on the goal)."""
-        board = [
-            "".join("S" if c == self.player else "H" if c == self.hole else "G" if c == self.goal else "F" for c in row)
-            for row in grid
-        ]
-        start = next(((r, row.index("S")) for r, row in enumerate(board) if "S" in row), None)
-        goal = next(((r, row.index("G")) for r, row in enumerate(board) if "G" in row), None)
-        if start is None or goal is None:
-            return None
-        return board, start, goal
+        self.lookup = {int(k): v for k, v in (grid_lookup or GRID_LOOKUP).items()}
+        self.symbols = "".join(self.lookup.values())
 
     def action(self, grid: list[str]) -> str | None:
         """The planner's move on ``grid``, or None when the player is not on the board (in a hole, at the goal)."""
-        found = self.board(grid)
+        found = read_board(grid, self.lookup)
         path = shortest_path(*found) if found is not None else None
         return path[0] if path else None
 
