@@ -1,7 +1,7 @@
 """Step-wise (GiGPO) FrozenLake learns on held-out layouts: `roll run agentic-frozenlake-gigpo-tiny`, shortened.
 
 The recipe's gate is +20 points of `val/success` in 15 minutes of RL; two 15-minute runs gave +17.2 and +12.5
-(docs/results/agentic.md, 17a-17b). This check runs 150 RL steps (about 9 minutes on an idle 2-core machine, plus
+(docs/results/agentic.md, 17a-17b). This check runs 150 RL steps (about 8 minutes on an idle 2-core machine, plus
 the 4-minute warm-up) with looser bounds, and grades every validation move against its board
 (tools/diagnostics/frozenlake_moves), a measure with far less sampling noise than 128 episodes' success:
 

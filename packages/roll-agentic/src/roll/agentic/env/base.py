@@ -38,6 +38,7 @@ __all__ = [
     "StepOutput",
     "check_reset_output",
     "check_step_output",
+    "grid_lookup_of",
     "info_flag",
 ]
 
@@ -124,6 +125,11 @@ def _describe(value: Any) -> str:
     if isinstance(value, tuple):
         return f"a tuple of {len(value)} items"
     return type(value).__name__
+
+
+def grid_lookup_of(grid_lookup: dict[Any, str] | None, default: dict[int, str]) -> dict[int, str]:
+    """A grid env's cell-code -> symbol table with int keys (YAML may give them as strings); ``default`` when None."""
+    return {int(k): v for k, v in (grid_lookup or default).items()}
 
 
 def layout_split(key: str, val_fraction: float) -> str:

@@ -11,7 +11,7 @@ import random
 from collections import deque
 from typing import Any
 
-from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, layout_split
+from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, grid_lookup_of, layout_split
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
 from roll.runtime import ConfigError
 
@@ -54,7 +54,7 @@ def shortest_path(board: list[str], start: Cell, goal: Cell) -> list[str] | None
 def read_board(grid: list[str], grid_lookup: dict[int, str] | None = None) -> tuple[list[str], Cell, Cell] | None:
     """A rendered ``grid`` (symbols of ``grid_lookup``, default ROLL's) as ("S", "F", "H", "G") rows with the player's
     and the goal's cells, or None when either is gone (the player in a hole or on the goal)."""
-    lookup = {int(k): v for k, v in (grid_lookup or GRID_LOOKUP).items()}
+    lookup = grid_lookup_of(grid_lookup, GRID_LOOKUP)
     player, hole, goal_symbol = lookup[0], lookup[2], lookup[3]
     board = [
         "".join("S" if c == player else "H" if c == hole else "G" if c == goal_symbol else "F" for c in row)
@@ -119,7 +119,7 @@ class FrozenLakeEnv(Env):
         self.size, self.p, self.is_slippery = size, p, is_slippery
         self.map_seed, self.max_steps, self.format_penalty = map_seed, max_steps, format_penalty
         self.action_pattern = action_pattern
-        self.grid_lookup = {int(k): v for k, v in (grid_lookup or GRID_LOOKUP).items()}
+        self.grid_lookup = grid_lookup_of(grid_lookup, GRID_LOOKUP)
         self.grid_vocab = dict(GRID_VOCAB if grid_vocab is None else grid_vocab)  # {}: no legend
         self.env_instruction = env_instruction or INSTRUCTION
         self.board: list[str] = []

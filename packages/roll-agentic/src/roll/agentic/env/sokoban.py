@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, layout_split
+from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, grid_lookup_of, layout_split
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
 from roll.agentic.env.sokoban_gen import TARGET, WALL, Room, generate_room, push, solve
 from roll.runtime import ConfigError
@@ -68,7 +68,7 @@ class SokobanEnv(Env):
         self.dim_room = (int(dim_room[0]), int(dim_room[1]))
         self.num_boxes, self.search_depth, self.max_steps = num_boxes, search_depth, max_steps
         self.format_penalty, self.action_pattern = format_penalty, action_pattern
-        self.grid_lookup = {int(k): v for k, v in (grid_lookup or GRID_LOOKUP).items()}
+        self.grid_lookup = grid_lookup_of(grid_lookup, GRID_LOOKUP)
         self.grid_vocab = dict(GRID_VOCAB if grid_vocab is None else grid_vocab)  # {}: no legend
         self.env_instruction = env_instruction or INSTRUCTION
         self.room: Room | None = None

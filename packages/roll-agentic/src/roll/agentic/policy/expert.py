@@ -10,6 +10,7 @@ import json
 import random
 import re
 
+from roll.agentic.env.base import grid_lookup_of
 from roll.agentic.env.frozen_lake import GRID_LOOKUP, read_board, shortest_path
 from roll.runtime import ConfigError
 
@@ -41,7 +42,7 @@ class FrozenLakeExpert:
         if not 0 <= noise <= 1:
             raise ConfigError(f"FrozenLakeExpert noise={noise} must be in [0, 1]")
         self.noise = noise
-        self.lookup = {int(k): v for k, v in (grid_lookup or GRID_LOOKUP).items()}
+        self.lookup = grid_lookup_of(grid_lookup, GRID_LOOKUP)
         self.symbols = "".join(self.lookup.values())
 
     def action(self, grid: list[str]) -> str | None:
@@ -67,7 +68,7 @@ class SokobanExpert:
         if not 0 <= noise <= 1:
             raise ConfigError(f"SokobanExpert noise={noise} must be in [0, 1]")
         self.noise, self.max_depth = noise, max_depth
-        self.lookup = {int(k): v for k, v in (grid_lookup or SOKOBAN_LOOKUP).items()}
+        self.lookup = grid_lookup_of(grid_lookup, SOKOBAN_LOOKUP)
         self.symbols = "".join(self.lookup.values())
 
     def action(self, grid: list[str]) -> str | None:
