@@ -153,8 +153,9 @@ class CustomEnvConfig(RollModel):
     )
     show_env_instruction: bool = Field(
         default=True,
-        description="False: prompts leave out the env's instruction (the traj manager opens with the first "
-        "observation). A tiny model with no English reads the board better without it (docs/results/agentic.md, 15).",
+        description="False: traj/step prompts leave out the env's instruction (the traj manager opens with the first "
+        "observation; agent_native envs write their own messages). A tiny model with no English reads the board "
+        "better without it (docs/results/agentic.md, 15).",
     )
     parse_tool_call_arguments: bool = Field(
         default=False,
