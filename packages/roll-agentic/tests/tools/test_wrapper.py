@@ -54,3 +54,33 @@ def test_unknown_tool_is_a_failed_call() -> None:
         "tool_use_counter": 1,
         "tool_success_counter": 0,
     }
+
+
+def test_tool_instruction_replaces_the_generated_description() -> None:
+    from roll.agentic.tools import make_tool
+
+    class Adder(Calculator):
+        def specs(self):
+            return [ToolSpec("add", "Add a and b.")]
+
+    silent, custom = Calculator(), Adder()
+    silent.tool_instruction = ""
+    question, _ = ToolEnvWrapper(ArithmeticEnv(operators="+"), [silent]).reset(seed=3)
+    assert question == ArithmeticEnv(operators="+").reset(seed=3)[0]  # the question alone
+    custom.tool_instruction = "add adds two numbers."
+    question, _ = ToolEnvWrapper(ArithmeticEnv(operators="+"), [Calculator(), custom]).reset(seed=3)
+    generated, own = question.split("\n", 1)[1].rsplit("\n", 1)
+    assert generated.startswith("You may call tools.") and generated.count('"name": "calc"') == 1
+    assert own == "add adds two numbers." and '"add"' not in generated
+    tool = make_tool("python_code", tool_instruction="python_code(code) runs Python.", timeout_s=2.0)
+    assert tool.tool_instruction == "python_code(code) runs Python." and tool.timeout_s == 2.0
+
+
+def test_tool_instruction_must_be_text() -> None:
+    import pytest
+
+    from roll.agentic.tools import make_tool
+    from roll.runtime import ConfigError
+
+    with pytest.raises(ConfigError, match="tool_instruction must be a string"):
+        make_tool("python_code", tool_instruction=["no"])

@@ -39,7 +39,13 @@ class ToolResult:
 
 
 class Tool(ABC):
-    """Base class of tools. Subclasses list their functions in :meth:`specs` and run them in :meth:`call`."""
+    """Base class of tools. Subclasses list their functions in :meth:`specs` and run them in :meth:`call`.
+
+    ``tool_instruction`` (set from the ``tool_instruction`` tool arg, as in ROLL): the text that introduces this tool
+    to the model in place of the generated description of its functions; ``""`` introduces it with nothing.
+    """
+
+    tool_instruction: str | None = None
 
     @abstractmethod
     def specs(self) -> list[ToolSpec]:
@@ -55,6 +61,8 @@ class Tool(ABC):
 
 def describe_tools(specs: list[ToolSpec]) -> str:
     """The instruction that tells the model which tools exist and how to call them (Hermes/Qwen format)."""
+    if not specs:
+        return ""
     lines = [
         "You may call tools. To call one, write exactly:",
         '<tool_call>{"name": <tool name>, "arguments": <JSON object of arguments>}</tool_call>',

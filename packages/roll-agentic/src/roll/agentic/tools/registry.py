@@ -27,14 +27,21 @@ def register_tool(
 
 
 def make_tool(tool_id: str, **kwargs: Any) -> Tool:
-    """An instance of ``tool_id`` built with its registered defaults updated by ``kwargs``."""
+    """An instance of ``tool_id`` built with its registered defaults updated by ``kwargs``; ``tool_instruction``
+    (any tool) replaces the generated description the model is shown (see :class:`~roll.agentic.tools.Tool`)."""
     cls = TOOLS.get(tool_id)
+    arguments = {**_DEFAULT_KWARGS.get(tool_id, {}), **kwargs}
+    instruction = arguments.pop("tool_instruction", None)
+    if instruction is not None and not isinstance(instruction, str):
+        raise ConfigError(f"tool {tool_id!r}: tool_instruction must be a string, got {instruction!r:.80}")
     try:
-        tool = cls(**{**_DEFAULT_KWARGS.get(tool_id, {}), **kwargs})
+        tool = cls(**arguments)
     except TypeError as e:
         raise ConfigError(f"tool {tool_id!r} cannot be built with tool_args {sorted(kwargs)}: {e}") from None
     if not isinstance(tool, Tool):
         raise ConfigError(f"tool {tool_id!r} built a {type(tool).__name__}, which is not a roll.agentic.tools.Tool")
+    if instruction is not None:
+        tool.tool_instruction = instruction
     return tool
 
 

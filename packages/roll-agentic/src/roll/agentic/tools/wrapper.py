@@ -1,6 +1,7 @@
 """ToolEnvWrapper: give any environment tools, and count how often they are called and succeed.
 
-On reset the tools' instruction is appended to the first observation. On each step a response holding
+On reset the tools' instruction (a generated description of their functions, or each tool's own
+``tool_instruction``) is appended to the first observation. On each step a response holding
 ``<tool_call>`` blocks is answered by the tools (the episode goes on; the observation is the results, and
 ``info["use_tool"]`` is True, so the env manager renders it as a ``tool`` message); any other response goes to
 the wrapped environment. ``info["metrics"]`` carries ``tool_use_counter`` and ``tool_success_counter`` (calls and
@@ -45,7 +46,10 @@ class ToolEnvWrapper(Env):
         self.tool_success_counter = 0
 
     def instruction(self) -> str:
-        return describe_tools([spec for tool in self.tools for spec in tool.specs()])
+        """The generated description of the tools without a ``tool_instruction``, then the others' own texts."""
+        described = [spec for tool in self.tools if tool.tool_instruction is None for spec in tool.specs()]
+        own = [tool.tool_instruction for tool in self.tools if tool.tool_instruction]
+        return "\n".join(part for part in [describe_tools(described), *own] if part)
 
     def _metrics(self, info: dict[str, Any]) -> dict[str, Any]:
         metrics = dict(info.get("metrics") or {})
@@ -61,7 +65,8 @@ class ToolEnvWrapper(Env):
         self.tool_use_counter = self.tool_success_counter = 0
         observation, info = check_reset_output(self.env.reset(seed=seed))
         info["use_tool"] = False
-        return f"{observation}\n{self.instruction()}", self._metrics(info)
+        instruction = self.instruction()
+        return f"{observation}\n{instruction}" if instruction else observation, self._metrics(info)
 
     def _run(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         tool = self._by_name.get(name)
