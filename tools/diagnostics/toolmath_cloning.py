@@ -99,7 +99,7 @@ def batch_loss(model, pad_id: int, rows: list[tuple[list[int], list[int]]]) -> t
 
 
 @torch.no_grad()
-def generate(model, formatter: ChatFormatter, ids: list[int], max_new_tokens: int = 64) -> list[int]:
+def generate(model, formatter: ChatFormatter, ids: list[int], max_new_tokens: int = 96) -> list[int]:
     out = model.generate(
         torch.tensor([ids]),
         attention_mask=torch.ones(1, len(ids), dtype=torch.long),
