@@ -8,8 +8,8 @@ A plain torch loop (no Ray, no pipeline). Each sample is one whole episode of ``
 question of ``agentic-tool-use-tiny``'s env (3-digit products), laid out token for token as the trajectory-wise
 manager lays it out (``ChatFormatter``: the opening user message, the assistant's tool call, the tool's message,
 the assistant's answer; loss on assistant tokens). The tool's result is computed here (the same text python_code
-prints), so no sandbox runs. ``--prompt full`` opens with the recipe's instruction line, the question and the tools'
-description (what the recipe's managers show); ``no-instruction`` leaves out the instruction line
+prints), so no sandbox runs. ``--prompt full`` opens with the recipe's former instruction line, the question and the tools'
+generated description (what its managers showed before docs/results/agentic.md section 21); ``no-instruction`` leaves out the instruction line
 (``show_env_instruction: false``); ``question`` shows the question alone (no instruction line, and the python tool's
 ``tool_instruction: ""``). ``--noise``: the demonstrator's share of tool-less answers (the recipe's 0.4).
 
@@ -37,12 +37,12 @@ from roll.agentic.policy.expert import ToolMathExpert
 from roll.agentic.tools.parsing import parse_tool_calls
 from roll.strategies.testing import make_tiny_causal_lm
 
-RECIPE_INSTRUCTION = "Answer with the integer result in <answer>...</answer>. You may call python_code first."
+RECIPE_INSTRUCTION = "Answer with the integer result in <answer>...</answer>. You may call python_code first."  # former
 _PRINT = re.compile(r"^print\(\s*(\d+)\s*\*\s*(\d+)\s*\)$")
 
 
 def opening(question_seed: int, split: str, prompt_kind: str) -> tuple[str, int, str]:
-    """(first user message, the right answer, the question's expression) as the recipe's managers show them."""
+    """(first user message, the right answer, the question's expression) for ``prompt_kind``."""
     env = make_tool_math_env(digits=3, num_operands=2, operators="*", max_steps=3, split=split)
     observation, info = env.reset(question_seed)
     question = observation.split("\n", 1)[0]
@@ -182,7 +182,10 @@ def main() -> None:
             result = evaluate(model, formatter, questions, args.prompt)
             elapsed = time.perf_counter() - started
             shown = " ".join(f"{k} {v:.3f}" for k, v in result.items())
-            print(f"  step {step} ({step * args.batch} episodes, {elapsed:.0f} s): loss {loss.item():.3f} {shown}", flush=True)
+            print(
+                f"  step {step} ({step * args.batch} episodes, {elapsed:.0f} s): loss {loss.item():.3f} {shown}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

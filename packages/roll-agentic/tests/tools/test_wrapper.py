@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from roll.agentic.env import ArithmeticEnv
-from roll.agentic.tools import Tool, ToolEnvWrapper, ToolResult, ToolSpec, format_tool_call
+from roll.agentic.tools import Tool, ToolEnvWrapper, ToolResult, ToolSpec, format_tool_call, make_tool
+from roll.runtime import ConfigError
 
 
 class Calculator(Tool):
@@ -57,8 +60,6 @@ def test_unknown_tool_is_a_failed_call() -> None:
 
 
 def test_tool_instruction_replaces_the_generated_description() -> None:
-    from roll.agentic.tools import make_tool
-
     class Adder(Calculator):
         def specs(self):
             return [ToolSpec("add", "Add a and b.")]
@@ -77,10 +78,5 @@ def test_tool_instruction_replaces_the_generated_description() -> None:
 
 
 def test_tool_instruction_must_be_text() -> None:
-    import pytest
-
-    from roll.agentic.tools import make_tool
-    from roll.runtime import ConfigError
-
     with pytest.raises(ConfigError, match="tool_instruction must be a string"):
         make_tool("python_code", tool_instruction=["no"])

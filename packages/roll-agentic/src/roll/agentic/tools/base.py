@@ -60,7 +60,8 @@ class Tool(ABC):
 
 
 def describe_tools(specs: list[ToolSpec]) -> str:
-    """The instruction that tells the model which tools exist and how to call them (Hermes/Qwen format)."""
+    """The instruction that tells the model which tools exist and how to call them (Hermes/Qwen format); empty for
+    no tools."""
     if not specs:
         return ""
     lines = [
