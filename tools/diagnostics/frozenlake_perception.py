@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import argparse
 import random
-import tempfile
 import time
 from collections.abc import Iterator
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from roll.agentic.env.frozen_lake import FrozenLakeEnv
 from roll.agentic.policy.expert import FrozenLakeExpert
-from roll.strategies.testing import make_tiny_causal_lm
+from tools.diagnostics.cloning import tiny_model, update
 from tools.diagnostics.frozenlake_moves import grade
 
 ACTIONS = ("Left", "Down", "Right", "Up")
@@ -73,19 +71,6 @@ def encode(
     return ids + target + [tokenizer.eos_token_id], len(ids)
 
 
-def batch_loss(model, tokenizer, rows: list[tuple[list[int], int]]) -> torch.Tensor:
-    width = max(len(ids) for ids, _ in rows)
-    pad = tokenizer.pad_token_id
-    input_ids = torch.full((len(rows), width), pad)
-    labels = torch.full((len(rows), width), -100)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (ids, start) in enumerate(rows):
-        input_ids[i, : len(ids)] = torch.tensor(ids)
-        labels[i, start : len(ids)] = torch.tensor(ids[start:])
-        mask[i, : len(ids)] = 1
-    return model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
-
-
 @torch.no_grad()
 def evaluate(model, tokenizer, held_out: list[tuple[str, str, str, dict]], prompt_kind: str) -> dict[str, float]:
     """Greedy choice among the four answers by their log-likelihood (no parsing failures to confound)."""
@@ -128,10 +113,7 @@ def main() -> None:
     held_out = [s for s, _ in zip(states("val", 7, 0.5), range(args.eval_states))]
     for labels in args.labels:
         torch.manual_seed(args.seed)
-        with tempfile.TemporaryDirectory() as folder:
-            path = make_tiny_causal_lm(folder, preset=args.preset, seed=args.seed)
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        tokenizer, model = tiny_model(args.preset, args.seed)
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
         stream = states("train", 1, 0.5)
         started = time.perf_counter()
@@ -145,18 +127,14 @@ def main() -> None:
                 label = answer.removeprefix("<answer>").removesuffix("</answer>")
                 if labels == "clean":
                     label = info["planned"] or label
-                rows.append(encode(tokenizer, instruction, grid, label, args.prompt))
-            model.train()
-            loss = batch_loss(model, tokenizer, rows)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+                ids, start = encode(tokenizer, instruction, grid, label, args.prompt)
+                rows.append((ids, [0] * start + [1] * (len(ids) - start)))
+            loss = update(model, optimizer, tokenizer.pad_token_id, rows)
             if step % args.eval_every == 0:
                 model.eval()
                 result = evaluate(model, tokenizer, held_out, args.prompt)
                 elapsed = time.perf_counter() - started
-                print(f"  step {step} ({step * args.batch} moves, {elapsed:.0f} s): loss {float(loss):.3f} {result}")
+                print(f"  step {step} ({step * args.batch} moves, {elapsed:.0f} s): loss {loss:.3f} {result}")
 
 
 if __name__ == "__main__":

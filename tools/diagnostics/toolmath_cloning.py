@@ -24,18 +24,16 @@ from __future__ import annotations
 import argparse
 import random
 import re
-import tempfile
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from roll.agentic.env.math_tool import make_tool_math_env
 from roll.agentic.env.parsing import parse_action
 from roll.agentic.env_manager.chat import ChatFormatter
 from roll.agentic.policy.expert import ToolMathExpert
 from roll.agentic.tools.parsing import parse_tool_calls
-from roll.strategies.testing import make_tiny_causal_lm
+from tools.diagnostics.cloning import tiny_model, update
 
 RECIPE_INSTRUCTION = "Answer with the integer result in <answer>...</answer>. You may call python_code first."  # former
 _PRINT = re.compile(r"^print\(\s*(\d+)\s*\*\s*(\d+)\s*\)$")
@@ -84,18 +82,6 @@ def demonstration(formatter: ChatFormatter, expert: ToolMathExpert, rng: random.
     output = tool_message(code) or ""
     second = expert(f"What is {expr}?<|im_start|>tool\n{output}<|im_end|>", rng)
     return episode_ids(formatter, user, [first, second], [output])
-
-
-def batch_loss(model, pad_id: int, rows: list[tuple[list[int], list[int]]]) -> torch.Tensor:
-    width = max(len(ids) for ids, _ in rows)
-    input_ids = torch.full((len(rows), width), pad_id)
-    labels = torch.full((len(rows), width), -100)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (ids, mask) in enumerate(rows):
-        input_ids[i, : len(ids)] = torch.tensor(ids)
-        labels[i, : len(ids)] = torch.tensor([t if m else -100 for t, m in zip(ids, mask)])
-        attention[i, : len(ids)] = 1
-    return model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
 
 
 @torch.no_grad()
@@ -159,10 +145,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    with tempfile.TemporaryDirectory() as folder:
-        path = make_tiny_causal_lm(folder, preset=args.preset, seed=args.seed)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    tokenizer, model = tiny_model(args.preset, args.seed)
     formatter = ChatFormatter(tokenizer)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     expert, rng = ToolMathExpert(noise=args.noise), random.Random(1)
@@ -171,19 +154,14 @@ def main() -> None:
     started = time.perf_counter()
     for step in range(1, args.steps + 1):
         rows = [demonstration(formatter, expert, rng, args.prompt) for _ in range(args.batch)]
-        model.train()
-        loss = batch_loss(model, tokenizer.pad_token_id, rows)
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        loss = update(model, optimizer, tokenizer.pad_token_id, rows)
         if step % args.eval_every == 0:
             model.eval()
             result = evaluate(model, formatter, questions, args.prompt)
             elapsed = time.perf_counter() - started
             shown = " ".join(f"{k} {v:.3f}" for k, v in result.items())
             print(
-                f"  step {step} ({step * args.batch} episodes, {elapsed:.0f} s): loss {loss.item():.3f} {shown}",
+                f"  step {step} ({step * args.batch} episodes, {elapsed:.0f} s): loss {loss:.3f} {shown}",
                 flush=True,
             )
 
