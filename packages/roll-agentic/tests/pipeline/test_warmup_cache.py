@@ -82,6 +82,7 @@ def test_key_changes_with_what_shapes_the_warm_up_only(tmp_path: Path):
     assert _key(tmp_path, policy_loss__loss_agg_mode="seq-mean-token-mean", policy_loss__entropy_coef=0.01) == base
     assert _key(tmp_path, val_env_manager__num_env_groups=8, rollout_batch_size=8, eval_steps=5) == base
     assert _key(tmp_path, warmup__cache=False) == base
+    assert _key(tmp_path, warmup__reference="model") == base  # what the reference gets after it
     changed = [
         _key(tmp_path, warmup__steps=3),
         _key(tmp_path, warmup__learning_rate=1e-3),
@@ -143,3 +144,34 @@ def test_entries_are_written_whole(tmp_path: Path):
     again = cache.staging()  # a second writer of the same key: the first entry stays
     cache.commit(again, {"warmup/nll": [2.0]})
     assert cache.metrics() == {"warmup/nll": [1.0]} and not again.exists()
+
+
+@pytest.mark.integration
+def test_reference_is_anchored_on_the_warmed_up_policy_also_after_resume(ray_env, tmp_path: Path, monkeypatch):
+    """``warmup.reference: warmed`` (the default): RL's first step measures KL 0 to the reference (it holds the
+    clone); ``model`` leaves it on the model before behaviour cloning. A resumed run gets the clone back."""
+    monkeypatch.setenv("ROLL_CACHE_DIR", str(tmp_path / "cache"))
+    register_pipelines()
+    kl = {"kl": {"use_loss": True, "loss_coef": 0.1}, "warmup__learning_rate": 1e-3, "save_steps": 1}
+    reference = {
+        "name": "agentic-ref",
+        "model_args": {"model_name_or_path": "tiny://nano?seed=0", "dtype": "float32"},
+        "strategy_args": {"strategy_name": "hf_infer"},
+    }
+
+    def run(name: str, **extra: Any) -> list[dict[str, Any]]:
+        data = _data("tiny://nano?seed=0", output_dir=str(tmp_path / name), reference=reference, **kl, **extra)
+        run_config(load_config(data))
+        return read_metrics(tmp_path / name / "metrics.jsonl")
+
+    anchored = run("anchored")
+    assert anchored[0]["warmup/reference_sync_s"] > 0
+    assert anchored[1]["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)
+    assert anchored[2]["actor/kl_loss"] > 1e-6  # after one RL update the policy moved off the clone
+    initial = run("initial", warmup__reference="model")
+    assert "warmup/reference_sync_s" not in initial[0]
+    assert initial[1]["actor/kl_loss"] > 10 * anchored[2]["actor/kl_loss"]  # the clone is far from the model
+    resumed = run("resumed", resume_from_checkpoint=str(tmp_path / "anchored" / "checkpoints" / "step-00000001"))
+    assert [row["step"] for row in resumed] == [2]
+    for key in ("actor/kl_loss", "actor/pg_loss", "actor/log_prob"):
+        assert resumed[0][key] == pytest.approx(anchored[2][key], rel=1e-5, abs=1e-8), key

@@ -201,6 +201,12 @@ class WarmupSection(RollModel):
         description="The warm-up's learning rate (None: actor_train.training_args.learning_rate, which RL uses after "
         "it). Adam's moments carry over. Needs a strategy that can change its rate (fsdp2_train).",
     )
+    reference: Literal["warmed", "model"] = Field(
+        default="warmed",
+        description="With a reference role (kl.use_loss): 'warmed' gives it actor_train's weights after the warm-up, "
+        "so the KL term anchors RL on the warmed-up policy (as RLHF anchors on its SFT model); 'model' keeps the "
+        "reference on its own model_args weights.",
+    )
     cache: bool = Field(
         default=False,
         description="Keep the trained warm-up (actor_train's weights, optimizer and schedule) under "

@@ -18,7 +18,8 @@ most ``ratio`` policy versions stale; generation is paused for the weight sync a
 ``rollout_mock`` dumps each step's batch, or replays dumped batches instead of playing (roll.pipelines.rollout_mock).
 
 Before step 1, ``warmup.steps`` behaviour-cloning steps on a scripted policy's episodes (optional; with
-``warmup.cache`` trained once and reused, :mod:`roll.agentic.pipeline.warmup_cache`). Env faults
+``warmup.cache`` trained once and reused, :mod:`roll.agentic.pipeline.warmup_cache`); a reference then takes the
+warmed-up weights (``warmup.reference: warmed``), so the KL term anchors RL on the clone. Env faults
 (an env that raises, hangs past ``step_timeout_s`` or returns malformed output) end their episode with a reason;
 training replaces the group, validation counts the episode as failed; both are in the step's metrics.
 """
@@ -47,6 +48,7 @@ from roll.pipelines.stages import StepTimer, UpdatePlan, is_eval_step
 from roll.pipelines.tokenizers import load_tokenizer
 from roll.protocol import DataProto
 from roll.runtime import import_target, materialize_all
+from roll.strategies import ModelUpdateGroup
 
 __all__ = ["AgenticPipeline", "adjust_batch"]
 
@@ -338,8 +340,40 @@ class AgenticPipeline(BasePipeline):
         logger.info("warm-up saved to the cache: %s", cache.commit(staged, metrics))
         return {**metrics, "warmup/cached": 0.0}
 
+    @property
+    def anchors_reference(self) -> bool:
+        """Whether the reference takes the warmed-up weights (``warmup.reference: warmed``)."""
+        warm = self.config.warmup
+        return self.reference is not None and warm.steps > 0 and warm.reference == "warmed"
+
+    def trained_warm_up(self) -> dict[str, Any]:
+        """The warm-up (cached or not), then the reference anchored on it when :attr:`anchors_reference`."""
+        metrics = self.cached_warm_up() if self.config.warmup.cache else self.warm_up()
+        if self.anchors_reference:
+            metrics.update(self.anchor_reference())
+        return metrics
+
+    def anchor_reference(self) -> dict[str, float]:
+        """Copy actor_train's weights into the reference (one weight sync), so that the KL term measures the
+        distance from the warmed-up policy rather than from the model before behaviour cloning."""
+        role = self.config.reference
+        assert self.reference is not None and role is not None
+        group = ModelUpdateGroup(self.actor_train, self.reference, bucket_size_mb=role.model_update_buffer_size_mb)
+        try:
+            synced = group.update(0, force=True)
+        finally:
+            group.close()
+        logger.info("reference anchored on the warmed-up policy (%.2f s)", synced["weight_sync/seconds"])
+        return {"warmup/reference_sync_s": synced["weight_sync/seconds"]}
+
     # --- loop -------------------------------------------------------------------------------------------
     def run(self) -> dict[str, float]:
+        if self.session.resume_path is not None and self.anchors_reference:
+            # no checkpoint holds the warmed-up weights the reference had: warm up again (or load the cached
+            # warm-up), hand them over, then let the checkpoint replace actor_train's state
+            if not self.config.warmup.cache:
+                logger.warning("resuming: warming up again for the reference (warmup.cache: true avoids it)")
+            self.trained_warm_up()
         start = self.resume()
         last: dict[str, float] = {}
         if start > 0:
@@ -347,7 +381,7 @@ class AgenticPipeline(BasePipeline):
         else:
             first: dict[str, Any] = {}
             if self.config.warmup.steps > 0:
-                first.update(self.cached_warm_up() if self.config.warmup.cache else self.warm_up())
+                first.update(self.trained_warm_up())
                 self.sync_weights(0, force=True)
             self.log_metrics(0, {**first, **self.validate(0)})
         ratio = self.config.asynchrony.generation_ratio

@@ -5,13 +5,13 @@ of a short run's time. With the cache on, the first run saves actor_train's trai
 (weights, optimizer moments, learning-rate schedule: the strategy's checkpoint) with the warm-up's metrics; later
 runs whose key matches load it instead of warming up, so their RL starts from exactly that state.
 
-The key hashes everything that shapes the warm-up: the ``warmup`` section (without ``cache``), the training env
-manager and its envs, ``rollout.sequence_length``, the seed, actor_train's model, training, strategy and batching args
-and world size, a fingerprint of the model folder's files (name, size, modification time), and the versions of torch,
-transformers and roll's packages. What it cannot see is an edit of roll's source in a development install: delete
-the folder (or set ``warmup.cache: false``) after changing the warm-up's code. Entries are written to a temporary
-folder and renamed into place, so a crash leaves no half-written entry; on a multi-node cluster the cache directory
-must be on a shared filesystem (as for ``recipe://`` models).
+The key hashes everything that shapes the warm-up: the ``warmup`` section (without ``cache`` and ``reference``), the
+training env manager and its envs, ``rollout.sequence_length``, the seed, actor_train's model, training, strategy and
+batching args and world size, a fingerprint of the model folder's files (name, size, modification time), and the
+versions of torch, transformers and roll's packages. What it cannot see is an edit of roll's source in a development
+install: delete the folder (or set ``warmup.cache: false``) after changing the warm-up's code. Entries are written to
+a temporary folder and renamed into place, so a crash leaves no half-written entry; on a multi-node cluster the cache
+directory must be on a shared filesystem (as for ``recipe://`` models).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def warmup_key(config: AgenticConfig) -> str:
     role = config.actor_train
     payload: dict[str, Any] = {
         "format": FORMAT,
-        "warmup": config.warmup.model_dump(mode="json", exclude={"cache"}),
+        "warmup": config.warmup.model_dump(mode="json", exclude={"cache", "reference"}),
         "env_manager": manager.model_dump(mode="json"),
         "envs": {tag: config.custom_envs[tag].model_dump(mode="json") for tag in sorted(set(manager.tags))},
         "sequence_length": config.rollout.sequence_length,
