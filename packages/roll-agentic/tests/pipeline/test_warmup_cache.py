@@ -83,6 +83,11 @@ def test_key_changes_with_what_shapes_the_warm_up_only(tmp_path: Path):
     assert _key(tmp_path, val_env_manager__num_env_groups=8, rollout_batch_size=8, eval_steps=5) == base
     assert _key(tmp_path, warmup__cache=False) == base
     assert _key(tmp_path, warmup__reference="model") == base  # what the reference gets after it
+    assert _key(tmp_path, max_steps=7) == base  # under a constant schedule the run's length does not matter
+    cosine = {"learning_rate": 1e-4, "lr_scheduler_type": "cosine"}
+    assert _key(tmp_path, actor_train__training_args=cosine) != _key(
+        tmp_path, actor_train__training_args=cosine, max_steps=7
+    )
     changed = [
         _key(tmp_path, warmup__steps=3),
         _key(tmp_path, warmup__learning_rate=1e-3),

@@ -96,6 +96,11 @@ class TrainingArgs(RollModel):
     max_steps: int | None = Field(default=None, ge=1, description="Optimizer steps for LR schedules.")
     seed: int = 42
 
+    @property
+    def schedule_uses_max_steps(self) -> bool:
+        """Whether the learning rate follows ``max_steps``: a decaying schedule, or a warm-up given as a ratio."""
+        return self.lr_scheduler_type != "constant" or (self.warmup_ratio > 0 and not self.warmup_steps)
+
     @field_validator("max_grad_norm")
     @classmethod
     def _positive_clip(cls, value: float | None) -> float | None:

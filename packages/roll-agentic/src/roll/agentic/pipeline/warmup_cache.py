@@ -6,12 +6,13 @@ of a short run's time. With the cache on, the first run saves actor_train's trai
 runs whose key matches load it instead of warming up, so their RL starts from exactly that state.
 
 The key hashes everything that shapes the warm-up: the ``warmup`` section (without ``cache`` and ``reference``), the
-training env manager and its envs, ``rollout.sequence_length``, the seed, actor_train's model, training, strategy and
-batching args and world size, a fingerprint of the model folder's files (name, size, modification time), and the
-versions of torch, transformers and roll's packages. What it cannot see is an edit of roll's source in a development
-install: delete the folder (or set ``warmup.cache: false``) after changing the warm-up's code. Entries are written to
-a temporary folder and renamed into place, so a crash leaves no half-written entry; on a multi-node cluster the cache
-directory must be on a shared filesystem (as for ``recipe://`` models).
+training env manager and its envs, ``rollout.sequence_length``, the seed, actor_train's model, training (``max_steps``
+only under a schedule that follows it), strategy and batching args and world size, a fingerprint of the model folder's
+files (name, size, modification time), and the versions of torch, transformers and roll's packages. What it cannot see
+is an edit of roll's source in a development install: delete the folder (or set ``warmup.cache: false``) after
+changing the warm-up's code. Entries are written to a temporary folder and renamed into place, so a crash leaves no
+half-written entry; on a multi-node cluster the cache directory must be on a shared filesystem (as for ``recipe://``
+models).
 """
 
 from __future__ import annotations
@@ -70,7 +71,10 @@ def warmup_key(config: AgenticConfig) -> str:
         "actor_train": {
             "world_size": role.world_size,
             "model_args": role.model_args.model_dump(mode="json"),
-            "training_args": role.training_args.model_dump(mode="json"),
+            # the run's length only where the schedule follows it (max_steps counts RL steps too)
+            "training_args": role.training_args.model_dump(
+                mode="json", exclude=None if role.training_args.schedule_uses_max_steps else {"max_steps"}
+            ),
             "strategy_args": None if role.strategy_args is None else role.strategy_args.model_dump(mode="json"),
             "batching": role.batching.model_dump(mode="json"),
         },

@@ -59,8 +59,7 @@ def lr_factor(step: int, *, kind: str, warmup: int, total: int | None, min_ratio
 
 def build_scheduler(optimizer: torch.optim.Optimizer, args: TrainingArgs) -> LambdaLR:
     """A LambdaLR following :func:`lr_factor` for ``args``' schedule."""
-    needs_total = args.lr_scheduler_type != "constant" or (args.warmup_ratio > 0 and not args.warmup_steps)
-    if needs_total and args.max_steps is None:
+    if args.schedule_uses_max_steps and args.max_steps is None:
         raise ConfigError(
             f"training_args.lr_scheduler_type={args.lr_scheduler_type!r} with warmup_ratio={args.warmup_ratio} needs "
             "training_args.max_steps (the number of optimizer steps); set it, or use a constant schedule"
