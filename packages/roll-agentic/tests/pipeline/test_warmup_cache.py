@@ -157,7 +157,7 @@ def test_reference_is_anchored_on_the_warmed_up_policy_also_after_resume(ray_env
     clone); ``model`` leaves it on the model before behaviour cloning. A resumed run gets the clone back."""
     monkeypatch.setenv("ROLL_CACHE_DIR", str(tmp_path / "cache"))
     register_pipelines()
-    kl = {"kl": {"use_loss": True, "loss_coef": 0.1}, "warmup__learning_rate": 1e-3, "save_steps": 1}
+    common = {"kl": {"use_loss": True, "loss_coef": 0.1}, "warmup__learning_rate": 1e-3, "save_steps": 1}
     reference = {
         "name": "agentic-ref",
         "model_args": {"model_name_or_path": "tiny://nano?seed=0", "dtype": "float32"},
@@ -165,7 +165,7 @@ def test_reference_is_anchored_on_the_warmed_up_policy_also_after_resume(ray_env
     }
 
     def run(name: str, **extra: Any) -> list[dict[str, Any]]:
-        data = _data("tiny://nano?seed=0", output_dir=str(tmp_path / name), reference=reference, **kl, **extra)
+        data = _data("tiny://nano?seed=0", output_dir=str(tmp_path / name), reference=reference, **common, **extra)
         run_config(load_config(data))
         return read_metrics(tmp_path / name / "metrics.jsonl")
 
