@@ -6,12 +6,13 @@ Usage: python -m tools.diagnostics.toolmath_cloning [--preset micro] [--steps 30
 
 A plain torch loop (no Ray, no pipeline). Each sample is one whole episode of ``ToolMathExpert`` on a training
 question of ``agentic-tool-use-tiny``'s env (3-digit products), laid out token for token as the trajectory-wise
-manager lays it out (``ChatFormatter``: the opening user message, the assistant's tool call, the tool's message,
-the assistant's answer; loss on assistant tokens). The tool's result is computed here (the same text python_code
-prints), so no sandbox runs. ``--prompt full`` opens with the recipe's former instruction line, the question and the tools'
-generated description (what its managers showed before docs/results/agentic.md section 21); ``no-instruction`` leaves out the instruction line
-(``show_env_instruction: false``); ``question`` shows the question alone (no instruction line, and the python tool's
-``tool_instruction: ""``). ``--noise``: the demonstrator's share of tool-less answers (the recipe's 0.4).
+manager lays it out (``ChatFormatter``: the opening user message, the assistant's tool call, the tool's message, the
+assistant's answer; loss on assistant tokens). The tool's result is computed here (the same text python_code prints),
+so no sandbox runs. ``--prompt full`` opens with the recipe's former instruction line, the question and the tools'
+generated description (what its managers showed before docs/results/agentic.md section 21); ``no-instruction`` leaves
+out the instruction line (``show_env_instruction: false``); ``question`` shows the question alone (no instruction
+line, and the python tool's ``tool_instruction: ""``). ``--noise``: the demonstrator's share of tool-less answers (the
+recipe's 0.4).
 
 Every ``--eval-every`` steps, greedy episodes on held-out (``val`` split) questions, the model's own tool call run
 through the same evaluation: the share that call the tool, whose call is exactly ``print(<the question>)``, and
@@ -35,7 +36,8 @@ from roll.agentic.policy.expert import ToolMathExpert
 from roll.agentic.tools.parsing import parse_tool_calls
 from tools.diagnostics.cloning import tiny_model, update
 
-RECIPE_INSTRUCTION = "Answer with the integer result in <answer>...</answer>. You may call python_code first."  # former
+# the recipe's former instruction line
+RECIPE_INSTRUCTION = "Answer with the integer result in <answer>...</answer>. You may call python_code first."
 _PRINT = re.compile(r"^print\(\s*(\d+)\s*\*\s*(\d+)\s*\)$")
 
 

@@ -187,11 +187,23 @@ class BasePipeline:
     def set_model_update_pair(
         self, src_cluster: Cluster, tgt_cluster: Cluster, frequency: int = 1, **kwargs: Any
     ) -> None:
+        self._update_groups.append(self._update_group(src_cluster, tgt_cluster, frequency=frequency, **kwargs))
+
+    @staticmethod
+    def _update_group(src_cluster: Cluster, tgt_cluster: Cluster, **kwargs: Any) -> ModelUpdateGroup:
+        """A weight-sync group in the target role's bucket size (``model_update_buffer_size_mb``)."""
         role = getattr(tgt_cluster, "worker_config", None)
         bucket_mb = getattr(role, "model_update_buffer_size_mb", 256)
-        self._update_groups.append(
-            ModelUpdateGroup(src_cluster, tgt_cluster, frequency=frequency, bucket_size_mb=bucket_mb, **kwargs)
-        )
+        return ModelUpdateGroup(src_cluster, tgt_cluster, bucket_size_mb=bucket_mb, **kwargs)
+
+    def copy_weights(self, src_cluster: Cluster, tgt_cluster: Cluster) -> dict[str, float]:
+        """One weight sync outside the per-step pairs (e.g. a reference taking the trained policy's weights); its
+        channel is closed after it. Returns the sync's ``weight_sync/*`` metrics."""
+        group = self._update_group(src_cluster, tgt_cluster)
+        try:
+            return group.update(0, force=True)
+        finally:
+            group.close()
 
     def set_checkpoint_clusters(self, *clusters: Cluster) -> None:
         self._checkpoint_clusters.extend(clusters)

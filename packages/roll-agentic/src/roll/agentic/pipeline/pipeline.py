@@ -48,7 +48,6 @@ from roll.pipelines.stages import StepTimer, UpdatePlan, is_eval_step
 from roll.pipelines.tokenizers import load_tokenizer
 from roll.protocol import DataProto
 from roll.runtime import import_target, materialize_all
-from roll.strategies import ModelUpdateGroup
 
 __all__ = ["AgenticPipeline", "adjust_batch"]
 
@@ -356,13 +355,8 @@ class AgenticPipeline(BasePipeline):
     def anchor_reference(self) -> dict[str, float]:
         """Copy actor_train's weights into the reference (one weight sync), so that the KL term measures the
         distance from the warmed-up policy rather than from the model before behaviour cloning."""
-        role = self.config.reference
-        assert self.reference is not None and role is not None
-        group = ModelUpdateGroup(self.actor_train, self.reference, bucket_size_mb=role.model_update_buffer_size_mb)
-        try:
-            synced = group.update(0, force=True)
-        finally:
-            group.close()
+        assert self.reference is not None
+        synced = self.copy_weights(self.actor_train, self.reference)
         logger.info("reference anchored on the warmed-up policy (%.2f s)", synced["weight_sync/seconds"])
         return {"warmup/reference_sync_s": synced["weight_sync/seconds"]}
 
