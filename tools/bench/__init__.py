@@ -3,6 +3,7 @@
     python -m tools.bench.protocol      # DataProto operations and serialization vs verl's DataProto
     python -m tools.bench.dispatch      # Cluster dispatch overhead vs raw Ray and verl
     python -m tools.bench.strategies    # generation (vLLM vs hf_infer) and weight-sync bandwidth
+    python -m tools.bench.weight_sync_gpu  # weight sync on one GPU (CUDA IPC) vs a device copy; needs CUDA
     python -m tools.bench.rlvr_vs_trl   # GRPO on the rlvr-tiny recipe: roll vs TRL
 
 Each prints a readable report, then ``RESULT {json}`` as its last stdout line (``--result-file PATH`` also writes

@@ -28,6 +28,7 @@ from roll.strategies.testing.train import (
     tiny_strategy,
     tiny_worker_config,
 )
+from roll.strategies.weight_sync.plan import build_plan, slot_views
 
 ship_module_by_value(__name__)
 
@@ -107,6 +108,49 @@ def test_named_weights_are_the_full_hf_state_including_the_tied_lm_head(tiny_mod
     for name, tensor in got.items():
         assert torch.equal(tensor, expected[name]), name
     assert torch.equal(got["lm_head.weight"], got["model.embed_tokens.weight"])
+
+
+def synced_weights(writer) -> dict[str, torch.Tensor]:
+    """What one weight sync writes (a strategy's weight writer's local writes into a host slot), by name."""
+    plan = build_plan(writer.specs, 64 << 10)
+    slot = torch.zeros(plan.slot_bytes, dtype=torch.uint8)
+    out = {}
+    for bucket, views in zip(plan.buckets, slot_views(plan, slot)):
+        writer.write(bucket.start, bucket.stop, [t for _, t in views], local=True)
+        out.update({name: t.clone() for name, t in views})  # every bucket reuses the slot
+    return out
+
+
+def test_a_weight_sync_writes_the_current_weights_after_training_and_after_their_storage_moved(tiny_model):
+    strategy = tiny_strategy(tiny_model, training_args={"learning_rate": 1e-3})
+    writer = strategy.weight_writer()  # one per channel, reused by every sync
+    assert len(writer.specs) > 2 and writer.writes_shards
+    assert_weights_close(synced_weights(writer), weights(strategy), atol=0.0, rtol=0.0)
+    strategy.train_step(sft_batch(4, seed=1), sft_loss, loss_mask_key="loss_mask")
+    assert_weights_close(synced_weights(writer), weights(strategy), atol=0.0, rtol=0.0)
+    # Offloading and reloading on a GPU gives every parameter new storage: a sync must read the new tensors.
+    with torch.no_grad():
+        for param in strategy.model.parameters():
+            param.data = param.data + 0.5
+    assert_weights_close(synced_weights(writer), weights(strategy), atol=0.0, rtol=0.0)
+
+
+def test_a_model_whose_state_dict_renames_its_weights_is_synced_under_those_names(tiny_model):
+    from roll.strategies.fsdp2._writer import Fsdp2WeightWriter
+
+    strategy = tiny_strategy(tiny_model)
+    expected = {f"renamed.{name}": tensor for name, tensor in weights(strategy).items()}
+
+    def rename(module, state_dict, prefix, local_metadata):
+        for key in list(state_dict):
+            state_dict[f"renamed.{key}"] = state_dict.pop(key)
+
+    strategy.model._register_state_dict_hook(rename)
+    writer = Fsdp2WeightWriter(strategy.model, None)
+    # The tied head is also sent under its plain name when the state dict lacks that name (as it does here).
+    expected["lm_head.weight"] = expected["renamed.model.embed_tokens.weight"]
+    assert [spec.name for spec in writer.specs][-1] == "lm_head.weight"
+    assert_weights_close(synced_weights(writer), expected, atol=0.0, rtol=0.0)
 
 
 def test_checkpoint_resumes_bit_exactly(tiny_model, tmp_path):

@@ -30,15 +30,32 @@ def _cast_dtype(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.dtype:
 
 
 def _sources(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """(HF name, sharded value) in ``iter_full_weights`` order, the tied LM head last; no communication."""
+    """(HF name, sharded value) in ``iter_full_weights`` order, the tied LM head last; no communication. The values
+    are the model's own parameters and buffers (not detached copies)."""
     reshard(model)
     base = hf_model(model)
-    out = [(name, value.detach()) for name, value in base.state_dict().items()]
+    out = list(base.state_dict(keep_vars=True).items())
     if not any(name == _LM_HEAD for name, _ in out):
         get_embeddings = getattr(base, "get_input_embeddings", None)
         if callable(get_embeddings) and getattr(base.config, "tie_word_embeddings", False):
-            out.append((_LM_HEAD, get_embeddings().weight.detach()))
+            out.append((_LM_HEAD, get_embeddings().weight))
     return out
+
+
+def _owners(base: nn.Module, sources: list[tuple[str, torch.Tensor]]) -> list[tuple[nn.Module, str]] | None:
+    """The (module, attribute) holding each source, or None when one is not an attribute of the module its name
+    gives (a state-dict hook renamed it): then every sync asks the state dict again."""
+    owners = []
+    for name, value in sources:
+        path, _, attr = name.rpartition(".")
+        try:
+            module = base.get_submodule(path)
+        except AttributeError:
+            return None
+        if getattr(module, attr, None) is not value:
+            return None
+        owners.append((module, attr))
+    return owners
 
 
 def _local_piece(value: torch.Tensor, full: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -80,28 +97,37 @@ class Fsdp2WeightWriter(WeightWriter):
         if lora:
             self._gathered = GatheredWriter(lambda: iter_full_weights(model, dtype))
             self.specs = self._gathered.specs
+            self._owners: list[tuple[nn.Module, str]] | None = None
         else:
-            self.specs = [
-                TensorSpec(name, _cast_dtype(value, dtype), tuple(value.shape)) for name, value in _sources(model)
-            ]
+            sources = _sources(model)
+            self.specs = [TensorSpec(name, _cast_dtype(value, dtype), tuple(value.shape)) for name, value in sources]
+            # Looked up by attribute every sync (microseconds; the state dict costs ~20 us per tensor): the lookup
+            # sees parameters whose storage moved (offload, reload) as the state dict would.
+            self._owners = _owners(hf_model(model), sources)
         self._values: list[torch.Tensor] | None = None
         # Destinations of this rank's pieces, per list of slot views (the sender reuses the same lists every sync).
         self._pieces: dict[int, tuple[Sequence[torch.Tensor], list[Any]]] = {}
 
     def _sync_values(self) -> list[torch.Tensor]:
+        """This sync's values, looked up afresh (sharded parameters as DTensors, buffers as they are)."""
         if self._values is None:
-            sources = _sources(self._model)
-            names = [name for name, _ in sources]
-            if names != [spec.name for spec in self.specs]:
-                raise RuntimeError("the model's weights changed since the sync plan was made; set up a new channel")
-            self._values = [value for _, value in sources]
+            if self._owners is not None:
+                reshard(self._model)
+                values = [getattr(module, attr) for module, attr in self._owners]
+            else:
+                sources = _sources(self._model)
+                if [name for name, _ in sources] != [spec.name for spec in self.specs]:
+                    raise RuntimeError("the model's weights changed since the sync plan was made; set up a new channel")
+                values = [value for _, value in sources]
+            self._values = values  # writes run under no_grad: to_local() is then the shard itself, no autograd op
         return self._values
 
     def write(self, start: int, stop: int, out: Sequence[torch.Tensor] | None, *, local: bool) -> WriteStats:
         if self._gathered is not None:
             return self._gathered.write(start, stop, out, local=local)
-        values = self._sync_values()[start:stop]
-        stats = self._write_local(values, out) if local else self._write_gathered(values, out)
+        with torch.no_grad():
+            values = self._sync_values()[start:stop]
+            stats = self._write_local(values, out) if local else self._write_gathered(values, out)
         if stop == len(self.specs):
             self.finish()
         return stats

@@ -1,0 +1,191 @@
+"""Weight sync on one GPU: an ``fsdp2_train`` rank and an ``hf_infer`` engine on the same device (colocated), the
+buckets shared through CUDA IPC, timed against a device-to-device copy of the same bytes in the same run.
+
+    python -m tools.bench.weight_sync_gpu                      # ~0.7B-parameter model, 64 and 256 MB buckets
+    python -m tools.bench.weight_sync_gpu --size big --reps 3  # the CPU benchmark's ~100M model
+
+Needs a CUDA device (exits with a message without one). The trainer writes each bucket once into slots on its GPU;
+the engine opens the slots once (CUDA IPC handles) and copies each bucket into its own weights, so one sync moves
+the payload twice on the device (slot write, engine load). Baseline: ``copy_`` of a buffer of the payload's size
+into another on the same GPU (torch, synchronized), measured in this process before each timed sync. Reported as
+medians of ``--reps``: the whole sync (driver wall clock of ``update()``), the phases from the ``weight_sync/*``
+metrics, GB/s, and the sync as a fraction of the copy's rate. Several engines on one GPU would need one role with
+two workers on a device, which device_mapping does not allow; with two GPUs the second engine gets NCCL broadcasts
+(``packages/roll-strategies/tests/test_weight_sync_gpu.py``). The last stdout line is ``RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from tools.bench._report import add_report_arguments, emit_result, fmt_bytes, fmt_seconds, table
+
+SIZES = {
+    # ~105M parameters: the CPU benchmark's "big" model (tools/bench/strategies.py).
+    "big": {"hidden_size": 1024, "num_layers": 8, "num_heads": 16, "num_kv_heads": 8, "intermediate_size": 3072},
+    # ~0.7B parameters, head dim 64 (~2.9 GB of float32 weights).
+    "xl": {"hidden_size": 2048, "num_layers": 16, "num_heads": 32, "num_kv_heads": 8, "intermediate_size": 5632},
+}
+PHASES = (
+    "gather_s",
+    "pack_s",
+    "send_wait_s",
+    "send_s",
+    "receive_wait_s",
+    "load_s",
+    "finalize_s",
+    "receive_s",
+    "transport_s",
+)
+
+
+def log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def device_copy_s(nbytes: int, reps: int) -> float:
+    import torch
+
+    src = torch.ones(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(reps + 1):  # the first copy warms up
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        dst.copy_(src)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    del src, dst
+    torch.cuda.empty_cache()
+    return statistics.median(times[1:])
+
+
+def start_role(resources, model: Path, strategy: str):
+    from roll.runtime import Cluster
+    from roll.strategies import ModelArgs, StrategyArgs, StrategyWorker, StrategyWorkerConfig
+
+    config = StrategyWorkerConfig(
+        name=f"bench-gpu-{strategy}-{uuid.uuid4().hex[:6]}",
+        device_mapping=[0],
+        model_args=ModelArgs(model_name_or_path=str(model), dtype="float32"),
+        strategy_args=StrategyArgs(strategy_name=strategy),
+    )
+    cluster = Cluster(config.name, StrategyWorker, resources, config)
+    try:
+        cluster.initialize()
+    except BaseException:
+        cluster.shutdown()
+        raise
+    return cluster
+
+
+def time_sync(trainer, engine, bucket_mb: float, reps: int) -> dict[str, Any]:
+    from roll.strategies import ModelUpdateGroup
+
+    group = ModelUpdateGroup(trainer, engine, bucket_size_mb=bucket_mb, transport="auto")
+    try:
+        start = time.perf_counter()
+        nbytes = int(group.update(0, force=True)["weight_sync/bytes"])  # untimed: opens the slots
+        first_s = time.perf_counter() - start
+        runs, copies = [], []
+        for _ in range(reps):
+            copies.append(device_copy_s(nbytes, 1))
+            start = time.perf_counter()
+            metrics = group.update(0, force=True)
+            metrics["sync_s"] = time.perf_counter() - start
+            runs.append(metrics)
+        routes = group.routes.describe()
+        per_bucket = group.last_buckets  # of the last timed sync
+    finally:
+        group.close()
+    sync_s = statistics.median(m["sync_s"] for m in runs)
+    copy_s = statistics.median(copies)
+    row: dict[str, Any] = {
+        "bucket_mb": bucket_mb,
+        "bytes": nbytes,
+        "buckets": int(runs[0]["weight_sync/buckets"]),
+        "routes": routes,
+        "first_s": first_s,
+        "sync_s": sync_s,
+        "copy_s": copy_s,
+        "sync_gbps": nbytes / sync_s / 1e9,
+        "copy_gbps": nbytes / copy_s / 1e9,
+        "of_copy": copy_s / sync_s,
+        "last_buckets": per_bucket,
+    }
+    for phase in PHASES:
+        values = [m[f"weight_sync/{phase}"] for m in runs if f"weight_sync/{phase}" in m]
+        row[phase] = statistics.median(values) if values else None
+    return row
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_report_arguments(p)
+    p.add_argument("--size", choices=sorted(SIZES), default="xl")
+    p.add_argument("--bucket-mb", type=float, nargs="+", default=[64, 256])
+    p.add_argument("--reps", type=int, default=5)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("weight_sync_gpu needs a CUDA device; the CPU transports are benchmarked by tools.bench.strategies")
+    from roll.runtime import ResourceManager
+    from roll.runtime.testing import local_ray
+    from roll.strategies.testing import make_tiny_causal_lm
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, local_ray(num_cpus=64, log_to_driver=False):
+        model = make_tiny_causal_lm(Path(tmp) / args.size, preset="small", overrides=SIZES[args.size])
+        resources = ResourceManager()
+        log(f"{args.size}: fsdp2_train on GPU 0 ({torch.cuda.get_device_name(0)})")
+        trainer = start_role(resources, model, "fsdp2_train")
+        try:
+            log("  hf_infer on GPU 0")
+            engine = start_role(resources, model, "hf_infer")
+            try:
+                for bucket_mb in args.bucket_mb:
+                    rows.append({"model": args.size, **time_sync(trainer, engine, bucket_mb, args.reps)})
+            finally:
+                engine.shutdown()
+        finally:
+            trainer.shutdown()
+    print(f"{args.size} model; routes: {rows[0]['routes']}")
+    print(
+        table(
+            [
+                [
+                    f"{r['bucket_mb']:g} MB",
+                    fmt_bytes(r["bytes"]),
+                    r["buckets"],
+                    fmt_seconds(r["sync_s"]),
+                    f"{r['sync_gbps']:.1f}",
+                    f"{r['copy_gbps']:.0f}",
+                    f"{r['of_copy']:.1%}",
+                    fmt_seconds(r["gather_s"]),
+                    fmt_seconds(r["pack_s"]),
+                    fmt_seconds(r["load_s"]),
+                ]
+                for r in rows
+            ],
+            ["bucket", "payload", "buckets", "sync", "GB/s", "copy GB/s", "of copy", "gather", "pack", "load"],
+        )
+    )
+    emit_result(
+        {"benchmark": "weight_sync_gpu", "device": torch.cuda.get_device_name(0), "rows": rows}, args.result_file
+    )
+
+
+if __name__ == "__main__":
+    main()
