@@ -244,7 +244,10 @@ def bench_weight_sync(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def start_role(resources, model: Path, strategy: str, strategy_config: dict, world_size: int):
+def start_role(
+    resources, model: Path, strategy: str, strategy_config: dict, world_size: int, devices: list[int] | None = None
+):
+    """An initialized role of ``world_size`` StrategyWorkers (float32); on CPU, or on GPUs ``devices``."""
     from roll.runtime import Cluster
     from roll.strategies import ModelArgs, StrategyArgs, StrategyWorker, StrategyWorkerConfig
     from roll.strategies.weight_sync import weight_sync_env
@@ -252,6 +255,7 @@ def start_role(resources, model: Path, strategy: str, strategy_config: dict, wor
     config = StrategyWorkerConfig(
         name=f"bench-{strategy}-{uuid.uuid4().hex[:6]}",
         world_size=world_size,
+        device_mapping=devices,
         model_args=ModelArgs(model_name_or_path=str(model), dtype="float32"),
         strategy_args=StrategyArgs(strategy_name=strategy, strategy_config=strategy_config),
         system_envs={"OMP_NUM_THREADS": "1"},

@@ -21,15 +21,14 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from tools.bench._report import add_report_arguments, emit_result, fmt_bytes, fmt_seconds, table
+from tools.bench.strategies import BIG_OVERRIDES, log, start_role
 
 SIZES = {
-    # ~105M parameters: the CPU benchmark's "big" model (tools/bench/strategies.py).
-    "big": {"hidden_size": 1024, "num_layers": 8, "num_heads": 16, "num_kv_heads": 8, "intermediate_size": 3072},
+    "big": BIG_OVERRIDES,  # ~105M parameters: the CPU benchmark's weight-sync model
     # ~0.7B parameters, head dim 64 (~2.9 GB of float32 weights).
     "xl": {"hidden_size": 2048, "num_layers": 16, "num_heads": 32, "num_kv_heads": 8, "intermediate_size": 5632},
 }
@@ -44,10 +43,6 @@ PHASES = (
     "receive_s",
     "transport_s",
 )
-
-
-def log(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
 def device_copy_s(nbytes: int, reps: int) -> float:
@@ -65,25 +60,6 @@ def device_copy_s(nbytes: int, reps: int) -> float:
     del src, dst
     torch.cuda.empty_cache()
     return statistics.median(times[1:])
-
-
-def start_role(resources, model: Path, strategy: str):
-    from roll.runtime import Cluster
-    from roll.strategies import ModelArgs, StrategyArgs, StrategyWorker, StrategyWorkerConfig
-
-    config = StrategyWorkerConfig(
-        name=f"bench-gpu-{strategy}-{uuid.uuid4().hex[:6]}",
-        device_mapping=[0],
-        model_args=ModelArgs(model_name_or_path=str(model), dtype="float32"),
-        strategy_args=StrategyArgs(strategy_name=strategy),
-    )
-    cluster = Cluster(config.name, StrategyWorker, resources, config)
-    try:
-        cluster.initialize()
-    except BaseException:
-        cluster.shutdown()
-        raise
-    return cluster
 
 
 def time_sync(trainer, engine, bucket_mb: float, reps: int) -> dict[str, Any]:
@@ -150,10 +126,10 @@ def main(argv: list[str] | None = None) -> None:
         model = make_tiny_causal_lm(Path(tmp) / args.size, preset="small", overrides=SIZES[args.size])
         resources = ResourceManager()
         log(f"{args.size}: fsdp2_train on GPU 0 ({torch.cuda.get_device_name(0)})")
-        trainer = start_role(resources, model, "fsdp2_train")
+        trainer = start_role(resources, model, "fsdp2_train", {}, 1, devices=[0])
         try:
             log("  hf_infer on GPU 0")
-            engine = start_role(resources, model, "hf_infer")
+            engine = start_role(resources, model, "hf_infer", {}, 1, devices=[0])
             try:
                 for bucket_mb in args.bucket_mb:
                     rows.append({"model": args.size, **time_sync(trainer, engine, bucket_mb, args.reps)})
