@@ -84,6 +84,7 @@ def test_key_changes_with_what_shapes_the_warm_up_only(tmp_path: Path):
     assert _key(tmp_path, warmup__cache=False) == base
     assert _key(tmp_path, warmup__reference="model") == base  # what the reference gets after it
     assert _key(tmp_path, max_steps=7) == base  # under a constant schedule the run's length does not matter
+    assert _key(tmp_path, seed=7) == base  # the warm-up follows warmup.seed (the cached-run test checks it)
     cosine = {"learning_rate": 1e-4, "lr_scheduler_type": "cosine"}
     assert _key(tmp_path, actor_train__training_args=cosine) != _key(
         tmp_path, actor_train__training_args=cosine, max_steps=7
@@ -96,7 +97,7 @@ def test_key_changes_with_what_shapes_the_warm_up_only(tmp_path: Path):
         _key(tmp_path, train_env_manager__group_size=4),
         _key(tmp_path, actor_train__training_args={"learning_rate": 2e-4}),
         _key(tmp_path, sequence_length=512),
-        _key(tmp_path, seed=7),
+        _key(tmp_path, warmup__seed=7),
     ]
     assert len({base, *changed}) == len(changed) + 1
     (tmp_path / "model.safetensors").write_bytes(b"weights")  # the model folder's files
@@ -118,6 +119,10 @@ def test_cached_warm_up_starts_rl_from_the_same_state(ray_env, tmp_path: Path, m
     cached = run("cached")
     # a run with other RL loss settings and no cache trains the same warm-up (behaviour cloning ignores them)
     other_loss = run("other_loss", warmup__cache=False, policy_loss__loss_agg_mode="seq-mean-token-mean")
+    # so does a run with another seed (the key leaves the seed out): its RL and validation differ, the warm-up not
+    other_seed = run("other_seed", warmup__cache=False, seed=7)
+    assert other_seed[0]["warmup/nll"] == pytest.approx(fresh[0]["warmup/nll"], rel=1e-6)
+    assert other_seed[0]["warmup/expert_success"] == fresh[0]["warmup/expert_success"]
     assert [p.name for p in (tmp_path / "cache" / "agentic-warmup").iterdir()] == [fresh_key]
 
     assert fresh[0]["warmup/cached"] == 0.0 and cached[0]["warmup/cached"] == 1.0

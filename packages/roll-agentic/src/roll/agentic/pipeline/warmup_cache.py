@@ -6,9 +6,11 @@ of a short run's time. With the cache on, the first run saves actor_train's trai
 runs whose key matches load it instead of warming up, so their RL starts from exactly that state.
 
 The key hashes everything that shapes the warm-up: the ``warmup`` section (without ``cache`` and ``reference``), the
-training env manager and its envs, ``rollout.sequence_length``, the seed, actor_train's model, training (``max_steps``
-only under a schedule that follows it), strategy and batching args and world size, a fingerprint of the model folder's
-files (name, size, modification time), and the versions of torch, transformers and roll's packages. What it cannot see
+training env manager and its envs, ``rollout.sequence_length``, actor_train's model, training (``max_steps`` only
+under a schedule that follows it; its ``seed`` seeds the workers), strategy and batching args and world size, a
+fingerprint of the model folder's files (name, size, modification time), and the versions of torch, transformers and
+roll's packages. Not the run's ``seed``: the warm-up's episodes, sampling and mini-batches follow ``warmup.seed``, so
+runs that differ only in their seed share one warm-up. What it cannot see
 is an edit of roll's source in a development install: delete the folder (or set ``warmup.cache: false``) after
 changing the warm-up's code. Entries are written to a temporary folder and renamed into place, so a crash leaves no
 half-written entry; on a multi-node cluster the cache directory must be on a shared filesystem (as for ``recipe://``
@@ -67,7 +69,6 @@ def warmup_key(config: AgenticConfig) -> str:
         "env_manager": manager.model_dump(mode="json"),
         "envs": {tag: config.custom_envs[tag].model_dump(mode="json") for tag in sorted(set(manager.tags))},
         "sequence_length": config.rollout.sequence_length,
-        "seed": config.seed,
         "actor_train": {
             "world_size": role.world_size,
             "model_args": role.model_args.model_dump(mode="json"),
