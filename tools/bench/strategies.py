@@ -307,7 +307,10 @@ def time_channels(trainers: dict, engines: dict, transport: str, args: argparse.
     memcpy_s = statistics.median(wall for wall, _ in memcpy)
     memcpy_cpu_s = statistics.median(cpu for _, cpu in memcpy)
     return [
-        {**summarize_channel(key, groups[key], results[key], first[key], memcpy_s, args), "memcpy_cpu_s": memcpy_cpu_s}
+        {
+            **summarize_channel(key, groups[key], results[key], first[key], memcpy_s, args.bucket_mb),
+            "memcpy_cpu_s": memcpy_cpu_s,
+        }
         for key in groups
     ]
 
@@ -335,7 +338,9 @@ def memcpy_actor(nbytes: int):
     return copier
 
 
-def summarize_channel(key, group, metrics, first_s: float, memcpy_s: float, args) -> dict[str, Any]:
+def summarize_channel(key, group, metrics, first_s: float, memcpy_s: float, bucket_mb: float) -> dict[str, Any]:
+    """One channel's row: medians over ``metrics`` (one dict per timed sync, with ``driver_s`` and
+    ``buckets_detail``), as GB/s and as fractions of a copy of the same bytes taking ``memcpy_s``."""
     ranks, count, transport = key
 
     def median(name: str) -> float | None:
@@ -350,7 +355,7 @@ def summarize_channel(key, group, metrics, first_s: float, memcpy_s: float, args
         "receivers": count,
         "transport": transport,
         "routes": group.routes.describe() if group.routes is not None else "object store",
-        "bucket_mb": args.bucket_mb,
+        "bucket_mb": bucket_mb,
         "buckets": int(metrics[0]["weight_sync/buckets"]),
         "bytes": nbytes,
         "first_sync_s": first_s,

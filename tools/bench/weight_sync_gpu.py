@@ -8,9 +8,10 @@ Needs a CUDA device (exits with a message without one). The trainer writes each 
 the engine opens the slots once (CUDA IPC handles) and copies each bucket into its own weights, so one sync moves
 the payload twice on the device (slot write, engine load). Baseline: ``copy_`` of a buffer of the payload's size
 into another on the same GPU (torch, synchronized), measured in this process before each timed sync. Reported as
-medians of ``--reps``: the whole sync (driver wall clock of ``update()``), the phases from the ``weight_sync/*``
-metrics, GB/s, and the sync as a fraction of the copy's rate. Several engines on one GPU would need one role with
-two workers on a device, which device_mapping does not allow; with two GPUs the second engine gets NCCL broadcasts
+medians of ``--reps`` (the CPU bench's row: ``memcpy_*`` fields hold the device copy): the whole sync (driver wall
+clock of ``update()``), the phases from the ``weight_sync/*`` metrics and per bucket, GB/s, and the sync as a
+fraction of the copy's rate. Several engines on one GPU would need one role with two workers on a device, which
+device_mapping does not allow; with two GPUs the second engine gets NCCL broadcasts
 (``packages/roll-strategies/tests/test_weight_sync_gpu.py``). The last stdout line is ``RESULT {json}``.
 """
 
@@ -25,41 +26,31 @@ from pathlib import Path
 from typing import Any
 
 from tools.bench._report import add_report_arguments, emit_result, fmt_bytes, fmt_seconds, table
-from tools.bench.strategies import BIG_OVERRIDES, log, start_role
+from tools.bench.strategies import BIG_OVERRIDES, log, start_role, summarize_channel
 
 SIZES = {
     "big": BIG_OVERRIDES,  # ~105M parameters: the CPU benchmark's weight-sync model
     # ~0.7B parameters, head dim 64 (~2.9 GB of float32 weights).
     "xl": {"hidden_size": 2048, "num_layers": 16, "num_heads": 32, "num_kv_heads": 8, "intermediate_size": 5632},
 }
-PHASES = (
-    "gather_s",
-    "pack_s",
-    "send_wait_s",
-    "send_s",
-    "receive_wait_s",
-    "load_s",
-    "finalize_s",
-    "receive_s",
-    "transport_s",
-)
 
 
-def device_copy_s(nbytes: int, reps: int) -> float:
+def device_copier(nbytes: int):
+    """A function timing one synchronized device-to-device copy of ``nbytes`` (buffers allocated once)."""
     import torch
 
     src = torch.ones(nbytes, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    times = []
-    for _ in range(reps + 1):  # the first copy warms up
+    dst.copy_(src)  # warms up
+
+    def copy() -> float:
         torch.cuda.synchronize()
         start = time.perf_counter()
         dst.copy_(src)
         torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    del src, dst
-    torch.cuda.empty_cache()
-    return statistics.median(times[1:])
+        return time.perf_counter() - start
+
+    return copy
 
 
 def time_sync(trainer, engine, bucket_mb: float, reps: int) -> dict[str, Any]:
@@ -70,36 +61,20 @@ def time_sync(trainer, engine, bucket_mb: float, reps: int) -> dict[str, Any]:
         start = time.perf_counter()
         nbytes = int(group.update(0, force=True)["weight_sync/bytes"])  # untimed: opens the slots
         first_s = time.perf_counter() - start
+        copy = device_copier(nbytes)
         runs, copies = [], []
         for _ in range(reps):
-            copies.append(device_copy_s(nbytes, 1))
+            copies.append(copy())
             start = time.perf_counter()
             metrics = group.update(0, force=True)
-            metrics["sync_s"] = time.perf_counter() - start
+            metrics["driver_s"] = time.perf_counter() - start
+            metrics["buckets_detail"] = group.last_buckets
             runs.append(metrics)
-        routes = group.routes.describe()
-        per_bucket = group.last_buckets  # of the last timed sync
+        del copy  # frees the copy's buffers
     finally:
         group.close()
-    sync_s = statistics.median(m["sync_s"] for m in runs)
-    copy_s = statistics.median(copies)
-    row: dict[str, Any] = {
-        "bucket_mb": bucket_mb,
-        "bytes": nbytes,
-        "buckets": int(runs[0]["weight_sync/buckets"]),
-        "routes": routes,
-        "first_s": first_s,
-        "sync_s": sync_s,
-        "copy_s": copy_s,
-        "sync_gbps": nbytes / sync_s / 1e9,
-        "copy_gbps": nbytes / copy_s / 1e9,
-        "of_copy": copy_s / sync_s,
-        "last_buckets": per_bucket,
-    }
-    for phase in PHASES:
-        values = [m[f"weight_sync/{phase}"] for m in runs if f"weight_sync/{phase}" in m]
-        row[phase] = statistics.median(values) if values else None
-    return row
+    # The CPU bench's row, with the device copy as the "memcpy" baseline.
+    return summarize_channel((1, 1, "auto"), group, runs, first_s, statistics.median(copies), bucket_mb)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -145,10 +120,10 @@ def main(argv: list[str] | None = None) -> None:
                     f"{r['bucket_mb']:g} MB",
                     fmt_bytes(r["bytes"]),
                     r["buckets"],
-                    fmt_seconds(r["sync_s"]),
-                    f"{r['sync_gbps']:.1f}",
-                    f"{r['copy_gbps']:.0f}",
-                    f"{r['of_copy']:.1%}",
+                    fmt_seconds(r["seconds"]),
+                    f"{r['gbps']:.1f}",
+                    f"{r['memcpy_gbps']:.0f}",
+                    f"{r['fraction_of_memcpy']:.1%}",
                     fmt_seconds(r["gather_s"]),
                     fmt_seconds(r["pack_s"]),
                     fmt_seconds(r["load_s"]),
