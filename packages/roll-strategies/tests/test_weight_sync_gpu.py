@@ -6,7 +6,7 @@ Marked ``gpu``: skipped where CUDA is missing (the repository conftest). The NCC
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -41,6 +41,11 @@ class InferWorker(StrategyWorker):
     def weights(self) -> dict[str, torch.Tensor]:
         return {name: p.detach().cpu().clone() for name, p in self.strategy.model.state_dict().items()}
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def offload_and_reload(self) -> None:
+        self.strategy.offload_states()  # the model to host memory and back: buffers are new objects after it
+        self.strategy.load_states()
+
 
 def start(model: Path, resources: ResourceManager, worker_cls, strategy: str, devices: list[int]) -> Cluster:
     config = StrategyWorkerConfig(
@@ -66,10 +71,15 @@ def trainer(tiny_model, gpus) -> Iterator[Cluster]:
     cluster.shutdown()
 
 
-def sync_and_compare(trainer: Cluster, receivers: Cluster, transport: str = "auto") -> ModelUpdateGroup:
+def sync_and_compare(
+    trainer: Cluster, receivers: Cluster, transport: str = "auto", between: Callable[[], None] | None = None
+) -> ModelUpdateGroup:
+    """Two nudge-sync-compare rounds (``between`` runs after the first); every engine tensor equals the trainer's."""
     group = ModelUpdateGroup(trainer, receivers, bucket_size_mb=0.2, transport=transport)
     try:
         for seed in (1, 2):
+            if seed == 2 and between is not None:
+                between()
             trainer.nudge(seed)
             metrics = group.update(seed, force=True)
             expected = trainer.weights()[0]
@@ -84,7 +94,8 @@ def sync_and_compare(trainer: Cluster, receivers: Cluster, transport: str = "aut
 def test_an_engine_on_the_trainers_gpu_reads_its_slots_through_cuda_ipc(tiny_model, gpus, trainer):
     receivers = start(tiny_model, gpus, InferWorker, "hf_infer", [0])
     try:
-        group = sync_and_compare(trainer, receivers)
+        # The engine offloads and reloads between the syncs: the second must reach the reloaded tensors.
+        group = sync_and_compare(trainer, receivers, between=receivers.offload_and_reload)
     finally:
         receivers.shutdown()
     assert group.routes.storage == "cuda" and group.routes.readers == (0,) and group.routes.broadcast == ()
