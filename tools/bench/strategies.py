@@ -21,7 +21,8 @@ Weight sync
     ``--transports``: "shared_memory" (a /dev/shm bucket ring read in place), "collective" (gloo broadcast) and
     "object_store" (Ray). Receivers (``--sync-receivers``): "vllm" (the engine as configured by default: on CPU
     each layer is rebuilt and its weights re-packed for oneDNN), "vllm-in-place" (``cpu_plain_linear``: tensors
-    copied into the live weights) and "mock_infer" (loads nothing: the transport alone). All channels of one
+    copied into the live weights; two engines on the node share one copy, which one of them loads),
+    "vllm-in-place-copies" (the same with a copy per engine) and "mock_infer" (loads nothing: the transport alone). All channels of one
     model, receiver kind and transport are alive together (transports one after another): each is synced once
     untimed (setup), then ``--reps`` rounds time one sync of every channel and one memcpy of the same bytes
     (``np.copyto`` into a pre-faulted buffer, in a Ray worker: Ray runs workers at nice 15, so a driver-side copy
@@ -186,6 +187,11 @@ def bench_generation(args: argparse.Namespace) -> list[dict[str, Any]]:
 RECEIVERS = {  # bench name -> (backend, strategy_config)
     "vllm": ("vllm", {"max_model_len": 256, "kv_cache_space_gb": 1}),
     "vllm-in-place": ("vllm", {"max_model_len": 256, "kv_cache_space_gb": 1, "cpu_plain_linear": True}),
+    # The same engines keeping one copy of the weights each (share_weights_on_node is on by default).
+    "vllm-in-place-copies": (
+        "vllm",
+        {"max_model_len": 256, "kv_cache_space_gb": 1, "cpu_plain_linear": True, "share_weights_on_node": False},
+    ),
     "mock_infer": ("mock_infer", {}),
 }
 PHASES = (
@@ -497,9 +503,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sync-receivers",
         nargs="+",
         default=["vllm-in-place", "vllm", "mock_infer"],
-        choices=["vllm-in-place", "vllm", "mock_infer"],
+        choices=list(RECEIVERS),
         help="receivers: vllm (the engine's default: layerwise reload + oneDNN repack on CPU), vllm-in-place "
-        "(cpu_plain_linear: one copy per tensor), mock_infer (transport only: loads nothing)",
+        "(cpu_plain_linear: one copy per tensor; engines on one node share one copy of the weights), "
+        "vllm-in-place-copies (the same, each engine with its own copy), mock_infer (transport only: loads nothing)",
     )
     p.add_argument("--no-gen", action="store_true", help="skip the generation part")
     p.add_argument("--no-sync", action="store_true", help="skip the weight-sync part")

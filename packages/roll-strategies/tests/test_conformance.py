@@ -32,6 +32,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import ray
 import torch
 
 from roll.protocol import DataProto, Dispatch, register
@@ -69,6 +70,7 @@ LOGIT_TOL = {"atol": 1e-5, "rtol": 0.0}
 # 256 KiB buckets: the ~1.7 MB model travels in ~7 buckets that cut through layers (q/k/v of a layer apart).
 # ModelUpdateGroup takes megabytes; a fraction is the only way to get several buckets out of a model this small.
 SYNC_BUCKET_MB = 0.25
+ENVS = {"OMP_NUM_THREADS": "1"}
 TRAIN_LR = 2e-2  # Adam's first step moves every weight by ~lr: enough to change greedy outputs
 
 
@@ -320,7 +322,7 @@ def clusters(model_dir, resources, tmp_path_factory) -> Iterator[SimpleNamespace
     """
     pytest.importorskip("vllm")
     tag = uuid.uuid4().hex[:6]
-    envs = {"OMP_NUM_THREADS": "1"}
+    envs = ENVS
     train_config = role_config(
         model_dir,
         "fsdp2_train",
@@ -475,6 +477,43 @@ def test_a_weight_sync_that_fails_midway_is_loud_and_the_next_one_repairs_vllm(t
         group.close()
     expected = transformers_greedy(trained_reference(trainer, tmp_path / "trained"), PROMPTS)
     assert clusters.infer.greedy(PROMPTS, STEPS) == [expected, expected]
+
+
+@pytest.mark.extra("vllm")
+def test_two_vllm_engines_sharing_one_copy_decode_the_trained_weights(clusters, resources, tmp_path):
+    """Two in-place CPU engines on one node keep one copy of the weights: one loads the sync, both then decode
+    what transformers decodes from the trained weights, a failure midway fences both, the next sync repairs both."""
+    trainer = clusters.trainers[1]
+    config = role_config(
+        clusters.export, "vllm", name=f"conf-shared-{uuid.uuid4().hex[:6]}", world_size=2, system_envs=ENVS
+    )
+    settings = {**BACKENDS["vllm"].strategy_config, "cpu_plain_linear": True, "share_weights_on_node": True}
+    config = config.model_copy(update={"strategy_args": StrategyArgs(strategy_name="vllm", strategy_config=settings)})
+    infer = Cluster(config.name, RolloutWorker, resources, config)
+    group = ModelUpdateGroup(trainer, infer, bucket_size_mb=SYNC_BUCKET_MB, transport="shared_memory")
+    try:
+        infer.initialize()
+        trainer.train(conformance_batch(seed=50))
+        sync = group.update(1, force=True)
+        assert group.routes.readers == (0,) and group.routes.shares == ((1, 0),)
+        assert sync["weight_sync/receivers"] == 2
+        expected = transformers_greedy(trained_reference(trainer, tmp_path / "first"), PROMPTS)
+        assert infer.greedy(PROMPTS, STEPS) == [expected, expected]
+
+        trainer.train(conformance_batch(seed=51))
+        trainer.fail_next_sync_at(12)
+        with pytest.raises(RollError, match="injected failure"):
+            group.update(2, force=True)
+        for worker in infer.workers:
+            with pytest.raises(RollError, match="failed midway"):
+                ray.get(worker.greedy.remote(PROMPTS, STEPS))
+        trainer.fail_next_sync_at(None)
+        group.update(3, force=True)
+        expected = transformers_greedy(trained_reference(trainer, tmp_path / "second"), PROMPTS)
+        assert infer.greedy(PROMPTS, STEPS) == [expected, expected]
+    finally:
+        group.close()
+        infer.shutdown()
 
 
 # --- d. exported folders ----------------------------------------------------------------------------------------

@@ -227,6 +227,20 @@ def test_auto_routes_same_node_receivers_through_the_ring_and_others_by_broadcas
     assert routes.writers == (0,) and not routes.local_writes
 
 
+def test_near_engines_with_one_share_key_read_the_ring_through_their_lowest_rank():
+    receivers = [cpu("a"), cpu("a"), cpu("b"), cpu("a"), cpu("a")]
+    keys = ["k", "k", "k", None, "other"]
+    routes = plan_routes([cpu("a")], receivers, "auto", writes_shards=True, share_keys=keys)
+    # Rank 2 is on another node (broadcast), 3 cannot share, 4 has another layout: only 1 follows 0.
+    assert routes.shares == ((1, 0),) and routes.readers == (0, 3, 4) and routes.broadcast == (2,)
+    assert routes.ring_readers == 4 and routes.leader_of(1) == 0 and routes.followers_of(0) == [1]
+    assert "receiver 1 shares receiver 0's weights" in routes.describe()
+    # Broadcast receivers and engines on the trainer's GPU keep their own weights.
+    assert plan_routes([cpu("a")], receivers[:2], "collective", writes_shards=True, share_keys=keys).shares == ()
+    on_gpu = plan_routes([gpu("a", "G0")], [gpu("a", "G0")] * 2, "auto", writes_shards=True, share_keys=["k", "k"])
+    assert on_gpu.shares == () and on_gpu.readers == (0, 1)
+
+
 def test_forced_transports():
     routes = plan_routes([cpu("a")], [cpu("a"), cpu("a")], "collective", writes_shards=True)
     assert routes.readers == () and routes.broadcast == (0, 1)

@@ -249,3 +249,14 @@ def test_a_moved_parameter_is_recorded_again():
     _load(cache, model, bucket := _bucket(4))
     assert model.calls == 4
     assert torch.equal(model.qkv.data[:4], bucket[0][1])
+
+
+def test_a_parameter_moved_between_the_two_recordings_starts_them_over():
+    model, cache = _Fused(), ReplayCache()
+    _load(cache, model, _bucket(0))  # first recording
+    model.qkv.data = torch.zeros(8, 4)  # moved before the second (as engines re-bound to shared weights are)
+    for seed in range(1, 5):
+        bucket = _bucket(seed)
+        _load(cache, model, bucket)
+        assert torch.equal(model.qkv.data[:4], bucket[0][1])
+    assert model.calls == 3 and cache.counts() == (1, 0)  # recorded again twice, then replayed

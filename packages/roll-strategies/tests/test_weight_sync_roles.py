@@ -2,7 +2,8 @@
 
 After each sync the receivers hold exactly the trainer's weights. Failures are injected mid-sync on the sender
 (an exception, a killed process) and on one receiver; the shared-memory segments never outlive a channel.
-vLLM as the receiver is covered by test_conformance.py.
+The receivers keep their own weights (``share_weights_on_node: false``) except in the last section, where the two
+engines share one copy. vLLM as the receiver is covered by test_conformance.py.
 """
 
 from __future__ import annotations
@@ -144,6 +145,13 @@ class InferWorker(StrategyWorker):
         return {name: p.detach().clone() for name, p in self._bare_strategy().model.state_dict().items()}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def poke(self, rank: int) -> None:
+        """Add 1 to the first weight of worker ``rank``'s engine, in place."""
+        if self.rank == rank:
+            with torch.no_grad():
+                next(self._bare_strategy().model.parameters()).add_(1.0)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def probe(self) -> str:
         """Generate with the model: raises if the last sync left it half-updated."""
         ids = torch.tensor([[5, 6, 7]])
@@ -152,18 +160,20 @@ class InferWorker(StrategyWorker):
         return "ok"
 
 
-def role(model: Path, strategy: str, world_size: int) -> StrategyWorkerConfig:
+def role(model: Path, strategy: str, world_size: int, share: bool) -> StrategyWorkerConfig:
     return StrategyWorkerConfig(
         name=f"ws-{strategy}-{uuid.uuid4().hex[:6]}",
         world_size=world_size,
         model_args=ModelArgs(model_name_or_path=str(model), dtype="float32"),
-        strategy_args=StrategyArgs(strategy_name=strategy),
+        strategy_args=StrategyArgs(
+            strategy_name=strategy, strategy_config={"share_weights_on_node": share} if strategy == "hf_infer" else {}
+        ),
         system_envs={"OMP_NUM_THREADS": "1"},
     )
 
 
-def start(model: Path, resources, worker_cls, strategy: str, world_size: int) -> Cluster:
-    config = role(model, strategy, world_size)
+def start(model: Path, resources, worker_cls, strategy: str, world_size: int, share: bool = False) -> Cluster:
+    config = role(model, strategy, world_size, share)
     cluster = Cluster(config.name, worker_cls, resources, config)
     cluster.initialize()
     return cluster
@@ -344,6 +354,90 @@ def test_shutting_roles_down_without_closing_leaves_no_segment(tiny_model, resou
     trainer.shutdown()  # killed: no close_weight_channel ever runs
     receivers.shutdown()
     assert not segments()
+
+
+# --- engines sharing one copy of the weights ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sharing(tiny_model, resources) -> Iterator[Cluster]:
+    cluster = start(tiny_model, resources, InferWorker, "hf_infer", 2, share=True)
+    yield cluster
+    cluster.shutdown()
+
+
+@pytest.mark.parametrize("transport", ["auto", "shared_memory"])
+def test_engines_on_one_node_share_one_copy_that_only_the_leader_loads(transport, trainer, sharing, tmp_path):
+    group = ModelUpdateGroup(trainer, sharing, bucket_size_mb=BUCKET_MB, transport=transport)
+    try:
+        markers = mark_loads(sharing, tmp_path)
+        for seed in (7, 8):
+            trainer.nudge(seed)
+            metrics = group.update(seed, force=True)
+            assert_synced(trainer, sharing)
+            assert not segments()  # the ring's and the shared weights' names are gone once mapped
+        assert group.routes.readers == (0,) and group.routes.shares == ((1, 0),)
+        assert Path(markers[0]).exists() and not Path(markers[1]).exists()  # the follower loaded nothing
+        nbytes = sum(t.numel() * t.element_size() for t in trainer.weights()[0].values())
+        assert metrics["weight_sync/received_bytes"] == nbytes and metrics["weight_sync/receivers"] == 2
+        # One copy: a write through the leader's engine is what the follower computes with.
+        sharing.poke(0)
+        leader, follower = sharing.weights()
+        first = next(iter(leader))
+        assert torch.equal(leader[first], follower[first]) and not torch.equal(
+            leader[first], trainer.weights()[0][first]
+        )
+        group.update(9, force=True)
+        assert_synced(trainer, sharing)
+    finally:
+        sharing.mark_loads(None)
+        group.close()
+    assert sharing.probe() == ["ok", "ok"]
+
+
+def test_the_leaders_engine_failing_midway_fences_its_follower_too(trainer, sharing):
+    group = ModelUpdateGroup(trainer, sharing, bucket_size_mb=BUCKET_MB, transport="shared_memory")
+    try:
+        group.update(0, force=True)
+        trainer.nudge(10)
+        sharing.arm(rank=0, after=2)
+        with pytest.raises(RollError, match="injected engine failure"):
+            group.update(1, force=True)
+        for rank in range(2):
+            with pytest.raises(RollError, match="failed midway"):
+                ray.get(sharing.workers[rank].probe.remote())
+        group.update(2, force=True)  # the channel is rebuilt, with a new shared copy
+        assert group.routes.shares == ((1, 0),)
+        assert sharing.probe() == ["ok", "ok"]
+        assert_synced(trainer, sharing)
+        assert not segments()
+    finally:
+        group.close()
+
+
+def test_a_failure_before_the_first_bucket_keeps_the_shared_weights_unfenced(trainer, sharing):
+    group = ModelUpdateGroup(trainer, sharing, bucket_size_mb=BUCKET_MB, transport="shared_memory")
+    try:
+        group.update(0, force=True)
+        before = sharing.weights()
+        trainer.nudge(11)
+        trainer.arm(at=0)
+        with pytest.raises(RollError, match="injected sender failure|aborted"):
+            group.update(1, force=True)
+        assert sharing.probe() == ["ok", "ok"]
+        for old, now in zip(before, sharing.weights()):
+            assert all(torch.equal(old[name], now[name]) for name in old)
+    finally:
+        group.close()
+
+
+def test_broadcast_receivers_keep_their_own_weights(trainer, sharing):
+    group = ModelUpdateGroup(trainer, sharing, bucket_size_mb=BUCKET_MB, transport="collective")
+    try:
+        trainer.nudge(12)
+        group.update(0, force=True)
+        assert group.routes.shares == () and group.routes.broadcast == (0, 1)
+        assert_synced(trainer, sharing)
+    finally:
+        group.close()
 
 
 def _capture(errors: list[BaseException], fn) -> None:

@@ -113,6 +113,16 @@ class InferenceStrategy(ABC):
         """A weight sync stopped after some ``update_weights`` calls: drop its partial state, so the next sync
         starts clean. The worker refuses to compute with this strategy until a later sync completes."""
 
+    def weight_share_key(self) -> tuple[str, int] | None:
+        """(layout key, bytes) when this engine can keep its weights in memory shared with other engines of the
+        same key on its node (:mod:`roll.strategies.weight_sync.shared_weights`); None (the default) when not."""
+        return None
+
+    def share_weights(self, path: str, offset: int, *, fill: bool) -> None:
+        """Rebind every parameter to a view of the file ``path`` (from byte ``offset``, in the order and page
+        alignment of the key's layout), first copying the current values in when ``fill``."""
+        raise StrategyError(f"{self.strategy_name} cannot share its weights with other engines")
+
 
 class TrainStrategy(InferenceStrategy):
     """A backend that also trains: optimizer steps, checkpoints, and exporting weights."""

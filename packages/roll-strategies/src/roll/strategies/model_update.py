@@ -83,7 +83,13 @@ class ModelUpdateGroup:
         mismatched = [rank for rank, (other, _) in enumerate(prepared) if other.fingerprint != plan.fingerprint]
         if mismatched:
             raise RollError(f"{self.src.name}: ranks {mismatched} list different weights than rank 0")
-        routes = plan_routes(senders, receivers, transport, writes_shards=all(shards for _, shards in prepared))
+        routes = plan_routes(
+            senders,
+            receivers,
+            transport,
+            writes_shards=all(shards for _, shards in prepared),
+            share_keys=self.dst.weight_share_key(),
+        )
         spec = self.src.execute_rank_zero("open_weight_channel", self.group, plan, routes, self.timeout_s)
         try:
             sender = self.src.attach_weight_sender(spec, blocking=False, timeout=self.timeout_s)

@@ -138,8 +138,15 @@ class StrategyWorker(Worker):
         self._weight_senders[group].seal()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
+    def weight_share_key(self) -> str | None:
+        """The key under which this engine can share one copy of its weights on its node (None: it cannot)."""
+        key = self._bare_strategy().weight_share_key()
+        return None if key is None else f"{key[0]}:{key[1]}"
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
     def attach_weight_receiver(self, spec: ChannelSpec) -> None:
-        self._weight_receivers[spec.group] = ReceiverSession(spec, self.rank, device=self._bare_strategy().device)
+        strategy = self._bare_strategy()
+        self._weight_receivers[spec.group] = ReceiverSession(spec, self.rank, device=strategy.device, strategy=strategy)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def send_weights(self, group: str) -> dict[str, Any]:

@@ -30,6 +30,13 @@ class HfInferConfig(RollModel):
         "otherwise float32 is used (float16 always becomes float32 on the CPU).",
     )
 
+    share_weights_on_node: bool = Field(
+        default=True,
+        description="On the CPU: engines of this role on one node keep one copy of the weights in shared memory "
+        "(/dev/shm); one of them loads each weight sync and the others wait for it, instead of every engine copying "
+        "every byte. Models with persistent buffers keep their own copies.",
+    )
+
     @property
     def devices_per_worker(self) -> int:
         return 1

@@ -43,6 +43,7 @@ from roll.strategies.hf._sampling import (
 )
 from roll.strategies.hf.config import HfInferConfig
 from roll.strategies.ops import accepts_logits_to_keep
+from roll.strategies.weight_sync.shared_weights import adopt_shared_weights, shared_layout
 
 __all__ = ["HfInferStrategy"]
 
@@ -294,6 +295,24 @@ class HfInferStrategy(InferenceStrategy):
                         f"{tuple(target.shape)}; the sender and this model have different architectures"
                     )
                 target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+
+    def weight_share_key(self) -> tuple[str, int] | None:
+        """On the CPU, a causal LM whose state dict is its parameters alone can share them (see the base class)."""
+        model = self.model
+        if model is None or self.device.type != "cpu" or not self.config.share_weights_on_node:
+            return None
+        if self.model_args.model_kind == "diffusion":
+            return None
+        names = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+        if any(name not in names for name in model.state_dict()):
+            return None  # a persistent buffer is loaded into each engine's own copy
+        return shared_layout(list(model.named_parameters()))
+
+    def share_weights(self, path: str, offset: int, *, fill: bool) -> None:
+        if self.weight_share_key() is None:
+            raise StrategyError("this hf_infer engine cannot share its weights (see weight_share_key)")
+        adopt_shared_weights(list(self.model.named_parameters()), path, offset, fill=fill)
+        self._targets = None
 
     def process_weights_after_loading(self) -> None:
         """Nothing is cached from old weights (no KV cache survives a call); only release freed CUDA memory."""

@@ -9,7 +9,8 @@ fused slices), with nothing to redo afterwards; from the second sync on those co
 ``load_weights`` (``_replay``).
 
 :func:`in_place_ready` checks, per engine, that every layer is in that state (unquantized, plain linear); the
-strategy falls back to the layerwise reload of ``_reload`` otherwise.
+strategy falls back to the layerwise reload of ``_reload`` otherwise. Engines in that state on one node can share
+one copy of their weights (:func:`share_layout`, :func:`share_parameters`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import torch
 
 from roll.strategies.vllm._replay import ReplayCache
+from roll.strategies.weight_sync.shared_weights import adopt_shared_weights, shared_layout
 
 __all__ = [
     "in_place_ready",
@@ -29,6 +31,8 @@ __all__ = [
     "plain_cpu_linears",
     "replay_copy_counts",
     "replay_counts",
+    "share_layout",
+    "share_parameters",
 ]
 
 _UNQUANTIZED = ("UnquantizedLinearMethod", "UnquantizedEmbeddingMethod")
@@ -73,6 +77,16 @@ def in_place_ready(worker: Any) -> list[str]:
         elif "KVCache" not in kind:  # KV-cache scales of attention are not weights a sync sends
             reasons.append(f"{name}: {kind}")
     return reasons[:8]
+
+
+def share_layout(worker: Any) -> tuple[str, int] | None:
+    """This engine's :func:`~roll.strategies.weight_sync.shared_weights.shared_layout`."""
+    return shared_layout(list(worker.model_runner.get_model().named_parameters()))
+
+
+def share_parameters(worker: Any, path: str, start: int, fill: bool) -> None:
+    """Rebind this engine's parameters to the shared file ``path`` (see ``weight_sync.shared_weights``)."""
+    adopt_shared_weights(list(worker.model_runner.get_model().named_parameters()), path, start, fill=fill)
 
 
 def parameter_names(worker: Any) -> list[str]:

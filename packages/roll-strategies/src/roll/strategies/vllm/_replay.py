@@ -145,11 +145,13 @@ class ReplayCache:
         recording = self._recordings.get(key)
         if known and recording is None:
             return load_weights(named_tensors)
-        if recording is not None and recording.confirmed:
-            if all(param.data_ptr() == address for param, address in recording.params):
-                return self._replay(recording, named_tensors)
+        if recording is not None and not all(param.data_ptr() == address for param, address in recording.params):
+            # Also between the two recordings (e.g. engines re-bound to new shared weights): compared with the old
+            # one, the new recording would differ and the layout would never replay.
             logger.info("a parameter of the engine moved since its weight-sync copies were recorded; recording again")
             recording = None
+        if recording is not None and recording.confirmed:
+            return self._replay(recording, named_tensors)
         return self._record(key, model, named_tensors, load_weights, recording)
 
     def _record(

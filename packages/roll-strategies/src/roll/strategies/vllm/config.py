@@ -69,6 +69,12 @@ class VllmConfig(RollModel):
         "(measured ~2.5x less CPU per sync than re-materializing and re-packing every layer), but decoding GEMMs "
         "run 2-5x slower at batch >= 16: worth it only when syncs, not generation, dominate a step.",
     )
+    share_weights_on_node: bool = Field(
+        default=True,
+        description="With cpu_plain_linear: engines of this role on one node keep one copy of the weights in "
+        "shared memory (/dev/shm); one of them loads each weight sync and the others wait for it, instead of every "
+        "engine copying every byte (memory and sync time of one engine instead of N).",
+    )
     load_format: str = Field(default="auto", description="'auto', 'safetensors', 'dummy' (weights come by sync)...")
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Any other vllm.LLM / EngineArgs keyword arguments."

@@ -317,6 +317,22 @@ class VllmStrategy(InferenceStrategy):
         load = _inplace.load_in_place if self._in_place else _reload.load_bucket
         self._reload_loaded.update(self._rpc(load, items))
 
+    def weight_share_key(self) -> tuple[str, int] | None:
+        """Engines of one node can share one copy of their weights when they load in place, run one worker
+        each (no tensor/pipeline parallelism) and ``share_weights_on_node`` is on."""
+        if self.llm is None or not (self._in_place and self.config.share_weights_on_node):
+            return None
+        if self.config.devices_per_worker != 1:
+            return None
+        key = self._rpc(_inplace.share_layout)
+        return None if key is None else (str(key[0]), int(key[1]))
+
+    def share_weights(self, path: str, offset: int, *, fill: bool) -> None:
+        if self.weight_share_key() is None:
+            raise StrategyError("this vllm engine cannot share its weights (see weight_share_key)")
+        self._rpc(_inplace.share_parameters, path, offset, fill)
+        self.llm.reset_prefix_cache()
+
     def abort_weight_update(self) -> None:
         """Drop what a failed sync buffered; the engine refuses to generate until a complete sync."""
         if self.llm is None or self._reload_params is None:

@@ -7,6 +7,10 @@ the engine sees ``(name, tensor)`` lists built once per channel, valid only duri
 A receiver whose engine fails midway keeps consuming the rest of the sync without loading it (so the sender and
 the other receivers finish), then fails; :class:`TornWeightsGuard` then stops the worker from computing with a
 half-updated model until a later sync completes.
+
+A receiver whose engine shares its weights with another receiver's (:mod:`.shared_weights`, ``routes.shares``)
+reads nothing: it waits for that leader to finish each sync, then finishes its own engine's reload; it is fenced
+like the leader when the leader's sync fails midway.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from roll.strategies.weight_sync.cuda_ipc import import_slots
 from roll.strategies.weight_sync.plan import slot_views
 from roll.strategies.weight_sync.ring import SharedRing, WeightSyncAborted
 from roll.strategies.weight_sync.sender import ChannelSpec
+from roll.strategies.weight_sync.shared_weights import SHARE_HEADER_BYTES, SharedWeights, SharedWeightsTorn, share_name
 
 __all__ = ["LoadTracker", "ReceiverSession", "TornWeightsGuard"]
 
@@ -30,12 +35,22 @@ logger = logging.getLogger(__name__)
 
 
 class ReceiverSession:
-    def __init__(self, spec: ChannelSpec, rank: int, *, device: torch.device) -> None:
+    def __init__(
+        self, spec: ChannelSpec, rank: int, *, device: torch.device, strategy: InferenceStrategy | None = None
+    ) -> None:
+        """Join the channel as receiver ``rank``; ``strategy`` (the engine) is needed when it shares weights."""
         self.spec, self.rank, self.device = spec, rank, device
         routes = spec.routes
         self.ring: SharedRing | None = None
         self.group: BroadcastGroup | None = None
         self.receiver: BroadcastReceiver | None = None
+        self.shared: SharedWeights | None = None
+        self.syncs = 0
+        leader = routes.leader_of(rank)
+        if leader is not None:
+            self._slots, self.views = [], []
+            self.shared = self._follow(spec, leader, strategy)
+            return
         if rank in routes.readers:
             self.reader_index = routes.readers.index(rank)
             ring = self.ring = SharedRing.attach(spec.ring)
@@ -58,7 +73,37 @@ class ReceiverSession:
             slots = receiver.slots
         self._slots = slots
         self.views = [slot_views(spec.plan, slot) for slot in slots]
-        self.syncs = 0
+        followers = routes.followers_of(rank)
+        if followers:
+            self.shared = self._lead(spec, len(followers), strategy)
+
+    def _lead(self, spec: ChannelSpec, followers: int, strategy: InferenceStrategy | None) -> SharedWeights:
+        """Put this engine's weights into a new shared segment and wait for its ``followers`` to map it."""
+        key = strategy.weight_share_key() if strategy is not None else None
+        if strategy is None or key is None:
+            raise StrategyError(f"receiver {self.rank} was made to lead shared weights but its engine cannot share")
+        shared = SharedWeights.create(share_name(spec.ring, self.rank), key[1])
+        try:
+            strategy.share_weights(str(shared.path), SHARE_HEADER_BYTES, fill=True)
+            shared.mark_ready()
+            shared.wait_attached(followers, self.spec.timeout_s)
+        except BaseException:
+            shared.close()
+            raise
+        return shared
+
+    def _follow(self, spec: ChannelSpec, leader: int, strategy: InferenceStrategy | None) -> SharedWeights:
+        """Map the segment receiver ``leader`` filled and rebind this engine's weights to it."""
+        if strategy is None:
+            raise StrategyError(f"receiver {self.rank} shares weights but was given no engine")
+        shared = SharedWeights.attach(share_name(spec.ring, leader), spec.timeout_s)
+        try:
+            strategy.share_weights(str(shared.path), SHARE_HEADER_BYTES, fill=False)
+            shared.mark_attached()
+        except BaseException:
+            shared.close()
+            raise
+        return shared
 
     def _next(self, count: int) -> tuple[int, float]:
         """The slot holding bucket ``count`` (global number) and the seconds waited for it."""
@@ -77,6 +122,42 @@ class ReceiverSession:
             self.receiver.release(slot)
 
     def receive(self, strategy: InferenceStrategy) -> dict[str, Any]:
+        if self.shared is not None and not self.shared.created:
+            return self._receive_shared(strategy)
+        sync = self.syncs
+        try:
+            metrics = self._receive(strategy)
+        except BaseException:
+            if self.shared is not None:
+                self.shared.mark_failed(sync, torn=getattr(strategy, "touched", True))
+            raise
+        if self.shared is not None:
+            self.shared.mark_done(sync)
+        return metrics
+
+    def _receive_shared(self, strategy: InferenceStrategy) -> dict[str, Any]:
+        """A follower's sync: wait for the leader to load it, then finish this engine's reload."""
+        assert self.shared is not None
+        sync, began = self.syncs, time.perf_counter()
+        self.syncs += 1
+        try:
+            waited = self.shared.wait_done(sync, self.spec.timeout_s)
+        except SharedWeightsTorn:
+            if isinstance(strategy, LoadTracker):
+                strategy.touched = True  # the weights this engine computes with are half-updated
+            raise
+        finalized = time.perf_counter()
+        strategy.process_weights_after_loading()
+        return {
+            "weight_sync/received_bytes": float(self.spec.plan.payload),  # in its engine, by the leader's load
+            "weight_sync/receive_wait_s": waited,
+            "weight_sync/finalize_s": time.perf_counter() - finalized,
+            "weight_sync/receive_s": time.perf_counter() - began,
+            "weight_sync/last_byte_at": time.time() - (time.perf_counter() - began),  # it reads no byte itself
+            "weight_sync/_buckets": [],
+        }
+
+    def _receive(self, strategy: InferenceStrategy) -> dict[str, Any]:
         plan = self.spec.plan
         first = self.syncs * len(plan.buckets)
         self.syncs += 1
@@ -142,6 +223,9 @@ class ReceiverSession:
     def close(self) -> None:
         self.views = []
         self._slots = []
+        if self.shared is not None:
+            self.shared.close()
+            self.shared = None
         if self.receiver is not None:
             self.receiver.slots = []
             self.receiver = None

@@ -1,0 +1,239 @@
+"""Engines on one node that share one copy of their weights: the leader loads each sync, the others wait for it.
+
+Two inference engines of the same model on one node (data-parallel replicas) each keep a full copy of the weights,
+and each copies every bucket of a sync into its copy: on a small machine the second receiver then costs a second
+pass over the model's bytes through the same memory bus. Engines whose strategy offers a share key
+(:meth:`InferenceStrategy.weight_share_key`, equal for the same parameter layout) can instead keep their
+parameters in one ``/dev/shm`` segment: the leader (the lowest rank of such a group, a ring reader) copies its
+weights into the segment and rebinds its parameters to views of it; the followers map the same segment and rebind
+theirs. A sync then reaches the ring readers only; a follower waits until the leader has loaded the whole sync
+and finishes its own engine's reload (e.g. drops its prefix cache).
+
+Segment: one page of control words (int64, a cache line each), then the parameters in the strategy's order, each
+at a page-aligned offset. Control: ``ready`` (the leader filled the segment), ``attached`` (followers that
+mapped it; the leader removes the name once all have), ``done`` (syncs the leader completed), ``failed``/``torn``
+(the last sync the leader failed, and whether its engine had loaded part of it). A follower of a torn sync is
+fenced like a receiver that failed midway (its weights are the leader's, half-updated); one whose leader failed
+before loading anything keeps the old weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import mmap
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from roll.strategies.base import StrategyError
+from roll.strategies.weight_sync import ring as _ring
+
+__all__ = [
+    "SHARE_HEADER_BYTES",
+    "SharedWeights",
+    "SharedWeightsTorn",
+    "adopt_shared_weights",
+    "share_name",
+    "shared_layout",
+]
+
+SHARE_HEADER_BYTES = mmap.PAGESIZE
+# Every parameter starts on a page: bucket tensors sit at page offsets that are mostly multiples of 1 KiB, so the
+# leader's copies from a slot then stay out of the 4K-aliasing band of streaming stores (see .memcopy).
+_ALIGN = 4096
+_LINE = 8
+_W_MAGIC, _W_READY, _W_ATTACHED, _W_DONE, _W_FAILED, _W_TORN, _W_LEADER_PID = range(7)
+_MAGIC = 0x524F4C4C5357  # "ROLLSW"
+_POLL_S = 2e-4
+_MAX_POLL_S = 2e-3
+
+
+def _aligned(offset: int) -> int:
+    return (offset + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def shared_layout(params: Sequence[tuple[str, torch.Tensor]]) -> tuple[str, int] | None:
+    """(layout key, bytes) of ``params`` laid out in order at page-aligned offsets; None when one of them is not
+    a contiguous CPU tensor (then the engine cannot share)."""
+    digest, offset = hashlib.sha256(), 0
+    for name, param in params:
+        if param.device.type != "cpu" or param.is_meta or not param.is_contiguous():
+            return None
+        digest.update(f"{name}|{param.dtype}|{tuple(param.shape)};".encode())
+        offset = _aligned(offset) + param.numel() * param.element_size()
+    return digest.hexdigest()[:24], _aligned(offset)
+
+
+def adopt_shared_weights(params: Sequence[tuple[str, torch.Tensor]], path: str, start: int, *, fill: bool) -> None:
+    """Rebind each parameter's ``.data`` to its view of the file ``path`` (from byte ``start``, the layout of
+    :func:`shared_layout`), copying the current values in first when ``fill``. Tied parameters are one object,
+    listed once, and stay one."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        mapping = mmap.mmap(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+    # Views through numpy keep the mapping alive for as long as any parameter holds one.
+    whole = torch.from_numpy(np.frombuffer(mapping, dtype=np.uint8))
+    offset = 0
+    with torch.no_grad():
+        for _, param in params:
+            offset = _aligned(offset)
+            nbytes = param.numel() * param.element_size()
+            view = whole[start + offset : start + offset + nbytes].view(param.dtype).view(param.shape)
+            if fill:
+                view.copy_(param.data)
+            param.data = view
+            offset += nbytes
+
+
+class SharedWeightsTorn(StrategyError):
+    """The leader's engine failed after loading part of a sync: the shared weights are half-updated."""
+
+
+def share_name(ring_name: str, leader: int) -> str:
+    """The segment of the group led by receiver ``leader`` on the channel whose ring is ``ring_name``.
+
+    It carries the ring's creator pid, so a segment left by a channel whose sender died is swept like the ring's.
+    """
+    return f"{ring_name}w{leader}"
+
+
+class SharedWeights:
+    """The control words of a shared-weights segment (the weights themselves are mapped by the engine)."""
+
+    def __init__(self, name: str, fd: int, created: bool) -> None:
+        self.name, self.created = name, created
+        try:
+            self._mmap = mmap.mmap(fd, SHARE_HEADER_BYTES)
+        finally:
+            os.close(fd)
+        self._ctrl: Any = np.frombuffer(self._mmap, dtype=np.int64, count=8 * _LINE)
+
+    @property
+    def path(self) -> Path:
+        return _ring.SHM_DIR / self.name
+
+    @classmethod
+    def create(cls, name: str, weight_bytes: int) -> SharedWeights:
+        """A new segment for ``weight_bytes`` of parameters; fails if ``/dev/shm`` lacks the room."""
+        path = _ring.SHM_DIR / name
+        free = os.statvfs(_ring.SHM_DIR).f_bavail * os.statvfs(_ring.SHM_DIR).f_frsize
+        size = SHARE_HEADER_BYTES + weight_bytes
+        if size > free:
+            raise StrategyError(
+                f"{_ring.SHM_DIR} has {free / 2**30:.1f} GiB free, the shared weights need {size / 2**30:.1f} GiB: "
+                "enlarge it, or set share_weights_on_node: false on the inference role"
+            )
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        _ring._created.add(name)
+        try:
+            os.ftruncate(fd, size)
+        except BaseException:
+            os.close(fd)
+            _ring.SharedRing._unlink_name(name)
+            raise
+        shared = cls(name, fd, created=True)
+        shared._ctrl[_W_LEADER_PID * _LINE] = os.getpid()
+        shared._ctrl[_W_FAILED * _LINE] = 0
+        shared._ctrl[_W_MAGIC * _LINE] = _MAGIC
+        return shared
+
+    @classmethod
+    def attach(cls, name: str, timeout_s: float) -> SharedWeights:
+        """Map the leader's segment once it is filled (waits up to ``timeout_s`` for it to appear and fill)."""
+        deadline = time.perf_counter() + timeout_s
+        while True:
+            with contextlib.suppress(FileNotFoundError):
+                fd = os.open(_ring.SHM_DIR / name, os.O_RDWR)
+                if os.fstat(fd).st_size >= SHARE_HEADER_BYTES:
+                    shared = cls(name, fd, created=False)
+                    if int(shared._ctrl[_W_MAGIC * _LINE]) == _MAGIC and shared.ready:
+                        return shared
+                    shared.close()
+                else:
+                    os.close(fd)
+            if time.perf_counter() >= deadline:
+                raise StrategyError(
+                    f"the engine leading shared weights {name} did not fill them within {timeout_s:.0f} s"
+                )
+            time.sleep(0.01)
+
+    # --- setup ------------------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return bool(self._ctrl[_W_READY * _LINE])
+
+    def mark_ready(self) -> None:
+        self._ctrl[_W_READY * _LINE] = 1
+
+    def mark_attached(self) -> None:
+        # Followers attach one after another only in theory; the count is advisory (the leader unlinks after a
+        # timeout in any case), so a racy increment of an aligned word is enough here.
+        self._ctrl[_W_ATTACHED * _LINE] += 1
+
+    def wait_attached(self, followers: int, timeout_s: float) -> None:
+        """Leader: wait until ``followers`` engines mapped the segment, then remove its name."""
+        deadline = time.perf_counter() + timeout_s
+        while int(self._ctrl[_W_ATTACHED * _LINE]) < followers:
+            if time.perf_counter() >= deadline:
+                raise StrategyError(
+                    f"{followers} engines were to share the weights in {self.name}; "
+                    f"{int(self._ctrl[_W_ATTACHED * _LINE])} attached within {timeout_s:.0f} s"
+                )
+            time.sleep(0.005)
+        self.unlink()
+
+    # --- syncs ------------------------------------------------------------------------------------------
+    def mark_done(self, sync: int) -> None:
+        """Leader: sync number ``sync`` (0-based, per channel) is loaded and finished."""
+        self._ctrl[_W_DONE * _LINE] = sync + 1
+
+    def mark_failed(self, sync: int, *, torn: bool) -> None:
+        """Leader: sync ``sync`` failed; ``torn`` if the engine had loaded part of it."""
+        self._ctrl[_W_TORN * _LINE] = int(torn)
+        self._ctrl[_W_FAILED * _LINE] = sync + 1
+
+    def wait_done(self, sync: int, timeout_s: float) -> float:
+        """Follower: block until the leader finished sync ``sync``; returns the seconds waited.
+
+        Raises :class:`SharedWeightsTorn` if the leader failed it after loading part of it, or if the leader's
+        process died (its progress is unknown), and :class:`StrategyError` if it failed before loading anything or
+        ``timeout_s`` passed.
+        """
+        start = time.perf_counter()
+        delay, leader = _POLL_S, int(self._ctrl[_W_LEADER_PID * _LINE])
+        next_check = start + 0.1
+        while int(self._ctrl[_W_DONE * _LINE]) < sync + 1:
+            if int(self._ctrl[_W_FAILED * _LINE]) >= sync + 1:
+                if int(self._ctrl[_W_TORN * _LINE]):
+                    raise SharedWeightsTorn(f"the engine this one shares weights with (pid {leader}) failed midway")
+                raise StrategyError(f"the engine this one shares weights with (pid {leader}) failed this sync")
+            now = time.perf_counter()
+            if now >= next_check:
+                if not _ring._alive(leader):
+                    raise SharedWeightsTorn(f"the engine this one shares weights with (pid {leader}) died")
+                next_check = now + 0.1
+            if now - start >= timeout_s:
+                raise StrategyError(f"waited {timeout_s:.0f} s for the engine sharing these weights (pid {leader})")
+            time.sleep(delay)
+            delay = min(delay * 2, _MAX_POLL_S)
+        return time.perf_counter() - start
+
+    # --- teardown ---------------------------------------------------------------------------------------
+    def unlink(self) -> None:
+        _ring.SharedRing._unlink_name(self.name)
+
+    def close(self) -> None:
+        if self.created:
+            self.unlink()
+        ctrl, self._ctrl = self._ctrl, None
+        del ctrl
+        with contextlib.suppress(BufferError):
+            self._mmap.close()
