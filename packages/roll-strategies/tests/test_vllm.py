@@ -322,6 +322,18 @@ def _engine_pid(worker) -> int:
     return os.getpid()
 
 
+def _parameter_addresses(worker) -> list[int]:
+    return [param.data_ptr() for param in worker.model_runner.get_model().parameters()]
+
+
+def test_in_place_parameters_start_on_pages(engine):
+    """Copies from bucket slots (tensors mostly at 1 KiB multiples of a page) into page-aligned parameters stay
+    clear of 4K aliasing; the layerwise engine's parameters are vLLM's own."""
+    addresses = engine._rpc(_parameter_addresses)
+    assert len(addresses) > 5
+    assert all(address % 4096 == 0 for address in addresses) == engine._in_place
+
+
 def test_the_engine_copies_weights_in_the_worker_process_so_the_worker_environment_applies(engine):
     """The engine core is not a child process: weight_sync_env()'s GLIBC_TUNABLES, given to the worker at its
     start, is what the engine's copies run under."""

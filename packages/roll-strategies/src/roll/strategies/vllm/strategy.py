@@ -133,6 +133,8 @@ class VllmStrategy(InferenceStrategy):
             self._in_place = not reasons
             if reasons:
                 logger.info("weight sync reloads layer by layer: %s", "; ".join(reasons))
+            else:
+                self._rpc(_inplace.align_parameters)
         logger.info("vLLM engine ready: %s on %s", self.model_args.model_name_or_path, self.device)
 
     def _set_engine_env(self, on_gpu: bool) -> None:

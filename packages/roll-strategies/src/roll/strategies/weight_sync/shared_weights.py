@@ -39,6 +39,8 @@ __all__ = [
     "SharedWeights",
     "SharedWeightsTorn",
     "adopt_shared_weights",
+    "page_align_parameters",
+    "rebind_parameters",
     "share_name",
     "shared_layout",
 ]
@@ -70,27 +72,42 @@ def shared_layout(params: Sequence[tuple[str, torch.Tensor]]) -> tuple[str, int]
     return digest.hexdigest()[:24], _aligned(offset)
 
 
+def rebind_parameters(params: Sequence[tuple[str, torch.Tensor]], buffer: torch.Tensor, *, fill: bool) -> None:
+    """Rebind each parameter's ``.data`` to its view of the byte tensor ``buffer`` (the layout of
+    :func:`shared_layout`, from the buffer's first byte), copying the current values in first when ``fill``. Tied
+    parameters are one object, listed once, and stay one."""
+    offset = 0
+    with torch.no_grad():
+        for _, param in params:
+            offset = _aligned(offset)
+            nbytes = param.numel() * param.element_size()
+            view = buffer[offset : offset + nbytes].view(param.dtype).view(param.shape)
+            if fill:
+                view.copy_(param.data)
+            param.data = view
+            offset += nbytes
+
+
 def adopt_shared_weights(params: Sequence[tuple[str, torch.Tensor]], path: str, start: int, *, fill: bool) -> None:
-    """Rebind each parameter's ``.data`` to its view of the file ``path`` (from byte ``start``, the layout of
-    :func:`shared_layout`), copying the current values in first when ``fill``. Tied parameters are one object,
-    listed once, and stay one."""
+    """:func:`rebind_parameters` onto the file ``path`` from byte ``start`` (a shared-weights segment)."""
     fd = os.open(path, os.O_RDWR)
     try:
         mapping = mmap.mmap(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
     # Views through numpy keep the mapping alive for as long as any parameter holds one.
-    whole = torch.from_numpy(np.frombuffer(mapping, dtype=np.uint8))
-    offset = 0
-    with torch.no_grad():
-        for _, param in params:
-            offset = _aligned(offset)
-            nbytes = param.numel() * param.element_size()
-            view = whole[start + offset : start + offset + nbytes].view(param.dtype).view(param.shape)
-            if fill:
-                view.copy_(param.data)
-            param.data = view
-            offset += nbytes
+    rebind_parameters(params, torch.from_numpy(np.frombuffer(mapping, dtype=np.uint8))[start:], fill=fill)
+
+
+def page_align_parameters(params: Sequence[tuple[str, torch.Tensor]]) -> None:
+    """Move CPU parameters into one private buffer where each starts on a page (the :func:`shared_layout`), so
+    copies into them from bucket slots stay clear of 4K aliasing; a no-op where :func:`shared_layout` is None."""
+    layout = shared_layout(params)
+    if layout is None:
+        return
+    raw = torch.empty(layout[1] + _ALIGN, dtype=torch.uint8)
+    skip = -raw.data_ptr() % _ALIGN
+    rebind_parameters(params, raw[skip : skip + layout[1]], fill=True)
 
 
 class SharedWeightsTorn(StrategyError):
