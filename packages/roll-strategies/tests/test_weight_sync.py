@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
 import time
 
 import pytest
@@ -19,6 +20,13 @@ from roll.strategies.weight_sync import Endpoint, TensorSpec, WeightSyncAborted,
 from roll.strategies.weight_sync.plan import ALIGN, slot_views, specs_of
 from roll.strategies.weight_sync.receiver import TornWeightsGuard
 from roll.strategies.weight_sync.ring import PREFIX, SHM_DIR, SharedRing, sweep_stale_segments
+from roll.strategies.weight_sync.shared_weights import (
+    SharedWeights,
+    SharedWeightsTorn,
+    adopt_shared_weights,
+    page_align_parameters,
+    shared_layout,
+)
 from roll.strategies.weight_sync.writer import GatheredWriter
 
 pytestmark = pytest.mark.skipif(not SHM_DIR.is_dir(), reason="needs /dev/shm")
@@ -280,3 +288,93 @@ def test_torn_weights_guard_refuses_compute_but_lets_weight_sync_through():
 def test_plan_specs_are_plain_data():
     spec = TensorSpec("x", torch.bfloat16, (3, 5))
     assert spec.numel == 15 and spec.nbytes == 30
+
+
+# --- shared weights (engines of one node on one copy) -------------------------------------------------------------
+def _tied_model() -> torch.nn.Module:
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 6), torch.nn.Linear(6, 10, bias=True))
+    model[1].weight = model[0].weight  # tied, as embed_tokens and lm_head are
+    return model
+
+
+def test_shared_weights_rebind_engines_to_one_page_aligned_copy(tmp_path):
+    leader, follower = _tied_model(), _tied_model()
+    values = {name: p.detach().clone() for name, p in leader.named_parameters()}
+    key = shared_layout(list(leader.named_parameters()))
+    assert key is not None and key == shared_layout(list(follower.named_parameters()))
+    assert key[1] % 4096 == 0 and key[1] >= 4096 * 2  # two parameters (the tied one listed once), each on a page
+    path = tmp_path / "segment"
+    path.write_bytes(bytes(4096 + key[1]))
+    adopt_shared_weights(list(leader.named_parameters()), str(path), 4096, fill=True)
+    adopt_shared_weights(list(follower.named_parameters()), str(path), 4096, fill=False)
+    for name, param in follower.named_parameters():
+        assert torch.equal(param, values[name]) and param.data_ptr() % 4096 == 0
+    assert follower[1].weight is follower[0].weight
+    with torch.no_grad():
+        leader[1].bias.add_(1.0)  # a load into the leader is what the follower computes with
+    assert torch.equal(follower[1].bias, values["1.bias"] + 1.0)
+    # A lone engine's parameters move to page starts with their values.
+    lone = _tied_model()
+    before = {name: p.detach().clone() for name, p in lone.named_parameters()}
+    page_align_parameters(list(lone.named_parameters()))
+    assert all(p.data_ptr() % 4096 == 0 and torch.equal(p, before[n]) for n, p in lone.named_parameters())
+
+
+def test_a_follower_waits_for_the_leader_and_stops_at_its_failures():
+    name = f"{PREFIX}test-{os.getpid()}-sw"
+    leader = SharedWeights.create(name, followers=1)
+    try:
+        leader.reserve(8192)
+        attached: list[SharedWeights] = []
+        waiting = threading.Thread(target=lambda: attached.append(SharedWeights.attach(name, timeout_s=10)))
+        waiting.start()  # the follower arrives while the leader is still filling the segment, and waits
+        time.sleep(0.3)
+        assert not attached
+        leader.mark_ready()
+        waiting.join(10)
+        follower = attached[0]
+        follower.mark_attached(0)
+        leader.wait_attached(1, timeout_s=5)
+        assert not (SHM_DIR / name).exists()  # every engine mapped it: the name is gone
+        leader.mark_done(0)
+        assert follower.wait_done(0, timeout_s=5) < 1
+        leader.mark_failed(1, torn=False)  # failed before its engine loaded anything: old weights, unfenced
+        with pytest.raises(StrategyError, match="failed this sync") as failed:
+            follower.wait_done(1, timeout_s=5)
+        assert not isinstance(failed.value, SharedWeightsTorn)
+        leader.mark_failed(2, torn=True)
+        with pytest.raises(SharedWeightsTorn, match="failed midway"):
+            follower.wait_done(2, timeout_s=5)
+        started = time.perf_counter()
+        with pytest.raises(StrategyError, match="waited"):
+            follower.wait_done(3, timeout_s=0.2)
+        assert time.perf_counter() - started < 2
+        follower.close()
+    finally:
+        leader.close()
+
+
+def test_a_failed_setup_on_either_side_stops_the_other_side_at_once():
+    name = f"{PREFIX}test-{os.getpid()}-swf"
+    leader = SharedWeights.create(name, followers=1)
+    try:
+        leader.mark_ready(ok=False)
+        started = time.perf_counter()
+        with pytest.raises(StrategyError, match="failed to fill"):
+            SharedWeights.attach(name, timeout_s=30)
+        assert time.perf_counter() - started < 2
+    finally:
+        leader.close()
+    leader = SharedWeights.create(name, followers=2)
+    try:
+        leader.mark_ready()
+        follower = SharedWeights.attach(name, timeout_s=5)
+        follower.mark_attached(1, ok=False)
+        with pytest.raises(StrategyError, match="follower 1 .* failed to attach"):
+            leader.wait_attached(2, timeout_s=30)
+        follower.close()
+    finally:
+        leader.close()
+    with pytest.raises(StrategyError, match="room|GiB"):
+        SharedWeights.create(name, followers=1).reserve(1 << 60)
+    SharedWeights(name, os.open(SHM_DIR / name, os.O_RDWR), created=True).close()

@@ -78,29 +78,37 @@ class ReceiverSession:
             self.shared = self._lead(spec, len(followers), strategy)
 
     def _lead(self, spec: ChannelSpec, followers: int, strategy: InferenceStrategy | None) -> SharedWeights:
-        """Put this engine's weights into a new shared segment and wait for its ``followers`` to map it."""
-        key = strategy.weight_share_key() if strategy is not None else None
-        if strategy is None or key is None:
-            raise StrategyError(f"receiver {self.rank} was made to lead shared weights but its engine cannot share")
-        shared = SharedWeights.create(share_name(spec.ring, self.rank), key[1])
+        """Put this engine's weights into a new shared segment and wait for its ``followers`` to re-bind to it."""
+        shared = SharedWeights.create(share_name(spec.ring, self.rank), followers)
         try:
+            key = strategy.weight_share_key() if strategy is not None else None
+            if strategy is None or key is None:
+                raise StrategyError(f"receiver {self.rank} was made to lead shared weights but its engine cannot")
+            shared.reserve(key[1])
             strategy.share_weights(str(shared.path), SHARE_HEADER_BYTES, fill=True)
             shared.mark_ready()
             shared.wait_attached(followers, self.spec.timeout_s)
         except BaseException:
-            shared.close()
+            shared.mark_ready(ok=False)
+            shared.close(unlink=False)
             raise
         return shared
 
     def _follow(self, spec: ChannelSpec, leader: int, strategy: InferenceStrategy | None) -> SharedWeights:
-        """Map the segment receiver ``leader`` filled and rebind this engine's weights to it."""
-        if strategy is None:
-            raise StrategyError(f"receiver {self.rank} shares weights but was given no engine")
-        shared = SharedWeights.attach(share_name(spec.ring, leader), spec.timeout_s)
+        """Map the segment receiver ``leader`` filled and re-bind this engine's weights to it."""
+        name, follower = share_name(spec.ring, leader), spec.routes.followers_of(leader).index(self.rank)
         try:
-            strategy.share_weights(str(shared.path), SHARE_HEADER_BYTES, fill=False)
-            shared.mark_attached()
+            shared = SharedWeights.attach(name, spec.timeout_s)
         except BaseException:
+            SharedWeights.refuse(name, follower)
+            raise
+        try:
+            if strategy is None:
+                raise StrategyError(f"receiver {self.rank} shares weights but was given no engine")
+            strategy.share_weights(str(shared.path), SHARE_HEADER_BYTES, fill=False)
+            shared.mark_attached(follower)
+        except BaseException:
+            shared.mark_attached(follower, ok=False)
             shared.close()
             raise
         return shared

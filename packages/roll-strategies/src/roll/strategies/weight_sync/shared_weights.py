@@ -9,10 +9,11 @@ weights into the segment and rebinds its parameters to views of it; the follower
 theirs. A sync then reaches the ring readers only; a follower waits until the leader has loaded the whole sync
 and finishes its own engine's reload (e.g. drops its prefix cache).
 
-Segment: one page of control words (int64, a cache line each), then the parameters in the strategy's order, each
-at a page-aligned offset. Control: ``ready`` (the leader filled the segment), ``attached`` (followers that
-mapped it; the leader removes the name once all have), ``done`` (syncs the leader completed), ``failed``/``torn``
-(the last sync the leader failed, and whether its engine had loaded part of it). A follower of a torn sync is
+Segment: one page of control words (int64), then the parameters in the strategy's order, each at a page-aligned
+offset. Control: ``state`` (the leader is filling the segment, filled it, or failed to: followers stop waiting),
+one word per follower (its pid once it re-bound its engine, -1 if it failed to; the leader removes the name once
+all have), ``done`` (syncs the leader completed), ``failed``/``torn`` (the last sync the leader failed, and
+whether its engine had loaded part of it). A follower of a torn sync is
 fenced like a receiver that failed midway (its weights are the leader's, half-updated); one whose leader failed
 before loading anything keeps the old weights.
 """
@@ -50,7 +51,10 @@ SHARE_HEADER_BYTES = mmap.PAGESIZE
 # leader's copies from a slot then stay out of the 4K-aliasing band of streaming stores (see .memcopy).
 _ALIGN = 4096
 _LINE = 8
-_W_MAGIC, _W_READY, _W_ATTACHED, _W_DONE, _W_FAILED, _W_TORN, _W_LEADER_PID = range(7)
+_W_MAGIC, _W_STATE, _W_DONE, _W_FAILED, _W_TORN, _W_LEADER_PID = range(6)  # in lines of the control page
+_READY, _FAILED = 1, -1  # _W_STATE: 0 while the leader fills the segment
+_FIRST_FOLLOWER_WORD = 8 * _LINE  # then one int64 per follower: its pid once attached, -1 if it failed to
+_MAX_FOLLOWERS = SHARE_HEADER_BYTES // 8 - _FIRST_FOLLOWER_WORD
 _MAGIC = 0x524F4C4C5357  # "ROLLSW"
 _POLL_S = 2e-4
 _MAX_POLL_S = 2e-3
@@ -123,7 +127,7 @@ def share_name(ring_name: str, leader: int) -> str:
 
 
 class SharedWeights:
-    """The control words of a shared-weights segment (the weights themselves are mapped by the engine)."""
+    """The control words of a shared-weights segment (the weights themselves are mapped by the engines)."""
 
     def __init__(self, name: str, fd: int, created: bool) -> None:
         self.name, self.created = name, created
@@ -131,78 +135,105 @@ class SharedWeights:
             self._mmap = mmap.mmap(fd, SHARE_HEADER_BYTES)
         finally:
             os.close(fd)
-        self._ctrl: Any = np.frombuffer(self._mmap, dtype=np.int64, count=8 * _LINE)
+        self._ctrl: Any = np.frombuffer(self._mmap, dtype=np.int64)
 
     @property
     def path(self) -> Path:
         return _ring.SHM_DIR / self.name
 
     @classmethod
-    def create(cls, name: str, weight_bytes: int) -> SharedWeights:
-        """A new segment for ``weight_bytes`` of parameters; fails if ``/dev/shm`` lacks the room."""
-        path = _ring.SHM_DIR / name
-        free = os.statvfs(_ring.SHM_DIR).f_bavail * os.statvfs(_ring.SHM_DIR).f_frsize
-        size = SHARE_HEADER_BYTES + weight_bytes
-        if size > free:
+    def create(cls, name: str, followers: int) -> SharedWeights:
+        """Leader: a new segment, its control page only (:meth:`reserve` sizes it); followers can open it from now."""
+        if followers > _MAX_FOLLOWERS:
             raise StrategyError(
-                f"{_ring.SHM_DIR} has {free / 2**30:.1f} GiB free, the shared weights need {size / 2**30:.1f} GiB: "
-                "enlarge it, or set share_weights_on_node: false on the inference role"
+                f"{followers + 1} engines cannot share one copy of weights (at most {_MAX_FOLLOWERS + 1})"
             )
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        fd = os.open(_ring.SHM_DIR / name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         _ring._created.add(name)
         try:
-            os.ftruncate(fd, size)
+            os.ftruncate(fd, SHARE_HEADER_BYTES)
         except BaseException:
             os.close(fd)
             _ring.SharedRing._unlink_name(name)
             raise
         shared = cls(name, fd, created=True)
         shared._ctrl[_W_LEADER_PID * _LINE] = os.getpid()
-        shared._ctrl[_W_FAILED * _LINE] = 0
         shared._ctrl[_W_MAGIC * _LINE] = _MAGIC
         return shared
 
+    def reserve(self, weight_bytes: int) -> None:
+        """Leader: grow the segment to hold ``weight_bytes`` of parameters, if ``/dev/shm`` has the room (tmpfs
+        grows a file past its free space and faults on the first write that finds none)."""
+        stat = os.statvfs(_ring.SHM_DIR)
+        free = stat.f_bavail * stat.f_frsize
+        if weight_bytes > free:
+            raise StrategyError(
+                f"{_ring.SHM_DIR} has {free / 2**30:.1f} GiB free, the shared weights need {weight_bytes / 2**30:.1f} "
+                "GiB: enlarge it, or set share_weights_on_node: false on the inference role"
+            )
+        os.truncate(self.path, SHARE_HEADER_BYTES + weight_bytes)
+
     @classmethod
     def attach(cls, name: str, timeout_s: float) -> SharedWeights:
-        """Map the leader's segment once it is filled (waits up to ``timeout_s`` for it to appear and fill)."""
+        """Follower: map the leader's segment once it is filled (waits up to ``timeout_s`` for it to appear and
+        fill; fails at once if the leader failed to fill it, within ~0.1 s if the leader's process died)."""
         deadline = time.perf_counter() + timeout_s
         while True:
             with contextlib.suppress(FileNotFoundError):
                 fd = os.open(_ring.SHM_DIR / name, os.O_RDWR)
-                if os.fstat(fd).st_size >= SHARE_HEADER_BYTES:
+                if os.fstat(fd).st_size < SHARE_HEADER_BYTES:
+                    os.close(fd)
+                else:
                     shared = cls(name, fd, created=False)
-                    if int(shared._ctrl[_W_MAGIC * _LINE]) == _MAGIC and shared.ready:
+                    magic, state, leader = (shared._word(w) for w in (_W_MAGIC, _W_STATE, _W_LEADER_PID))
+                    if magic == _MAGIC and state == _READY:
                         return shared
                     shared.close()
-                else:
-                    os.close(fd)
+                    if magic == _MAGIC and state == _FAILED:
+                        raise StrategyError(f"the engine leading shared weights {name} failed to fill them")
+                    if magic == _MAGIC and not _ring._alive(leader):
+                        raise StrategyError(f"the engine leading shared weights {name} (pid {leader}) died")
             if time.perf_counter() >= deadline:
-                raise StrategyError(
-                    f"the engine leading shared weights {name} did not fill them within {timeout_s:.0f} s"
-                )
+                raise StrategyError(f"the engine leading shared weights {name} did not fill them in {timeout_s:.0f} s")
             time.sleep(0.01)
 
+    @classmethod
+    def refuse(cls, name: str, follower: int) -> None:
+        """Follower that could not attach: tell the leader (if its segment is there), so it stops waiting."""
+        with contextlib.suppress(OSError):
+            fd = os.open(_ring.SHM_DIR / name, os.O_RDWR)
+            if os.fstat(fd).st_size < SHARE_HEADER_BYTES:
+                os.close(fd)
+                return
+            shared = cls(name, fd, created=False)
+            shared.mark_attached(follower, ok=False)
+            shared.close()
+
+    def _word(self, word: int) -> int:
+        return int(self._ctrl[word * _LINE])
+
     # --- setup ------------------------------------------------------------------------------------------
-    @property
-    def ready(self) -> bool:
-        return bool(self._ctrl[_W_READY * _LINE])
+    def mark_ready(self, ok: bool = True) -> None:
+        """Leader: the segment holds its weights (or, ``ok=False``, never will: followers stop waiting)."""
+        self._ctrl[_W_STATE * _LINE] = _READY if ok else _FAILED
 
-    def mark_ready(self) -> None:
-        self._ctrl[_W_READY * _LINE] = 1
-
-    def mark_attached(self) -> None:
-        # Followers attach one after another only in theory; the count is advisory (the leader unlinks after a
-        # timeout in any case), so a racy increment of an aligned word is enough here.
-        self._ctrl[_W_ATTACHED * _LINE] += 1
+    def mark_attached(self, follower: int, ok: bool = True) -> None:
+        """Follower number ``follower`` (0-based) re-bound its engine to the segment (or failed to)."""
+        self._ctrl[_FIRST_FOLLOWER_WORD + follower] = os.getpid() if ok else -1
 
     def wait_attached(self, followers: int, timeout_s: float) -> None:
-        """Leader: wait until ``followers`` engines mapped the segment, then remove its name."""
+        """Leader: wait until ``followers`` engines re-bound to the segment, then remove its name."""
         deadline = time.perf_counter() + timeout_s
-        while int(self._ctrl[_W_ATTACHED * _LINE]) < followers:
+        while True:
+            words = [int(w) for w in self._ctrl[_FIRST_FOLLOWER_WORD : _FIRST_FOLLOWER_WORD + followers]]
+            if -1 in words:
+                raise StrategyError(f"follower {words.index(-1)} of shared weights {self.name} failed to attach")
+            if all(words):
+                break
             if time.perf_counter() >= deadline:
                 raise StrategyError(
                     f"{followers} engines were to share the weights in {self.name}; "
-                    f"{int(self._ctrl[_W_ATTACHED * _LINE])} attached within {timeout_s:.0f} s"
+                    f"{sum(map(bool, words))} attached within {timeout_s:.0f} s"
                 )
             time.sleep(0.005)
         self.unlink()
@@ -225,11 +256,11 @@ class SharedWeights:
         ``timeout_s`` passed.
         """
         start = time.perf_counter()
-        delay, leader = _POLL_S, int(self._ctrl[_W_LEADER_PID * _LINE])
+        delay, leader = _POLL_S, self._word(_W_LEADER_PID)
         next_check = start + 0.1
-        while int(self._ctrl[_W_DONE * _LINE]) < sync + 1:
-            if int(self._ctrl[_W_FAILED * _LINE]) >= sync + 1:
-                if int(self._ctrl[_W_TORN * _LINE]):
+        while self._word(_W_DONE) < sync + 1:
+            if self._word(_W_FAILED) >= sync + 1:
+                if self._word(_W_TORN):
                     raise SharedWeightsTorn(f"the engine this one shares weights with (pid {leader}) failed midway")
                 raise StrategyError(f"the engine this one shares weights with (pid {leader}) failed this sync")
             now = time.perf_counter()
@@ -247,8 +278,11 @@ class SharedWeights:
     def unlink(self) -> None:
         _ring.SharedRing._unlink_name(self.name)
 
-    def close(self) -> None:
-        if self.created:
+    def close(self, *, unlink: bool = True) -> None:
+        """Unmap the control page; the leader also removes the name, unless ``unlink=False`` (a failed setup keeps
+        it so followers still polling for it see the failure; the process's exit or the sweep of the channel's
+        segments removes it)."""
+        if self.created and unlink:
             self.unlink()
         ctrl, self._ctrl = self._ctrl, None
         del ctrl
