@@ -375,6 +375,9 @@ def test_a_failed_setup_on_either_side_stops_the_other_side_at_once():
         follower.close()
     finally:
         leader.close()
-    with pytest.raises(StrategyError, match="room|GiB"):
-        SharedWeights.create(name, followers=1).reserve(1 << 60)
-    SharedWeights(name, os.open(SHM_DIR / name, os.O_RDWR), created=True).close()
+    leader = SharedWeights.create(name, followers=1)
+    try:
+        with pytest.raises(StrategyError, match="room|GiB"):
+            leader.reserve(1 << 60)
+    finally:
+        leader.close()

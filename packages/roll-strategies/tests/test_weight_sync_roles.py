@@ -277,7 +277,10 @@ def test_a_sender_failure_midway_fences_the_receivers_off_until_a_sync_completes
         group.close()
 
 
-def test_a_failure_before_the_first_bucket_keeps_the_old_weights(trainer, receivers):
+@pytest.mark.parametrize("engines", ["receivers", "sharing"], ids=["own_copies", "shared_copy"])
+def test_a_failure_before_the_first_bucket_keeps_the_old_weights(engines, trainer, request):
+    """Nothing reached the engines: they serve the old weights, unfenced (a shared copy's follower too)."""
+    receivers = request.getfixturevalue(engines)
     group = ModelUpdateGroup(trainer, receivers, bucket_size_mb=BUCKET_MB, transport="shared_memory")
     try:
         group.update(0, force=True)
@@ -286,7 +289,7 @@ def test_a_failure_before_the_first_bucket_keeps_the_old_weights(trainer, receiv
         trainer.arm(at=0)
         with pytest.raises(RollError, match="injected sender failure|aborted"):
             group.update(1, force=True)
-        assert receivers.probe() == ["ok", "ok"]  # nothing reached the engines: they still serve the old weights
+        assert receivers.probe() == ["ok", "ok"]
         for old, now in zip(before, receivers.weights()):
             assert all(torch.equal(old[name], now[name]) for name in old)
     finally:
@@ -409,22 +412,6 @@ def test_the_leaders_engine_failing_midway_fences_its_follower_too(trainer, shar
         assert sharing.probe() == ["ok", "ok"]
         assert_synced(trainer, sharing)
         assert not segments()
-    finally:
-        group.close()
-
-
-def test_a_failure_before_the_first_bucket_keeps_the_shared_weights_unfenced(trainer, sharing):
-    group = ModelUpdateGroup(trainer, sharing, bucket_size_mb=BUCKET_MB, transport="shared_memory")
-    try:
-        group.update(0, force=True)
-        before = sharing.weights()
-        trainer.nudge(11)
-        trainer.arm(at=0)
-        with pytest.raises(RollError, match="injected sender failure|aborted"):
-            group.update(1, force=True)
-        assert sharing.probe() == ["ok", "ok"]
-        for old, now in zip(before, sharing.weights()):
-            assert all(torch.equal(old[name], now[name]) for name in old)
     finally:
         group.close()
 

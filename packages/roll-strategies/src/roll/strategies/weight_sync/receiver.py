@@ -146,7 +146,7 @@ class ReceiverSession:
     def _receive_shared(self, strategy: InferenceStrategy) -> dict[str, Any]:
         """A follower's sync: wait for the leader to load it, then finish this engine's reload."""
         assert self.shared is not None
-        sync, began = self.syncs, time.perf_counter()
+        sync, began, started_at = self.syncs, time.perf_counter(), time.time()
         self.syncs += 1
         try:
             waited = self.shared.wait_done(sync, self.spec.timeout_s)
@@ -161,7 +161,7 @@ class ReceiverSession:
             "weight_sync/receive_wait_s": waited,
             "weight_sync/finalize_s": time.perf_counter() - finalized,
             "weight_sync/receive_s": time.perf_counter() - began,
-            "weight_sync/last_byte_at": time.time() - (time.perf_counter() - began),  # it reads no byte itself
+            "weight_sync/last_byte_at": started_at,  # it reads no byte itself
             "weight_sync/_buckets": [],
         }
 
