@@ -85,6 +85,8 @@ def test_key_changes_with_what_shapes_the_warm_up_only(tmp_path: Path):
     assert _key(tmp_path, warmup__reference="model") == base  # what the reference gets after it
     assert _key(tmp_path, max_steps=7) == base  # under a constant schedule the run's length does not matter
     assert _key(tmp_path, seed=7) == base  # the warm-up follows warmup.seed (the cached-run test checks it)
+    # RL's rate, where the warm-up has its own (the cached-run test checks a loaded entry trains at it)
+    assert _key(tmp_path, actor_train__training_args={"learning_rate": 2e-4}) == base
     cosine = {"learning_rate": 1e-4, "lr_scheduler_type": "cosine"}
     assert _key(tmp_path, actor_train__training_args=cosine) != _key(
         tmp_path, actor_train__training_args=cosine, max_steps=7
@@ -95,7 +97,8 @@ def test_key_changes_with_what_shapes_the_warm_up_only(tmp_path: Path):
         _key(tmp_path, warmup__policy_kwargs={"actions": ["Up"]}),
         _key(tmp_path, train_env_manager__tags=["Other"]),
         _key(tmp_path, train_env_manager__group_size=4),
-        _key(tmp_path, actor_train__training_args={"learning_rate": 2e-4}),
+        _key(tmp_path, actor_train__training_args={"learning_rate": 2e-4}, warmup__learning_rate=None),
+        _key(tmp_path, actor_train__training_args={"learning_rate": 1e-4, "weight_decay": 0.1}),
         _key(tmp_path, sequence_length=512),
         _key(tmp_path, warmup__seed=7),
     ]
@@ -117,6 +120,7 @@ def test_cached_warm_up_starts_rl_from_the_same_state(ray_env, tmp_path: Path, m
     entries = [p for p in (tmp_path / "cache" / "agentic-warmup").iterdir()]
     assert [p.name for p in entries] == [fresh_key := entries[0].name] and (entries[0] / "warmup.json").is_file()
     cached = run("cached")
+    faster = run("faster", actor_train__training_args={"learning_rate": 2e-4})  # loads the entry, RL at its own rate
     # a run with other RL loss settings and no cache trains the same warm-up (behaviour cloning ignores them)
     other_loss = run("other_loss", warmup__cache=False, policy_loss__loss_agg_mode="seq-mean-token-mean")
     # so does a run with another seed (the key leaves the seed out): its RL and validation differ, the warm-up not
@@ -125,7 +129,9 @@ def test_cached_warm_up_starts_rl_from_the_same_state(ray_env, tmp_path: Path, m
     assert other_seed[0]["warmup/expert_success"] == fresh[0]["warmup/expert_success"]
     assert [p.name for p in (tmp_path / "cache" / "agentic-warmup").iterdir()] == [fresh_key]
 
-    assert fresh[0]["warmup/cached"] == 0.0 and cached[0]["warmup/cached"] == 1.0
+    assert fresh[0]["warmup/cached"] == 0.0 and cached[0]["warmup/cached"] == faster[0]["warmup/cached"] == 1.0
+    assert faster[0]["val/success"] == fresh[0]["val/success"]
+    assert faster[1]["actor/lr"] == faster[2]["actor/lr"] == pytest.approx(2e-4)
     assert cached[0]["warmup/trained_s"] == pytest.approx(fresh[0]["time/warmup_s"])
     for row in (cached[0], other_loss[0]):
         assert row["warmup/nll"] == pytest.approx(fresh[0]["warmup/nll"])

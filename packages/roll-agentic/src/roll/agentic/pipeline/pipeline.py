@@ -330,6 +330,8 @@ class AgenticPipeline(BasePipeline):
         if saved is not None:
             started = time.perf_counter()
             self.actor_train.load_checkpoint(str(cache.checkpoint))
+            if self.config.warmup.learning_rate is not None:  # the key leaves RL's rate out: the entry holds another's
+                self.actor_train.set_learning_rate(self.config.actor_train.training_args.learning_rate)
             logger.info("warm-up loaded from the cache: %s", cache.folder)
             loaded = {"warmup/cached": 1.0, "warmup/trained_s": saved.get("time/warmup_s", 0.0)}
             return {**saved, **loaded, "time/warmup_s": time.perf_counter() - started}

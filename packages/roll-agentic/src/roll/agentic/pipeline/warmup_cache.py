@@ -7,9 +7,9 @@ runs whose key matches load it instead of warming up, so their RL starts from ex
 
 The key hashes everything that shapes the warm-up: the ``warmup`` section (without ``cache`` and ``reference``), the
 training env manager and its envs, ``rollout.sequence_length``, actor_train's model, training (``max_steps`` only
-under a schedule that follows it; its ``seed`` seeds the workers), strategy and batching args and world size, a
-fingerprint of the model folder's files (name, size, modification time), and the versions of torch, transformers and
-roll's packages. Not the run's ``seed``: the warm-up's episodes, sampling and mini-batches follow ``warmup.seed``, so
+under a schedule that follows it, ``learning_rate`` only without ``warmup.learning_rate``; its ``seed`` seeds the
+workers), strategy and batching args and world size, a fingerprint of the model folder's files (name, size,
+modification time), and the versions of torch, transformers and roll's packages. Not the run's ``seed``: the warm-up's episodes, sampling and mini-batches follow ``warmup.seed``, so
 runs that differ only in their seed share one warm-up. What it cannot see
 is an edit of roll's source in a development install: delete the folder (or set ``warmup.cache: false``) after
 changing the warm-up's code. Entries are written to a temporary folder and renamed into place, so a crash leaves no
@@ -59,6 +59,17 @@ def _files(model: str | None) -> list[tuple[str, int, int]] | str | None:
     return out
 
 
+def _rl_only(config: AgenticConfig) -> set[str]:
+    """actor_train's training args the warm-up does not depend on: the run's length unless the schedule follows
+    it (``max_steps`` counts RL steps too), and RL's learning rate where the warm-up has its own (a run that loads
+    the entry sets its RL rate after loading)."""
+    args = config.actor_train.training_args
+    return {
+        *(() if args.schedule_uses_max_steps else ("max_steps",)),
+        *(() if config.warmup.learning_rate is None else ("learning_rate",)),
+    }
+
+
 def warmup_key(config: AgenticConfig) -> str:
     """The cache key of ``config``'s warm-up (see the module docstring for what it covers)."""
     manager = config.train_env_manager
@@ -72,10 +83,7 @@ def warmup_key(config: AgenticConfig) -> str:
         "actor_train": {
             "world_size": role.world_size,
             "model_args": role.model_args.model_dump(mode="json"),
-            # the run's length only where the schedule follows it (max_steps counts RL steps too)
-            "training_args": role.training_args.model_dump(
-                mode="json", exclude=None if role.training_args.schedule_uses_max_steps else {"max_steps"}
-            ),
+            "training_args": role.training_args.model_dump(mode="json", exclude=_rl_only(config) or None),
             "strategy_args": None if role.strategy_args is None else role.strategy_args.model_dump(mode="json"),
             "batching": role.batching.model_dump(mode="json"),
         },
