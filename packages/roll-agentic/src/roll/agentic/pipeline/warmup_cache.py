@@ -9,12 +9,12 @@ The key hashes everything that shapes the warm-up: the ``warmup`` section (witho
 training env manager and its envs, ``rollout.sequence_length``, actor_train's model, training (``max_steps`` only
 under a schedule that follows it, ``learning_rate`` only without ``warmup.learning_rate``; its ``seed`` seeds the
 workers), strategy and batching args and world size, a fingerprint of the model folder's files (name, size,
-modification time), and the versions of torch, transformers and roll's packages. Not the run's ``seed``: the warm-up's episodes, sampling and mini-batches follow ``warmup.seed``, so
-runs that differ only in their seed share one warm-up. What it cannot see
-is an edit of roll's source in a development install: delete the folder (or set ``warmup.cache: false``) after
-changing the warm-up's code. Entries are written to a temporary folder and renamed into place, so a crash leaves no
-half-written entry; on a multi-node cluster the cache directory must be on a shared filesystem (as for ``recipe://``
-models).
+modification time), and the versions of torch, transformers and roll's packages. Not the run's ``seed``: the
+warm-up's episodes, sampling and mini-batches follow ``warmup.seed``, so runs that differ only in their seed share
+one warm-up. What it cannot see is an edit of roll's source in a development install: delete the folder (or set
+``warmup.cache: false``) after changing the warm-up's code. Entries are written to a temporary folder and renamed
+into place, so a crash leaves no half-written entry; on a multi-node cluster the cache directory must be on a shared
+filesystem (as for ``recipe://`` models).
 """
 
 from __future__ import annotations
