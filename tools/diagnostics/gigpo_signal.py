@@ -25,6 +25,15 @@ from roll.strategies.testing import default_corpus, make_tokenizer
 from tools.diagnostics.frozenlake_moves import grade, moves
 
 
+def _kind(text: str) -> str:
+    """A step-wise row's move: "optimal", "other", or "unparsed" (no answer, not one of the four moves, or no board)."""
+    pairs = moves(text)
+    graded = grade(pairs[-1][0]) if pairs else None
+    if graded is None or pairs[-1][1] not in graded:
+        return "unparsed"
+    return "optimal" if graded[pairs[-1][1]][0] else "other"
+
+
 def advantage_by_move(recipe: str, noise: float, steps: int) -> dict[str, tuple[int, float]]:
     """{"optimal" | "other" | "unparsed": (rows, mean advantage per response token)} over ``steps`` batches."""
     data = recipe_data(recipe)
@@ -50,11 +59,7 @@ def advantage_by_move(recipe: str, noise: float, steps: int) -> dict[str, tuple[
             advantage = (batch.batch["advantages"] * mask).sum(-1) / mask.sum(-1).clamp_min(1)
             texts = tokenizer.batch_decode(batch.batch["input_ids"], skip_special_tokens=True)
             for row, text in enumerate(texts):
-                pair = moves(text)
-                graded = grade(pair[-1][0]) if pair else None
-                kind = "unparsed" if not pair or graded is None or pair[-1][1] not in graded else None
-                kind = kind or ("optimal" if graded[pair[-1][1]][0] else "other")  # type: ignore[index]
-                found[kind].append(float(advantage[row]))
+                found[_kind(text)].append(float(advantage[row]))
     finally:
         scheduler.close()
     return {kind: (len(values), sum(values) / len(values)) for kind, values in sorted(found.items())}
