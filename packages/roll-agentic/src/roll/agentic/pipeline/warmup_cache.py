@@ -63,11 +63,12 @@ def _rl_only(config: AgenticConfig) -> set[str]:
     """actor_train's training args the warm-up does not depend on: the run's length unless the schedule follows
     it (``max_steps`` counts RL steps too), and RL's learning rate where the warm-up has its own (a run that loads
     the entry sets its RL rate after loading)."""
-    args = config.actor_train.training_args
-    return {
-        *(() if args.schedule_uses_max_steps else ("max_steps",)),
-        *(() if config.warmup.learning_rate is None else ("learning_rate",)),
-    }
+    left_out = set()
+    if not config.actor_train.training_args.schedule_uses_max_steps:
+        left_out.add("max_steps")
+    if config.warmup.learning_rate is not None:
+        left_out.add("learning_rate")
+    return left_out
 
 
 def warmup_key(config: AgenticConfig) -> str:
@@ -83,7 +84,7 @@ def warmup_key(config: AgenticConfig) -> str:
         "actor_train": {
             "world_size": role.world_size,
             "model_args": role.model_args.model_dump(mode="json"),
-            "training_args": role.training_args.model_dump(mode="json", exclude=_rl_only(config) or None),
+            "training_args": role.training_args.model_dump(mode="json", exclude=_rl_only(config)),
             "strategy_args": None if role.strategy_args is None else role.strategy_args.model_dump(mode="json"),
             "batching": role.batching.model_dump(mode="json"),
         },
