@@ -8,7 +8,9 @@ import torch
 
 from roll.agentic.pipeline import AgenticConfig, adjust_batch
 from roll.agentic.pipeline.advantage import compute_agentic_targets, turn_rewards_to_tokens
+from roll.agentic.pipeline.workers import AgenticActorSettings, agentic_actor_loss
 from roll.protocol import DataProto
+from roll.strategies import LossScale
 
 ROLE = {"model_name_or_path": "/models/tiny"}
 
@@ -135,3 +137,40 @@ def test_train_infer_segment_filter_drops_turns_from_the_loss():
     # turn means of old - infer: row 0: 0.05 (kept), 0.5 (exp 1.65: dropped); row 1: 0.0 (kept)
     assert batch.batch["response_mask"].tolist() == [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]]
     assert metrics["actor/train_infer_masked_tokens"] == 2 and metrics["actor/train_infer_masked_sequences"] == 0
+
+
+def test_equal_episode_weights_give_every_step_wise_episode_the_same_share_of_the_loss():
+    # episode A has three turns, B one: unweighted, A's rows are 3/4 of the loss; weighted, each episode is half
+    batch = _batch(
+        [[1, 1], [1, 0], [1, 1], [1, 1]],
+        [0.0, 0.0, 0.0, 1.0],
+        traj_group_id=["g"] * 4,
+        traj_id=["A", "A", "A", "B"],
+        step=[0, 1, 2, 0],
+        state_hash=["s0", "s1", "s2", "s0"],
+        episode_scores=[0.0, 0.0, 0.0, 1.0],
+    )
+    config = _config(
+        "step",
+        adv_estimator="gigpo",
+        policy_loss={"loss_agg_mode": "seq-mean-token-mean", "equal_episode_weights": True},
+    )
+    metrics = compute_agentic_targets(batch, config)
+    weights = batch.batch["is_weights"]
+    assert weights.shape == batch.batch["response_mask"].shape
+    # rows / (episodes * the episode's rows): A's rows 4 / (2 * 3), B's row 4 / (2 * 1)
+    assert torch.allclose(weights[:, 0], torch.tensor([2 / 3, 2 / 3, 2 / 3, 2.0]))
+    assert metrics["advantage/episode_weight_max"] == pytest.approx(2.0)
+    # on-policy, the actor's loss is minus the episode-mean of each episode's row-mean of token-mean advantages
+    logits = torch.randn(4, 3, 5, requires_grad=True)
+    scale = LossScale(num_tokens=int(batch.batch["response_mask"].sum()), num_seqs=len(batch))
+    settings = AgenticActorSettings(loss_agg_mode="seq-mean-token-mean")
+    loss, _ = agentic_actor_loss(settings, batch, logits, scale, on_policy=True)
+    mask = batch.batch["response_mask"].float()
+    row = (batch.batch["advantages"] * mask).sum(-1) / mask.sum(-1)
+    assert loss.item() == pytest.approx(-(float(row[:3].mean()) + float(row[3])) / 2, abs=1e-6)
+    # off (the default): no weights are written, every row weighs as loss_agg_mode says
+    plain = _batch([[1]] * 2, [0.0, 1.0], traj_group_id=["g"] * 2, traj_id=["A", "B"], step=[0, 0],
+                   state_hash=["s", "s"], episode_scores=[0.0, 1.0])  # fmt: skip
+    compute_agentic_targets(plain, _config("step", adv_estimator="gigpo"))
+    assert "is_weights" not in plain.batch.keys()

@@ -39,7 +39,7 @@ from roll.pipelines.algorithms.train_infer import train_infer_filter_mask
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
 
-__all__ = ["compute_agentic_targets", "turn_rewards_to_tokens"]
+__all__ = ["compute_agentic_targets", "episode_weights", "turn_rewards_to_tokens"]
 
 
 def _column(batch: DataProto, name: str) -> list[Any]:
@@ -124,6 +124,14 @@ def _clip(rewards: torch.Tensor, advantage: AgenticAdvantageSection, metrics: di
     return clip_rewards(rewards, bound)
 
 
+def episode_weights(batch: DataProto) -> torch.Tensor:
+    """(batch,) weights under which every episode (``traj_id``) weighs the same: rows / (episodes * its rows), so a
+    row of an episode with n rows gets 1/n of the episode's share and the weights average to 1."""
+    episodes = labels_to_index(_column(batch, "traj_id"))
+    rows_per_episode = torch.bincount(episodes).float()
+    return len(episodes) / (len(rows_per_episode) * rows_per_episode[episodes])
+
+
 def compute_agentic_targets(batch: DataProto, config: AgenticConfig) -> dict[str, float]:
     """Fill ``token_level_rewards``, ``advantages`` and ``returns`` of ``batch`` in place; returns metrics."""
     data = batch.batch
@@ -155,6 +163,10 @@ def compute_agentic_targets(batch: DataProto, config: AgenticConfig) -> dict[str
     data["token_level_rewards"] = token_rewards
     data["advantages"] = advantages * mask
     data["returns"] = returns
+    if config.policy_loss.equal_episode_weights:  # read by the actor's policy-gradient term, with its other weights
+        weights = episode_weights(batch).unsqueeze(-1).expand_as(mask)
+        data["is_weights"] = weights * data["is_weights"] if "is_weights" in data.keys() else weights.contiguous()
+        metrics["advantage/episode_weight_max"] = float(weights.max()) if weights.numel() else 0.0
     rules = config.correction.filter_rules
     if rules:  # ROLL: after the advantages, on the loss mask only
         keep, filter_metrics = train_infer_filter_mask(data["old_log_probs"], data["rollout_log_probs"], mask, rules)

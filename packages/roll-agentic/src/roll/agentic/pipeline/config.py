@@ -172,6 +172,12 @@ class AgenticPolicyLossSection(RollModel):
         "token-mean"
     )
     entropy_coef: float = Field(default=0.0, ge=0)
+    equal_episode_weights: bool = Field(
+        default=False,
+        description="Every episode weighs the same in the policy-gradient term, however many rows it has: each row "
+        "of an episode with n rows is weighted rows / (episodes * n). For step-wise rows (one per turn), where long "
+        "episodes would otherwise weigh more; trajectory-wise rows are one per episode and keep weight 1.",
+    )
 
 
 class KLSection(RollModel):
