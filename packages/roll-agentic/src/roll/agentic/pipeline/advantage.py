@@ -163,10 +163,10 @@ def compute_agentic_targets(batch: DataProto, config: AgenticConfig) -> dict[str
     data["token_level_rewards"] = token_rewards
     data["advantages"] = advantages * mask
     data["returns"] = returns
-    if config.policy_loss.equal_episode_weights:  # read by the actor's policy-gradient term, with its other weights
-        weights = episode_weights(batch).unsqueeze(-1).expand_as(mask)
-        data["is_weights"] = weights * data["is_weights"] if "is_weights" in data.keys() else weights.contiguous()
-        metrics["advantage/episode_weight_max"] = float(weights.max()) if weights.numel() else 0.0
+    if config.policy_loss.equal_episode_weights:  # per-token weights of the actor's policy-gradient term
+        weights = episode_weights(batch)
+        data["is_weights"] = weights.unsqueeze(-1).expand_as(mask).contiguous()
+        metrics["advantage/episode_weight_max"] = float(weights.max())
     rules = config.correction.filter_rules
     if rules:  # ROLL: after the advantages, on the loss mask only
         keep, filter_metrics = train_infer_filter_mask(data["old_log_probs"], data["rollout_log_probs"], mask, rules)
