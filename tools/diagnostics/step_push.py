@@ -1,0 +1,103 @@
+"""How hard does a step-wise FrozenLake run's update push toward optimal moves, under row weights and under equal
+episode weights? Reads a run's dumped training rows (``rollout.dump=true``), scores them with the run's own
+advantage settings (`compute_agentic_targets` on its config.yaml) and grades every move with the planner.
+
+Usage: python -m tools.diagnostics.step_push RUN_DIR [FIRST LAST]   (RL steps, default 1-60)
+
+Printed per weighting, averaged over the steps:
+  push: sum over rows of w * A * (optimal - the optimal share of the row's state group), divided by sum of w: the
+        part of the update that moves probability toward optimal moves within a state (0: none);
+  mean A: sum of w * A / sum of w (above 0: sampled moves are raised on balance, which sharpens the policy);
+  mean |A|: sum of w * |A| / sum of w.
+State groups are GiGPO's: (episode group, state hash). Used in docs/results/agentic.md, 36.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+import yaml
+
+from roll.agentic.pipeline import AgenticConfig
+from roll.agentic.pipeline.advantage import compute_agentic_targets, episode_weights
+from roll.protocol import DataProto
+from tools.diagnostics.frozenlake_moves import grade, moves
+
+COLUMNS = ("traj_id", "step", "state_hash", "episode_scores")
+
+
+def _config(run: Path) -> AgenticConfig:
+    data = yaml.safe_load((run / "config.yaml").read_text())
+    for role in ("actor_train", "actor_infer", "reference", "critic"):
+        if data.get(role):
+            data[role]["model_args"]["model_name_or_path"] = "/models/tiny"  # never loaded
+    return AgenticConfig.model_validate(data)
+
+
+def _optimal(row: dict) -> bool:
+    pairs = moves(row["prompt"] + row["response"])
+    graded = grade(pairs[-1][0]) if pairs else None
+    return graded is not None and pairs[-1][1] in graded and graded[pairs[-1][1]][0]
+
+
+def _batch(rows: list[dict]) -> DataProto:
+    columns = {name: [row[name] for row in rows] for name in COLUMNS}
+    columns["traj_group_id"] = [row["traj_id"].rsplit("_", 1)[0] for row in rows]
+    tensors = {
+        "response_mask": torch.ones(len(rows), 1, dtype=torch.long),
+        "scores": torch.tensor([r["score"] for r in rows]),
+    }
+    tensors["responses"] = torch.zeros(len(rows), 1, dtype=torch.long)
+    return DataProto.from_dict(tensors, columns)
+
+
+def step_push(run: Path, first: int, last: int) -> dict[str, dict[str, float]]:
+    """{"row weights" | "equal episode weights": {"push", "mean A", "mean |A|"}} averaged over the steps."""
+    config = _config(run)
+    if config.layout != "step":
+        raise SystemExit(f"{run}: a step-wise run is needed (one row per move); its layout is {config.layout}")
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    steps = 0
+    for step in range(first, last + 1):
+        path = run / "rollouts" / f"step-{step:06d}.jsonl"
+        if not path.exists():
+            continue
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        batch = _batch(rows)
+        compute_agentic_targets(batch, config)
+        advantage = batch.batch["advantages"][:, 0]
+        optimal = torch.tensor([float(_optimal(row)) for row in rows])
+        groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for index, row in enumerate(rows):
+            groups[(batch.non_tensor_batch["traj_group_id"][index], row["state_hash"])].append(index)
+        share = torch.empty(len(rows))
+        for members in groups.values():
+            share[members] = optimal[members].mean()
+        for name, weights in (
+            ("row weights", torch.ones(len(rows))),
+            ("equal episode weights", episode_weights(batch)),
+        ):
+            total = weights.sum()
+            totals[name]["push"] += float((weights * advantage * (optimal - share)).sum() / total)
+            totals[name]["mean A"] += float((weights * advantage).sum() / total)
+            totals[name]["mean |A|"] += float((weights * advantage.abs()).sum() / total)
+        steps += 1
+    if not steps:
+        raise SystemExit(f"{run}/rollouts has no step-wise dumps for steps {first}-{last} (run with rollout.dump=true)")
+    return {name: {key: value / steps for key, value in found.items()} for name, found in totals.items()}
+
+
+def main() -> None:
+    run = Path(sys.argv[1])
+    first, last = (int(sys.argv[2]), int(sys.argv[3])) if len(sys.argv) > 3 else (1, 60)
+    print(f"{run}, RL steps {first}-{last}")
+    for name, found in step_push(run, first, last).items():
+        print(f"  {name:22s} " + "  ".join(f"{key} {value:+.4f}" for key, value in found.items()))
+
+
+if __name__ == "__main__":
+    main()
