@@ -38,6 +38,8 @@ def _run(tmp_path: Path, recipe: str) -> Path:
         _row("1", 0, START, "Right", 0.0, 0.0),
     ]
     (tmp_path / "rollouts" / "step-000001.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    episodes = [{"traj_id": f"FrozenLake_0_0_7_{traj}", "traj_group_id": "FrozenLake_0_0_7"} for traj in "01"]
+    (tmp_path / "rollouts" / "step-000001-episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
     return tmp_path
 
 

@@ -60,6 +60,16 @@ def moves(text: str) -> list[tuple[list[str], str]]:
     return pairs
 
 
+def move_kind(text: str) -> str:
+    """The last move of a row's text: "optimal", "other", or "unparsed" (no answer, not one of the four moves, or no
+    board)."""
+    pairs = moves(text)
+    graded = grade(pairs[-1][0]) if pairs else None
+    if graded is None or pairs[-1][1] not in graded:
+        return "unparsed"
+    return "optimal" if graded[pairs[-1][1]][0] else "other"
+
+
 def report(path: Path) -> dict[str, float]:
     graded = optimal = hole = bad = 0
     random_optimal = random_hole = 0.0

@@ -6,7 +6,7 @@ Usage: python -m tools.diagnostics.gigpo_signal [RECIPE] [NOISE] [STEPS]
   RECIPE: a step-wise FrozenLake recipe (default agentic-frozenlake-gigpo-tiny); NOISE: the planner's random-move
   probability (default 0.3); STEPS: rollout batches of the recipe's size to average over (default 10).
 No model runs: the advantages are the recipe's (`compute_agentic_targets`), the moves a noisy planner's, graded with
-:func:`tools.diagnostics.frozenlake_moves.grade`. Used in docs/results/agentic.md, 32b.
+:func:`tools.diagnostics.frozenlake_moves.move_kind`. Used in docs/results/agentic.md, 32b.
 """
 
 from __future__ import annotations
@@ -22,16 +22,7 @@ from roll.agentic.scheduler import RolloutScheduler
 from roll.pipelines.recipes import recipe_data
 from roll.strategies import GenerationConfig
 from roll.strategies.testing import default_corpus, make_tokenizer
-from tools.diagnostics.frozenlake_moves import grade, moves
-
-
-def _kind(text: str) -> str:
-    """A step-wise row's move: "optimal", "other", or "unparsed" (no answer, not one of the four moves, or no board)."""
-    pairs = moves(text)
-    graded = grade(pairs[-1][0]) if pairs else None
-    if graded is None or pairs[-1][1] not in graded:
-        return "unparsed"
-    return "optimal" if graded[pairs[-1][1]][0] else "other"
+from tools.diagnostics.frozenlake_moves import move_kind
 
 
 def advantage_by_move(recipe: str, noise: float, steps: int) -> dict[str, tuple[int, float]]:
@@ -59,7 +50,7 @@ def advantage_by_move(recipe: str, noise: float, steps: int) -> dict[str, tuple[
             advantage = (batch.batch["advantages"] * mask).sum(-1) / mask.sum(-1).clamp_min(1)
             texts = tokenizer.batch_decode(batch.batch["input_ids"], skip_special_tokens=True)
             for row, text in enumerate(texts):
-                found[_kind(text)].append(float(advantage[row]))
+                found[move_kind(text)].append(float(advantage[row]))
     finally:
         scheduler.close()
     return {kind: (len(values), sum(values) / len(values)) for kind, values in sorted(found.items())}

@@ -25,9 +25,10 @@ import yaml
 from roll.agentic.pipeline import AgenticConfig
 from roll.agentic.pipeline.advantage import compute_agentic_targets, episode_weights
 from roll.protocol import DataProto
-from tools.diagnostics.frozenlake_moves import grade, moves
+from tools.diagnostics.frozenlake_moves import move_kind
 
 COLUMNS = ("traj_id", "step", "state_hash", "episode_scores")
+WEIGHTINGS = ("row weights", "equal episode weights")
 
 
 def _config(run: Path) -> AgenticConfig:
@@ -38,21 +39,42 @@ def _config(run: Path) -> AgenticConfig:
     return AgenticConfig.model_validate(data)
 
 
-def _optimal(row: dict) -> bool:
-    pairs = moves(row["prompt"] + row["response"])
-    graded = grade(pairs[-1][0]) if pairs else None
-    return graded is not None and pairs[-1][1] in graded and graded[pairs[-1][1]][0]
+def _read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def _batch(rows: list[dict]) -> DataProto:
+def _batch(rows: list[dict], groups: dict[str, str]) -> DataProto:
+    """The rows as the advantage needs them; ``groups``: each episode's ``traj_group_id`` (from the episodes file)."""
     columns = {name: [row[name] for row in rows] for name in COLUMNS}
-    columns["traj_group_id"] = [row["traj_id"].rsplit("_", 1)[0] for row in rows]
+    columns["traj_group_id"] = [groups[row["traj_id"]] for row in rows]
     tensors = {
         "response_mask": torch.ones(len(rows), 1, dtype=torch.long),
-        "scores": torch.tensor([r["score"] for r in rows]),
+        "responses": torch.zeros(len(rows), 1, dtype=torch.long),
+        "scores": torch.tensor([row["score"] for row in rows]),
     }
-    tensors["responses"] = torch.zeros(len(rows), 1, dtype=torch.long)
     return DataProto.from_dict(tensors, columns)
+
+
+def _one_step(rows: list[dict], groups: dict[str, str], config: AgenticConfig) -> dict[str, dict[str, float]]:
+    batch = _batch(rows, groups)
+    compute_agentic_targets(batch, config)
+    advantage = batch.batch["advantages"][:, 0]
+    optimal = torch.tensor([float(move_kind(row["prompt"] + row["response"]) == "optimal") for row in rows])
+    states: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for index, row in enumerate(rows):
+        states[(groups[row["traj_id"]], row["state_hash"])].append(index)
+    share = torch.empty(len(rows))  # the optimal share of each row's state group
+    for members in states.values():
+        share[members] = optimal[members].mean()
+    found = {}
+    for name, weights in zip(WEIGHTINGS, (torch.ones(len(rows)), episode_weights(batch))):
+        total = weights.sum()
+        found[name] = {
+            "push": float((weights * advantage * (optimal - share)).sum() / total),
+            "mean A": float((weights * advantage).sum() / total),
+            "mean |A|": float((weights * advantage.abs()).sum() / total),
+        }
+    return found
 
 
 def step_push(run: Path, first: int, last: int) -> dict[str, dict[str, float]]:
@@ -60,35 +82,19 @@ def step_push(run: Path, first: int, last: int) -> dict[str, dict[str, float]]:
     config = _config(run)
     if config.layout != "step":
         raise SystemExit(f"{run}: a step-wise run is needed (one row per move); its layout is {config.layout}")
-    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    steps = 0
+    per_step = []
     for step in range(first, last + 1):
         path = run / "rollouts" / f"step-{step:06d}.jsonl"
-        if not path.exists():
-            continue
-        rows = [json.loads(line) for line in path.read_text().splitlines()]
-        batch = _batch(rows)
-        compute_agentic_targets(batch, config)
-        advantage = batch.batch["advantages"][:, 0]
-        optimal = torch.tensor([float(_optimal(row)) for row in rows])
-        groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-        for index, row in enumerate(rows):
-            groups[(batch.non_tensor_batch["traj_group_id"][index], row["state_hash"])].append(index)
-        share = torch.empty(len(rows))
-        for members in groups.values():
-            share[members] = optimal[members].mean()
-        for name, weights in (
-            ("row weights", torch.ones(len(rows))),
-            ("equal episode weights", episode_weights(batch)),
-        ):
-            total = weights.sum()
-            totals[name]["push"] += float((weights * advantage * (optimal - share)).sum() / total)
-            totals[name]["mean A"] += float((weights * advantage).sum() / total)
-            totals[name]["mean |A|"] += float((weights * advantage.abs()).sum() / total)
-        steps += 1
-    if not steps:
+        if path.exists():
+            episodes = _read(path.with_name(f"step-{step:06d}-episodes.jsonl"))
+            groups = {episode["traj_id"]: episode["traj_group_id"] for episode in episodes}
+            per_step.append(_one_step(_read(path), groups, config))
+    if not per_step:
         raise SystemExit(f"{run}/rollouts has no step-wise dumps for steps {first}-{last} (run with rollout.dump=true)")
-    return {name: {key: value / steps for key, value in found.items()} for name, found in totals.items()}
+    return {
+        name: {key: sum(found[name][key] for found in per_step) / len(per_step) for key in per_step[0][name]}
+        for name in WEIGHTINGS
+    }
 
 
 def main() -> None:
