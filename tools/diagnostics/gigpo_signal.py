@@ -19,7 +19,7 @@ from roll.agentic.pipeline.advantage import compute_agentic_targets
 from roll.agentic.policy import MockPolicyClient
 from roll.agentic.policy.expert import FrozenLakeExpert
 from roll.agentic.scheduler import RolloutScheduler
-from roll.pipelines.recipes import recipe_data
+from roll.pipelines.config import load_config
 from roll.strategies import GenerationConfig
 from roll.strategies.testing import default_corpus, make_tokenizer
 from tools.diagnostics.frozenlake_moves import move_kind
@@ -27,12 +27,9 @@ from tools.diagnostics.frozenlake_moves import move_kind
 
 def advantage_by_move(recipe: str, noise: float, steps: int) -> dict[str, tuple[int, float]]:
     """{"optimal" | "other" | "unparsed": (rows, mean advantage per response token)} over ``steps`` batches."""
-    data = recipe_data(recipe)
-    for role in ("actor_train", "actor_infer"):
-        data[role]["model_args"]["model_name_or_path"] = "/models/tiny"  # never loaded
-    config = AgenticConfig.model_validate(data)
-    if config.layout != "step":
-        raise SystemExit(f"{recipe}: a step-wise recipe is needed (one row per move); its layout is {config.layout}")
+    config = load_config(recipe)
+    if not isinstance(config, AgenticConfig) or config.layout != "step":
+        raise SystemExit(f"{recipe}: a step-wise agentic recipe is needed (env_manager_cls step: one row per move)")
     tokenizer = make_tokenizer(default_corpus(0, 400) + ["<answer>Up</answer> <answer>Left</answer>"] * 50, 512)
     client = MockPolicyClient(tokenizer, FrozenLakeExpert(noise=noise), seed=1)
     scheduler = RolloutScheduler.local(

@@ -20,23 +20,15 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-import yaml
 
 from roll.agentic.pipeline import AgenticConfig
 from roll.agentic.pipeline.advantage import compute_agentic_targets, episode_weights
+from roll.pipelines.config import load_config
 from roll.protocol import DataProto
 from tools.diagnostics.frozenlake_moves import move_kind
 
 COLUMNS = ("traj_id", "step", "state_hash", "episode_scores")
 WEIGHTINGS = ("row weights", "equal episode weights")
-
-
-def _config(run: Path) -> AgenticConfig:
-    data = yaml.safe_load((run / "config.yaml").read_text())
-    for role in ("actor_train", "actor_infer", "reference", "critic"):
-        if data.get(role):
-            data[role]["model_args"]["model_name_or_path"] = "/models/tiny"  # never loaded
-    return AgenticConfig.model_validate(data)
 
 
 def _read(path: Path) -> list[dict]:
@@ -79,9 +71,9 @@ def _one_step(rows: list[dict], groups: dict[str, str], config: AgenticConfig) -
 
 def step_push(run: Path, first: int, last: int) -> dict[str, dict[str, float]]:
     """{"row weights" | "equal episode weights": {"push", "mean A", "mean |A|"}} averaged over the steps."""
-    config = _config(run)
-    if config.layout != "step":
-        raise SystemExit(f"{run}: a step-wise run is needed (one row per move); its layout is {config.layout}")
+    config = load_config(run / "config.yaml")  # the run's own settings, as it saved them
+    if not isinstance(config, AgenticConfig) or config.layout != "step":
+        raise SystemExit(f"{run}: a step-wise agentic run is needed (env_manager_cls step: one row per move)")
     per_step = []
     for step in range(first, last + 1):
         path = run / "rollouts" / f"step-{step:06d}.jsonl"
