@@ -7,8 +7,9 @@ Usage: python -m tools.diagnostics.frozenlake_moves ROLLOUT_FILE [ROLLOUT_FILE .
 
 Each answer is paired with the last grid shown before it. A move is *optimal* when it lowers the hole-free distance
 to the goal by one (it is on some shortest path); *into a hole* when it steps onto a hole. Printed per file: the
-moves graded, the share optimal, the share into a hole, unparsable answers, and the same two shares for a uniform
-random mover and for a planner with ``noise`` 0.5 (half planner, half random: what the recipes' warm-ups cloned until
+moves graded, the share optimal, the share into a hole, unparsable answers, per move M the share of the boards where M
+falls into a hole on which the answer was M (``hole_M``: does the policy see the hole on that side?), and the same
+two first shares for a uniform random mover and for a planner with ``noise`` 0.5 (half planner, half random: what the recipes' warm-ups cloned until
 section 14 of docs/results/agentic.md; they now clone the noise-free planner, optimal on every move) on the very
 same boards, so the policy's numbers read against chance and against a half-random imitation.
 """
@@ -18,6 +19,8 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 from roll.agentic.env.frozen_lake import GRID_LOOKUP, MOVES, read_board, shortest_path
@@ -70,9 +73,23 @@ def move_kind(text: str) -> str:
     return "optimal" if graded[pairs[-1][1]][0] else "other"
 
 
+def hole_picks(answered: Iterable[tuple[dict[str, tuple[bool, bool]], str]]) -> dict[str, float]:
+    """Per move M, ``hole_M``: among the boards (graded tables) where M falls into a hole, the share answered M (a
+    uniform mover: 0.25; a policy that sees the hole: 0)."""
+    holes: Counter[str] = Counter()
+    picked: Counter[str] = Counter()
+    for table, answer in answered:
+        for move, (_, hole) in table.items():
+            if hole:
+                holes[move] += 1
+                picked[move] += answer == move
+    return {f"hole_{move}": picked[move] / max(holes[move], 1) for move in MOVES}
+
+
 def report(path: Path) -> dict[str, float]:
     graded = optimal = hole = bad = 0
     random_optimal = random_hole = 0.0
+    answered = []
     for line in path.open():
         row = json.loads(line)
         for grid, answer in moves(row["prompt"] + row["response"]):
@@ -80,6 +97,7 @@ def report(path: Path) -> dict[str, float]:
             if table is None:
                 continue
             graded += 1
+            answered.append((table, answer))
             random_optimal += sum(o for o, _ in table.values()) / 4
             random_hole += sum(h for _, h in table.values()) / 4
             if answer not in table:
@@ -98,7 +116,7 @@ def report(path: Path) -> dict[str, float]:
     }
     out["demonstrator_optimal"] = (1 - DEMONSTRATOR_NOISE) + DEMONSTRATOR_NOISE * out["random_optimal"]
     out["demonstrator_into_hole"] = DEMONSTRATOR_NOISE * out["random_into_hole"]
-    return out
+    return {**out, **hole_picks(answered)}
 
 
 def main(argv: list[str]) -> None:

@@ -2,6 +2,7 @@
 
 Usage: python -m tools.diagnostics.frozenlake_perception [--preset micro] [--steps 400] [--batch 140] [--lr 1e-3]
        [--labels noisy clean] [--eval-every 40] [--eval-states 400] [--prompt grid|chat|full] [--seed 0] [--threads 2]
+       python -m tools.diagnostics.frozenlake_perception --checkpoint ACTOR_TRAIN_DIR [...] --prompt chat
 
 A plain torch loop (no Ray, no pipeline), one single-turn sample per move: the prompt is one grid (``--prompt grid``,
 ~20 tokens), the grid in the chat template (``chat``), or the chat template with the recipe's instructions and the
@@ -11,23 +12,32 @@ from episodes of the warm-up's demonstrator (the planner with noise 0.5) on trai
 the move the demonstrator made (``noisy``: what the pipeline's warm-up clones) or the planner's move on that state
 (``clean``: same states, no random labels). Every ``--eval-every`` steps: on 400 states of held-out (``val`` split)
 layouts, the share of greedy moves that are optimal (on a shortest path: tools.diagnostics.frozenlake_moves.grade)
-and of moves into a hole, with chance (a uniform mover) beside them. ``--batch 140`` x 80 steps is about the
+and of moves into a hole, with chance (a uniform mover) beside them, and per move M the share of the boards where M
+falls into a hole on which the greedy move was M (``hole_M``). ``--batch 140`` x 80 steps is about the
 recipe's warm-up (80 steps of 32 episodes, ~4.4 moves each).
+
+``--checkpoint``: no training; the same grading of trained weights, each an ``actor_train`` folder of a run's
+checkpoint (``<output_dir>/checkpoints/step-N/actor_train``) or of a warm-up cache entry
+(``$ROLL_CACHE_DIR/agentic-warmup/<key>/actor_train``), loaded into ``tiny://<preset>?seed=<seed>``. With ``--prompt
+chat`` this is what the step-wise recipe (the grid alone in the chat template) shows the policy.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from roll.agentic.env.frozen_lake import FrozenLakeEnv
 from roll.agentic.policy.expert import FrozenLakeExpert
 from tools.diagnostics.cloning import tiny_model, update
-from tools.diagnostics.frozenlake_moves import grade
+from tools.diagnostics.frozenlake_moves import grade, hole_picks
 
 ACTIONS = ("Left", "Down", "Right", "Up")
 RECIPE_INSTRUCTION = "FrozenLake: P is you, G the goal, O a hole. Answer like <answer>Left</answer>."  # the recipe's
@@ -75,6 +85,7 @@ def encode(
 def evaluate(model, tokenizer, held_out: list[tuple[str, str, str, dict]], prompt_kind: str) -> dict[str, float]:
     """Greedy choice among the four answers by their log-likelihood (no parsing failures to confound)."""
     optimal = hole = chance_opt = 0.0
+    answered = []
     candidates = [tokenizer(f"<answer>{a}</answer>", add_special_tokens=False)["input_ids"] for a in ACTIONS]
     for instruction, grid, _, info in held_out:
         prompt, start = encode(tokenizer, instruction, grid, None, prompt_kind)
@@ -89,11 +100,24 @@ def evaluate(model, tokenizer, held_out: list[tuple[str, str, str, dict]], promp
             scores.append(float(picked.sum()))
         move = ACTIONS[max(range(4), key=scores.__getitem__)]
         table = info["table"]
+        answered.append((table, move))
         optimal += table[move][0]
         hole += table[move][1]
         chance_opt += sum(o for o, _ in table.values()) / 4
     n = len(held_out)
-    return {"optimal": optimal / n, "into_hole": hole / n, "chance_optimal": chance_opt / n}
+    return {"optimal": optimal / n, "into_hole": hole / n, "chance_optimal": chance_opt / n, **hole_picks(answered)}
+
+
+def shown(result: dict[str, float]) -> str:
+    return " ".join(f"{key}={value:.3f}" for key, value in result.items())
+
+
+def checkpoint_weights(actor_train: Path) -> dict[str, torch.Tensor]:
+    """The model weights of an ``actor_train`` checkpoint folder (fsdp2's distributed checkpoint in ``model_optim``)."""
+    with tempfile.TemporaryDirectory() as folder:
+        merged = Path(folder) / "merged.pt"
+        dcp_to_torch_save(actor_train / "model_optim", merged)
+        return torch.load(merged, weights_only=False)["model"]
 
 
 def main() -> None:
@@ -108,9 +132,17 @@ def main() -> None:
     parser.add_argument("--eval-states", type=int, default=400)
     parser.add_argument("--prompt", default="grid", choices=["grid", "chat", "full"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint", nargs="+", type=Path, default=[])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     held_out = [s for s, _ in zip(states("val", 7, 0.5), range(args.eval_states))]
+    if args.checkpoint:
+        tokenizer, model = tiny_model(args.preset, args.seed)
+        for folder in args.checkpoint:
+            model.load_state_dict(checkpoint_weights(folder))
+            model.eval()
+            print(f"{folder} prompt={args.prompt}: {shown(evaluate(model, tokenizer, held_out, args.prompt))}")
+        return
     for labels in args.labels:
         torch.manual_seed(args.seed)
         tokenizer, model = tiny_model(args.preset, args.seed)
@@ -120,7 +152,7 @@ def main() -> None:
         print(
             f"labels={labels} prompt={args.prompt} seed={args.seed} preset={args.preset} lr={args.lr} batch={args.batch}"
         )
-        print(f"  step 0: {evaluate(model, tokenizer, held_out, args.prompt)}")
+        print(f"  step 0: {shown(evaluate(model, tokenizer, held_out, args.prompt))}")
         for step in range(1, args.steps + 1):
             rows = []
             for instruction, grid, answer, info in (next(stream) for _ in range(args.batch)):
@@ -134,7 +166,7 @@ def main() -> None:
                 model.eval()
                 result = evaluate(model, tokenizer, held_out, args.prompt)
                 elapsed = time.perf_counter() - started
-                print(f"  step {step} ({step * args.batch} moves, {elapsed:.0f} s): loss {loss:.3f} {result}")
+                print(f"  step {step} ({step * args.batch} moves, {elapsed:.0f} s): loss {loss:.3f} {shown(result)}")
 
 
 if __name__ == "__main__":
