@@ -7,11 +7,12 @@ Usage: python -m tools.diagnostics.frozenlake_moves ROLLOUT_FILE [ROLLOUT_FILE .
 
 Each answer is paired with the last grid shown before it. A move is *optimal* when it lowers the hole-free distance
 to the goal by one (it is on some shortest path); *into a hole* when it steps onto a hole. Printed per file: the
-moves graded, the share optimal, the share into a hole, unparsable answers, per move M the share of the boards where M
-falls into a hole on which the answer was M (``hole_M``: does the policy see the hole on that side?), and the same
-two first shares for a uniform random mover and for a planner with ``noise`` 0.5 (half planner, half random: what the recipes' warm-ups cloned until
-section 14 of docs/results/agentic.md; they now clone the noise-free planner, optimal on every move) on the very
-same boards, so the policy's numbers read against chance and against a half-random imitation.
+moves graded, the share optimal, the share into a hole, unparsable answers, the first two shares for a uniform random
+mover and for a planner with ``noise`` 0.5 (half planner, half random: what the recipes' warm-ups cloned until section
+14 of docs/results/agentic.md; they now clone the noise-free planner, optimal on every move) on the very same boards,
+so the policy's numbers read against chance and against a half-random imitation, and per move M the share of the
+boards where M falls into a hole on which the answer was M (``hole_M``: does the policy see the hole on that side?
+A uniform mover: 0.25).
 """
 
 from __future__ import annotations
