@@ -8,11 +8,11 @@ Usage: python -m tools.diagnostics.frozenlake_moves ROLLOUT_FILE [ROLLOUT_FILE .
 Each answer is paired with the last grid shown before it. A move is *optimal* when it lowers the hole-free distance
 to the goal by one (it is on some shortest path); *into a hole* when it steps onto a hole. Printed per file: the
 moves graded, the share optimal, the share into a hole, unparsable answers, the first two shares for a uniform random
-mover and for a planner with ``noise`` 0.5 (half planner, half random: what the recipes' warm-ups cloned until section
-14 of docs/results/agentic.md; they now clone the noise-free planner, optimal on every move) on the very same boards,
-so the policy's numbers read against chance and against a half-random imitation, and per move M the share of the
-boards where M falls into a hole on which the answer was M (``hole_M``: does the policy see the hole on that side?
-A uniform mover: 0.25).
+mover on the very same boards, per move M the share of the boards where M falls into a hole on which the answer was M
+(``hole_M``: does the policy see the hole on that side? A uniform mover: 0.25), and the first two shares for a
+planner with ``noise`` 0.5 (half planner, half random: what the recipes' warm-ups cloned until section 14 of
+docs/results/agentic.md; they now clone the noise-free planner, optimal on every move), so the policy's numbers read
+against chance and against a half-random imitation.
 """
 
 from __future__ import annotations
@@ -87,37 +87,34 @@ def hole_picks(answered: Iterable[tuple[dict[str, tuple[bool, bool]], str]]) -> 
     return {f"hole_{move}": picked[move] / max(holes[move], 1) for move in MOVES}
 
 
+def tally(answered: list[tuple[dict[str, tuple[bool, bool]], str]]) -> dict[str, float]:
+    """The shares of (graded table, answer) pairs: optimal, into a hole, unparsable (not one of the four moves), a
+    uniform mover's optimal and into-a-hole shares on the same boards, and :func:`hole_picks`."""
+    n = max(len(answered), 1)
+    chosen = [table.get(answer) for table, answer in answered]
+    return {
+        "moves": float(len(answered)),
+        "optimal": sum(c[0] for c in chosen if c) / n,
+        "into_hole": sum(c[1] for c in chosen if c) / n,
+        "unparsable": sum(c is None for c in chosen) / n,
+        "random_optimal": sum(sum(o for o, _ in table.values()) / 4 for table, _ in answered) / n,
+        "random_into_hole": sum(sum(h for _, h in table.values()) / 4 for table, _ in answered) / n,
+        **hole_picks(answered),
+    }
+
+
 def report(path: Path) -> dict[str, float]:
-    graded = optimal = hole = bad = 0
-    random_optimal = random_hole = 0.0
     answered = []
     for line in path.open():
         row = json.loads(line)
         for grid, answer in moves(row["prompt"] + row["response"]):
             table = grade(grid)
-            if table is None:
-                continue
-            graded += 1
-            answered.append((table, answer))
-            random_optimal += sum(o for o, _ in table.values()) / 4
-            random_hole += sum(h for _, h in table.values()) / 4
-            if answer not in table:
-                bad += 1
-                continue
-            optimal += table[answer][0]
-            hole += table[answer][1]
-    n = max(graded, 1)
-    out = {
-        "moves": float(graded),
-        "optimal": optimal / n,
-        "into_hole": hole / n,
-        "unparsable": bad / n,
-        "random_optimal": random_optimal / n,
-        "random_into_hole": random_hole / n,
-    }
+            if table is not None:
+                answered.append((table, answer))
+    out = tally(answered)
     out["demonstrator_optimal"] = (1 - DEMONSTRATOR_NOISE) + DEMONSTRATOR_NOISE * out["random_optimal"]
     out["demonstrator_into_hole"] = DEMONSTRATOR_NOISE * out["random_into_hole"]
-    return {**out, **hole_picks(answered)}
+    return out
 
 
 def main(argv: list[str]) -> None:

@@ -37,7 +37,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from roll.agentic.env.frozen_lake import FrozenLakeEnv
 from roll.agentic.policy.expert import FrozenLakeExpert
 from tools.diagnostics.cloning import tiny_model, update
-from tools.diagnostics.frozenlake_moves import grade, hole_picks
+from tools.diagnostics.frozenlake_moves import grade, tally
 
 ACTIONS = ("Left", "Down", "Right", "Up")
 RECIPE_INSTRUCTION = "FrozenLake: P is you, G the goal, O a hole. Answer like <answer>Left</answer>."  # the recipe's
@@ -84,7 +84,6 @@ def encode(
 @torch.no_grad()
 def evaluate(model, tokenizer, held_out: list[tuple[str, str, str, dict]], prompt_kind: str) -> dict[str, float]:
     """Greedy choice among the four answers by their log-likelihood (no parsing failures to confound)."""
-    optimal = hole = chance_opt = 0.0
     answered = []
     candidates = [tokenizer(f"<answer>{a}</answer>", add_special_tokens=False)["input_ids"] for a in ACTIONS]
     for instruction, grid, _, info in held_out:
@@ -99,13 +98,14 @@ def evaluate(model, tokenizer, held_out: list[tuple[str, str, str, dict]], promp
             picked = logits[i, start - 1 : start - 1 + len(cand)].gather(-1, torch.tensor(cand)[:, None])
             scores.append(float(picked.sum()))
         move = ACTIONS[max(range(4), key=scores.__getitem__)]
-        table = info["table"]
-        answered.append((table, move))
-        optimal += table[move][0]
-        hole += table[move][1]
-        chance_opt += sum(o for o, _ in table.values()) / 4
-    n = len(held_out)
-    return {"optimal": optimal / n, "into_hole": hole / n, "chance_optimal": chance_opt / n, **hole_picks(answered)}
+        answered.append((info["table"], move))
+    found = tally(answered)
+    return {
+        "optimal": found["optimal"],
+        "into_hole": found["into_hole"],
+        "chance_optimal": found["random_optimal"],
+        **{key: value for key, value in found.items() if key.startswith("hole_")},
+    }
 
 
 def shown(result: dict[str, float]) -> str:
