@@ -1,16 +1,18 @@
 """Can the recipe's model learn to read a FrozenLake grid by behaviour cloning, and from how many moves?
 
 Usage: python -m tools.diagnostics.frozenlake_perception [--preset micro] [--steps 400] [--batch 140] [--lr 1e-3]
-       [--labels noisy clean] [--eval-every 40] [--eval-states 400] [--prompt grid|chat|full] [--seed 0] [--threads 2]
+       [--labels noisy clean] [--state-noise 0.5] [--eval-every 40] [--eval-states 400] [--prompt grid|chat|full]
+       [--seed 0] [--threads 2]
        python -m tools.diagnostics.frozenlake_perception --checkpoint ACTOR_TRAIN_DIR [...] --prompt chat
 
 A plain torch loop (no Ray, no pipeline), one single-turn sample per move: the prompt is one grid (``--prompt grid``,
 ~20 tokens), the grid in the chat template (``chat``), or the chat template with the recipe's instructions and the
 grid, as the managers' first turn shows it (``full``, ~100 tokens); the target ``<answer>Move</answer>``. ``--seed``:
-the model's initialisation (``tiny://<preset>?seed=N``). States come
-from episodes of the warm-up's demonstrator (the planner with noise 0.5) on training layouts; the label is either
-the move the demonstrator made (``noisy``: what the pipeline's warm-up clones) or the planner's move on that state
-(``clean``: same states, no random labels). Every ``--eval-every`` steps: on 400 states of held-out (``val`` split)
+the model's initialisation (``tiny://<preset>?seed=N``). Training
+states come from episodes of a demonstrator on training layouts: the planner moving at random with probability
+``--state-noise`` (0.5 by default; 0 visits only the planner's shortest paths, the states the recipes' noise-free
+warm-ups clone). The label is either the move the demonstrator made (``noisy``) or the planner's move on that state
+(``clean``: same states, no random labels). Held-out states always come from the 0.5 demonstrator. Every ``--eval-every`` steps: on 400 states of held-out (``val`` split)
 layouts, the share of greedy moves that are optimal (on a shortest path: tools.diagnostics.frozenlake_moves.grade)
 and of moves into a hole, with chance (a uniform mover) beside them, and per move M the share of the boards where M
 falls into a hole on which the greedy move was M (``hole_M``). ``--batch 140`` x 80 steps is about the
@@ -127,6 +129,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=140)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--labels", nargs="+", default=["noisy", "clean"], choices=["noisy", "clean"])
+    parser.add_argument("--state-noise", type=float, default=0.5)
     parser.add_argument("--eval-every", type=int, default=40)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--eval-states", type=int, default=400)
@@ -147,10 +150,11 @@ def main() -> None:
         torch.manual_seed(args.seed)
         tokenizer, model = tiny_model(args.preset, args.seed)
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-        stream = states("train", 1, 0.5)
+        stream = states("train", 1, args.state_noise)
         started = time.perf_counter()
         print(
-            f"labels={labels} prompt={args.prompt} seed={args.seed} preset={args.preset} lr={args.lr} batch={args.batch}"
+            f"labels={labels} state_noise={args.state_noise} prompt={args.prompt} seed={args.seed} "
+            f"preset={args.preset} lr={args.lr} batch={args.batch}"
         )
         print(f"  step 0: {shown(evaluate(model, tokenizer, held_out, args.prompt))}")
         for step in range(1, args.steps + 1):

@@ -195,6 +195,13 @@ class WarmupSection(RollModel):
         default="roll.agentic.policy.expert:FrozenLakeExpert", description="'module:Class' of a text policy."
     )
     policy_kwargs: dict[str, Any] = Field(default_factory=dict, description="e.g. {noise: 0.5}.")
+    group_size: int = Field(
+        default=1,
+        ge=1,
+        description="Episodes per layout (env seed) in the warm-up: the training envs regrouped into groups of this "
+        "size (a divisor of train_env_manager.group_size). A noise-free planner plays the same episode on every copy "
+        "of a layout, so 1 clones group_size times more layouts in the same time; RL keeps its groups.",
+    )
     seed: int = Field(default=1_000_003, description="Base seed of the warm-up episodes (not the RL seeds).")
     num_mini_batches: int = Field(
         default=1,
@@ -362,6 +369,19 @@ class AgenticConfig(BaseConfig):
             "training_args.learning_rate"
         )
 
+    def warmup_env_manager(self) -> EnvManagerConfig:
+        """The training envs regrouped for the warm-up: groups of ``warmup.group_size`` episodes on one layout, as
+        many envs, no group filter."""
+        manager = self.train_env_manager
+        copies = manager.group_size // self.warmup.group_size
+        shape = {
+            "group_size": self.warmup.group_size,
+            "num_env_groups": manager.num_env_groups * copies,
+            "num_groups_partition": [n * copies for n in manager.num_groups_partition or []] or None,
+            "group_filter_cls": "roll.agentic.scheduler.filters.GroupFilter",
+        }
+        return manager.model_copy(update=shape)
+
     @model_validator(mode="after")
     def _check_agentic(self) -> AgenticConfig:
         managers = [m for m in (self.train_env_manager, self.val_env_manager) if m is not None]
@@ -393,6 +413,11 @@ class AgenticConfig(BaseConfig):
             self._check_grpo_of_one()
         if self.warmup.steps and self.warmup.learning_rate is not None:
             self._check_warmup_learning_rate()
+        if self.warmup.steps and size % self.warmup.group_size:
+            raise ValueError(
+                f"warmup.group_size={self.warmup.group_size} must divide train_env_manager.group_size={size} (the "
+                "warm-up regroups the training envs); 1 gives every warm-up episode its own layout"
+            )
         if self.needs_reference and self.reference is None:
             raise ValueError("kl.use_loss is on (use_kl_loss) but no reference role is configured")
         check_replay_supported(self.rollout_mock, asynchronous=self.asynchrony.enabled)

@@ -269,15 +269,16 @@ class AgenticPipeline(BasePipeline):
 
     # --- warm-up ----------------------------------------------------------------------------------------
     def warm_up(self) -> dict[str, Any]:
-        """Behaviour cloning of ``warmup.policy`` on the training envs (separate seeds): each step plays
-        ``episodes_per_step`` episodes with it and takes one on-policy step with advantage 1 on its tokens (the
-        PPO loss at ratio 1 is then the negative log-likelihood's gradient)."""
+        """Behaviour cloning of ``warmup.policy`` on the training envs (separate seeds, groups of
+        ``warmup.group_size`` episodes per layout): each step plays ``episodes_per_step`` episodes with it and takes
+        one on-policy step with advantage 1 on its tokens (the PPO loss at ratio 1 is then the negative
+        log-likelihood's gradient)."""
         warm = self.config.warmup
         policy = import_target(warm.policy)(**warm.policy_kwargs)
         client = MockPolicyClient(self.tokenizer, policy, seed=warm.seed)
-        manager = self.config.train_env_manager
+        manager = self.config.warmup_env_manager()
         scheduler = make_scheduler(
-            manager.model_copy(update={"group_filter_cls": "roll.agentic.scheduler.filters.GroupFilter"}),
+            manager,
             self.config.custom_envs,
             self.tokenizer,
             client,
@@ -289,7 +290,7 @@ class AgenticPipeline(BasePipeline):
         )
         started = time.perf_counter()
         metrics: dict[str, Any] = {}
-        size = manager.group_size
+        size = warm.group_size
         episodes = max(size, warm.episodes_per_step // size * size)
         updates = 0
         if warm.learning_rate is not None:
