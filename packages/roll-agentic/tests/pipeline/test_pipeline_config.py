@@ -107,6 +107,41 @@ def test_warmup_learning_rate_needs_a_strategy_that_can_change_it():
         _config(warmup={"steps": 5, "learning_rate": 0.0})
 
 
+def test_warm_up_regroups_the_training_envs_one_layout_per_episode_by_default(tokenizer):
+    two_tags = {"Lake": ENVS["Lake"], "Lake2": ENVS["Lake"]}
+    manager = {"num_env_groups": 8, "group_size": 4, "tags": ["Lake", "Lake2"], "num_groups_partition": [3, 5]}
+    config = _config(custom_envs=two_tags, train_env_manager=manager, rollout_batch_size=32, warmup={"steps": 1})
+    warm = config.warmup_env_manager()
+    assert (warm.num_env_groups, warm.group_size, warm.num_groups_partition) == (32, 1, [12, 20])
+    assert warm.num_envs == config.train_env_manager.num_envs and warm.tags == ["Lake", "Lake2"]
+    pairs = _config(custom_envs=two_tags, train_env_manager=manager, rollout_batch_size=32, warmup={"group_size": 2})
+    assert pairs.warmup_env_manager().num_groups_partition == [6, 10]
+    assert config.train_env_manager.group_size == 4  # RL keeps its groups
+    with pytest.raises(ValueError, match=r"warmup.group_size=3 must divide train_env_manager.group_size=4"):
+        _config(warmup={"steps": 1, "group_size": 3})
+    # a noise-free planner on the regrouped envs: every episode its own layout (with the groups: 4 copies of each)
+    from roll.agentic.config import CustomEnvConfig
+    from roll.agentic.policy import MockPolicyClient
+    from roll.agentic.policy.expert import FrozenLakeExpert
+    from roll.agentic.scheduler import RolloutScheduler
+    from roll.strategies import GenerationConfig
+
+    lake = {"Lake": CustomEnvConfig(env_type="frozen_lake", max_steps=6, max_tokens_per_step=16)}
+    single = _config(train_env_manager={"num_env_groups": 4, "group_size": 4, "tags": ["Lake"]}, rollout_batch_size=16)
+    for shape, layouts in ((single.warmup_env_manager(), 16), (single.train_env_manager, 4)):
+        client = MockPolicyClient(tokenizer, FrozenLakeExpert(noise=0.0), seed=0)
+        scheduler = RolloutScheduler.local(
+            shape, lake, tokenizer, client, generation_config=GenerationConfig(max_new_tokens=16), sequence_length=2048
+        )
+        try:
+            batch = scheduler.get_batch(16).batch
+        finally:
+            scheduler.close()
+        assert batch is not None
+        first_turns = {tuple(row[row != tokenizer.pad_token_id].tolist()) for row in batch.batch["prompts"]}
+        assert len(batch) == 16 and len(first_turns) == layouts
+
+
 def test_pipelines_are_declared_as_entry_points_and_resolve():
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     declared = pyproject["project"]["entry-points"]["roll.pipelines"]

@@ -101,6 +101,7 @@ def test_key_changes_with_what_shapes_the_warm_up_only(tmp_path: Path):
         _key(tmp_path, actor_train__training_args={"learning_rate": 1e-4, "weight_decay": 0.1}),
         _key(tmp_path, sequence_length=512),
         _key(tmp_path, warmup__seed=7),
+        _key(tmp_path, warmup__group_size=2),  # the training groups' copies of a layout (2 here) instead of 1
     ]
     assert len({base, *changed}) == len(changed) + 1
     (tmp_path / "model.safetensors").write_bytes(b"weights")  # the model folder's files
