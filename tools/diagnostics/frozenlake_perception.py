@@ -5,18 +5,18 @@ Usage: python -m tools.diagnostics.frozenlake_perception [--preset micro] [--ste
        [--seed 0] [--threads 2]
        python -m tools.diagnostics.frozenlake_perception --checkpoint ACTOR_TRAIN_DIR [...] --prompt chat
 
-A plain torch loop (no Ray, no pipeline), one single-turn sample per move: the prompt is one grid (``--prompt grid``,
-~20 tokens), the grid in the chat template (``chat``), or the chat template with the recipe's instructions and the
-grid, as the managers' first turn shows it (``full``, ~100 tokens); the target ``<answer>Move</answer>``. ``--seed``:
-the model's initialisation (``tiny://<preset>?seed=N``). Training
-states come from episodes of a demonstrator on training layouts: the planner moving at random with probability
-``--state-noise`` (0.5 by default; 0 visits only the planner's shortest paths, the states the recipes' noise-free
-warm-ups clone). The label is either the move the demonstrator made (``noisy``) or the planner's move on that state
-(``clean``: same states, no random labels). Held-out states always come from the 0.5 demonstrator. Every ``--eval-every`` steps: on 400 states of held-out (``val`` split)
-layouts, the share of greedy moves that are optimal (on a shortest path: tools.diagnostics.frozenlake_moves.grade)
-and of moves into a hole, with chance (a uniform mover) beside them, and per move M the share of the boards where M
-falls into a hole on which the greedy move was M (``hole_M``). ``--batch 140`` x 80 steps is about the
-recipe's warm-up (80 steps of 32 episodes, ~4.4 moves each).
+A plain torch loop (no Ray, no pipeline), one single-turn sample per move: the prompt is one grid
+(``--prompt grid``, ~20 tokens), the grid in the chat template (``chat``), or the chat template with the recipe's
+instructions and the grid, as the managers' first turn shows it (``full``, ~100 tokens); the target
+``<answer>Move</answer>``. ``--seed``: the model's initialisation (``tiny://<preset>?seed=N``). Training states come
+from episodes of a demonstrator on training layouts: the planner moving at random with probability ``--state-noise``
+(0.5 by default; 0 visits only the planner's shortest paths, the states the recipes' noise-free warm-ups clone). The
+label is either the move the demonstrator made (``noisy``) or the planner's move on that state (``clean``: same
+states, no random labels). Held-out states always come from the 0.5 demonstrator. Every ``--eval-every`` steps: on
+400 states of held-out (``val`` split) layouts, the share of greedy moves that are optimal (on a shortest path:
+tools.diagnostics.frozenlake_moves.grade) and of moves into a hole, with chance (a uniform mover) beside them, and
+per move M the share of the boards where M falls into a hole on which the greedy move was M (``hole_M``).
+``--batch 140`` x 80 steps is about the recipe's warm-up (80 steps of 32 episodes, ~4.4 moves each).
 
 ``--checkpoint``: no training; the same grading of trained weights, each an ``actor_train`` folder of a run's
 checkpoint (``<output_dir>/checkpoints/step-N/actor_train``) or of a warm-up cache entry

@@ -7,9 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from roll.agentic.config import CustomEnvConfig
 from roll.agentic.pipeline import PIPELINE_ENTRY_POINTS, AgenticConfig, register_pipelines
+from roll.agentic.policy import MockPolicyClient
+from roll.agentic.policy.expert import FrozenLakeExpert
+from roll.agentic.scheduler import RolloutScheduler
 from roll.pipelines.config import load_config
 from roll.runtime import import_target
+from roll.strategies import GenerationConfig
 
 ROLE = {"model_name_or_path": "/models/tiny"}
 ENVS = {
@@ -120,12 +125,6 @@ def test_warm_up_regroups_the_training_envs_one_layout_per_episode_by_default(to
     with pytest.raises(ValueError, match=r"warmup.group_size=3 must divide train_env_manager.group_size=4"):
         _config(warmup={"steps": 1, "group_size": 3})
     # a noise-free planner on the regrouped envs: every episode its own layout (with the groups: 4 copies of each)
-    from roll.agentic.config import CustomEnvConfig
-    from roll.agentic.policy import MockPolicyClient
-    from roll.agentic.policy.expert import FrozenLakeExpert
-    from roll.agentic.scheduler import RolloutScheduler
-    from roll.strategies import GenerationConfig
-
     lake = {"Lake": CustomEnvConfig(env_type="frozen_lake", max_steps=6, max_tokens_per_step=16)}
     single = _config(train_env_manager={"num_env_groups": 4, "group_size": 4, "tags": ["Lake"]}, rollout_batch_size=16)
     for shape, layouts in ((single.warmup_env_manager(), 16), (single.train_env_manager, 4)):
