@@ -290,7 +290,7 @@ class AgenticPipeline(BasePipeline):
         )
         started = time.perf_counter()
         metrics: dict[str, Any] = {}
-        size = warm.group_size
+        size = manager.group_size
         episodes = max(size, warm.episodes_per_step // size * size)
         updates = 0
         if warm.learning_rate is not None:
