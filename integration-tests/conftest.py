@@ -11,6 +11,12 @@ import pytest
 
 from roll.protocol.pytest_plugin import pytest_collection_modifyitems, pytest_configure  # noqa: F401 (roll's markers)
 
+# Tests here import the diagnostics and benchmarks under tools/: `python -m pytest` (./tools/dev) puts the repository
+# root on the path, a plain `pytest` does not.
+REPO = str(Path(__file__).resolve().parents[1])
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
 
 @pytest.fixture(scope="session")
 def roll_env(tmp_path_factory) -> dict[str, str]:
