@@ -15,7 +15,7 @@ layouts, graded move by move against each board (tools/diagnostics/frozenlake_mo
 Its first run by hand (2026-12-05 05:20 UTC, idle machine), before the recipe anchored RL on the clone, FAILED: 0.930
 at step 0, 0.797 at step 150, optimal moves 0.830 (docs/results/agentic.md 44c): RL from a clone this good lost
 ground within 150 steps (44a dipped to 0.750 at step 125 and recovered). The bounds were kept; the recipe took a KL
-loss to the clone by a rule written before its runs (agentic.md 46), and the check's run with it passed (07:10-07:23
+loss to the clone by a rule written before its runs (agentic.md 46), and the check's run with it passed (07:07-07:23
 UTC): 0.891 -> 0.930, optimal moves 0.921 -> 0.945 (46c). One run each way.
 
 Run with `pytest -m learning integration-tests/test_agentic_learning.py` (11 minutes for FrozenLake and about 20 for
