@@ -17,7 +17,8 @@ Its first run by hand (2026-12-05 05:20 UTC, idle machine), before the recipe an
 at step 0, 0.797 at step 150, optimal moves 0.830 (docs/results/agentic.md 44c): RL from a clone this good lost
 ground within 150 steps (44a dipped to 0.750 at step 125 and recovered). The bounds were kept; the recipe took a KL
 loss to the clone by a rule written before its runs (agentic.md 46), and the check's run with it passed (07:07-07:23
-UTC): 0.891 -> 0.930, optimal moves 0.921 -> 0.945 (46c). One run each way.
+UTC): 0.891 -> 0.930, optimal moves 0.921 -> 0.945 (46c). One run each way: whether the anchor or the runs' noise made
+the difference is not separated (the anchor changed the step-wise level on neither seed measured, 47b-c).
 
 Run with `pytest -m learning integration-tests/test_agentic_learning.py` (13 minutes for FrozenLake and about 20 for
 tool use on the idle machine; not in `./tools/dev test`).
