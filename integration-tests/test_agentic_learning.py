@@ -18,7 +18,8 @@ at step 0, 0.797 at step 150, optimal moves 0.830 (docs/results/agentic.md 44c):
 ground within 150 steps (44a dipped to 0.750 at step 125 and recovered). The bounds were kept; the recipe took a KL
 loss to the clone by a rule written before its runs (agentic.md 46), and the check's run with it passed (07:07-07:23
 UTC): 0.891 -> 0.930, optimal moves 0.921 -> 0.945 (46c). One run each way: whether the anchor or the runs' noise made
-the difference is not separated (the anchor changed the step-wise level on neither seed measured, 47b-c).
+the difference is not separated (the anchor changed the step-wise level on neither seed measured, 47b-c); a second
+run with the anchor FAILED (49a: success 0.883 -> 0.883, optimal moves 0.918 -> 0.873, bound -3).
 
 Run with `pytest -m learning integration-tests/test_agentic_learning.py` (13 minutes for FrozenLake and about 20 for
 tool use on the idle machine; not in `./tools/dev test`).
