@@ -13,13 +13,8 @@ board (tools/diagnostics/frozenlake_moves), and that RL keeps it:
   mover: ~0.32; the clone of four copies per layout: 0.77 and 0.83; 44a: 0.867 / 0.897 and 0.891 / 0.889);
 * RL does not lose it: success at step 150 within 6 points, optimal moves within 3 of step 0's; the format stays.
 
-Its first run by hand (2026-12-05 05:20 UTC, idle machine), before the recipe anchored RL on the clone, FAILED: 0.930
-at step 0, 0.797 at step 150, optimal moves 0.830 (docs/results/agentic.md 44c): RL from a clone this good lost
-ground within 150 steps (44a dipped to 0.750 at step 125 and recovered). The bounds were kept; the recipe took a KL
-loss to the clone by a rule written before its runs (agentic.md 46), and the check's run with it passed (07:07-07:23
-UTC): 0.891 -> 0.930, optimal moves 0.921 -> 0.945 (46c). One run each way: whether the anchor or the runs' noise made
-the difference is not separated (the anchor changed the step-wise level on neither seed measured, 47b-c); a second
-run with the anchor FAILED (49a: success 0.883 -> 0.883, optimal moves 0.918 -> 0.873, bound -3).
+With the recipe's KL anchor on the clone (docs/results/agentic.md 46) it passed one run by hand and failed the next
+(46c, 49a: optimal moves 0.918 -> 0.873 against the -3 bound); without the anchor it failed (44c). The bounds stay.
 
 Run with `pytest -m learning integration-tests/test_agentic_learning.py` (13 minutes for FrozenLake and about 20 for
 tool use on the idle machine; not in `./tools/dev test`).
