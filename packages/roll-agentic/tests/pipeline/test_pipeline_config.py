@@ -112,6 +112,13 @@ def test_warmup_learning_rate_needs_a_strategy_that_can_change_it():
         _config(warmup={"steps": 5, "learning_rate": 0.0})
 
 
+def test_a_kl_loss_without_a_reference_role_names_the_fix():
+    with pytest.raises(ValueError, match=r"no reference role is configured: add `reference:` with actor_train's"):
+        _config(kl={"use_loss": True})
+    reference = {"model_args": ROLE, "strategy_args": {"strategy_name": "hf_infer"}}
+    assert _config(kl={"use_loss": True}, reference=reference).needs_reference
+
+
 def test_warm_up_regroups_the_training_envs_one_layout_per_episode_by_default(tokenizer):
     two_tags = {"Lake": ENVS["Lake"], "Lake2": ENVS["Lake"]}
     manager = {"num_env_groups": 8, "group_size": 4, "tags": ["Lake", "Lake2"], "num_groups_partition": [3, 5]}

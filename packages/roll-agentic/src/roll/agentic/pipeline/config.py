@@ -419,7 +419,11 @@ class AgenticConfig(BaseConfig):
                 "warm-up regroups the training envs); 1 gives every warm-up episode its own layout"
             )
         if self.needs_reference and self.reference is None:
-            raise ValueError("kl.use_loss is on (use_kl_loss) but no reference role is configured")
+            raise ValueError(
+                "kl.use_loss is on (use_kl_loss) but no reference role is configured: add `reference:` with "
+                "actor_train's model_args and an inference strategy (hf_infer, fsdp2_infer, megatron_infer), or "
+                "set kl.use_loss: false"
+            )
         check_replay_supported(self.rollout_mock, asynchronous=self.asynchrony.enabled)
         if self.asynchrony.enabled and self.rollout.model_update_frequency != 1:
             raise ValueError(

@@ -294,7 +294,11 @@ class RLVRConfig(BaseConfig):
         if not self.rewards:
             raise ValueError("rewards needs at least one domain, e.g. rewards: {math: {reward_type: math}}")
         if self.needs_reference and self.reference is None:
-            raise ValueError("KL is on (kl.in_reward or kl.use_loss) but no reference role is configured")
+            raise ValueError(
+                "KL is on (kl.in_reward or kl.use_loss) but no reference role is configured: add `reference:` with "
+                "actor_train's model_args and an inference strategy (hf_infer, fsdp2_infer, megatron_infer), or "
+                "turn both off"
+            )
         estimator = self.advantage.estimator
         if self.advantage.whiten_rewards and estimator in ("rloo", "reinforce_plus_plus_baseline"):
             raise ValueError(
