@@ -293,6 +293,7 @@ class AgenticPipeline(BasePipeline):
         size = manager.group_size
         episodes = max(size, warm.episodes_per_step // size * size)
         updates = 0
+        recent_nll: list[float] = []  # since the last log line: one noisy batch says little
         if warm.learning_rate is not None:
             self.actor_train.set_learning_rate(warm.learning_rate)
         try:
@@ -308,14 +309,22 @@ class AgenticPipeline(BasePipeline):
                 )
                 updates += plan.num_mini_batches
                 trained = result.meta_info.get("metrics", {})
-                nll = [-value for value in trained.get("actor/log_prob", [0.0])]  # before this step's update
+                recent_nll.extend(-value for value in trained.get("actor/log_prob", [0.0]))  # before each update
                 metrics = {
                     "warmup/expert_success": out.metrics.get("rollout/success", 0.0),
-                    "warmup/nll": nll,
+                    "warmup/nll": recent_nll,
                     "warmup/learning_rate": trained.get("actor/lr", [0.0]),
                 }
                 if step % 10 == 0 or step == warm.steps:
-                    logger.info("warm-up step %d/%d (%.0f s)", step, warm.steps, time.perf_counter() - started)
+                    logger.info(
+                        "warm-up step %d/%d (%.0f s), training NLL %.4f over the last %d mini-batches",
+                        step,
+                        warm.steps,
+                        time.perf_counter() - started,
+                        sum(recent_nll) / len(recent_nll),
+                        len(recent_nll),
+                    )
+                    recent_nll = []
         finally:
             scheduler.close()
             if warm.learning_rate is not None:
