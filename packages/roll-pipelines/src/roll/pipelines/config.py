@@ -43,6 +43,14 @@ __all__ = [
 ]
 
 
+def missing_reference(switch: str) -> ValueError:
+    """The error for a KL term that is on (``switch`` says which) in a config without a reference role."""
+    return ValueError(
+        f"{switch} but no reference role is configured: add `reference:` with actor_train's model_args and an "
+        "inference strategy (hf_infer, fsdp2_infer, megatron_infer), or turn the KL off"
+    )
+
+
 class RoleConfig(StrategyWorkerConfig):
     """One role (cluster) of a pipeline: deployment, model, training, generation, data and backend settings."""
 

@@ -25,7 +25,15 @@ from roll.agentic.config import (
     spread_parse_tool_call,
 )
 from roll.pipelines.algorithms.train_infer import RatioDiffFilter
-from roll.pipelines.config import BaseConfig, RoleConfig, field_default, is_int, raw_section, raw_value
+from roll.pipelines.config import (
+    BaseConfig,
+    RoleConfig,
+    field_default,
+    is_int,
+    missing_reference,
+    raw_section,
+    raw_value,
+)
 from roll.pipelines.rlvr.sections import TrainInferFilterConfig
 from roll.pipelines.rlvr.settings import PolicySettings
 from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supported
@@ -419,11 +427,7 @@ class AgenticConfig(BaseConfig):
                 "warm-up regroups the training envs); 1 gives every warm-up episode its own layout"
             )
         if self.needs_reference and self.reference is None:
-            raise ValueError(
-                "kl.use_loss is on (use_kl_loss) but no reference role is configured: add `reference:` with "
-                "actor_train's model_args and an inference strategy (hf_infer, fsdp2_infer, megatron_infer), or "
-                "set kl.use_loss: false"
-            )
+            raise missing_reference("kl.use_loss is on (use_kl_loss)")
         check_replay_supported(self.rollout_mock, asynchronous=self.asynchrony.enabled)
         if self.asynchrony.enabled and self.rollout.model_update_frequency != 1:
             raise ValueError(

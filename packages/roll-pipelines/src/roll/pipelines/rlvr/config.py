@@ -16,7 +16,15 @@ from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from roll.pipelines.config import BaseConfig, RoleConfig, field_default, is_int, raw_section, raw_value
+from roll.pipelines.config import (
+    BaseConfig,
+    RoleConfig,
+    field_default,
+    is_int,
+    missing_reference,
+    raw_section,
+    raw_value,
+)
 from roll.pipelines.rlvr.opd import (
     OPD_FLAT_KEYS,
     SINGLE_TEACHER,
@@ -294,11 +302,7 @@ class RLVRConfig(BaseConfig):
         if not self.rewards:
             raise ValueError("rewards needs at least one domain, e.g. rewards: {math: {reward_type: math}}")
         if self.needs_reference and self.reference is None:
-            raise ValueError(
-                "KL is on (kl.in_reward or kl.use_loss) but no reference role is configured: add `reference:` with "
-                "actor_train's model_args and an inference strategy (hf_infer, fsdp2_infer, megatron_infer), or "
-                "turn both off"
-            )
+            raise missing_reference("KL is on (kl.in_reward or kl.use_loss)")
         estimator = self.advantage.estimator
         if self.advantage.whiten_rewards and estimator in ("rloo", "reinforce_plus_plus_baseline"):
             raise ValueError(
