@@ -34,6 +34,7 @@ __all__ = [
     "RoleConfig",
     "apply_overrides",
     "load_config",
+    "missing_reference",
     "move_flat_keys",
     "parse_overrides",
     "raw_section",
