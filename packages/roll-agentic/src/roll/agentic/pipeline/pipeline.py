@@ -293,7 +293,7 @@ class AgenticPipeline(BasePipeline):
         size = manager.group_size
         episodes = max(size, warm.episodes_per_step // size * size)
         updates = 0
-        recent_nll: list[float] = []  # since the last log line: one noisy batch says little
+        recent_nll: list[float] = []  # since the last log line (the last window is what warmup/nll reports)
         if warm.learning_rate is not None:
             self.actor_train.set_learning_rate(warm.learning_rate)
         try:
