@@ -79,3 +79,23 @@ def test_solver_reports_unsolvable() -> None:
 def test_grid_vocab_empty_means_no_legend() -> None:
     assert "The meaning of each symbol" not in SokobanEnv(grid_vocab={}).instructions()
     assert "The meaning of each symbol" in SokobanEnv().instructions()
+
+
+def test_search_depth_sets_how_many_moves_a_room_needs() -> None:
+    # Of the positions with the box pulled equally far, the generator keeps the one the most backward moves away,
+    # and re-carves corridors where one push is all there is: keeping the nearest left the player where its last
+    # pull ended, and over half the rooms one push from solved at any depth.
+    def shortest(search_depth: int) -> list[int]:
+        env = SokobanEnv(dim_room=(5, 5), num_boxes=1, search_depth=search_depth, max_steps=50)
+        plans = []
+        for seed in range(40):
+            env.reset(seed=seed)
+            plan = env.solution()
+            assert plan is not None and 0 < len(plan) <= search_depth
+            plans.append(len(plan))
+        return sorted(plans)
+
+    assert shortest(1) == [1] * 40
+    deeper, deepest = shortest(6), shortest(30)
+    assert deeper[20] >= 3 and sum(n == 1 for n in deeper) <= 10, deeper
+    assert sum(deepest) > sum(deeper), (deeper, deepest)

@@ -3,7 +3,9 @@
 A room is carved by a random walk inside a walled rectangle; targets and the player are placed on its floor with
 every box on a target. Playing *backwards* from that solved position (the player walks, optionally pulling the
 box behind it) for up to ``search_depth`` moves and keeping the position whose boxes moved furthest gives the
-puzzle: reversing the recorded moves pushes every box back onto its target, so a solution always exists.
+puzzle: reversing the recorded moves pushes every box back onto its target, so a solution always exists. Of the
+positions with the boxes equally far out, the one the most backward moves away is kept: the nearest one has the
+player still standing where its last pull left it, one push from solved, whatever ``search_depth`` says.
 """
 
 from __future__ import annotations
@@ -61,18 +63,20 @@ def _carve(dim: tuple[int, int], rng: random.Random) -> list[list[int]]:
     return grid
 
 
-def _reverse_search(room: Room, box_ids: tuple[Cell, ...], depth: int, rng: random.Random) -> tuple[Room, int]:
-    """The position reachable by at most ``depth`` backward moves whose boxes are furthest from their targets."""
+def _reverse_search(room: Room, box_ids: tuple[Cell, ...], depth: int, rng: random.Random) -> tuple[Room, int, int]:
+    """The position reachable by at most ``depth`` backward moves whose boxes are furthest from their targets, and
+    of those the one the most moves away (the first such in the shuffled breadth-first order); with its score (the
+    boxes' distance from their targets) and its number of backward moves."""
     start = (room.player, box_ids)
-    best, best_score = start, 0
+    best, best_score, best_level = start, 0, 0
     seen = {(room.player, frozenset(box_ids))}
     queue = deque([(start, 0)])
     moves = list(ACTION_DELTAS.values())
     while queue and len(seen) < _MAX_REVERSE_STATES:
         (player, boxes), level = queue.popleft()
         score = sum(abs(b[0] - t[0]) + abs(b[1] - t[1]) for b, t in zip(boxes, box_ids))
-        if score > best_score:
-            best, best_score = (player, boxes), score
+        if score > best_score or (score == best_score > 0 and level > best_level):
+            best, best_score, best_level = (player, boxes), score, level
         if level == depth:
             continue
         rng.shuffle(moves)
@@ -91,7 +95,7 @@ def _reverse_search(room: Room, box_ids: tuple[Cell, ...], depth: int, rng: rand
                     seen.add(key)
                     queue.append(((step, new_boxes), level + 1))
     player, boxes = best
-    return Room(room.fixed, frozenset(boxes), player), best_score
+    return Room(room.fixed, frozenset(boxes), player), best_score, best_level
 
 
 def generate_room(dim_room: tuple[int, int], num_boxes: int, search_depth: int, rng: random.Random) -> Room:
@@ -111,8 +115,8 @@ def generate_room(dim_room: tuple[int, int], num_boxes: int, search_depth: int, 
         for r, c in targets:
             grid[r][c] = TARGET
         solved = Room(tuple(tuple(row) for row in grid), frozenset(targets), player)
-        room, score = _reverse_search(solved, tuple(targets), search_depth, rng)
-        if score > 0:
+        room, score, level = _reverse_search(solved, tuple(targets), search_depth, rng)
+        if score > 0 and level >= min(search_depth, 2):  # not a corridor where one push is all there is
             return room
     raise ConfigError(
         f"could not generate a sokoban room of {list(dim_room)} with {num_boxes} boxes in {_MAX_ROOM_TRIES} tries; "
