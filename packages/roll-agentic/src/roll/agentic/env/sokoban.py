@@ -12,10 +12,10 @@ from typing import Any
 
 from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, grid_lookup_of, layout_split
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
-from roll.agentic.env.sokoban_gen import TARGET, WALL, Room, generate_room, push, solve
+from roll.agentic.env.sokoban_gen import FLOOR, TARGET, WALL, Room, generate_room, push, solve
 from roll.runtime import ConfigError
 
-__all__ = ["SokobanEnv"]
+__all__ = ["SokobanEnv", "read_room"]
 
 # Symbols of the rendered grid (ROLL's defaults): cell code -> symbol, and symbol -> meaning.
 GRID_LOOKUP = {0: "#", 1: "_", 2: "O", 3: "√", 4: "X", 5: "P", 6: "S"}
@@ -36,6 +36,24 @@ INSTRUCTION = (
 )
 STEP_PENALTY, BOX_ON_REWARD, BOX_OFF_PENALTY, FINISH_REWARD = -0.1, 1.0, -1.0, 10.0
 _SAMPLER = random.Random()
+
+
+def read_room(grid: list[str], grid_lookup: dict[int, str] | None = None) -> Room | None:
+    """A rendered ``grid`` (symbols of ``grid_lookup``, default ROLL's) as a :class:`Room`, or None without a
+    player; unknown symbols read as walls."""
+    code = {symbol: c for c, symbol in grid_lookup_of(grid_lookup, GRID_LOOKUP).items()}
+    fixed, boxes, player = [], set(), None
+    for r, row in enumerate(grid):
+        cells = []
+        for c, symbol in enumerate(row):
+            kind = code.get(symbol, 0)
+            cells.append(WALL if kind == 0 else TARGET if kind in (2, 3, 6) else FLOOR)
+            if kind in (3, 4):
+                boxes.add((r, c))
+            if kind in (5, 6):
+                player = (r, c)
+        fixed.append(tuple(cells))
+    return None if player is None else Room(tuple(fixed), frozenset(boxes), player)
 
 
 class SokobanEnv(Env):

@@ -24,13 +24,14 @@ def is_square(lines: list[str]) -> bool:
     return bool(lines) and len(lines) == len(lines[0]) and all(len(line) == len(lines[0]) for line in lines)
 
 
-def last_grid(text: str, symbols: str) -> list[str] | None:
-    """The last square block of lines made only of ``symbols`` in ``text`` (the latest observation), or None."""
+def last_grid(text: str, symbols: str, square: bool = True) -> list[str] | None:
+    """The last block of lines made only of ``symbols`` in ``text`` (the latest observation), or None: a square
+    block, or with ``square=False`` any block of two or more rows as wide as each other (Sokoban's rooms)."""
     cls = "[" + re.escape(symbols) + "]"
     found = None
     for match in re.finditer(f"{cls}+(?:\n{cls}+)+", text):
         lines = match.group(0).split("\n")
-        if is_square(lines):
+        if is_square(lines) or (not square and all(len(line) == len(lines[0]) for line in lines)):
             found = lines
     return found
 
@@ -72,27 +73,16 @@ class SokobanExpert:
         self.symbols = "".join(self.lookup.values())
 
     def action(self, grid: list[str]) -> str | None:
-        from roll.agentic.env.sokoban_gen import FLOOR, TARGET, WALL, Room, solve
+        """The first move of a shortest solution on ``grid``, or None (no player, or none within ``max_depth``)."""
+        from roll.agentic.env.sokoban import read_room
+        from roll.agentic.env.sokoban_gen import solve
 
-        code = {symbol: c for c, symbol in self.lookup.items()}
-        fixed, boxes, player = [], set(), None
-        for r, row in enumerate(grid):
-            cells = []
-            for c, symbol in enumerate(row):
-                kind = code.get(symbol, 0)
-                cells.append(WALL if kind == 0 else TARGET if kind in (2, 3, 6) else FLOOR)
-                if kind in (3, 4):
-                    boxes.add((r, c))
-                if kind in (5, 6):
-                    player = (r, c)
-            fixed.append(tuple(cells))
-        if player is None:
-            return None
-        plan = solve(Room(tuple(fixed), frozenset(boxes), player), max_depth=self.max_depth)
+        room = read_room(grid, self.lookup)
+        plan = solve(room, max_depth=self.max_depth) if room is not None else None
         return plan[0] if plan else None
 
     def __call__(self, prompt: str, rng: random.Random) -> str:
-        grid = last_grid(prompt, self.symbols)
+        grid = last_grid(prompt, self.symbols, square=False)
         planned = self.action(grid) if grid is not None else None
         if planned is None or rng.random() < self.noise:
             planned = rng.choice(("Up", "Down", "Left", "Right"))
