@@ -25,10 +25,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from roll.agentic.env.frozen_lake import GRID_LOOKUP, MOVES, read_board, shortest_path
-from roll.agentic.policy.expert import is_square
+from roll.agentic.policy.expert import is_rectangle, is_square
 
-_CELL = "[" + re.escape("".join(GRID_LOOKUP.values())) + "]"
-_TOKENS = re.compile(rf"(?P<grid>{_CELL}+(?:\n{_CELL}+)+)|<answer>(?P<answer>.*?)</answer>", re.S)
 DEMONSTRATOR_NOISE = 0.5
 
 
@@ -50,18 +48,26 @@ def grade(grid: list[str]) -> dict[str, tuple[bool, bool]] | None:
     return out
 
 
-def moves(text: str) -> list[tuple[list[str], str]]:
-    """(grid, answer) pairs of one conversation, each answer with the last grid before it."""
+def grid_answers(text: str, symbols: str, square: bool = True) -> list[tuple[list[str], str]]:
+    """(grid, answer) pairs of one conversation, each answer with the last grid before it: blocks of lines made of
+    ``symbols``, square ones or (``square=False``) any with rows as wide as each other."""
+    cell = "[" + re.escape(symbols) + "]"
+    tokens = re.compile(rf"(?P<grid>{cell}+(?:\n{cell}+)+)|<answer>(?P<answer>.*?)</answer>", re.S)
     pairs, grid = [], None
-    for match in _TOKENS.finditer(text):
+    for match in tokens.finditer(text):
         if match.group("grid"):
             lines = match.group("grid").split("\n")
-            if is_square(lines):
+            if (is_square if square else is_rectangle)(lines):
                 grid = lines
         elif grid is not None:
             pairs.append((grid, match.group("answer").strip()))
             grid = None  # one answer per observation
     return pairs
+
+
+def moves(text: str) -> list[tuple[list[str], str]]:
+    """(grid, answer) pairs of one FrozenLake conversation."""
+    return grid_answers(text, "".join(GRID_LOOKUP.values()))
 
 
 def move_kind(text: str) -> str:

@@ -14,14 +14,19 @@ from roll.agentic.env.base import grid_lookup_of
 from roll.agentic.env.frozen_lake import GRID_LOOKUP, read_board, shortest_path
 from roll.runtime import ConfigError
 
-__all__ = ["FrozenLakeExpert", "SokobanExpert", "ToolMathExpert", "is_square", "last_grid"]
+__all__ = ["FrozenLakeExpert", "SokobanExpert", "ToolMathExpert", "is_rectangle", "is_square", "last_grid"]
 
 _ACTIONS = ("Left", "Down", "Right", "Up")
 
 
+def is_rectangle(lines: list[str]) -> bool:
+    """Whether ``lines`` form a block with every row as wide (a rendered Sokoban room)."""
+    return bool(lines) and all(len(line) == len(lines[0]) for line in lines)
+
+
 def is_square(lines: list[str]) -> bool:
     """Whether ``lines`` form a square block (as many rows as columns, every row as wide): a rendered grid."""
-    return bool(lines) and len(lines) == len(lines[0]) and all(len(line) == len(lines[0]) for line in lines)
+    return is_rectangle(lines) and len(lines) == len(lines[0])
 
 
 def last_grid(text: str, symbols: str, square: bool = True) -> list[str] | None:
@@ -31,7 +36,7 @@ def last_grid(text: str, symbols: str, square: bool = True) -> list[str] | None:
     found = None
     for match in re.finditer(f"{cls}+(?:\n{cls}+)+", text):
         lines = match.group(0).split("\n")
-        if is_square(lines) or (not square and all(len(line) == len(lines[0]) for line in lines)):
+        if (is_square if square else is_rectangle)(lines):
             found = lines
     return found
 
