@@ -7,7 +7,8 @@ Usage:
 ROLLOUT_FILE: a ``<name>.jsonl`` written by the agentic pipeline with ``rollout.dump=true`` (e.g.
 ``<output_dir>/rollouts/val-step-000000.jsonl``). Each answer is paired with the last room shown before it; a move is
 *optimal* when it shortens the room's shortest solution by one move. Printed per file: the moves graded, the share
-optimal, unparsable answers, and a uniform random mover's optimal share on the very same rooms.
+optimal, the share unparsable (inside the tags but not one of the four moves; a reply without both tags is not
+paired, so not graded: read val/format for those), and a uniform random mover's optimal share on the very same rooms.
 ``--rooms`` (defaults 5 5 1 6 8 1000: agentic-sokoban-tiny's rooms): plays ROOMS rooms of the "val" split (seeds from
 10000) with a uniform random mover and with the noise-free planner, MOVES moves each, and prints their success rates
 and the shortest solutions' median, 90th percentile and share of one-move rooms.
