@@ -6,6 +6,7 @@ import pytest
 
 from roll.agentic.env import SokobanEnv
 from roll.agentic.env.sokoban_gen import WALL, Room, solve
+from roll.runtime import ConfigError
 
 
 def _answer(action: str) -> str:
@@ -99,3 +100,11 @@ def test_search_depth_sets_how_many_moves_a_room_needs() -> None:
     deeper, deepest = shortest(6), shortest(30)
     assert deeper[20] >= 3 and sum(n == 1 for n in deeper) <= 10, deeper
     assert sum(deepest) > sum(deeper), (deeper, deepest)
+
+
+@pytest.mark.parametrize("dim_room", [(3, 6), (4, 4)])
+def test_rooms_too_small_to_pull_a_box_are_refused_up_front(dim_room) -> None:
+    # 4x4 once passed this check and then failed 200 carvings: inside its walls no box can be pulled.
+    with pytest.raises(ConfigError, match=r"too small.*use at least \[4, 5\]"):
+        SokobanEnv(dim_room=dim_room).reset(seed=0)
+    assert SokobanEnv(dim_room=(4, 5), search_depth=6).reset(seed=0)[0].count("\n") == 3

@@ -101,8 +101,11 @@ def _reverse_search(room: Room, box_ids: tuple[Cell, ...], depth: int, rng: rand
 def generate_room(dim_room: tuple[int, int], num_boxes: int, search_depth: int, rng: random.Random) -> Room:
     """A solvable room of ``dim_room`` (rows, cols) with ``num_boxes`` boxes, at least one off its target."""
     height, width = dim_room
-    if height < 4 or width < 4:
-        raise ConfigError(f"sokoban dim_room={list(dim_room)} is too small; use at least [4, 4]")
+    if min(height, width) < 4 or max(height, width) < 5:  # 2x2 inside the walls: no room to pull a box
+        raise ConfigError(
+            f"sokoban dim_room={list(dim_room)} is too small: a box is pulled away from its target with three free "
+            f"cells in a row inside the walls; use at least [4, 5]"
+        )
     if num_boxes < 1 or search_depth < 1:
         raise ConfigError(f"sokoban needs num_boxes >= 1 and search_depth >= 1, got {num_boxes}, {search_depth}")
     for _ in range(_MAX_ROOM_TRIES):
