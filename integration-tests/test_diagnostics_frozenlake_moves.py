@@ -4,14 +4,13 @@ move, a random mover matches the chance rate computed on the same boards, and a 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
 
 from roll.agentic.env.frozen_lake import FrozenLakeEnv
 from roll.agentic.policy.expert import FrozenLakeExpert
-from tools.diagnostics.frozenlake_moves import grade, hole_picks, moves, report
+from tools.diagnostics.frozenlake_moves import grade, hole_picks, moves, report, write_scripted_rollouts
 
 
 def test_grade_of_a_hand_checked_board():
@@ -34,21 +33,13 @@ def test_hole_picks_counts_answers_on_the_boards_where_that_move_falls_into_a_ho
 
 
 def _dump(tmp_path: Path, noise: float, episodes: int = 40) -> Path:
-    expert, rng = FrozenLakeExpert(noise=noise), random.Random(0)
-    path = tmp_path / f"noise-{noise}.jsonl"
-    with path.open("w") as sink:
-        for seed in range(episodes):
-            env = FrozenLakeEnv(size=4, max_steps=6)
-            observation, _ = env.reset(seed)
-            prompt, response = f"Turn 1:\n{observation}\n", ""
-            for turn in range(2, 8):
-                answer = expert(prompt + response, rng)
-                observation, _, terminated, truncated, _ = env.step(answer)
-                response += f"{answer}\nTurn {turn}:\n{observation}\n"
-                if terminated or truncated:
-                    break
-            sink.write(json.dumps({"prompt": prompt, "response": response}) + "\n")
-    return path
+    return write_scripted_rollouts(
+        tmp_path / f"noise-{noise}.jsonl",
+        lambda: FrozenLakeEnv(size=4, max_steps=6),
+        FrozenLakeExpert(noise),
+        episodes,
+        6,
+    )
 
 
 def test_planner_is_optimal_and_a_random_mover_is_at_chance(tmp_path: Path):

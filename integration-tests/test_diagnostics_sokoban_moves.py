@@ -4,14 +4,13 @@ rooms, and the held-out rooms' baselines put the random mover far below the plan
 
 from __future__ import annotations
 
-import json
-import random
 from pathlib import Path
 
 import pytest
 
 from roll.agentic.env.sokoban import SokobanEnv
 from roll.agentic.policy.expert import SokobanExpert
+from tools.diagnostics.frozenlake_moves import write_scripted_rollouts
 from tools.diagnostics.sokoban_moves import grade, report, room_baselines
 
 
@@ -23,21 +22,13 @@ def test_grade_of_a_hand_checked_room():
 
 
 def _dump(tmp_path: Path, noise: float, dim_room: tuple[int, int], episodes: int) -> Path:
-    expert, rng = SokobanExpert(noise=noise), random.Random(0)
-    path = tmp_path / f"noise-{noise}-{dim_room[0]}x{dim_room[1]}.jsonl"
-    with path.open("w") as sink:
-        for seed in range(episodes):
-            env = SokobanEnv(dim_room=dim_room, num_boxes=1, search_depth=6, max_steps=8)
-            observation, _ = env.reset(seed)
-            prompt, response = f"Turn 1:\n{observation}\n", ""
-            for turn in range(2, 10):
-                answer = expert(prompt + response, rng)
-                observation, _, terminated, truncated, _ = env.step(answer)
-                response += f"{answer}\nTurn {turn}:\n{observation}\n"
-                if terminated or truncated:
-                    break
-            sink.write(json.dumps({"prompt": prompt, "response": response}) + "\n")
-    return path
+    return write_scripted_rollouts(
+        tmp_path / f"noise-{noise}-{dim_room[0]}x{dim_room[1]}.jsonl",
+        lambda: SokobanEnv(dim_room=dim_room, num_boxes=1, search_depth=6, max_steps=8),
+        SokobanExpert(noise=noise),
+        episodes,
+        8,
+    )
 
 
 @pytest.mark.parametrize("dim_room", [(5, 5), (6, 7)])
