@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from roll.agentic.pipeline import AgenticConfig, register_pipelines
+from roll.agentic.pipeline import AgenticConfig, register_pipelines, warmup_cache
 from roll.agentic.pipeline.warmup_cache import WarmupCache, warmup_key
 from roll.pipelines.config import load_config
 from roll.pipelines.launcher import run_config
@@ -106,6 +106,48 @@ def test_key_changes_with_what_shapes_the_warm_up_only(tmp_path: Path):
     assert len({base, *changed}) == len(changed) + 1
     (tmp_path / "model.safetensors").write_bytes(b"weights")  # the model folder's files
     assert _key(tmp_path) != base
+
+
+def test_key_follows_the_code_no_version_pins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A training env's module (a user's env edited between runs) and a roll package installed in development mode
+    (its ``src``, not its tests) are in the key, as is the warm-up policy's module; an env training does not play is not."""
+    model, code = tmp_path / "model", tmp_path / "code"  # apart: the model folder's files are in the key
+    model.mkdir()
+    code.mkdir()
+    monkeypatch.syspath_prepend(str(code))
+    origin: dict[str, Any] = {}  # where the installer says each roll package came from: regular installs first
+    monkeypatch.setattr(warmup_cache, "_install_origin", lambda package: origin)
+    train, val = code / "lake_for_key.py", code / "val_lake_for_key.py"
+    for module in (train, val):
+        module.write_text(
+            "from roll.agentic.env.frozen_lake import FrozenLakeEnv\n\n\nclass Lake(FrozenLakeEnv):\n    pass\n"
+        )
+    envs = {"Lake": {**LAKE, "env_type": "lake_for_key:Lake"}, "Other": {**LAKE, "env_type": "val_lake_for_key:Lake"}}
+    base = _key(model, custom_envs=envs)
+    val.write_text(val.read_text() + "# edited\n")
+    assert _key(model, custom_envs=envs) == base
+    train.write_text(train.read_text() + "# edited\n")
+    edited = _key(model, custom_envs=envs)
+    assert edited != base
+    policy = {"custom_envs": envs, "warmup__policy": "val_lake_for_key:Lake"}  # the warm-up policy's module too
+    before = _key(model, **policy)
+    val.write_text(val.read_text() + "# again\n")
+    assert _key(model, **policy) != before
+
+    project = code / "roll-dev"
+    (project / "src" / "roll").mkdir(parents=True)
+    (project / "tests").mkdir()
+    (project / "src" / "roll" / "gen.py").write_text("DEPTH = 6\n")
+    (project / "tests" / "test_gen.py").write_text("")
+    origin.update({"dir_info": {"editable": True}, "url": project.as_uri()})
+    development = _key(model, custom_envs=envs)
+    assert development != edited
+    (project / "tests" / "test_gen.py").write_text("assert True\n")
+    assert _key(model, custom_envs=envs) == development
+    (project / "src" / "roll" / "gen.py").write_text("DEPTH = 7\n")
+    assert _key(model, custom_envs=envs) != development
+    origin["dir_info"] = {}  # a regular install from a folder: its version pins its code
+    assert _key(model, custom_envs=envs) == edited
 
 
 @pytest.mark.integration

@@ -9,10 +9,13 @@ The key hashes everything that shapes the warm-up: the ``warmup`` section (witho
 training env manager and its envs, ``rollout.sequence_length``, actor_train's model, training (``max_steps`` only
 under a schedule that follows it, ``learning_rate`` only without ``warmup.learning_rate``; its ``seed`` seeds the
 workers), strategy and batching args and world size, a fingerprint of the model folder's files (name, size,
-modification time), and the versions of torch, transformers and roll's packages. Not the run's ``seed``: the
-warm-up's episodes, sampling and mini-batches follow ``warmup.seed``, so runs that differ only in their seed share
-one warm-up. What it cannot see is an edit of roll's source in a development install: delete the folder (or set
-``warmup.cache: false``) after changing the warm-up's code. Entries are written to a temporary folder and renamed
+modification time), the versions of torch, transformers and roll's packages, and the code no version pins: the
+contents of the modules that define the training envs and the warm-up policy (a user's env edited between runs), and
+of every ``.py`` file of a roll package installed in development mode (``pip install -e``; an edit of the room
+generator, say, trains the warm-up again). Not the run's ``seed``: the warm-up's episodes, sampling and mini-batches
+follow ``warmup.seed``, so runs that differ only in their seed share one warm-up. What it cannot see is an edit of a
+module that those modules import, outside roll's development installs: delete the folder (or set ``warmup.cache:
+false``) after changing such code. Entries are written to a temporary folder and renamed
 into place, so a crash leaves no half-written entry; on a multi-node cluster the cache directory must be on a shared
 filesystem (as for ``recipe://`` models).
 """
@@ -20,20 +23,26 @@ filesystem (as for ``recipe://`` models).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import shutil
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
+from roll.agentic.env.registry import resolve_env_factory
 from roll.agentic.pipeline.config import AgenticConfig
 from roll.pipelines.cache import cache_dir, write_stamp
+from roll.runtime.registry import import_target
 
 __all__ = ["FORMAT", "WarmupCache", "warmup_key"]
 
 FORMAT = 1  # bump when what an entry holds, or how the warm-up trains, changes
-_PACKAGES = ("torch", "transformers", "roll-agentic", "roll-pipelines", "roll-strategies")
+_ROLL_PACKAGES = ("roll-agentic", "roll-pipelines", "roll-strategies", "roll-protocol", "roll-runtime")
+_PACKAGES = ("torch", "transformers", *_ROLL_PACKAGES)
 _STAMP = "warmup.json"
 
 
@@ -57,6 +66,54 @@ def _files(model: str | None) -> list[tuple[str, int, int]] | str | None:
             info = path.stat()
             out.append((str(path.relative_to(root)), info.st_size, info.st_mtime_ns))
     return out
+
+
+def _digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _install_origin(package: str) -> dict[str, Any]:
+    """The installer's record of where ``package`` came from (PEP 610 ``direct_url.json``); {} when it has none."""
+    try:
+        return dict(json.loads(metadata.distribution(package).read_text("direct_url.json") or "{}"))
+    except metadata.PackageNotFoundError:
+        return {}
+
+
+def _development_source(package: str) -> str | None:
+    """A digest of the ``.py`` files of ``package`` when it is installed in development mode (its folder's ``src``
+    when it has one, else the folder without ``tests``); None for a regular install, whose version pins its code."""
+    found = _install_origin(package)
+    if not found.get("dir_info", {}).get("editable") or not str(found.get("url", "")).startswith("file:"):
+        return None
+    root = Path(unquote(urlparse(found["url"]).path))
+    root = root / "src" if (root / "src").is_dir() else root
+    return _digest(sorted(p for p in root.rglob("*.py") if "tests" not in p.relative_to(root).parts))
+
+
+def _module_source(target: Any) -> str | None:
+    """A digest of the file that defines ``target`` (a class, function or partial); None where it has none."""
+    while isinstance(target, partial):
+        target = target.func
+    try:
+        path = inspect.getsourcefile(target)
+    except TypeError:
+        return None
+    return None if path is None else _digest([Path(path)])
+
+
+def _code(config: AgenticConfig) -> dict[str, Any]:
+    """What of the warm-up's code no package version pins (see the module docstring)."""
+    envs = {config.custom_envs[tag].env_type for tag in config.train_env_manager.tags}
+    return {
+        "envs": {name: _module_source(resolve_env_factory(name)) for name in sorted(envs)},
+        "policy": _module_source(import_target(config.warmup.policy)),
+        "development": {package: _development_source(package) for package in _ROLL_PACKAGES},
+    }
 
 
 def _rl_only(config: AgenticConfig) -> set[str]:
@@ -90,6 +147,7 @@ def warmup_key(config: AgenticConfig) -> str:
         },
         "model_files": _files(role.model_args.model_name_or_path),
         "versions": {package: _version(package) for package in _PACKAGES},
+        "code": _code(config),
     }
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
