@@ -68,10 +68,11 @@ def _files(model: str | None) -> list[tuple[str, int, int]] | str | None:
     return out
 
 
-def _digest(paths: list[Path]) -> str:
+def _digest(paths: list[Path], root: Path) -> str:
+    """A digest of the files' names (relative to ``root``) and contents."""
     h = hashlib.sha256()
     for path in paths:
-        h.update(path.name.encode())
+        h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -92,7 +93,7 @@ def _development_source(package: str) -> str | None:
         return None
     root = Path(unquote(urlparse(found["url"]).path))
     root = root / "src" if (root / "src").is_dir() else root
-    return _digest(sorted(p for p in root.rglob("*.py") if "tests" not in p.relative_to(root).parts))
+    return _digest(sorted(p for p in root.rglob("*.py") if "tests" not in p.relative_to(root).parts), root)
 
 
 def _module_source(target: Any) -> str | None:
@@ -103,7 +104,7 @@ def _module_source(target: Any) -> str | None:
         path = inspect.getsourcefile(target)
     except TypeError:
         return None
-    return None if path is None else _digest([Path(path)])
+    return None if path is None else _digest([Path(path)], Path(path).parent)
 
 
 def _code(config: AgenticConfig) -> dict[str, Any]:
