@@ -109,8 +109,8 @@ def test_key_changes_with_what_shapes_the_warm_up_only(tmp_path: Path):
 
 
 def test_key_follows_the_code_no_version_pins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A training env's module (a user's env edited between runs) and a roll package installed in development mode
-    (its ``src``, not its tests) are in the key, as is the warm-up policy's module; an env training does not play is not."""
+    """A training env's module (a user's env edited between runs), the warm-up policy's module and a roll package
+    installed in development mode (its ``src``, not its tests) are in the key; an env training does not play is not."""
     model, code = tmp_path / "model", tmp_path / "code"  # apart: the model folder's files are in the key
     model.mkdir()
     code.mkdir()
