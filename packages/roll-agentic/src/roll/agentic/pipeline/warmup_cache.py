@@ -9,7 +9,7 @@ The key hashes everything that shapes the warm-up: the ``warmup`` section (witho
 training env manager and its envs, ``rollout.sequence_length``, actor_train's model, training (``max_steps`` only
 under a schedule that follows it, ``learning_rate`` only without ``warmup.learning_rate``; its ``seed`` seeds the
 workers), strategy and batching args and world size, a fingerprint of the model folder's files (name, size,
-modification time), the versions of torch, transformers and roll's packages, and the code no version pins: the
+modification time), the versions of torch, transformers, GEM and roll's packages, and the code no version pins: the
 contents of the modules that define the training envs and the warm-up policy (a user's env edited between runs), and
 of every ``.py`` file of a roll package installed in development mode (``pip install -e``; an edit of the room
 generator, say, trains the warm-up again). Not the run's ``seed``: the warm-up's episodes, sampling and mini-batches
@@ -42,7 +42,7 @@ __all__ = ["FORMAT", "WarmupCache", "warmup_key"]
 
 FORMAT = 1  # bump when what an entry holds, or how the warm-up trains, changes
 _ROLL_PACKAGES = ("roll-agentic", "roll-pipelines", "roll-strategies", "roll-protocol", "roll-runtime")
-_PACKAGES = ("torch", "transformers", *_ROLL_PACKAGES)
+_PACKAGES = ("torch", "transformers", "gem-llm", *_ROLL_PACKAGES)  # gem-llm: the code behind "gem:" envs
 _STAMP = "warmup.json"
 
 
