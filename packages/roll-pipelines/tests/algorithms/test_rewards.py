@@ -10,6 +10,7 @@ from torch.testing import assert_close
 
 from roll.pipelines.algorithms import (
     clip_rewards,
+    clip_rewards_counted,
     normalize_scores,
     overlong_mask,
     overlong_penalty,
@@ -38,6 +39,24 @@ def test_clip_rewards() -> None:
     assert_close(clip_rewards(scores, None), scores)
     with pytest.raises(ConfigError, match="clip=0"):
         clip_rewards(scores, 0)
+
+
+def test_clip_rewards_counted_counts_real_entries_only() -> None:
+    rewards = torch.tensor([[3.0, 0.2, 0.0, 0.0], [-0.1, -4.0, 5.0, 0.0]], dtype=F64)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]])
+    metrics: dict[str, float] = {}
+    clipped = clip_rewards_counted(rewards, 1.0, metrics, "frac", mask)
+    assert_close(clipped, rewards.clamp(-1.0, 1.0))
+    assert metrics["frac"] == pytest.approx(3 / 5)  # of the 5 real tokens 3 are beyond 1; padding does not count
+    clip_rewards_counted(rewards, 1.0, metrics, "all")
+    assert metrics["all"] == pytest.approx(3 / 8)  # without a mask every entry counts
+    untouched: dict[str, float] = {}
+    assert_close(clip_rewards_counted(rewards, None, untouched, "frac", mask), rewards)
+    assert untouched == {}  # no clip, no metric
+    clip_rewards_counted(rewards, 1.0, metrics, "none", torch.zeros(2, 4))
+    assert metrics["none"] == 0.0
+    with pytest.raises(ConfigError, match="mask has shape"):
+        clip_rewards_counted(rewards, 1.0, metrics, "frac", mask[:, :3])
 
 
 @pytest.mark.parametrize("use_std", [True, False])

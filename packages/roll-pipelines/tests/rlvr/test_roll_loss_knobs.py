@@ -204,14 +204,19 @@ def test_reward_clip_also_clamps_token_rewards_with_the_kl_penalty() -> None:
     )  # fmt: skip
     batch = scored_batch([1.0, 0.0, 0.3, -2.0])
     old, ref = batch.batch["old_log_probs"].tolist(), batch.batch["ref_log_probs"].tolist()
-    compute_training_targets(batch, config, 2.0)
+    metrics = compute_training_targets(batch, config, 2.0)
     scores = [0.5, 0.0, 0.3, -0.5]  # response-level clip first
+    beyond = []
     for i in range(4):
         last = max(t for t in range(4) if MASK[i][t])
         for t in range(4):
             raw = (scores[i] if t == last else 0.0) - 2.0 * (old[i][t] - ref[i][t]) if MASK[i][t] else 0.0
             got = float(batch.batch["token_level_rewards"][i, t])
             assert got == pytest.approx(min(max(raw, -0.5), 0.5), abs=1e-6)
+            if MASK[i][t]:
+                beyond.append(abs(raw) > 0.5)
+    # the share of the response's tokens clipped: padding is not counted as unclipped
+    assert metrics["critic/token_reward_clip_frac"] == pytest.approx(sum(beyond) / len(beyond))
     kl = kl_penalty(batch.batch["old_log_probs"], batch.batch["ref_log_probs"], "kl")
     assert kl.abs().max() > 0.25  # the fixture does reach the token clip
 

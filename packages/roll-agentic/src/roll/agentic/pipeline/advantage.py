@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from roll.agentic.pipeline.config import AgenticAdvantageSection, AgenticConfig
+from roll.agentic.pipeline.config import AgenticConfig
 from roll.pipelines.algorithms import (
     agentic_reinforce_advantages,
-    clip_rewards,
+    clip_rewards_counted,
     compute_advantages,
     gigpo_rewards,
     grouped_reward_norm,
@@ -40,6 +40,8 @@ from roll.protocol import DataProto
 from roll.runtime import ConfigError
 
 __all__ = ["compute_agentic_targets", "episode_weights", "turn_rewards_to_tokens"]
+
+_CLIP_FRAC = "critic/reward_clip_frac"  # the share of rewards reward_clip clamped (ROLL's metric name)
 
 
 def _column(batch: DataProto, name: str) -> list[Any]:
@@ -115,15 +117,6 @@ def _response_rewards(batch: DataProto, config: AgenticConfig) -> tuple[torch.Te
     return grouped_reward_norm(values, group, norm.norm_mean_type, norm.norm_std_type), metrics
 
 
-def _clip(rewards: torch.Tensor, advantage: AgenticAdvantageSection, metrics: dict[str, float]) -> torch.Tensor:
-    """ROLL's reward_clip (compute_response_level_rewards): clamp to [-bound, bound], reporting the share clipped."""
-    bound = advantage.reward_clip
-    if bound is None:
-        return rewards
-    metrics["critic/reward_clip_frac"] = float((rewards.abs() > bound).float().mean()) if rewards.numel() else 0.0
-    return clip_rewards(rewards, bound)
-
-
 def episode_weights(batch: DataProto) -> torch.Tensor:
     """(batch,) weights under which every episode (``traj_id``) weighs the same: rows / (episodes * its rows), so a
     row of an episode with n rows gets 1/n of the episode's share and the weights average to 1."""
@@ -140,10 +133,12 @@ def compute_agentic_targets(batch: DataProto, config: AgenticConfig) -> dict[str
     estimator = advantage.estimator
     metrics: dict[str, float] = {}
     if estimator == "agentic_reinforce":
-        token_rewards = _clip(turn_rewards_to_tokens(_column(batch, "step_scores"), mask), advantage, metrics)
+        token_rewards = turn_rewards_to_tokens(_column(batch, "step_scores"), mask)
+        token_rewards = clip_rewards_counted(token_rewards, advantage.reward_clip, metrics, _CLIP_FRAC, mask)
         advantages, returns = agentic_reinforce_advantages(token_rewards, mask, advantage.gamma)
     elif estimator == "gae":
-        token_rewards = _clip(token_level_rewards_from_scores(data["scores"].float(), mask), advantage, metrics)
+        token_rewards = token_level_rewards_from_scores(data["scores"].float(), mask)
+        token_rewards = clip_rewards_counted(token_rewards, advantage.reward_clip, metrics, _CLIP_FRAC, mask)
         advantages, returns = compute_advantages(
             "gae",
             token_level_rewards=token_rewards,
@@ -154,7 +149,8 @@ def compute_agentic_targets(batch: DataProto, config: AgenticConfig) -> dict[str
         )
     else:
         rewards, metrics = _response_rewards(batch, config)
-        rewards = _clip(rewards, advantage, metrics)  # ROLL: after the normalization
+        # ROLL: after the normalization
+        rewards = clip_rewards_counted(rewards, advantage.reward_clip, metrics, _CLIP_FRAC)
         token_rewards = token_level_rewards_from_scores(rewards, mask)
         advantages, returns = reinforce_returns(token_rewards, mask, advantage.gamma)
         metrics["advantage/reward_mean"] = float(rewards.mean())

@@ -71,6 +71,7 @@ from roll.pipelines.algorithms.losses import (
 from roll.pipelines.algorithms.rewards import (
     NORMALIZE_MODES,
     clip_rewards,
+    clip_rewards_counted,
     normalize_scores,
     overlong_mask,
     overlong_penalty,
@@ -94,6 +95,7 @@ __all__ = [
     "agentic_reinforce_advantages",
     "aggregate_loss",
     "clip_rewards",
+    "clip_rewards_counted",
     "compute_advantages",
     "diffusion",
     "dpo_loss",

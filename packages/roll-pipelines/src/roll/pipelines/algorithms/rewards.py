@@ -16,6 +16,7 @@ from roll.pipelines.algorithms._validation import (
     check_2d,
     check_choice,
     check_positive,
+    check_same_shape,
     check_shape,
 )
 from roll.runtime.errors import ConfigError
@@ -23,6 +24,7 @@ from roll.runtime.errors import ConfigError
 __all__ = [
     "NORMALIZE_MODES",
     "clip_rewards",
+    "clip_rewards_counted",
     "normalize_scores",
     "overlong_mask",
     "overlong_penalty",
@@ -41,6 +43,28 @@ def clip_rewards(scores: torch.Tensor, clip: float | None) -> torch.Tensor:
         return scores.clone()
     clip = check_positive("clip", clip)
     return scores.clamp(-clip, clip)
+
+
+@torch.no_grad()
+def clip_rewards_counted(
+    scores: torch.Tensor,
+    clip: float | None,
+    metrics: dict[str, float],
+    key: str,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`clip_rewards`, recording in ``metrics[key]`` the share of entries the clamp changed when ``clip`` is set.
+
+    ``mask`` (same shape, 1 = counted) limits the share to real entries, so a padded token tensor's padding does not
+    count as unclipped; without it every entry counts. An empty selection records 0.0.
+    """
+    if clip is not None:
+        check_same_shape("scores", scores, mask=mask)
+        beyond = scores.detach().abs() > clip
+        if mask is not None:
+            beyond = beyond[as_bool_mask(mask)]
+        metrics[key] = float(beyond.float().mean()) if beyond.numel() else 0.0
+    return clip_rewards(scores, clip)
 
 
 @torch.no_grad()

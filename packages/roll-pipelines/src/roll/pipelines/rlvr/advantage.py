@@ -15,7 +15,7 @@ from typing import cast
 import torch
 
 from roll.pipelines.algorithms import (
-    clip_rewards,
+    clip_rewards_counted,
     compute_advantages,
     kl_penalty,
     masked_mean,
@@ -129,14 +129,6 @@ def _kl(batch: DataProto, config: RLVRConfig) -> torch.Tensor | None:
     return full_kl(old_full, ref_full)
 
 
-def _clip(values: torch.Tensor, bound: float | None, name: str, metrics: dict[str, float]) -> torch.Tensor:
-    """ROLL's reward_clip: clamp to [-bound, bound], reporting the share of entries clipped."""
-    if bound is None:
-        return values
-    metrics[name] = float((values.abs() > bound).float().mean()) if values.numel() else 0.0
-    return clip_rewards(values, bound)
-
-
 def _sample_weight_inputs(batch: DataProto, config: RLVRConfig, lengths: torch.Tensor) -> None:
     """What the actor's difficulty/length loss weights read: ``response_lengths`` (before sample masks, as ROLL)
     and ``difficulty`` (the data column) as (batch,) float tensors."""
@@ -233,7 +225,8 @@ def _targets(
         metrics["rollout/overlong_penalty"] = float(penalty.mean())
     scores = normalize_scores(scores, data["group_index"], advantage.reward_norm)
     scores = _roll_reward_norm(batch, scores, config, running)
-    scores = _clip(scores, advantage.reward_clip, "critic/reward_clip_frac", metrics)  # ROLL: after normalization
+    # ROLL: after normalization
+    scores = clip_rewards_counted(scores, advantage.reward_clip, metrics, "critic/reward_clip_frac")
     kl = _kl(batch, config)
     if kl is not None:
         metrics["actor/kl"] = float(masked_mean(kl, response_mask))
@@ -242,7 +235,9 @@ def _targets(
     else:
         token_rewards = token_level_rewards_from_scores(scores, response_mask)
     # ROLL clips again after the KL penalty joins the token rewards (compute_token_reward)
-    token_rewards = _clip(token_rewards, advantage.reward_clip, "critic/token_reward_clip_frac", metrics)
+    token_rewards = clip_rewards_counted(
+        token_rewards, advantage.reward_clip, metrics, "critic/token_reward_clip_frac", response_mask
+    )
     loss_mask = response_mask * _sample_mask(config, data["scores"].float(), data["group_index"], lengths, truncated)
     if advantage.whiten_rewards:  # ROLL: over the tokens left in the loss, before the estimator
         token_rewards = whiten_token_rewards(token_rewards, loss_mask)
