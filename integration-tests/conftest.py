@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,3 +76,31 @@ def roll(roll_env):
 def interrupt_roll(roll_env):
     """``interrupt_roll(args, ready_path)``: start the CLI, Ctrl-C it once ``ready_path`` exists, return the exit code."""
     return lambda args, ready, timeout=1200: _interrupt_when(args, roll_env, ready, timeout)
+
+
+def _write_scripted_rollouts(
+    path: Path, make_env: Callable[[], Any], policy: Callable[[str, random.Random], str], episodes: int, turns: int
+) -> Path:
+    rng = random.Random(0)
+    with path.open("w") as sink:
+        for seed in range(episodes):
+            env = make_env()
+            observation, _ = env.reset(seed)
+            prompt, response = f"Turn 1:\n{observation}\n", ""
+            for turn in range(2, turns + 2):
+                answer = policy(prompt + response, rng)
+                observation, _, terminated, truncated, _ = env.step(answer)
+                response += f"{answer}\nTurn {turn}:\n{observation}\n"
+                if terminated or truncated:
+                    break
+            sink.write(json.dumps({"prompt": prompt, "response": response}) + "\n")
+    return path
+
+
+@pytest.fixture
+def scripted_rollouts():
+    """``scripted_rollouts(path, make_env, policy, episodes, turns)``: a rollout dump (``prompt``/``response`` rows,
+    turns as the trajectory-wise manager writes them) of ``policy(text, rng)`` playing ``episodes`` episodes (seeds
+    0, 1, ...) of up to ``turns`` moves on fresh envs; input for the move-grading diagnostics, with a known policy
+    behind it. Returns ``path``."""
+    return _write_scripted_rollouts

@@ -10,7 +10,6 @@ import pytest
 
 from roll.agentic.env.sokoban import SokobanEnv
 from roll.agentic.policy.expert import SokobanExpert
-from tools.diagnostics.frozenlake_moves import write_scripted_rollouts
 from tools.diagnostics.sokoban_moves import grade, report, room_baselines
 
 
@@ -21,21 +20,27 @@ def test_grade_of_a_hand_checked_room():
     assert grade(["####", "#X_#", "#O_#", "####"]) is None  # no player
 
 
-def _dump(tmp_path: Path, noise: float, dim_room: tuple[int, int], episodes: int) -> Path:
-    return write_scripted_rollouts(
-        tmp_path / f"noise-{noise}-{dim_room[0]}x{dim_room[1]}.jsonl",
-        lambda: SokobanEnv(dim_room=dim_room, num_boxes=1, search_depth=6, max_steps=8),
-        SokobanExpert(noise=noise),
-        episodes,
-        8,
-    )
+@pytest.fixture
+def dump(tmp_path: Path, scripted_rollouts):
+    """``dump(noise, dim_room, episodes)``: the planner with ``noise`` playing that many rooms, as a rollout dump."""
+
+    def play(noise: float, dim_room: tuple[int, int], episodes: int) -> Path:
+        return scripted_rollouts(
+            tmp_path / f"noise-{noise}-{dim_room[0]}x{dim_room[1]}.jsonl",
+            lambda: SokobanEnv(dim_room=dim_room, num_boxes=1, search_depth=6, max_steps=8),
+            SokobanExpert(noise=noise),
+            episodes,
+            8,
+        )
+
+    return play
 
 
 @pytest.mark.parametrize("dim_room", [(5, 5), (6, 7)])
-def test_planner_is_optimal_and_a_random_mover_is_at_chance(tmp_path: Path, dim_room):
-    planner = report(_dump(tmp_path, 0.0, dim_room, 30))
+def test_planner_is_optimal_and_a_random_mover_is_at_chance(dump, dim_room):
+    planner = report(dump(0.0, dim_room, 30))
     assert planner["moves"] >= 60 and planner["optimal"] == 1.0 and planner["unparsable"] == 0.0
-    chance = report(_dump(tmp_path, 1.0, dim_room, 60))
+    chance = report(dump(1.0, dim_room, 60))
     assert chance["optimal"] == pytest.approx(chance["random_optimal"], abs=0.08)
     assert 0.1 < chance["random_optimal"] < 0.5
 

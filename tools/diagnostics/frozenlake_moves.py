@@ -18,13 +18,11 @@ against chance and against a half-random imitation.
 from __future__ import annotations
 
 import json
-import random
 import re
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from roll.agentic.env.frozen_lake import GRID_LOOKUP, MOVES, read_board, shortest_path
 from roll.agentic.policy.expert import is_rectangle, is_square
@@ -128,28 +126,6 @@ def report(path: Path) -> dict[str, float]:
 def format_stats(stats: dict[str, float]) -> str:
     """One indented line of ``key=value`` (three decimals; ``moves`` a count)."""
     return "  " + "  ".join(f"{k}={v:.3f}" if k != "moves" else f"moves={int(v)}" for k, v in stats.items())
-
-
-def write_scripted_rollouts(
-    path: Path, make_env: Callable[[], Any], policy: Callable[[str, random.Random], str], episodes: int, turns: int
-) -> Path:
-    """A rollout dump (``prompt``/``response`` rows, turns as the trajectory-wise manager writes them) of ``policy``
-    playing ``episodes`` episodes (seeds 0, 1, ...) of up to ``turns`` moves on fresh envs: input for :func:`report`
-    and the Sokoban diagnostic's, with a known policy behind it."""
-    rng = random.Random(0)
-    with path.open("w") as sink:
-        for seed in range(episodes):
-            env = make_env()
-            observation, _ = env.reset(seed)
-            prompt, response = f"Turn 1:\n{observation}\n", ""
-            for turn in range(2, turns + 2):
-                answer = policy(prompt + response, rng)
-                observation, _, terminated, truncated, _ = env.step(answer)
-                response += f"{answer}\nTurn {turn}:\n{observation}\n"
-                if terminated or truncated:
-                    break
-            sink.write(json.dumps({"prompt": prompt, "response": response}) + "\n")
-    return path
 
 
 def main(argv: list[str]) -> None:
