@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import random
 import re
 
+import numpy as np
 import pytest
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.env_manager import EnvRunner
 from roll.agentic.policy import MockPolicyClient, ScriptedPolicy
 from roll.agentic.scheduler import RolloutScheduler
 from roll.strategies import GenerationConfig
@@ -89,3 +93,44 @@ def test_user_env_class_by_import_path(tokenizer) -> None:
     wrong = _run(tokenizer, {"line": env}, "line", lambda prompt: "+1 please")
     assert wrong.metrics["val/success"] == 0.0 and wrong.metrics["val/format"] == 0.0
     assert all(e.end_reason == "max_steps" and abs(e.episode_score + 0.5) < 1e-9 for e in wrong.episodes)
+
+
+class GlobalDiceEnv:
+    """Seeds the process-global RNGs in reset and keeps drawing from them in step, as GEM's envs do."""
+
+    uses_global_rng = True
+
+    def reset(self, seed=None):
+        random.seed(seed)
+        np.random.seed(seed)
+        return "rolled 0", {}
+
+    def step(self, action):
+        rolled = f"rolled {random.randint(1, 6)} and {int(np.random.randint(1, 7))}"
+        return rolled, 0.0, False, False, {}
+
+
+def test_envs_on_global_rngs_draw_as_if_each_ran_alone():
+    """Two envs of one group (same seed, same actions) interleaved on one event loop: each call starts from the
+    global RNG state its own env left, so both see the same rolls, and the rolls an env sees alone."""
+
+    async def interleaved() -> tuple[list[str], list[str]]:
+        lock = asyncio.Lock()
+        first, second = (EnvRunner(GlobalDiceEnv, 10, lock=lock) for _ in range(2))
+        await first.reset(3)
+        await second.reset(3)
+        seen: tuple[list[str], list[str]] = ([], [])
+        for _ in range(4):
+            for runner, rolls in zip((first, second), seen):
+                rolls.append((await runner.step("roll"))[0])
+                random.random()  # other code in the process draws too
+        return seen
+
+    async def alone() -> list[str]:
+        runner = EnvRunner(GlobalDiceEnv, 10)
+        await runner.reset(3)
+        return [(await runner.step("roll"))[0] for _ in range(4)]
+
+    first, second = asyncio.run(interleaved())
+    assert first == second == asyncio.run(alone())
+    assert len(set(first)) > 1

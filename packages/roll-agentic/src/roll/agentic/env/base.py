@@ -59,7 +59,8 @@ class Env(ABC):
     """Base class for roll's text environments."""
 
     #: True when the env draws from process-global RNGs (``random``, ``np.random``) after seeding them, as GEM's
-    #: envs do: the env managers then never run two of its calls at once, so concurrent episodes stay seeded.
+    #: envs do: the env managers then never run two of its calls at once, and each env's calls continue from the
+    #: RNG state its own previous call left, so concurrent episodes stay seeded.
     uses_global_rng: bool = False
 
     @abstractmethod

@@ -5,6 +5,11 @@ thread and waits for it with ``step_timeout_s``; an env that raises, hangs or an
 with an :class:`EnvFault` whose ``reason`` is ``env_error``, ``env_timeout`` or ``env_malformed``. The env instance
 is then discarded (its state is unknown, and a hung call may still be running) and a fresh one is built for the
 next episode.
+
+An env that draws from the process-global RNGs (``uses_global_rng``, e.g. GEM's: 2048 places its new tiles with
+``random`` in ``step``) keeps its own copy of their state: each call starts from the state the env's previous call
+left and saves it after, so episodes interleaved on one event loop draw as if each ran alone (envs of one group, same
+seed and same actions, stay identical). The pool serializes such envs' calls on one lock.
 """
 
 from __future__ import annotations
@@ -13,9 +18,12 @@ import asyncio
 import contextlib
 import json
 import queue
+import random
 import threading
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from roll.agentic.env.base import EnvLike, EnvOutputError, check_reset_output, check_step_output
 from roll.agentic.env.tool_calls import check_messages
@@ -85,6 +93,27 @@ def _close_quietly(close: Callable[[], Any]) -> None:
         close()
 
 
+class _GlobalRngState:
+    """One env's copy of the process-global RNG states (``random`` and ``numpy.random``)."""
+
+    def __init__(self) -> None:
+        self.saved: tuple[Any, Any] | None = None  # until the env's first call: that call starts from the current state
+
+    def around(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` run from this env's saved state, saving the state it leaves (also when it raises)."""
+
+        def call(*args: Any) -> Any:
+            if self.saved is not None:
+                random.setstate(self.saved[0])
+                np.random.set_state(self.saved[1])
+            try:
+                return fn(*args)
+            finally:
+                self.saved = (random.getstate(), np.random.get_state())
+
+        return call
+
+
 class EnvRunner:
     """Owns one environment (built by ``make``) and runs its calls with ``timeout_s``.
 
@@ -106,6 +135,7 @@ class EnvRunner:
         self.lock, self.limiter = lock, limiter
         self.env: EnvLike | None = make()  # eager: a bad env_config fails at initialize, not mid-rollout
         self.rebuilds = 0
+        self._rng = _GlobalRngState() if getattr(self.env, "uses_global_rng", False) else None
         self._thread: _CallThread | None = None
 
     @property
@@ -137,7 +167,8 @@ class EnvRunner:
         async with self.limiter or contextlib.nullcontext(), self.lock or contextlib.nullcontext():
             if self._thread is None:
                 self._thread = _CallThread()
-            future = self._thread.submit(loop, getattr(env, method), *args)
+            fn = getattr(env, method)
+            future = self._thread.submit(loop, self._rng.around(fn) if self._rng else fn, *args)
             try:
                 return await asyncio.wait_for(future, self.timeout_s)
             except TimeoutError:
