@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from roll.agentic.pipeline import AgenticConfig, adjust_batch
-from roll.agentic.pipeline.advantage import compute_agentic_targets, turn_rewards_to_tokens
+from roll.agentic.pipeline.advantage import attach_step_returns, compute_agentic_targets, turn_rewards_to_tokens
 from roll.agentic.pipeline.workers import AgenticActorSettings, agentic_actor_loss
 from roll.protocol import DataProto
 from roll.strategies import LossScale
@@ -85,6 +85,37 @@ def test_step_gigpo_adds_episode_and_state_group_parts():
     expected = [0.86603 + 2 * 0.70711, 0.86603, -0.86603 - 2 * 0.70711, -0.86603]
     assert torch.allclose(batch.batch["advantages"][:, 0], torch.tensor(expected), atol=1e-4)
     assert metrics["advantage/state_groups"] == 3.0
+
+
+@pytest.mark.parametrize("mode", ["copy", "delete", "random_sample"])
+@pytest.mark.parametrize("estimator", ["gigpo", "step_reinforce", "grpo"])
+def test_step_returns_are_taken_before_the_batch_is_adjusted(mode: str, estimator: str):
+    """Step-wise rows adjusted to split over 2 ranks (ROLL's order: returns first, then adjust_batch): copied rows
+    (the same turn twice) still get targets, and a dropped final turn does not take its reward from the returns of
+    the turns kept."""
+    # episode A: 3 turns, the reward on the last; B: 2 turns, no reward -> 5 rows, odd
+    whole = _batch(
+        [[1, 1]] * 5,
+        [0.0, 0.0, 1.0, 0.0, 0.0],
+        traj_group_id=["g"] * 5,
+        traj_id=["A", "A", "A", "B", "B"],
+        step=[0, 1, 2, 0, 1],
+        state_hash=["s0", "s1", "s2", "s0", "s3"],
+        episode_scores=[1.0, 1.0, 1.0, 0.0, 0.0],
+    )
+    config = _config("step", adv_estimator=estimator, step_reward_gamma=0.5)
+    attach_step_returns(whole, config)
+    if estimator == "grpo":  # the episode score alone: nothing to attach
+        assert "step_returns" not in whole.batch.keys()
+    else:
+        assert whole.batch["step_returns"].tolist() == [0.25, 0.5, 1.0, 0.0, 0.0]
+    adjusted = adjust_batch(whole, 2, mode, unit=4, seed=1)  # random_sample with seed 1 drops A's last turn
+    assert len(adjusted) % 2 == 0
+    compute_agentic_targets(adjusted, config)  # copied turns used to fail: "two rows with the same step_index"
+    if estimator != "grpo":
+        kept = [(t, int(k)) for t, k in zip(adjusted.non_tensor_batch["traj_id"], adjusted.non_tensor_batch["step"])]
+        returns = {("A", 0): 0.25, ("A", 1): 0.5, ("A", 2): 1.0, ("B", 0): 0.0, ("B", 1): 0.0}
+        assert adjusted.batch["step_returns"].tolist() == [returns[row] for row in kept]
 
 
 def test_adjust_batch_deletes_or_copies_rows_to_a_multiple():

@@ -39,7 +39,7 @@ from roll.pipelines.algorithms.train_infer import train_infer_filter_mask
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
 
-__all__ = ["compute_agentic_targets", "episode_weights", "turn_rewards_to_tokens"]
+__all__ = ["attach_step_returns", "compute_agentic_targets", "episode_weights", "turn_rewards_to_tokens"]
 
 _CLIP_FRAC = "critic/reward_clip_frac"  # the share of rewards reward_clip clamped (ROLL's metric name)
 
@@ -72,6 +72,34 @@ def turn_rewards_to_tokens(step_scores: Sequence[Sequence[float]], response_mask
     return rewards
 
 
+def _needs_step_returns(config: AgenticConfig) -> bool:
+    return config.layout == "step" and config.advantage.estimator in ("gigpo", "step_reinforce")
+
+
+def attach_step_returns(batch: DataProto, config: AgenticConfig) -> None:
+    """Store each step-wise row's discounted return over its episode's later turns (``step_returns``) in ``batch``,
+    for the estimators that read them (gigpo, step_reinforce); a no-op for the others.
+
+    ROLL's order (``compute_discounted_returns`` before ``adjust_batch``): the returns need every turn of an episode,
+    so they are taken while the rollout is whole; a batch adjusted afterwards (rows dropped or copied to split over
+    the training ranks) keeps the returns its rows had."""
+    if _needs_step_returns(config):
+        batch.batch["step_returns"] = _discounted(batch, config)
+
+
+def _discounted(batch: DataProto, config: AgenticConfig) -> torch.Tensor:
+    traj_index = labels_to_index(_column(batch, "traj_id"))
+    steps = torch.tensor([int(v) for v in _column(batch, "step")])
+    return step_discounted_returns(batch.batch["scores"].float(), traj_index, steps, config.advantage.step_reward_gamma)
+
+
+def _step_returns(batch: DataProto, config: AgenticConfig) -> torch.Tensor:
+    """The returns :func:`attach_step_returns` stored, or (a batch used as the rollout gave it) computed now."""
+    if "step_returns" in batch.batch.keys():
+        return batch.batch["step_returns"].float()
+    return _discounted(batch, config)
+
+
 def _response_rewards(batch: DataProto, config: AgenticConfig) -> tuple[torch.Tensor, dict[str, float]]:
     """(batch,) rewards for the estimators that spread one value over a row."""
     norm = config.reward_normalization
@@ -84,12 +112,8 @@ def _response_rewards(batch: DataProto, config: AgenticConfig) -> tuple[torch.Te
             scores, _group_index(batch, norm.grouping), norm.norm_mean_type, norm.norm_std_type
         ), metrics
     episode_scores = torch.tensor([float(v) for v in _column(batch, "episode_scores")])
-    traj_index = labels_to_index(_column(batch, "traj_id"))
-    steps = torch.tensor([int(v) for v in _column(batch, "step")])
-    step_returns = step_discounted_returns(
-        batch.batch["scores"].float(), traj_index, steps, advantage.step_reward_gamma
-    )
     if estimator == "gigpo":
+        step_returns = _step_returns(batch, config)
         episode_groups = labels_to_index(_column(batch, "traj_group_id"))
         states = state_group_index(episode_groups, labels_to_index(_column(batch, "state_hash")))
         # ROLL: the episode part with reward_normalization, the step part with its method over state groups
@@ -110,7 +134,7 @@ def _response_rewards(batch: DataProto, config: AgenticConfig) -> tuple[torch.Te
         metrics["advantage/episode_part_abs"] = float(parts.episode.abs().mean())
         return parts.rewards, metrics
     if estimator == "step_reinforce":
-        values = step_returns
+        values = _step_returns(batch, config)
     else:  # grpo / reinforce on step-wise rows: the episode's score
         values = episode_scores
     group = _group_index(batch, norm.grouping)

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from roll.agentic.pipeline.adjust import adjust_batch, batch_unit
-from roll.agentic.pipeline.advantage import compute_agentic_targets
+from roll.agentic.pipeline.advantage import attach_step_returns, compute_agentic_targets
 from roll.agentic.pipeline.config import AgenticConfig
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
 from roll.agentic.pipeline.warmup_cache import WarmupCache
@@ -237,6 +237,7 @@ class AgenticPipeline(BasePipeline):
         batch = rollout.batch
         if batch is not None:
             rows = len(batch)
+            attach_step_returns(batch, cfg)  # on the whole rollout, before rows are dropped or copied
             batch = adjust_batch(
                 batch,
                 self.actor_train.dp_size or 1,
