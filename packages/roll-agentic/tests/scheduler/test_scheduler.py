@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 import pytest
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.env_manager import EpisodeResult
 from roll.agentic.policy import LatencyModel, MockPolicyClient, RandomActionPolicy
 from roll.agentic.scheduler import RolloutScheduler
 from roll.runtime import ConfigError
@@ -131,3 +133,51 @@ def test_close_cancels_tasks_left_on_the_schedulers_loop(tokenizer) -> None:
     parked = loop.create_task(asyncio.Event().wait())
     scheduler.close()
     assert parked.cancelled() and loop.is_closed()
+
+
+class _TimedExecutor:
+    """Finishes each episode after ``delay(task)`` seconds, playing nothing (the scheduler's bookkeeping alone)."""
+
+    def __init__(self, delay) -> None:
+        self.delay = delay
+
+    async def run(self, task) -> EpisodeResult:
+        await asyncio.sleep(self.delay(task))
+        return EpisodeResult(task, "terminated", 1, True, 1.0, None, None)
+
+    def stats(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def _rounds(out) -> list[tuple[int, int, int]]:
+    return sorted({(e.task.group_id, e.task.episode_id, e.task.seed) for e in out.episodes})
+
+
+def test_validation_plays_the_same_rounds_whatever_the_timing() -> None:
+    """Every validation plays a fixed plan (all groups' episode 0 in order, then episode 1, ...), not the rounds
+    of whichever group finishes first, and not where the last validation's round-robin stopped."""
+    config = EnvManagerConfig(name="val_env", num_env_groups=4, group_size=2, tags=["FL"])
+    fast_first = RolloutScheduler(
+        config, _TimedExecutor(lambda t: 0.001 * (t.group_id + 1)), pad_token_id=0, mode="val"
+    )
+    fast_last = RolloutScheduler(config, _TimedExecutor(lambda t: 0.001 * (4 - t.group_id)), pad_token_id=0, mode="val")
+    half = [_rounds(fast_first.get_batch(4)) for _ in range(3)]
+    assert half[0] == half[1] == half[2] and [g for g, _, _ in half[0]] == [0, 1]
+    more = _rounds(fast_first.get_batch(12))  # one and a half rounds of every group
+    assert more == _rounds(fast_last.get_batch(12))
+    assert [(g, e) for g, e, _ in more] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (3, 0)]
+
+
+def test_scheduler_state_resumes_the_training_rounds() -> None:
+    config = EnvManagerConfig(name="train_env", num_env_groups=4, group_size=2, tags=["FL"])
+    executor = _TimedExecutor(lambda t: 0.0)  # rounds without samples count as faulted: one launch per group asked
+    uninterrupted = RolloutScheduler(config, executor, pad_token_id=0, max_launch_factor=1)
+    uninterrupted.get_batch(6)
+    saved = uninterrupted.state()
+    resumed = RolloutScheduler(config, executor, pad_token_id=0, max_launch_factor=1)
+    resumed.load_state(saved)
+    assert saved == {"next_episode": [1, 1, 1, 0], "cursor": 3}
+    assert _rounds(resumed.get_batch(6)) == _rounds(uninterrupted.get_batch(6))

@@ -109,13 +109,11 @@ class AgenticPipeline(BasePipeline):
 
     # --- state ------------------------------------------------------------------------------------------
     def data_state(self) -> dict[str, Any]:
-        scheduler = self.train_scheduler
-        return {"next_episode": list(scheduler._next_episode), "cursor": scheduler._cursor}
+        return self.train_scheduler.state()
 
     def load_data_state(self, state: dict[str, Any]) -> None:
         if state:
-            self.train_scheduler._next_episode = list(state["next_episode"])
-            self.train_scheduler._cursor = int(state["cursor"])
+            self.train_scheduler.load_state(state)
 
     # --- pieces of a step -------------------------------------------------------------------------------
     def batch_unit(self) -> int:

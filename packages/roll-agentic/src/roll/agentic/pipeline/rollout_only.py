@@ -92,11 +92,11 @@ class AgenticRolloutPipeline(BasePipeline):
         self.totals: dict[str, float] = {}
 
     def data_state(self) -> dict[str, Any]:
-        return {"next_episode": list(self.scheduler._next_episode), "totals": dict(self.totals)}
+        return {**self.scheduler.state(), "totals": dict(self.totals)}
 
     def load_data_state(self, state: dict[str, Any]) -> None:
         if state:
-            self.scheduler._next_episode = list(state["next_episode"])
+            self.scheduler.load_state(state)
             self.totals = dict(state.get("totals", {}))
 
     def step(self, step: int) -> dict[str, float]:

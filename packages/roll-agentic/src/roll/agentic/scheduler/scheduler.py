@@ -157,8 +157,6 @@ class RolloutScheduler:
 
     async def aget_batch(self, batch_size: int | None = None, global_step: int = 0) -> RolloutBatch:
         needed = self._groups_needed(batch_size)
-        if self.mode == "val":
-            self._next_episode = [0] * len(self.groups)  # the same seeds at every validation
         kept, played, counts = await self._collect(needed)
         batches = [r.batch for round_ in kept for r in round_.results if r.batch is not None]
         batch = concat_samples(batches, self.pad_token_id) if batches else None
@@ -187,6 +185,23 @@ class RolloutScheduler:
                 f"{cap * len(self.groups)}; raise max_traj_per_env or num_env_groups"
             )
         return needed
+
+    # --- state ------------------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """Where the training rounds stand (each group's next episode, the round-robin cursor): kept in a run's
+        checkpoint, so that a resumed run plays the seeds an uninterrupted one would."""
+        return {"next_episode": list(self._next_episode), "cursor": self._cursor}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state` (a checkpoint written before the cursor was kept starts it at 0)."""
+        self._next_episode = [int(v) for v in state["next_episode"]]
+        self._cursor = int(state.get("cursor", 0))
+
+    def _val_rounds(self, needed: int) -> list[tuple[GroupPlan, int]]:
+        """Validation's rounds, fixed whatever the timing: every group's episode 0 in group order, then every
+        group's episode 1, and so on, ``needed`` in all; the same at every validation."""
+        count = len(self.groups)
+        return [(self.groups[i % count], i // count) for i in range(needed)]
 
     def _next_free(self, busy: set[int], rounds: Counter[int]) -> GroupPlan | None:
         cap = self.config.max_traj_per_env
@@ -222,15 +237,23 @@ class RolloutScheduler:
         counts: Counter[str] = Counter()
         running: dict[asyncio.Future[_Round], int] = {}
         rounds: Counter[int] = Counter()
+        planned = self._val_rounds(needed) if self.mode == "val" else None
         cap = needed if self.mode == "val" else needed * self.max_launch_factor
         try:
             while len(kept) < needed:
                 while len(kept) + len(running) < needed and counts["groups_launched"] < cap:
-                    plan = self._next_free(set(running.values()), rounds)
-                    if plan is None:
-                        break
-                    episode_id = self._next_episode[plan.group_id]
-                    self._next_episode[plan.group_id] += 1
+                    busy = set(running.values())
+                    if planned is not None:  # the first planned round whose group is free (its earlier ones ran)
+                        pick = next((i for i, (p, _) in enumerate(planned) if p.group_id not in busy), None)
+                        if pick is None:
+                            break
+                        plan, episode_id = planned.pop(pick)
+                    else:
+                        free = self._next_free(busy, rounds)
+                        if free is None:
+                            break
+                        plan, episode_id = free, self._next_episode[free.group_id]
+                        self._next_episode[plan.group_id] += 1
                     rounds[plan.group_id] += 1
                     launch = counts["groups_launched"]
                     counts["groups_launched"] += 1
