@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from roll.agentic.config import CustomEnvConfig
 from roll.agentic.policy import GenerateResult
+from roll.runtime import ConfigError
 
 SPEC = dict(env_type="frozen_lake", env_config={"size": 4}, max_steps=3)
 BLOCKED = "<answer>Jump</answer>"  # a valid answer format but no action: the player never moves
@@ -52,9 +55,10 @@ def test_context_limit_keeps_rows_within_sequence_length(play, scripted) -> None
     assert unbounded.end_reason == "max_steps"
 
 
-def test_first_prompt_longer_than_the_context_yields_no_sample(play, scripted) -> None:
-    (result,) = play(CustomEnvConfig(**SPEC), scripted([BLOCKED]), sequence_length=16)
-    assert (result.end_reason, result.num_turns, result.batch) == ("context_limit", 0, None)
+def test_first_prompt_longer_than_the_context_is_a_config_error(play, scripted) -> None:
+    """Every episode of the tag would end before its first turn and train on nothing: said at once, not run."""
+    with pytest.raises(ConfigError, match=r"env tag 'T'.*rollout\.sequence_length=16.*raise it"):
+        play(CustomEnvConfig(**SPEC), scripted([BLOCKED]), sequence_length=16)
 
 
 class AbortingClient:

@@ -6,7 +6,8 @@ response, until the env ends the episode or a limit does. Subclasses decide the 
 sample layout (:mod:`.traj`: one row per episode; :mod:`.step`: one row per turn).
 
 Why an episode ended (``end_reason``): ``terminated``/``truncated`` (the env said so), ``max_steps`` (turn limit),
-``context_limit`` (the next turn would not fit in ``sequence_length``), ``token_limit`` (``max_tokens_per_traj``
+``context_limit`` (the next turn would not fit in ``sequence_length``; a first turn that does not fit is a
+configuration error, raised), ``token_limit`` (``max_tokens_per_traj``
 spent), ``aborted`` (the policy server dropped a request), or an env fault (``env_error``, ``env_timeout``,
 ``env_malformed``). Faulted and aborted episodes yield no samples; everything else does.
 """
@@ -25,6 +26,7 @@ from roll.agentic.env_manager.chat import ChatFormatter
 from roll.agentic.env_manager.runner import FAULT_REASONS, EnvFault, EnvRunner
 from roll.agentic.policy.protocol import GenerateRequest, PolicyClient
 from roll.protocol import DataProto
+from roll.runtime import ConfigError
 from roll.strategies import GenerationConfig
 
 __all__ = ["EnvManager", "EpisodeResult", "EpisodeState", "EpisodeTask", "Turn"]
@@ -159,6 +161,12 @@ class EnvManager(ABC):
         while len(state.turns) < self.spec.max_steps:
             turn_prompt, model_input = self.build_prompt(state)
             budget, limit = self._budget(state, len(model_input))
+            if limit == "context_limit" and not state.turns:
+                raise ConfigError(
+                    f"env tag {self.tag!r}: the first prompt (seed {task.seed}) is {len(model_input)} tokens and "
+                    f"leaves nothing to generate within rollout.sequence_length={self.sequence_length} (ROLL's "
+                    "sequence_length): raise it, or shorten the env's instruction and templates"
+                )
             if limit:
                 reason = limit
                 break
