@@ -85,6 +85,23 @@ def test_the_turn_limit_truncates_and_still_runs_the_tests(rock) -> None:
     assert (reward, terminated, truncated, FakeSandbox.made[0].stopped) == (1.0, True, True, 1)
 
 
+@pytest.mark.parametrize("later", ["asks", "ends"])
+def test_a_later_session_that_asks_nothing_keeps_the_tests_verdict(rock, later: str) -> None:
+    """max_multi_session_num 2: the first session ends, the tests pass, and a second session starts on their output;
+    if that agent sends no request, the episode ends with the passing verdict (it used to read as a failure)."""
+    FakeSandbox.scenario = {"later_sessions_end": later == "ends"}
+    env = make_env("rock_tb_native_env", **{**rock, "max_multi_session_num": 2})
+    env.reset(seed=1)
+    _, reward, terminated, _, info = env.step("Done, the bug is fixed.")
+    box = FakeSandbox.made[0]
+    assert len(box.prompts) == 2 and box.prompts[1] == info["test_output"]  # the second session saw the tests
+    if later == "asks":
+        assert (reward, terminated, box.stopped) == (0.0, False, 0)  # rewarded when the episode ends
+        _, reward, terminated, _, info = env.step("Still fixed.")
+    assert (reward, terminated, info["success"], box.stopped) == (1.0, True, True, 1)
+    assert "unreadable" not in info["failure_mode"]
+
+
 def test_episodes_through_the_agent_native_manager(rock, play, scripted) -> None:
     spec = CustomEnvConfig(env_type="rock_tb_native_env", env_manager_cls=NATIVE, max_steps=5, env_config=rock)
     assert spec.step_timeout_s == 3000  # max_env_time, not the 60 s of other envs

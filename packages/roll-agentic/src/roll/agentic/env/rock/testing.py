@@ -5,8 +5,8 @@ replaces ROCK's SDK (see :class:`~roll.agentic.env.rock.sandbox.SandboxClient`).
 request is a system message and the task prompt with one ``bash`` tool; a reply with a ``bash`` tool call is "run"
 (recorded in ``commands``) and answered with a tool message ``ran: <command>``; a reply without a tool call ends
 its session. ``run-tests.sh`` answers with ``scenario["test_log"]`` (a passing pytest summary by default).
-``scenario`` keys: ``start_fails``, ``no_first_request``, ``hang`` (seconds each relay takes), ``tests_raise``,
-``test_log``. Every
+``scenario`` keys: ``start_fails``, ``no_first_request``, ``later_sessions_end`` (a session after the first sends
+no request), ``hang`` (seconds each relay takes), ``tests_raise``, ``test_log``. Every
 instance is kept in ``made`` (class attributes: one process's record).
 """
 
@@ -56,6 +56,8 @@ class ScriptedRockSandbox:
         if self.scenario.get("hang"):
             time.sleep(self.scenario["hang"])
         if response_payload is None and self.scenario.get("no_first_request"):
+            return "SESSION_END"
+        if response_payload is None and len(self.prompts) > 1 and self.scenario.get("later_sessions_end"):
             return "SESSION_END"
         if response_payload is None:
             return "log line\n" + json.dumps({"messages": self.messages, "tools": [BASH_TOOL]})
