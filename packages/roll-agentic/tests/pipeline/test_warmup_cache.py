@@ -85,6 +85,9 @@ def test_key_changes_with_what_shapes_the_warm_up_only(tmp_path: Path):
     assert _key(tmp_path, warmup__reference="model") == base  # what the reference gets after it
     assert _key(tmp_path, max_steps=7) == base  # under a constant schedule the run's length does not matter
     assert _key(tmp_path, seed=7) == base  # the warm-up follows warmup.seed (the cached-run test checks it)
+    assert _key(tmp_path, actor_infer__generating_args={"max_new_tokens": 8, "temperature": 0.3}) == _key(
+        tmp_path, actor_infer__generating_args={"max_new_tokens": 8}
+    )  # sampling settings do not reach the scripted policy; the length its turns are cut to does (below)
     # RL's rate, where the warm-up has its own (the cached-run test checks a loaded entry trains at it)
     assert _key(tmp_path, actor_train__training_args={"learning_rate": 2e-4}) == base
     cosine = {"learning_rate": 1e-4, "lr_scheduler_type": "cosine"}
@@ -100,6 +103,8 @@ def test_key_changes_with_what_shapes_the_warm_up_only(tmp_path: Path):
         _key(tmp_path, actor_train__training_args={"learning_rate": 2e-4}, warmup__learning_rate=None),
         _key(tmp_path, actor_train__training_args={"learning_rate": 1e-4, "weight_decay": 0.1}),
         _key(tmp_path, sequence_length=512),
+        _key(tmp_path, actor_infer__generating_args={"max_new_tokens": 3}),
+        _key(tmp_path, train_env_manager__generating_args={"max_new_tokens": 3}),
         _key(tmp_path, warmup__seed=7),
         _key(tmp_path, warmup__group_size=2),  # the training groups' copies of a layout (2 here) instead of 1
     ]

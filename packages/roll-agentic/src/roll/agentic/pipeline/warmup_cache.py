@@ -6,9 +6,10 @@ of a short run's time. With the cache on, the first run saves actor_train's trai
 runs whose key matches load it instead of warming up, so their RL starts from exactly that state.
 
 The key hashes everything that shapes the warm-up: the ``warmup`` section (without ``cache`` and ``reference``), the
-training env manager and its envs, ``rollout.sequence_length``, actor_train's model, training (``max_steps`` only
-under a schedule that follows it, ``learning_rate`` only without ``warmup.learning_rate``; its ``seed`` seeds the
-workers), strategy and batching args and world size, a fingerprint of the model folder's files (name, size,
+training env manager and its envs, ``rollout.sequence_length``, the turns' ``max_new_tokens`` (the train env
+manager's ``generating_args`` or actor_infer's), actor_train's model, training (``max_steps`` only under a schedule
+that follows it, ``learning_rate`` only without ``warmup.learning_rate``; its ``seed`` seeds the workers), strategy
+and batching args and world size, a fingerprint of the model folder's files (name, size,
 modification time), the versions of torch, transformers, GEM and roll's packages, and the code no version pins: the
 contents of the modules that define the training envs and the warm-up policy (a user's env edited between runs), and
 of every ``.py`` file of a roll package installed in development mode (``pip install -e``; an edit of the room
@@ -139,6 +140,8 @@ def warmup_key(config: AgenticConfig) -> str:
         "env_manager": manager.model_dump(mode="json"),
         "envs": {tag: config.custom_envs[tag].model_dump(mode="json") for tag in sorted(set(manager.tags))},
         "sequence_length": config.rollout.sequence_length,
+        # the warm-up's turns are cut to it (its other sampling settings do not reach the scripted policy)
+        "max_new_tokens": (manager.generating_args or config.actor_infer.generating_args).max_new_tokens,
         "actor_train": {
             "world_size": role.world_size,
             "model_args": role.model_args.model_dump(mode="json"),
