@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from roll.agentic.env import ArithmeticEnv, make_env
+from roll.agentic.env.base import layout_split
 from roll.agentic.tools import ToolEnvWrapper, format_tool_call
+from roll.runtime import ConfigError
 
 
 def test_questions_are_seeded_and_answers_exact() -> None:
@@ -45,3 +49,16 @@ def test_tool_math_env_runs_python_in_the_sandbox() -> None:
     assert step_info["metrics"] == {"tool_use_counter": 1, "tool_success_counter": 1}
     *_, terminated, _, step_info = env.step(f"<answer>{info['answer']}</answer>")
     assert terminated and step_info["success"] and step_info["metrics"]["tool_use_counter"] == 1
+
+
+def test_a_split_the_settings_leave_empty_is_a_config_error_not_a_hang() -> None:
+    """One-digit sums have 100 questions and none of them hashes into a 1% validation split: reset used to draw
+    forever; it stops after MAX_SPLIT_DRAWS draws and names the settings."""
+    assert {layout_split(f"{a} + {b}", 0.01) for a in range(10) for b in range(10)} == {"train"}
+    env = ArithmeticEnv(digits=1, operators="+", split="val", val_fraction=0.01)
+    with pytest.raises(
+        ConfigError, match=r"arithmetic digits=1 num_operands=2 operators='\+': no layout of split='val'"
+    ):
+        env.reset(0)
+    question, _ = ArithmeticEnv(digits=1, operators="+", split="train", val_fraction=0.01).reset(0)
+    assert question.startswith("What is")

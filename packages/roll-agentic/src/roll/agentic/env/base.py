@@ -26,7 +26,8 @@ import hashlib
 import math
 import numbers
 from abc import ABC, abstractmethod
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from roll.runtime import ConfigError, RollError
 
@@ -38,11 +39,13 @@ __all__ = [
     "StepOutput",
     "check_reset_output",
     "check_step_output",
+    "draw_in_split",
     "grid_lookup_of",
     "info_flag",
 ]
 
 ResetOutput = tuple[str, dict[str, Any]]
+Layout = TypeVar("Layout")
 StepOutput = tuple[str, float, bool, bool, dict[str, Any]]
 
 
@@ -139,6 +142,25 @@ def layout_split(key: str, val_fraction: float) -> str:
     layout, whatever the seeds."""
     digest = hashlib.sha256(key.encode()).digest()
     return "val" if int.from_bytes(digest[:4], "little") / 2**32 < val_fraction else "train"
+
+
+MAX_SPLIT_DRAWS = 10_000  # a split with val_fraction 0.01 misses that often with probability ~1e-44
+
+
+def draw_in_split(
+    draw: Callable[[], Layout], text: Callable[[Layout], str], split: str | None, val_fraction: float, settings: str
+) -> Layout:
+    """The first layout ``draw()`` gives that falls in ``split`` (its :func:`layout_split` of ``text(layout)``; any
+    with ``split`` None). Settings whose layouts hardly ever fall in the split (a handful of distinct layouts, none
+    in it) raise a ConfigError after :data:`MAX_SPLIT_DRAWS` draws, naming ``settings`` and the fix."""
+    for _ in range(MAX_SPLIT_DRAWS):
+        layout = draw()
+        if split is None or layout_split(text(layout), val_fraction) == split:
+            return layout
+    raise ConfigError(
+        f"{settings}: no layout of split={split!r} in {MAX_SPLIT_DRAWS} draws with val_fraction={val_fraction}; "
+        "these settings leave too few distinct layouts for two splits: widen them or change val_fraction"
+    )
 
 
 def check_split(env: str, split: str | None, val_fraction: float) -> None:

@@ -11,7 +11,7 @@ import random
 from collections import deque
 from typing import Any
 
-from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, grid_lookup_of, layout_split
+from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, draw_in_split, grid_lookup_of
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
 from roll.runtime import ConfigError
 
@@ -132,11 +132,13 @@ class FrozenLakeEnv(Env):
     def reset(self, seed: int | None = None) -> ResetOutput:
         self._rng = random.Random(seed)
         map_rng = random.Random(self.map_seed) if self.map_seed is not None else self._rng
-        self.board = generate_frozen_lake_map(self.size, self.p, map_rng)
-        while self.split is not None and self.map_seed is None:
-            if layout_split("\n".join(self.board), self.val_fraction) == self.split:
-                break
-            self.board = generate_frozen_lake_map(self.size, self.p, map_rng)
+        self.board = draw_in_split(
+            lambda: generate_frozen_lake_map(self.size, self.p, map_rng),
+            "\n".join,
+            self.split if self.map_seed is None else None,  # one fixed map: no split to draw from
+            self.val_fraction,
+            f"frozen_lake size={self.size} p={self.p}",
+        )
         self.player = self._find("S")
         self.goal = self._find("G")
         self.steps = 0

@@ -14,7 +14,7 @@ import random
 import re
 from typing import Any
 
-from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, layout_split
+from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, draw_in_split
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
 from roll.runtime import ConfigError
 
@@ -38,6 +38,11 @@ def _evaluate(operands: list[int], ops: list[str]) -> int:
     for sign, value in zip(signs, terms[1:]):
         total = _OPS[sign](total, value)
     return total
+
+
+def _expression(question: tuple[list[int], list[str]]) -> str:
+    operands, ops = question
+    return " ".join(p for pair in zip([str(o) for o in operands], [*ops, ""]) for p in pair if p)
 
 
 class ArithmeticEnv(Env):
@@ -71,11 +76,9 @@ class ArithmeticEnv(Env):
 
     def reset(self, seed: int | None = None) -> ResetOutput:
         rng = random.Random(seed)
-        while True:  # with ``split``: questions of that split only
-            operands, ops = self._draw(rng)
-            expression = " ".join(p for pair in zip([str(o) for o in operands], [*ops, ""]) for p in pair if p)
-            if self.split is None or layout_split(expression, self.val_fraction) == self.split:
-                break
+        settings = f"arithmetic digits={self.digits} num_operands={self.num_operands} operators={self.operators!r}"
+        operands, ops = draw_in_split(lambda: self._draw(rng), _expression, self.split, self.val_fraction, settings)
+        expression = _expression((operands, ops))
         self.answer = _evaluate(operands, ops)
         self.question = f"What is {expression}?"
         self.steps = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, grid_lookup_of, layout_split
+from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, draw_in_split, grid_lookup_of
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
 from roll.agentic.env.sokoban_gen import FLOOR, TARGET, WALL, Room, generate_room, push, solve
 from roll.runtime import ConfigError
@@ -96,11 +96,15 @@ class SokobanEnv(Env):
 
     def reset(self, seed: int | None = None) -> ResetOutput:
         rng = random.Random(seed)
-        while True:  # with ``split``: rooms of that split only
-            self.room = generate_room(self.dim_room, self.num_boxes, self.search_depth, rng)
-            self.boxes, self.player, self.steps = self.room.boxes, self.room.player, 0
-            if self.split is None or layout_split(self.render(), self.val_fraction) == self.split:
-                break
+        settings = f"sokoban dim_room={list(self.dim_room)} num_boxes={self.num_boxes} search_depth={self.search_depth}"
+        self.room = draw_in_split(
+            lambda: generate_room(self.dim_room, self.num_boxes, self.search_depth, rng),
+            self._render_room,
+            self.split,
+            self.val_fraction,
+            settings,
+        )
+        self.boxes, self.player, self.steps = self.room.boxes, self.room.player, 0
         return self.render(), {"env_instruction": self.instructions(), "success": False}
 
     @property
@@ -143,14 +147,21 @@ class SokobanEnv(Env):
 
     def render(self) -> str:
         assert self.room is not None, "reset() first"
+        return self._grid(self.room, self.player, self.boxes)
+
+    def _render_room(self, room: Room) -> str:
+        """``room`` as reset shows it (the text its split is decided by)."""
+        return self._grid(room, room.player, room.boxes)
+
+    def _grid(self, room: Room, player: tuple[int, int], boxes: frozenset[tuple[int, int]]) -> str:
         rows = []
-        for r, row in enumerate(self.room.fixed):
+        for r, row in enumerate(room.fixed):
             cells = []
             for c, fixed in enumerate(row):
                 cell = (r, c)
-                if cell == self.player:
+                if cell == player:
                     code = 6 if fixed == TARGET else 5
-                elif cell in self.boxes:
+                elif cell in boxes:
                     code = 3 if fixed == TARGET else 4
                 else:
                     code = 0 if fixed == WALL else 2 if fixed == TARGET else 1
