@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,26 @@ def test_mcp_tool_filter_and_bad_server() -> None:
         tool.close()
     with pytest.raises(ConfigError, match="did not start"):
         make_tool("mcp", command=sys.executable, args=["-c", "import sys; sys.exit(3)"], startup_timeout_s=60)
+
+
+def test_a_server_that_never_answers_is_stopped_with_the_startup_error(tmp_path: Path) -> None:
+    """The startup timeout's ConfigError leaves no server process behind (the session still starting used to keep
+    it alive: nothing cancelled it)."""
+    marker = tmp_path / "pid"
+    silent = f"import os, pathlib, time; pathlib.Path({str(marker)!r}).write_text(str(os.getpid())); time.sleep(120)"
+    with pytest.raises(ConfigError, match="did not start"):
+        make_tool("mcp", command=sys.executable, args=["-c", silent], startup_timeout_s=2)
+    pid = int(marker.read_text())
+    deadline = time.monotonic() + 10
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(pid)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie waiting for its parent)."""
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False

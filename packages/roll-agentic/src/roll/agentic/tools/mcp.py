@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import threading
 from typing import Any
 
@@ -63,11 +62,13 @@ class MCPTool(Tool):
         self._thread.start()
         self._session: Any = None
         self._stop: asyncio.Event | None = None
+        self._ended = threading.Event()  # set when the session (and with it the server process) is closed
         ready: concurrent.futures.Future[list[ToolSpec]] = concurrent.futures.Future()
         self._served = asyncio.run_coroutine_threadsafe(self._serve(ready), self._loop)
         try:
             specs = ready.result(timeout=startup_timeout_s)
         except BaseException as e:
+            self._served.cancel()  # a session still starting never waits for close()'s stop: end it now
             self.close()
             raise ConfigError(f"the MCP server {command} {' '.join(args or [])} did not start: {e}") from e
         if tool_names is not None:
@@ -96,6 +97,7 @@ class MCPTool(Tool):
                 raise
         finally:
             self._session = None
+            self._ended.set()
 
     def specs(self) -> list[ToolSpec]:
         return list(self._specs)
@@ -125,8 +127,11 @@ class MCPTool(Tool):
             return
         if self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
-        with contextlib.suppress(Exception):  # the server may already be gone; closing is best effort
-            self._served.result(timeout=10)
+        if not self._ended.wait(timeout=5):
+            # still starting (a server that never answers initialize) or stuck: cancelling the session's task
+            # leaves stdio_client, which ends the server process
+            self._served.cancel()
+            self._ended.wait(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         if not self._thread.is_alive():
