@@ -26,6 +26,8 @@ def test_string_arguments_and_unclosed_call() -> None:
 def test_malformed_calls_are_reported() -> None:
     parsed = parse_tool_calls('<tool_call>{"name": "x", </tool_call><tool_call>{"arguments": {}}</tool_call>')
     assert parsed.calls == [] and len(parsed.errors) == 2 and parsed.present
+    mixed = parse_tool_calls(format_tool_call("a", {}) + "<tool_call>{</tool_call>" + format_tool_call("b", {}))
+    assert [b.name if isinstance(b, ToolCall) else "error" for b in mixed.blocks] == ["a", "error", "b"]
     assert "not valid JSON" in parsed.errors[0] and '"name"' in parsed.errors[1]
     bad_args = parse_tool_calls('<tool_call>{"name": "x", "arguments": [1, 2]}</tool_call>')
     assert "must be a JSON object" in bad_args.errors[0]

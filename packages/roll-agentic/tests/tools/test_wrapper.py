@@ -49,6 +49,23 @@ def test_budget_sends_further_calls_to_the_env() -> None:
     assert info["use_tool"] is False and info["action_is_valid"] is False and info["metrics"]["tool_use_counter"] == 1
 
 
+def test_calls_run_in_the_order_written_and_every_block_spends_the_budget() -> None:
+    """A malformed block between two calls: the results follow the blocks' order, and the budget of 2 ends the
+    turn before the third block (errors were reported first, and spent no budget check)."""
+    env = _env(max_tool_uses=2)
+    env.reset(seed=0)
+    action = (
+        format_tool_call("calc", {"a": 1, "b": 1})
+        + '<tool_call>{"bad"</tool_call>'
+        + format_tool_call("calc", {"a": 2, "b": 2})
+    )
+    observation, *_, info = env.step(action)
+    lines = observation.split("\n")
+    assert lines[:2] == ["calc result:", "2"] and lines[2].startswith("Tool call failed")
+    assert lines[3] == "Tool budget used up: give your final answer." and len(lines) == 4
+    assert info["metrics"] == {"tool_use_counter": 2, "tool_success_counter": 1}
+
+
 def test_unknown_tool_is_a_failed_call() -> None:
     env = _env()
     env.reset(seed=0)

@@ -26,14 +26,21 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ParsedToolCalls:
-    calls: list[ToolCall] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    """One message per ``<tool_call>`` block that could not be read."""
+    blocks: list[ToolCall | str] = field(default_factory=list)
+    """Every ``<tool_call>`` block in the order written: its call, or (a block that could not be read) a message."""
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return [block for block in self.blocks if isinstance(block, ToolCall)]
+
+    @property
+    def errors(self) -> list[str]:
+        return [block for block in self.blocks if isinstance(block, str)]
 
     @property
     def present(self) -> bool:
         """The response tried to call a tool (well-formed or not)."""
-        return bool(self.calls or self.errors)
+        return bool(self.blocks)
 
 
 def _parse_block(body: str) -> ToolCall | str:
@@ -56,17 +63,9 @@ def _parse_block(body: str) -> ToolCall | str:
 
 def parse_tool_calls(text: str) -> ParsedToolCalls:
     """Every ``<tool_call>`` block of ``text``, in order."""
-    calls: list[ToolCall] = []
-    errors: list[str] = []
     if _OPEN not in text:
-        return ParsedToolCalls(calls, errors)
-    for match in _BLOCK.finditer(text):
-        parsed = _parse_block(match.group(1))
-        if isinstance(parsed, ToolCall):
-            calls.append(parsed)
-        else:
-            errors.append(parsed)
-    return ParsedToolCalls(calls, errors)
+        return ParsedToolCalls()
+    return ParsedToolCalls([_parse_block(match.group(1)) for match in _BLOCK.finditer(text)])
 
 
 def format_tool_call(name: str, arguments: dict[str, Any]) -> str:

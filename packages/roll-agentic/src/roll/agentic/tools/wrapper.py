@@ -82,16 +82,15 @@ class ToolEnvWrapper(Env):
             info["use_tool"] = False
             return observation, reward, terminated, truncated, self._metrics(info)
         outputs, reward = [], 0.0
-        for error in parsed.errors:
-            self.tool_use_counter += 1
-            reward += self.tool_reward
-            outputs.append(f"Tool call failed: {error}")
-        for call in parsed.calls:
+        for call in parsed.blocks:  # in the order written; an unreadable block is a failed use of the budget
             if self.max_tool_uses is not None and self.tool_use_counter >= self.max_tool_uses:
                 outputs.append("Tool budget used up: give your final answer.")
                 break
             self.tool_use_counter += 1
             reward += self.tool_reward
+            if isinstance(call, str):
+                outputs.append(f"Tool call failed: {call}")
+                continue
             result = self._run(call.name, call.arguments)
             if result.ok:
                 self.tool_success_counter += 1
