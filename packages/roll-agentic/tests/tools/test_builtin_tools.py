@@ -30,6 +30,16 @@ def test_python_code_runs_in_the_sandbox() -> None:
     assert not blocked.ok
 
 
+def test_python_code_failures_say_why_after_the_clipped_output() -> None:
+    """The reason a run failed follows the printed output, which is clipped alone: a long print no longer hides the
+    error, and a timeout is named as one, not as the last line the program wrote to stderr."""
+    tool = make_tool("python_code", timeout_s=2, max_output_chars=50)
+    long = tool.call("python_code", {"code": "for i in range(300): print(i)\n1/0"})
+    assert not long.ok and long.output.endswith("...(truncated)\nError: ZeroDivisionError: division by zero")
+    slow = tool.call("python_code", {"code": "import sys, time; print('slow', file=sys.stderr); time.sleep(30)"})
+    assert not slow.ok and slow.output == "Error: timeout after 2 s"
+
+
 def test_bm25_ranks_the_matching_document_first(tmp_path) -> None:
     corpus = tmp_path / "docs.jsonl"
     corpus.write_text("\n".join(json.dumps(d) for d in DOCS))

@@ -50,6 +50,9 @@ class PythonCodeTool(Tool):
         result = run_untrusted(code, timeout_s=self.timeout_s, cpu_s=self.timeout_s, memory_mb=self.memory_mb)
         if result.ok:
             return ToolResult(True, self._clip(result.stdout) if result.stdout else "(no output)")
-        last = [line for line in result.stderr.strip().splitlines() if line.strip()][-1:]
-        detail = last[0] if last else result.reason
-        return ToolResult(False, self._clip(f"{result.stdout}Error: {detail}" if result.stdout else f"Error: {detail}"))
+        # the sandbox's reason: the timeout or limit that stopped the run, or a failed program's last stderr line;
+        # printed output is clipped alone, so the reason always reaches the model
+        printed = self._clip(result.stdout) if result.stdout else ""
+        if printed and not printed.endswith("\n"):
+            printed += "\n"
+        return ToolResult(False, f"{printed}Error: {result.reason or result.status}")
