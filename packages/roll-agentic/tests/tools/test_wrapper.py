@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from roll.agentic.env import ArithmeticEnv
-from roll.agentic.tools import Tool, ToolEnvWrapper, ToolResult, ToolSpec, format_tool_call, make_tool
+from roll.agentic.tools import (
+    Tool,
+    ToolEnvWrapper,
+    ToolResult,
+    ToolSpec,
+    format_tool_call,
+    make_tool,
+    register_tool,
+    tool_wrapper,
+)
 from roll.runtime import ConfigError
 
 
@@ -97,3 +106,25 @@ def test_tool_instruction_replaces_the_generated_description() -> None:
 def test_tool_instruction_must_be_text() -> None:
     with pytest.raises(ConfigError, match="tool_instruction must be a string"):
         make_tool("python_code", tool_instruction=["no"])
+
+
+class ClosingCalculator(Calculator):
+    closed: list[str] = []
+
+    def close(self) -> None:
+        ClosingCalculator.closed.append("calc")
+
+
+def test_a_wrapper_that_cannot_be_built_closes_the_tools_it_made() -> None:
+    """Two tools offering `calc`: the ConfigError comes after both were built; both are closed (an MCP server's
+    process used to outlive the error)."""
+    register_tool("closing_calc_test", f"{__name__}:ClosingCalculator")
+    ClosingCalculator.closed.clear()
+    configs = [{"tool_id": "closing_calc_test"}, {"tool_id": "closing_calc_test"}]
+    with pytest.raises(ConfigError, match="two tools offer a function named 'calc'"):
+        tool_wrapper(ArithmeticEnv(), {}, configs)
+    assert ClosingCalculator.closed == ["calc", "calc"]
+    ClosingCalculator.closed.clear()
+    with pytest.raises(ConfigError, match=r"tool_configs\[1\] needs 'tool_id'"):
+        tool_wrapper(ArithmeticEnv(), {}, [{"tool_id": "closing_calc_test"}, {"tool": "x"}])
+    assert ClosingCalculator.closed == ["calc"]

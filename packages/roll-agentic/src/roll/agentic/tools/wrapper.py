@@ -111,10 +111,17 @@ class ToolEnvWrapper(Env):
 
 def tool_wrapper(env: EnvLike, wrapper_args: dict[str, Any], tool_configs: list[dict[str, Any]]) -> ToolEnvWrapper:
     """Build the wrapper from ROLL's ``tool_wrapper`` config: ``tool_configs: [{tool_id, tool_args}]``."""
-    tools = []
-    for i, config in enumerate(tool_configs):
-        unknown = sorted(set(config) - {"tool_id", "tool_args"})
-        if "tool_id" not in config or unknown:
-            raise ConfigError(f"tool_configs[{i}] needs 'tool_id' (and optional 'tool_args'); unknown keys {unknown}")
-        tools.append(make_tool(config["tool_id"], **(config.get("tool_args") or {})))
-    return ToolEnvWrapper(env, tools, **wrapper_args)
+    tools: list[Tool] = []
+    try:
+        for i, config in enumerate(tool_configs):
+            unknown = sorted(set(config) - {"tool_id", "tool_args"})
+            if "tool_id" not in config or unknown:
+                raise ConfigError(
+                    f"tool_configs[{i}] needs 'tool_id' (and optional 'tool_args'); unknown keys {unknown}"
+                )
+            tools.append(make_tool(config["tool_id"], **(config.get("tool_args") or {})))
+        return ToolEnvWrapper(env, tools, **wrapper_args)
+    except BaseException:
+        for tool in tools:  # the ones already built (an MCP server's process and thread) do not outlive the error
+            tool.close()
+        raise
