@@ -98,6 +98,26 @@ def test_schedule_counts_warmup_and_rl_steps():
     assert _config(max_steps=10, warmup={"steps": 5, "num_mini_batches": 3}).actor_train.training_args.max_steps == 25
 
 
+def test_schedule_counts_every_mini_batch_of_an_rl_step():
+    """ppo_mini_batch_size 3 over 8 trajectory-wise rows: 3 optimizer steps per epoch, so a cosine schedule spans
+    10 x 2 x 3 = 60 RL steps plus the warm-up's (it used to span one per epoch, and the rate reached 0 a third of the
+    way through)."""
+    cosine = {"actor_train": {"model_args": ROLE, "training_args": {"lr_scheduler_type": "cosine"}}}
+    config = _config(max_steps=10, ppo_epochs=2, ppo_mini_batch_size=3, warmup={"steps": 5}, **cosine)
+    assert config.actor_train.training_args.max_steps == 60 + 5
+    assert AgenticConfig.model_validate(config.model_dump()).actor_train.training_args.max_steps == 65
+    # step-wise rows: the count follows the episodes' turns; a decaying schedule must be sized by hand
+    with pytest.raises(ValueError, match=r"set actor_train.training_args.max_steps"):
+        _config("LakeStep", ppo_mini_batch_size=3, adv_estimator="gigpo", **cosine)
+    sized = {"actor_train": {"model_args": ROLE, "training_args": {"lr_scheduler_type": "cosine", "max_steps": 500}}}
+    assert (
+        _config("LakeStep", ppo_mini_batch_size=3, adv_estimator="gigpo", **sized).actor_train.training_args.max_steps
+        == 500
+    )
+    constant = _config("LakeStep", ppo_mini_batch_size=3, adv_estimator="gigpo", max_steps=10)
+    assert constant.actor_train.training_args.max_steps == 10  # a constant rate does not read it
+
+
 def test_warmup_learning_rate_needs_a_strategy_that_can_change_it():
     warm = {"steps": 5, "learning_rate": 1e-3}
     trained = {"model_args": ROLE, "strategy_args": {"strategy_name": "fsdp2_train"}}

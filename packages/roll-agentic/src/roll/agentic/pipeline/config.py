@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from roll.agentic.config import (
+    ENV_MANAGER_ALIASES,
     PARSE_TOOL_CALL_DESCRIPTION,
     STEP_MANAGERS,
     CustomEnvConfig,
@@ -38,6 +39,7 @@ from roll.pipelines.rlvr.sections import TrainInferFilterConfig
 from roll.pipelines.rlvr.settings import PolicySettings
 from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supported
 from roll.runtime import RollModel
+from roll.strategies import TrainingArgs
 from roll.strategies.registry import STRATEGIES, sets_learning_rate_mid_run, strategies_with
 
 logger = logging.getLogger(__name__)
@@ -250,6 +252,31 @@ class AgenticCorrectionSection(RollModel):
         return [f.rule() for f in self.filters if f.enabled]
 
 
+def _raw_layout(data: dict[str, Any]) -> str | None:
+    """``step`` or ``traj`` (as :attr:`AgenticConfig.layout`) from raw data, None where it is not readable yet."""
+    tags = raw_value(data, "train_env_manager", "tags", default=None)
+    envs = data.get("custom_envs")
+    if not isinstance(tags, list) or not isinstance(envs, dict) or not tags:
+        return None
+    kinds = set()
+    for tag in tags:
+        spec = envs.get(tag)
+        manager = spec.get("env_manager_cls", "traj") if isinstance(spec, dict) else None
+        if not isinstance(manager, str):
+            return None
+        kinds.add(ENV_MANAGER_ALIASES.get(manager, manager))
+    return "step" if kinds <= STEP_MANAGERS else "traj"
+
+
+def _decays(training: dict[str, Any]) -> bool:
+    """Whether raw ``training_args`` set a learning rate that follows ``max_steps`` (False where they are invalid:
+    validation reports them)."""
+    try:
+        return TrainingArgs.model_validate(training).schedule_uses_max_steps
+    except ValueError:
+        return False
+
+
 class AgenticConfig(BaseConfig):
     flat_keys: ClassVar[Mapping[str, str]] = FLAT_KEYS
 
@@ -296,18 +323,40 @@ class AgenticConfig(BaseConfig):
         estimator = raw_value(data, "advantage", "estimator", default="grpo")
         if estimator in ("grpo", "gigpo") and raw_value(data, "reward_normalization") is None:
             data["reward_normalization"] = {"grouping": "traj_group_id", "method": "mean_std"}
+        cls._fill_schedule_length(data)
+        return data
+
+    @classmethod
+    def _fill_schedule_length(cls, data: dict[str, Any]) -> None:
+        """actor_train's LR schedule length, unless set: RL's optimizer steps plus the warm-up's. An RL step takes
+        ``epochs`` x its mini-batches; with ``update.mini_batch_size`` a trajectory-wise step has
+        ceil(rollout.batch_size / mini_batch_size) of them, a step-wise one a number that follows the episodes'
+        turns, so a schedule that decays over a count it cannot know is refused."""
         epochs = raw_value(data, "update", "epochs", default=1)
+        mini_batch = raw_value(data, "update", "mini_batch_size", default=None)
+        rows = raw_value(
+            data, "rollout", "batch_size", default=AgenticRolloutSection.model_fields["batch_size"].default
+        )
         warmup = raw_value(data, "warmup", "steps", default=0)
         warmup_updates = raw_value(data, "warmup", "num_mini_batches", default=1)
         max_steps = data.get("max_steps", field_default(cls, "max_steps"))
         training = raw_section(data, "actor_train", "training_args", create=True) if data.get("actor_train") else None
-        if (
-            training is not None
-            and training.get("max_steps") is None
-            and all(is_int(v) for v in (epochs, warmup, warmup_updates, max_steps))
-        ):  # one optimizer step per epoch (mini-batches of step-wise batches vary) plus the warm-up's
-            training["max_steps"] = max_steps * epochs + warmup * warmup_updates
-        return data
+        if training is None or training.get("max_steps") is not None:
+            return
+        if not all(is_int(v) for v in (epochs, warmup, warmup_updates, max_steps, rows)):
+            return  # validation reports the bad value
+        per_step = 1
+        if is_int(mini_batch) and mini_batch > 0:
+            if _raw_layout(data) == "step" and _decays(training):
+                raise ValueError(
+                    "update.mini_batch_size (ppo_mini_batch_size) on step-wise rows makes each RL step's optimizer "
+                    "steps follow the episodes' turns, so the learning-rate schedule cannot be sized for you: set "
+                    "actor_train.training_args.max_steps (the optimizer steps of the whole run), or use a constant "
+                    "schedule"
+                )
+            if _raw_layout(data) == "traj":
+                per_step = -(-rows // mini_batch)
+        training["max_steps"] = max_steps * epochs * per_step + warmup * warmup_updates
 
     # --- derived views ------------------------------------------------------------------------------------
     @property
