@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import traceback
+
+import pytest
+from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
+
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.env_manager import EpisodeTask
 from roll.agentic.policy import MockPolicyClient, ScriptedPolicy
+from roll.agentic.pool import EnvSlot
 from roll.agentic.scheduler import RolloutScheduler
+from roll.agentic.scheduler.executors import RayExecutor
+from roll.runtime import WorkerError
 from roll.strategies import GenerationConfig
 
 
@@ -75,3 +85,49 @@ def test_validation_counts_faulted_episodes_as_failures(tokenizer) -> None:
     assert m["val/success"] == sum(e.success for e in episodes) / 12
     assert len(out.batch) == sum(not e.faulted for e in episodes)
     scheduler.close()
+
+
+class _Remote:
+    def __init__(self, outcome) -> None:
+        self.outcome = outcome
+
+    async def remote(self, task):
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
+
+
+class _FakeWorker:
+    def __init__(self, outcome) -> None:
+        self.run_episode = _Remote(outcome)
+
+
+class _FakeCluster:
+    name = "train_env"
+
+    def __init__(self, *outcomes) -> None:
+        self.workers = [_FakeWorker(o) for o in outcomes]
+
+
+def _task(env_id: int) -> EpisodeTask:
+    return EpisodeTask(env_id, 0, "Lake", 0, 1, "g", f"t{env_id}")
+
+
+def test_an_actor_that_died_inside_an_episode_is_not_the_env_workers_death() -> None:
+    """Ray delivers an error raised inside run_episode (here: the policy server it called had died) as
+    RayTaskError(ActorDiedError), which is a RayActorError too: the live EnvironmentWorker must not be declared dead
+    and its slots moved (each worker in turn, until 'every worker died'); the run stops naming the real cause."""
+    try:
+        raise ActorDiedError()
+    except ActorDiedError as cause:
+        inside = RayTaskError("run_episode", traceback.format_exc(), cause).as_instanceof_cause()
+    assert isinstance(inside, RayActorError)
+    slots = {0: [EnvSlot(0, 0, "Lake")], 1: [EnvSlot(1, 0, "Lake")]}
+    executor = RayExecutor(_FakeCluster(inside, "ok"), slots)
+    with pytest.raises(WorkerError, match=r"run_episode\(t0\)"):
+        asyncio.run(executor.run(_task(0)))
+    assert executor.alive == {0, 1} and executor.worker_deaths == 0 and executor.episodes_rerun == 0
+    # the worker's own death still moves its slots and reruns the episode on a live worker
+    executor = RayExecutor(_FakeCluster(ActorDiedError(), "ok"), slots)
+    assert asyncio.run(executor.run(_task(0))) == "ok"
+    assert executor.alive == {1} and executor.worker_deaths == 1 and executor.episodes_rerun == 1

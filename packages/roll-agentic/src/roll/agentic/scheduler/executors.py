@@ -100,11 +100,13 @@ class RayExecutor:
             rank = self.owner[task.env_id]
             try:
                 return await self.cluster.workers[rank].run_episode.remote(task)
-            except RayActorError:
+            except RayTaskError as e:
+                # First: an error raised inside run_episode, also when it is an actor that the worker called which
+                # died (Ray's RayTaskError(ActorDiedError) is both kinds). The worker lives; stop, naming where.
+                raise WorkerError(self.cluster.name, rank, f"run_episode({task.traj_id})", str(e)) from None
+            except RayActorError:  # the EnvironmentWorker itself died: its slots move, the episode runs again
                 self.episodes_rerun += 1
                 self._lose(rank)
-            except RayTaskError as e:  # a bug in the worker, not a fault of the env: stop, naming where it happened
-                raise WorkerError(self.cluster.name, rank, f"run_episode({task.traj_id})", str(e)) from None
 
     def stats(self) -> dict[str, float]:
         return {"workers_alive": float(len(self.alive)), "worker_deaths": float(self.worker_deaths),
