@@ -62,3 +62,12 @@ def test_import_target_forms():
     assert import_target("os.path:join") is import_target("os.path.join")
     with pytest.raises(ConfigError, match="not an import path"):
         import_target("json")
+
+
+def test_import_target_names_the_setting_it_came_from():
+    with pytest.raises(ConfigError, match=r"group_filter_cls='json:nope' cannot be imported \(AttributeError"):
+        import_target("json:nope", "group_filter_cls")
+    with pytest.raises(ConfigError, match=r"policy='no_such_pkg_x:P' cannot be imported \(ModuleNotFoundError"):
+        import_target("no_such_pkg_x:P", "policy")
+    with pytest.raises(AttributeError):  # without a setting, the import's own error
+        import_target("json:nope")

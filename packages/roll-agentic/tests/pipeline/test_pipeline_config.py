@@ -83,8 +83,27 @@ def test_estimator_must_fit_the_layout(tag, estimator, fragment):
 
 
 def test_batch_must_hold_whole_groups_and_tags_must_exist():
-    with pytest.raises(ValueError, match="multiple of train_env_manager.group_size=4"):
+    with pytest.raises(
+        ValueError,
+        match=r"rollout.batch_size \(rollout_batch_size\)=6 must be a positive multiple of "
+        "train_env_manager.group_size=4",
+    ):
         _config(rollout_batch_size=6)
+    # validation's batch too, and the rounds max_traj_per_env allows: said when the config loads, not at step 0
+    val = {"val_env_manager": {"num_env_groups": 2, "group_size": 4, "tags": ["Lake"], "max_traj_per_env": 1}}
+    with pytest.raises(
+        ValueError,
+        match=r"rollout.val_batch_size \(val_batch_size\)=10 must be a positive multiple "
+        "of val_env_manager.group_size=4",
+    ):
+        _config(val_batch_size=10, **val)
+    with pytest.raises(
+        ValueError,
+        match=r"val_batch_size\)=16 needs 4 groups but val_env_manager has 2 groups x "
+        "max_traj_per_env=1",
+    ):
+        _config(val_batch_size=16, **val)
+    assert _config(val_batch_size=8, **val).rollout.val_batch_size == 8
     with pytest.raises(ValueError, match="not in custom_envs"):
         _config("Nope")
 

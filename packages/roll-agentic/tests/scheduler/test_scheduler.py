@@ -181,3 +181,13 @@ def test_scheduler_state_resumes_the_training_rounds() -> None:
     resumed.load_state(saved)
     assert saved == {"next_episode": [1, 1, 1, 0], "cursor": 3}
     assert _rounds(resumed.get_batch(6)) == _rounds(uninterrupted.get_batch(6))
+
+
+def test_a_checkpoint_of_another_group_count_and_a_filter_that_does_not_import_are_named() -> None:
+    config = EnvManagerConfig(name="train_env", num_env_groups=4, group_size=2, tags=["FL"])
+    scheduler = RolloutScheduler(config, _TimedExecutor(lambda t: 0.0), pad_token_id=0)
+    with pytest.raises(ConfigError, match="the checkpoint's train_env has 3 env groups and this config 4"):
+        scheduler.load_state({"next_episode": [1, 1, 1], "cursor": 0})
+    typo = config.model_copy(update={"group_filter_cls": "roll.agentic.scheduler.filters:ZeroVarianceFilter"})
+    with pytest.raises(ConfigError, match=r"train_env.group_filter_cls='roll.agentic.scheduler.filters:Zero"):
+        RolloutScheduler(typo, _TimedExecutor(lambda t: 0.0), pad_token_id=0)

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from roll.runtime import RollModel, WorkerConfig
+from roll.runtime import ConfigError, RollModel, WorkerConfig
 from roll.strategies import GenerationConfig
 
 __all__ = [
@@ -338,6 +338,28 @@ class EnvManagerConfig(WorkerConfig):
     @property
     def num_envs(self) -> int:
         return self.num_env_groups * self.group_size
+
+    def groups_for(self, batch_size: int | None, setting: str = "batch size", section: str | None = None) -> int:
+        """The groups a batch of ``batch_size`` trajectories takes (None: every group once); ConfigError naming
+        ``setting`` and this manager (``section``, default its name) when it is not a whole number of groups or more
+        than ``max_traj_per_env`` rounds allow."""
+        section = section or self.name
+        if batch_size is None:
+            return self.num_env_groups
+        size = self.group_size
+        if batch_size < size or batch_size % size:
+            raise ConfigError(
+                f"{setting}={batch_size} must be a positive multiple of {section}.group_size={size}: rollouts "
+                "come in whole groups"
+            )
+        needed = batch_size // size
+        cap = self.max_traj_per_env
+        if cap > 0 and needed > cap * self.num_env_groups:
+            raise ConfigError(
+                f"{setting}={batch_size} needs {needed} groups but {section} has {self.num_env_groups} groups x "
+                f"max_traj_per_env={cap}: raise max_traj_per_env or num_env_groups"
+            )
+        return needed
 
 
 class RewardNormalizationConfig(RollModel):

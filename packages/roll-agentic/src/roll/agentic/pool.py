@@ -41,7 +41,7 @@ def build_env(spec: CustomEnvConfig) -> EnvLike:
 
 
 def manager_class(name: str) -> type[EnvManager]:
-    cls = ENV_MANAGERS.get(name) if name in ENV_MANAGERS or "." not in name else import_target(name)
+    cls = ENV_MANAGERS.get(name) if name in ENV_MANAGERS or "." not in name else import_target(name, "env_manager_cls")
     if not (isinstance(cls, type) and issubclass(cls, EnvManager)):
         raise ConfigError(f"env_manager_cls {name!r} is not an EnvManager subclass")
     return cls

@@ -20,18 +20,30 @@ T = TypeVar("T")
 __all__ = ["Registry", "import_target"]
 
 
-def import_target(target: str) -> Any:
-    """The object named by ``"package.module:attr"`` (or ``"package.module.attr"``)."""
+def import_target(target: str, setting: str | None = None) -> Any:
+    """The object named by ``"package.module:attr"`` (or ``"package.module.attr"``).
+
+    ``setting`` names the config field ``target`` came from: a module that does not import or an attribute it lacks
+    is then a ConfigError naming that field (without it, the import's own error propagates).
+    """
+    where = f"{setting}={target!r}" if setting else repr(target)
     if ":" in target:
         module_name, attr = target.split(":", 1)
     else:
         module_name, _, attr = target.rpartition(".")
     if not module_name or not attr:
-        raise ConfigError(f"{target!r} is not an import path; use 'package.module:name'")
-    module = importlib.import_module(module_name)
-    value: Any = module
-    for part in attr.split("."):
-        value = getattr(value, part)
+        raise ConfigError(f"{where} is not an import path; use 'package.module:name'")
+    try:
+        module = importlib.import_module(module_name)
+        value: Any = module
+        for part in attr.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError) as e:
+        if setting is None:
+            raise
+        raise ConfigError(
+            f"{where} cannot be imported ({type(e).__name__}: {e}); check the 'package.module:name'"
+        ) from e
     return value
 
 

@@ -450,10 +450,12 @@ class AgenticConfig(BaseConfig):
             if len(kinds) > 1:
                 raise ValueError(f"{manager.name}.tags mix env managers {sorted(kinds)}; use one per manager")
         size = self.train_env_manager.group_size
-        if self.rollout.batch_size % size:
-            raise ValueError(
-                f"rollout.batch_size={self.rollout.batch_size} (rollout_batch_size) must be a multiple of "
-                f"train_env_manager.group_size={size}"
+        self.train_env_manager.groups_for(
+            self.rollout.batch_size, "rollout.batch_size (rollout_batch_size)", "train_env_manager"
+        )
+        if self.val_env_manager is not None:
+            self.val_env_manager.groups_for(
+                self.rollout.val_batch_size, "rollout.val_batch_size (val_batch_size)", "val_env_manager"
             )
         estimator = self.advantage.estimator
         allowed = STEP_ESTIMATORS if self.layout == "step" else TRAJ_ESTIMATORS

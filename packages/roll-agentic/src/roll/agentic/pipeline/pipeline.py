@@ -273,7 +273,7 @@ class AgenticPipeline(BasePipeline):
         one on-policy step with advantage 1 on its tokens (the PPO loss at ratio 1 is then the negative
         log-likelihood's gradient)."""
         warm = self.config.warmup
-        policy = import_target(warm.policy)(**warm.policy_kwargs)
+        policy = import_target(warm.policy, "warmup.policy")(**warm.policy_kwargs)
         client = MockPolicyClient(self.tokenizer, policy, seed=warm.seed)
         manager = self.config.warmup_env_manager()
         scheduler = make_scheduler(

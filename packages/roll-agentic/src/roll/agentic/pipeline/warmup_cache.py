@@ -113,7 +113,7 @@ def _code(config: AgenticConfig) -> dict[str, Any]:
     envs = {config.custom_envs[tag].env_type for tag in config.train_env_manager.tags}
     return {
         "envs": {name: _module_source(resolve_env_factory(name)) for name in sorted(envs)},
-        "policy": _module_source(import_target(config.warmup.policy)),
+        "policy": _module_source(import_target(config.warmup.policy, "warmup.policy")),
         "development": {package: _development_source(package) for package in _ROLL_PACKAGES},
     }
 

@@ -50,7 +50,7 @@ class BackgroundRollouts:
 
     def __init__(self, scheduler: RolloutScheduler, *, batch_size: int, ratio: float, version: int = 0) -> None:
         self.scheduler = scheduler
-        groups_per_step = scheduler._groups_needed(batch_size)
+        groups_per_step = scheduler.config.groups_for(batch_size)
         self.buffer: ReplayBuffer[_Round] = ReplayBuffer(groups_per_step, ratio)
         self.base = self.version = version
         self.stall_limit = groups_per_step * scheduler.max_launch_factor

@@ -84,7 +84,7 @@ class RolloutScheduler:
         self.config, self.executor, self.pad_token_id = config, executor, pad_token_id
         self.mode, self.seed, self.max_launch_factor = mode, seed, max_launch_factor
         self.groups = plan_groups(config)
-        self.group_filter = import_target(config.group_filter_cls)(config, mode)
+        self.group_filter = import_target(config.group_filter_cls, f"{config.name}.group_filter_cls")(config, mode)
         self._next_episode = [0] * len(self.groups)
         self._cursor = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -156,7 +156,7 @@ class RolloutScheduler:
         return self._loop.run_until_complete(self.aget_batch(batch_size, global_step))
 
     async def aget_batch(self, batch_size: int | None = None, global_step: int = 0) -> RolloutBatch:
-        needed = self._groups_needed(batch_size)
+        needed = self.config.groups_for(batch_size)
         kept, played, counts = await self._collect(needed)
         batches = [r.batch for round_ in kept for r in round_.results if r.batch is not None]
         batch = concat_samples(batches, self.pad_token_id) if batches else None
@@ -168,24 +168,6 @@ class RolloutScheduler:
             logger.warning("%s: kept %d of %d groups (%s)", self.config.name, len(kept), needed, dict(counts))
         return RolloutBatch(batch, played, metrics)
 
-    def _groups_needed(self, batch_size: int | None) -> int:
-        size = self.config.group_size
-        if batch_size is None:
-            return len(self.groups)
-        if batch_size < size or batch_size % size:
-            raise ConfigError(
-                f"batch size {batch_size} must be a positive multiple of {self.config.name}.group_size={size}: "
-                f"rollouts come in whole groups"
-            )
-        needed = batch_size // size
-        cap = self.config.max_traj_per_env
-        if cap > 0 and needed > cap * len(self.groups):
-            raise ConfigError(
-                f"{needed} groups are needed but {len(self.groups)} groups x max_traj_per_env={cap} allow only "
-                f"{cap * len(self.groups)}; raise max_traj_per_env or num_env_groups"
-            )
-        return needed
-
     # --- state ------------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """Where the training rounds stand (each group's next episode, the round-robin cursor): kept in a run's
@@ -194,7 +176,13 @@ class RolloutScheduler:
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state` (a checkpoint written before the cursor was kept starts it at 0)."""
-        self._next_episode = [int(v) for v in state["next_episode"]]
+        saved = [int(v) for v in state["next_episode"]]
+        if len(saved) != len(self.groups):
+            raise ConfigError(
+                f"the checkpoint's {self.config.name} has {len(saved)} env groups and this config "
+                f"{len(self.groups)}: resume with the num_env_groups it was saved with (or start a new run)"
+            )
+        self._next_episode = saved
         self._cursor = int(state.get("cursor", 0))
 
     def _val_rounds(self, needed: int) -> list[tuple[GroupPlan, int]]:

@@ -126,7 +126,7 @@ class SearchTool(Tool):
                 raise ConfigError("the search tool's bm25 backend needs corpus_path (a .jsonl or text file)")
             self.backend: SearchBackend = BM25Index.from_file(corpus_path, **(backend_kwargs or {}))
         else:
-            self.backend = import_target(backend)(**(backend_kwargs or {}))
+            self.backend = import_target(backend, "search tool_args.backend")(**(backend_kwargs or {}))
             if not isinstance(self.backend, SearchBackend):
                 raise ConfigError(f"search backend {backend!r} has no search(query, top_k) method")
 

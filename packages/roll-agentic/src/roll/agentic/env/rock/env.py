@@ -59,7 +59,7 @@ class RockTBNativeEnv:
         self.config = check_env_config(env_config)
         self.tasks = TaskSet(self.config)
         target = self.config.sandbox_cls
-        self.sandbox_cls = import_target(target) if isinstance(target, str) else target
+        self.sandbox_cls = import_target(target, "env_config.sandbox_cls") if isinstance(target, str) else target
         self.sandbox: SandboxClient | None = None
         self.messages: list[dict[str, Any]] = []
         self.task: dict[str, Any] = {}
