@@ -45,8 +45,8 @@ __all__ = [
 ]
 
 ResetOutput = tuple[str, dict[str, Any]]
-Layout = TypeVar("Layout")
 StepOutput = tuple[str, float, bool, bool, dict[str, Any]]
+Layout = TypeVar("Layout")  # what an env draws at reset: a map, a room, a question
 
 
 @runtime_checkable

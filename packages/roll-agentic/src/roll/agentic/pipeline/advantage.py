@@ -72,10 +72,6 @@ def turn_rewards_to_tokens(step_scores: Sequence[Sequence[float]], response_mask
     return rewards
 
 
-def _needs_step_returns(config: AgenticConfig) -> bool:
-    return config.layout == "step" and config.advantage.estimator in ("gigpo", "step_reinforce")
-
-
 def attach_step_returns(batch: DataProto, config: AgenticConfig) -> None:
     """Store each step-wise row's discounted return over its episode's later turns (``step_returns``) in ``batch``,
     for the estimators that read them (gigpo, step_reinforce); a no-op for the others.
@@ -83,7 +79,7 @@ def attach_step_returns(batch: DataProto, config: AgenticConfig) -> None:
     ROLL's order (``compute_discounted_returns`` before ``adjust_batch``): the returns need every turn of an episode,
     so they are taken while the rollout is whole; a batch adjusted afterwards (rows dropped or copied to split over
     the training ranks) keeps the returns its rows had."""
-    if _needs_step_returns(config):
+    if config.layout == "step" and config.advantage.estimator in ("gigpo", "step_reinforce"):
         batch.batch["step_returns"] = _discounted(batch, config)
 
 
