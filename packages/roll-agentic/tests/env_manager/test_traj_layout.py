@@ -157,3 +157,29 @@ def test_show_env_instruction_false_opens_with_the_observation(play, scripted, t
     ]
     assert text + "\n" == tokenizer.apply_chat_template(messages, tokenize=False)
     assert info["env_instruction"].splitlines()[0] not in text
+
+
+# A template that, like Qwen3's, writes an empty think block into the last assistant message only: the anchor
+# conversation renders differently alone and with messages after it, but what it appends does not change.
+THINK_LAST = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{% if m.role == 'assistant' and loop.last %}<think>\n\n</think>\n\n{% endif %}"
+    "{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_turns_append_what_the_template_appends_when_it_rewrites_earlier_messages() -> None:
+    """The formatter compares only what follows the anchor assistant's turn: a Qwen3-like template (think block on
+    the last assistant message only) used to fail every second turn with 'renders earlier messages differently'."""
+    from roll.agentic.env_manager.chat import ChatFormatter
+    from roll.strategies.testing import default_corpus, make_tokenizer
+
+    tokenizer = make_tokenizer(default_corpus(0, 50), 300)
+    tokenizer.chat_template = THINK_LAST
+    formatter = ChatFormatter(tokenizer)
+    answered = [*formatter.first_turn([{"role": "user", "content": "hi"}]), tokenizer.eos_token_id]
+    after_stop = formatter.next_turn([{"role": "user", "content": "obs"}], answered)
+    assert tokenizer.decode(after_stop) == "\n<|im_start|>user\nobs<|im_end|>\n<|im_start|>assistant\n"
+    cut = formatter.next_turn([{"role": "tool", "content": "42"}], answered[:-1])  # no EOS: the turn is closed
+    assert tokenizer.decode(cut) == "<|im_end|>\n<|im_start|>tool\n42<|im_end|>\n<|im_start|>assistant\n"

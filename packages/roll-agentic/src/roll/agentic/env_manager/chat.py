@@ -1,10 +1,14 @@
 """Token ids of a multi-turn chat, built one turn at a time with the tokenizer's chat template.
 
 A trajectory's tokens are the model's own sampled tokens plus, between its turns, the template's text for the
-next messages. :class:`ChatFormatter` renders only the *new* messages: it renders an anchor conversation with and
-without them and keeps the difference, so the sampled assistant tokens are never re-tokenized (re-tokenizing can
-change ids and would break the log-probs recorded at sampling time). What the template puts after an assistant
-message (e.g. ``<|im_end|>\\n``) is added as a bridge, minus the EOS token the model already produced.
+next messages. :class:`ChatFormatter` renders only the *new* messages: it renders an anchor conversation followed by
+them and keeps what comes after the anchor assistant's turn, so the sampled assistant tokens are never re-tokenized
+(re-tokenizing can change ids and would break the log-probs recorded at sampling time). What the template puts after
+an assistant message (e.g. ``<|im_end|>\\n``) is added as a bridge, minus the EOS token the model already produced.
+
+Only the text after the anchor assistant's content is compared, not the whole rendering: templates may render
+earlier messages differently once more follow (Qwen3 writes an empty think block into the last assistant message
+only) or stamp the date into the system header (Llama 3.x), and neither changes what is appended.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ from roll.runtime import ConfigError
 __all__ = ["ChatFormatter", "render_template"]
 
 Message = dict[str, str]
+_ANCHOR_REPLY = "roll-anchor-assistant"
 _ANCHOR: list[Message] = [
     {"role": "system", "content": "roll-anchor-system"},
     {"role": "user", "content": "roll-anchor-user"},
-    {"role": "assistant", "content": "roll-anchor-assistant"},
+    {"role": "assistant", "content": _ANCHOR_REPLY},
 ]
 
 
@@ -43,15 +48,15 @@ class ChatFormatter:
         self.eos_token_id = int(eos)
         self.eos_text = tokenizer.convert_ids_to_tokens(self.eos_token_id)
         anchor = self._render(_ANCHOR, generation_prompt=False)
-        content = _ANCHOR[-1]["content"]
-        if content not in anchor:
+        if _ANCHOR_REPLY not in anchor:
             raise ConfigError("the chat template drops assistant content; it cannot render multi-turn conversations")
-        suffix = anchor[anchor.rindex(content) + len(content) :]
+        suffix = anchor[anchor.rindex(_ANCHOR_REPLY) + len(_ANCHOR_REPLY) :]
         # After the model's own EOS only the rest of the template's suffix is missing (e.g. "\n" after <|im_end|>).
         after_eos = suffix[len(self.eos_text) :] if suffix.startswith(self.eos_text) else suffix
         self.bridge_after_stop = self.encode(after_eos)
         self.bridge_after_cut = self.encode(suffix)
-        self._anchor_text = anchor
+        self._suffix = suffix
+        self._appended([{"role": "user", "content": "roll-anchor-next"}])  # a template that cannot work fails here
 
     def _render(self, messages: list[Message], generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
@@ -68,12 +73,17 @@ class ChatFormatter:
 
     def next_turn(self, messages: list[Message], previous_response: list[int]) -> list[int]:
         """Ids that follow the previous assistant response: the end of its turn, ``messages``, generation prompt."""
-        full = self._render([*_ANCHOR, *messages], generation_prompt=True)
-        if not full.startswith(self._anchor_text):
-            raise ConfigError(
-                "the chat template renders earlier messages differently once more follow; multi-turn token "
-                "layouts need a template whose rendering only appends"
-            )
         ended = bool(previous_response) and previous_response[-1] == self.eos_token_id
         bridge = self.bridge_after_stop if ended else self.bridge_after_cut
-        return bridge + self.encode(full[len(self._anchor_text) :])
+        return bridge + self.encode(self._appended(messages))
+
+    def _appended(self, messages: list[Message]) -> str:
+        """The text the template adds for ``messages`` after a finished assistant turn, generation prompt included."""
+        full = self._render([*_ANCHOR, *messages], generation_prompt=True)
+        end = full.find(_ANCHOR_REPLY) + len(_ANCHOR_REPLY)
+        if end < len(_ANCHOR_REPLY) or not full.startswith(self._suffix, end):
+            raise ConfigError(
+                "the chat template ends an assistant turn differently once more messages follow; multi-turn token "
+                "layouts need the same end-of-turn text wherever the turn is"
+            )
+        return full[end + len(self._suffix) :]
