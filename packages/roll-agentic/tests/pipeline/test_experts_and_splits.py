@@ -9,7 +9,7 @@ import pytest
 from roll.agentic.env.frozen_lake import FrozenLakeEnv, read_board
 from roll.agentic.env.math_tool import ArithmeticEnv
 from roll.agentic.env.sokoban import SokobanEnv, read_room
-from roll.agentic.policy.expert import FrozenLakeExpert, SokobanExpert, is_square, last_grid
+from roll.agentic.policy.expert import FrozenLakeExpert, SokobanExpert, ToolMathExpert, is_square, last_grid
 
 
 def _play(env, policy, seed: int, turns: int) -> bool:
@@ -87,3 +87,23 @@ def test_train_and_val_splits_share_no_layout(make, key):
         seen[split] = {key(env, env.reset(seed)[0]) for seed in range(150)}
     assert seen["train"] and seen["val"]
     assert not seen["train"] & seen["val"]
+
+
+@pytest.mark.parametrize(
+    "tool_turn",
+    [
+        "<|im_start|>tool\npython_code result:\n476216<|im_end|>\n",  # ChatML's tool role
+        "<|im_start|>user\n<tool_response>\npython_code result:\n476216\n</tool_response><|im_end|>\n",  # Qwen's
+    ],
+)
+def test_tool_math_expert_reads_the_tool_answer_however_the_template_wraps_it(tool_turn):
+    """The expert calls the tool, then answers with what the tool printed: it used to look for ChatML's tool role
+    only, so under Qwen's templates it called the tool again every turn and never answered."""
+    expert, rng = ToolMathExpert(), random.Random(0)
+    question = "<|im_start|>user\nWhat is 892 * 533?<|im_end|>\n<|im_start|>assistant\n"
+    call = expert(question, rng)
+    assert call.startswith("<tool_call>") and "print(892 * 533)" in call
+    assert (
+        expert(question + call + "<|im_end|>\n" + tool_turn + "<|im_start|>assistant\n", rng)
+        == "<answer>476216</answer>"
+    )

@@ -94,6 +94,9 @@ class SokobanExpert:
         return f"<answer>{planned}</answer>"
 
 
+_CALL_END = "</tool_call>"
+
+
 class ToolMathExpert:
     """For ``tool_math``: call the python tool on the question, then answer with the tool's output. With
     probability ``noise`` it answers at once without the tool, off by a random amount (an unreliable mental sum)."""
@@ -110,9 +113,10 @@ class ToolMathExpert:
         if not questions:
             return "<answer>0</answer>"
         expression = questions[-1].strip()
-        marker = "<|im_start|>tool"  # the tool's message (ChatML), if it has answered already
-        after_tool = prompt[prompt.rfind(marker) :].split("<|im_end|>")[0] if marker in prompt else ""
-        found = re.findall(r"-?\d+", after_tool)
+        # What follows its own last call is the tool's answer, however the chat template wraps a tool message
+        # (ChatML's tool role, Qwen's <tool_response> in a user turn, ...)
+        call_end = prompt.rfind(_CALL_END)
+        found = re.findall(r"-?\d+", prompt[call_end + len(_CALL_END) :]) if call_end >= 0 else []
         if found:
             return f"<answer>{found[-1]}</answer>"
         if rng.random() < self.noise:
