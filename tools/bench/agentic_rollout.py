@@ -17,7 +17,8 @@ Modes, on identical episodes (same seeds, same per-request responses):
   releases them as one batch and returns the answers together when the slowest is done; then all envs step.
 
 Reported: wall time, env turns per second and generated tokens per second, and the per_request / lock_step
-throughput ratio (median over ``--reps`` alternating repetitions). The last stdout line is ``RESULT {json}``.
+throughput ratio (median over ``--reps`` repetitions that alternate the modes and which goes first, after one
+untimed small run of each). The last stdout line is ``RESULT {json}``.
 """
 
 from __future__ import annotations
@@ -157,8 +158,11 @@ def main() -> None:
     ENV_STEP_MEDIAN_S = args.env_step_ms / 1e3
     tokenizer = make_tokenizer(default_corpus(0, 400) + ["<answer>Up</answer> <answer>Down</answer>"] * 50, 512)
     runs: dict[str, list[dict[str, Any]]] = {"per_request": [], "lock_step": []}
-    for _ in range(args.reps):  # alternate so both modes see the same machine load
-        for mode in runs:
+    warm_up = argparse.Namespace(**{**vars(args), "envs": 2, "episodes": 1})
+    for mode in runs:  # untimed: the process's one-time costs (imports, first env builds) land on neither mode
+        run_mode(mode, warm_up, tokenizer)
+    for rep in range(args.reps):  # alternate, and swap which goes first, so both modes see the same machine load
+        for mode in list(runs) if rep % 2 == 0 else list(runs)[::-1]:
             runs[mode].append(run_mode(mode, args, tokenizer))
     summary = {}
     for mode, reps in runs.items():
