@@ -80,8 +80,9 @@ class ChatFormatter:
     def _appended(self, messages: list[Message]) -> str:
         """The text the template adds for ``messages`` after a finished assistant turn, generation prompt included."""
         full = self._render([*_ANCHOR, *messages], generation_prompt=True)
-        end = full.find(_ANCHOR_REPLY) + len(_ANCHOR_REPLY)
-        if end < len(_ANCHOR_REPLY) or not full.startswith(self._suffix, end):
+        start = full.find(_ANCHOR_REPLY)
+        end = start + len(_ANCHOR_REPLY)
+        if start < 0 or not full.startswith(self._suffix, end):
             raise ConfigError(
                 "the chat template ends an assistant turn differently once more messages follow; multi-turn token "
                 "layouts need the same end-of-turn text wherever the turn is"

@@ -346,15 +346,16 @@ class AgenticConfig(BaseConfig):
         if not all(is_int(v) for v in (epochs, warmup, warmup_updates, max_steps, rows)):
             return  # validation reports the bad value
         per_step = 1
+        layout = _raw_layout(data)
         if is_int(mini_batch) and mini_batch > 0:
-            if _raw_layout(data) == "step" and _decays(training):
+            if layout == "step" and _decays(training):
                 raise ValueError(
                     "update.mini_batch_size (ppo_mini_batch_size) on step-wise rows makes each RL step's optimizer "
                     "steps follow the episodes' turns, so the learning-rate schedule cannot be sized for you: set "
                     "actor_train.training_args.max_steps (the optimizer steps of the whole run), or use a constant "
                     "schedule"
                 )
-            if _raw_layout(data) == "traj":
+            if layout == "traj":
                 per_step = -(-rows // mini_batch)
         training["max_steps"] = max_steps * epochs * per_step + warmup * warmup_updates
 
