@@ -28,6 +28,7 @@ __all__ = [
     "RewardNormalizationConfig",
     "ToolConfig",
     "ToolWrapperConfig",
+    "is_step_manager",
     "spread_parse_tool_call",
 ]
 
@@ -67,6 +68,13 @@ ENV_MANAGER_ALIASES = {
 }
 STEP_MANAGERS = frozenset({"step", "step_concat", "agent_native"})
 """Managers that lay samples out step-wise (one row per turn)."""
+
+
+def is_step_manager(env_manager_cls: str) -> bool:
+    """Whether ``env_manager_cls`` (roll's name or ROLL's class path) lays samples out step-wise."""
+    return ENV_MANAGER_ALIASES.get(env_manager_cls, env_manager_cls) in STEP_MANAGERS
+
+
 # ROLL's column names for reward_normalization.grouping -> ours (we name per-row columns in the singular, like RLVR).
 GROUPING_ALIASES = {"tags": "tag", "env_ids": "env_id", "group_ids": "group_id"}
 # ROLL's ProxyEnvManager drives an agent runner; its GEMRunner plays a gem env as a chat (env instruction in the system
@@ -239,7 +247,7 @@ class CustomEnvConfig(RollModel):
         if not isinstance(data, dict) or data.get("agent_template") is not None:
             return data
         manager = data.get("env_manager_cls", "traj")
-        step_wise = isinstance(manager, str) and ENV_MANAGER_ALIASES.get(manager, manager) in STEP_MANAGERS
+        step_wise = isinstance(manager, str) and is_step_manager(manager)
         return {**data, "agent_template": DEFAULT_STEP_AGENT_TEMPLATE if step_wise else DEFAULT_AGENT_TEMPLATE}
 
     @model_validator(mode="after")

@@ -25,10 +25,7 @@ def resolve_pipeline(name: str) -> Any:
     if name in PIPELINES:
         cls = PIPELINES.get(name)
     elif ":" in name or "." in name:
-        try:
-            cls = import_target(name)
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(f"pipeline_cls {name!r} cannot be imported ({e})") from e
+        cls = import_target(name, "pipeline_cls")
     else:
         raise ConfigError(f"unknown pipeline_cls {name!r}; use one of {PIPELINES.names()} or 'package.module:Class'")
     if not isinstance(getattr(cls, "config_cls", None), type):

@@ -55,10 +55,7 @@ _claimed_lock = threading.Lock()
 
 def _resolve_worker_cls(name: str, target: type[Worker] | str) -> type[Worker]:
     if isinstance(target, str):
-        try:
-            target = import_target(target)
-        except (ImportError, AttributeError, ConfigError) as e:
-            raise ConfigError(f"{name}.worker_cls {target!r} cannot be imported ({e}); check the dotted path") from e
+        target = import_target(target, f"{name}.worker_cls")
     if not (isinstance(target, type) and issubclass(target, Worker)):
         shown = target.__qualname__ if isinstance(target, type) else repr(target)
         raise ConfigError(f"{name}.worker_cls {shown} must subclass roll.runtime.Worker")

@@ -11,18 +11,17 @@ roles of :mod:`roll.agentic.config`. Sections: ``rollout``, ``update``, ``advant
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from roll.agentic.config import (
-    ENV_MANAGER_ALIASES,
     PARSE_TOOL_CALL_DESCRIPTION,
-    STEP_MANAGERS,
     CustomEnvConfig,
     EnvManagerConfig,
     RewardNormalizationConfig,
+    is_step_manager,
     spread_parse_tool_call,
 )
 from roll.pipelines.algorithms.train_infer import RatioDiffFilter
@@ -258,14 +257,16 @@ def _raw_layout(data: dict[str, Any]) -> str | None:
     envs = data.get("custom_envs")
     if not isinstance(tags, list) or not isinstance(envs, dict) or not tags:
         return None
-    kinds = set()
-    for tag in tags:
-        spec = envs.get(tag)
-        manager = spec.get("env_manager_cls", "traj") if isinstance(spec, dict) else None
-        if not isinstance(manager, str):
-            return None
-        kinds.add(ENV_MANAGER_ALIASES.get(manager, manager))
-    return "step" if kinds <= STEP_MANAGERS else "traj"
+    specs = [envs.get(tag) for tag in tags]
+    managers = [spec.get("env_manager_cls", "traj") for spec in specs if isinstance(spec, dict)]
+    if len(managers) != len(specs) or not all(isinstance(m, str) for m in managers):
+        return None
+    return _layout_of(managers)
+
+
+def _layout_of(managers: Iterable[str]) -> str:
+    """``step`` when every env manager lays samples out step-wise, else ``traj``."""
+    return "step" if all(is_step_manager(m) for m in managers) else "traj"
 
 
 def _decays(training: dict[str, Any]) -> bool:
@@ -363,8 +364,7 @@ class AgenticConfig(BaseConfig):
     @property
     def layout(self) -> str:
         """``traj`` or ``step``: the sample layout of the training manager's envs."""
-        kinds = {self.custom_envs[tag].env_manager_cls for tag in self.train_env_manager.tags}
-        return "step" if kinds <= STEP_MANAGERS else "traj"
+        return _layout_of(self.custom_envs[tag].env_manager_cls for tag in self.train_env_manager.tags)
 
     @property
     def sampling_temperature(self) -> float:

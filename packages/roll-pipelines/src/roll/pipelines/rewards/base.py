@@ -187,10 +187,7 @@ def resolve_reward_worker(name: str) -> type[RewardWorker]:
     if name in REWARDS:
         cls = REWARDS.get(name)
     elif ":" in name or "." in name:
-        try:
-            cls = import_target(name)
-        except (ImportError, AttributeError) as e:
-            raise ConfigError(f"reward_type {name!r} cannot be imported ({e}); check the dotted path") from e
+        cls = import_target(name, "reward_type")
     else:
         raise ConfigError(f"unknown reward_type {name!r}; use one of {REWARDS.names()} or 'package.module:Class'")
     if not (isinstance(cls, type) and issubclass(cls, RewardWorker)):
