@@ -57,3 +57,29 @@ def test_plots_are_written_per_group(tmp_path):
     written = write_plots(tmp_path / "metrics.jsonl", tmp_path / "plots")
     assert sorted(p.name for p in written) == ["kl.png", "lengths.png", "loss.png", "reward.png"]
     assert all(p.stat().st_size > 1000 for p in written)
+
+
+@pytest.mark.parametrize("resume", [False, "auto"])
+def test_a_run_from_step_0_sets_an_earlier_runs_metrics_aside(tmp_path, monkeypatch, caplog, resume):
+    """A run killed before its first checkpoint, started again in the same output_dir (fresh, or with
+    resume_from_checkpoint=auto finding nothing), used to append its steps after the killed run's: 1, 2, 1, 2, 3."""
+    from roll.pipelines import base
+    from roll.pipelines.config import BaseConfig
+
+    monkeypatch.setattr(base, "init", lambda: None)  # no Ray: only the output folder matters here
+    monkeypatch.setattr(base, "ResourceManager", lambda **_: None)
+    earlier = Tracker(tmp_path, [])
+    for step in (1, 2):
+        earlier.log(step, {"loss": 1.0})
+    earlier.finish()
+    config = BaseConfig.model_validate(
+        {"pipeline_cls": "sft", "output_dir": str(tmp_path), "resume_from_checkpoint": resume, "track_with": []}
+    )
+    with caplog.at_level("WARNING"):
+        session = base.Session.open(config)
+    session.tracker.log(1, {"loss": 0.5})
+    session.tracker.finish()
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1]
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl.prev")] == [1, 2]
+    assert "moved to metrics.jsonl.prev" in caplog.text
+    assert ("no complete checkpoint" in caplog.text) == (resume == "auto")

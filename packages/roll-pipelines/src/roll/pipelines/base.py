@@ -33,7 +33,7 @@ from roll.pipelines.config import BaseConfig, RoleConfig
 from roll.pipelines.metrics import reduce_metrics
 from roll.pipelines.plots import write_plots
 from roll.pipelines.summary import STEPS_TOTAL_KEY
-from roll.pipelines.tracking import Tracker
+from roll.pipelines.tracking import Tracker, set_aside_metrics
 from roll.runtime import ENV_WORKER_LOG, Cluster, ConfigError, ResourceManager, init, materialize_all
 from roll.strategies import ModelUpdateGroup
 from roll.strategies.weight_sync import weight_sync_env
@@ -97,8 +97,14 @@ class Session:
                 f"resume_from_checkpoint=auto to continue it, or choose another exp_name/output_dir"
             )
         resume_path = checkpoints.resolve(config.resume_from_checkpoint)  # a bad path fails before anything starts
+        if resume_path is None and config.resume_from_checkpoint == "auto":
+            logger.warning(
+                "resume_from_checkpoint=auto: no complete checkpoint in %s; starting at step 0", checkpoints.root
+            )
         set_seed(config.seed)
         output_dir.mkdir(parents=True, exist_ok=True)
+        if resume_path is None:  # a run killed before its first checkpoint left rows this run would repeat
+            set_aside_metrics(output_dir)
         dumped = config.model_dump(mode="json")
         (output_dir / "config.yaml").write_text(yaml.safe_dump(dumped, sort_keys=False))
         checkpoints.clean_incomplete()

@@ -14,6 +14,7 @@ import difflib
 import importlib
 import importlib.util
 import json
+import logging
 import math
 import os
 import re
@@ -33,7 +34,10 @@ __all__ = [
     "check_tracker_names",
     "format_metrics_line",
     "read_metrics",
+    "set_aside_metrics",
 ]
+
+logger = logging.getLogger(__name__)
 
 TRACKERS: Registry[type] = Registry("tracker", entry_point_group="roll.trackers")
 
@@ -52,6 +56,18 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def set_aside_metrics(output_dir: Path) -> Path | None:
+    """Rename a ``metrics.jsonl`` left in ``output_dir`` by an earlier run to ``metrics.jsonl.prev`` (replacing an
+    older one), so that a run starting at step 0 there does not append its steps after the earlier run's."""
+    path = output_dir / "metrics.jsonl"
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    kept = path.with_name("metrics.jsonl.prev")
+    os.replace(path, kept)
+    logger.warning("%s held the metrics of an earlier run that left no checkpoint; moved to %s", path, kept.name)
+    return kept
 
 
 class JsonlTracker:
