@@ -127,6 +127,56 @@ def test_adjust_batch_deletes_or_copies_rows_to_a_multiple():
         adjust_batch(batch, 2, "none")
 
 
+def _kl_batch(scores: list[float], **columns) -> DataProto:
+    batch = _batch([[1, 1, 0, 1, 0], [1, 1, 1, 0, 0]], scores, traj_group_id=["g", "g"], **columns)
+    batch.batch["old_log_probs"] = torch.tensor([[-1.0, -2.0, -9.0, -0.5, 0.0], [-1.0, -1.0, -1.0, 0.0, 0.0]])
+    batch.batch["ref_log_probs"] = torch.tensor([[-1.5, -1.0, -3.0, -0.5, 0.0], [-2.0, -1.0, -0.5, 0.0, 0.0]])
+    return batch
+
+
+def test_add_token_level_kl_subtracts_the_kl_from_every_assistant_tokens_reward():
+    # ROLL (compute_token_reward): token rewards = score on the last token - coef x (old - ref) on every token,
+    # then REINFORCE returns-to-go; the env token (column 2) carries nothing
+    batch = _kl_batch([1.0, 0.0])
+    config = _config("traj", reward_normalization={"grouping": "batch", "method": "identity"}, **_IN_REWARD_KL)
+    metrics = compute_agentic_targets(batch, config, kl_coef=0.5)
+    # k1 = old - ref: row 0 (0.5, -1.0, _, 0.0), row 1 (1.0, 0.0, -0.5)
+    assert batch.batch["token_level_rewards"].tolist() == [[-0.25, 0.5, 0.0, 1.0, 0.0], [-0.5, 0.0, 0.25, 0.0, 0.0]]
+    assert batch.batch["advantages"].tolist() == [[1.25, 1.5, 0.0, 1.0, 0.0], [-0.25, 0.25, 0.25, 0.0, 0.0]]
+    assert metrics["actor/kl"] == pytest.approx((0.5 - 1.0 + 0.0 + 1.0 + 0.0 - 0.5) / 6)
+    assert metrics["critic/kl_coef"] == 0.5
+
+
+def test_add_token_level_kl_joins_the_turn_rewards_of_agentic_reinforce_and_the_rewards_of_gae():
+    batch = _kl_batch([1.0, 0.0], step_scores=[[0.0, 1.0], [0.0]])
+    compute_agentic_targets(batch, _config("traj", adv_estimator="agentic_reinforce", **_IN_REWARD_KL), kl_coef=0.5)
+    # row 0: turn 1 = tokens 0-1 (kl reward -0.25 + 0.5), turn 2 = token 3 (1.0); gamma 1
+    assert batch.batch["advantages"][0].tolist() == [1.25, 1.25, 0.0, 1.0, 0.0]
+    gae = _kl_batch([1.0, 0.0])
+    gae.batch["values"] = torch.zeros(2, 5)
+    critic = {"model_args": {**ROLE, "model_head": "value"}}
+    compute_agentic_targets(gae, _config("traj", adv_estimator="gae", critic=critic, **_IN_REWARD_KL), kl_coef=0.5)
+    assert gae.batch["advantages"].tolist() == [[1.25, 1.5, 0.0, 1.0, 0.0], [-0.25, 0.25, 0.25, 0.0, 0.0]]
+
+
+def test_without_add_token_level_kl_the_reference_only_serves_the_kl_loss():
+    batch = _kl_batch([1.0, 0.0])
+    config = _config(
+        "traj",
+        reward_normalization={"grouping": "batch", "method": "identity"},
+        use_kl_loss=True,
+        reference={"model_args": ROLE},
+    )
+    metrics = compute_agentic_targets(batch, config, kl_coef=0.5)
+    assert batch.batch["advantages"].tolist() == [[1.0, 1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]]
+    assert "actor/kl" not in metrics
+    with pytest.raises(ValueError, match="add_token_level_kl"):
+        _config("traj", add_token_level_kl=True)  # no reference role
+
+
+_IN_REWARD_KL = {"add_token_level_kl": True, "kl_penalty": "k1", "reference": {"model_args": ROLE}}
+
+
 def test_reward_clip_clamps_the_normalized_rewards_as_roll():
     """ROLL's agentic reward_clip (compute_response_level_rewards): normalize first, then clamp to [-clip, clip]."""
     batch = _batch(

@@ -54,7 +54,7 @@ def test_agentic_roll_file_loads_with_rolls_meaning(lake_file: Path) -> None:
     assert translation.pipeline == "agentic" and "env managers" in translation.reason
     assert translation.problems == []
     rows = {row.key: row for row in translation.rows}
-    assert rows["init_kl_coef"].status == "ignored" and "no KL" in rows["init_kl_coef"].note
+    assert rows["init_kl_coef"].status == "mapped" and rows["init_kl_coef"].target == "kl.init_coef"
     assert rows["train_env_manager.format_penalty"].status == "ignored"
     assert rows["all_response_pattern"].status == "ignored"
     config = load_config(lake_file)
@@ -88,3 +88,26 @@ def test_agentic_random_sample_is_mapped() -> None:
     row = next(row for row in translation.rows if row.key == "batch_adjust_mode")
     assert (row.status, row.target) == ("mapped", "update.batch_adjust_mode")
     assert translation.data["batch_adjust_mode"] == "random_sample"
+
+
+def test_add_token_level_kl_puts_rolls_kl_penalty_into_the_reward(lake_file: Path) -> None:
+    # ROLL's agentic pipeline subtracts init_kl_coef x KL(kl_penalty, default 'kl') from the token rewards
+    # (compute_token_reward); its actor's KL loss is k3 whatever kl_penalty says. It used to be dropped as "ignored".
+    reference = (
+        "reference:\n  model_args: {model_name_or_path: tiny://nano}\n  strategy_args: {strategy_name: hf_infer}\n"
+    )
+    lake_file.write_text(AGENTIC + "add_token_level_kl: true\nuse_kl_loss: true\n" + reference)
+    rows = {row.key: row for row in translate(*compose_file(lake_file)).rows}
+    assert rows["add_token_level_kl"].status == "mapped" and rows["add_token_level_kl"].target == "kl.in_reward"
+    config = load_config(lake_file)
+    kl = config.kl
+    assert (kl.in_reward, kl.init_coef, kl.penalty, kl.loss_penalty) == (True, 0.2, "kl", "k3")
+    assert config.needs_reference and config.actor_settings().kl_penalty == "k3"
+
+
+def test_the_rollout_pipeline_ignores_the_reward_kl(lake_file: Path) -> None:
+    data, referenced = compose_file(lake_file)
+    del data["actor_train"]
+    data["add_token_level_kl"] = True
+    rows = {row.key: row for row in translate(data, referenced).rows}
+    assert rows["add_token_level_kl"].status == "ignored" and "trains nothing" in rows["add_token_level_kl"].note

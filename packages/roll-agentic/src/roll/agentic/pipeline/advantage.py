@@ -10,6 +10,10 @@ default mean/std within ``traj_group_id``, its episode group) and the discounted
 (episode group, state) groups by the same ``reward_normalization.method``, as ROLL does, weighted by
 ``episode_reward_weight`` and ``step_reward_weight``; ``step_reinforce`` normalizes the discounted step return with ``reward_normalization``;
 ``grpo``/``reinforce`` use the episode score of the row's episode.
+
+With ``kl.in_reward`` (ROLL's ``add_token_level_kl``) every estimator's token rewards lose ``coef x KL(old policy ||
+reference)`` on each assistant token, as ROLL's ``compute_token_reward``; agentic_reinforce sums a turn's token
+rewards, so a turn's return carries the KL of all its tokens.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from roll.pipelines.algorithms import (
     compute_advantages,
     gigpo_rewards,
     grouped_reward_norm,
+    kl_penalty,
     labels_to_index,
     masked_mean,
     reinforce_returns,
@@ -145,19 +150,43 @@ def episode_weights(batch: DataProto) -> torch.Tensor:
     return len(episodes) / (len(rows_per_episode) * rows_per_episode[episodes])
 
 
-def compute_agentic_targets(batch: DataProto, config: AgenticConfig) -> dict[str, float]:
-    """Fill ``token_level_rewards``, ``advantages`` and ``returns`` of ``batch`` in place; returns metrics."""
+def _reward_kl(batch: DataProto, config: AgenticConfig, metrics: dict[str, float]) -> torch.Tensor | None:
+    """Per-token KL of the old policy to the reference (``kl.penalty``) when ``kl.in_reward`` is on, else None;
+    its mean over the assistant tokens goes to ``actor/kl`` (what an adaptive controller follows)."""
+    if not config.kl.in_reward_on:
+        return None
+    data = batch.batch
+    if "ref_log_probs" not in data.keys():
+        raise ConfigError("kl.in_reward (add_token_level_kl) needs the reference's log-probs: add a reference role")
+    kl = kl_penalty(data["old_log_probs"].float(), data["ref_log_probs"].float(), config.kl.penalty)
+    metrics["actor/kl"] = float(masked_mean(kl, data["response_mask"].float()))
+    return kl
+
+
+def _minus_kl(token_rewards: torch.Tensor, kl: torch.Tensor | None, coef: float, mask: torch.Tensor) -> torch.Tensor:
+    return token_rewards if kl is None else token_rewards - coef * kl * mask
+
+
+def compute_agentic_targets(batch: DataProto, config: AgenticConfig, kl_coef: float = 0.0) -> dict[str, float]:
+    """Fill ``token_level_rewards``, ``advantages`` and ``returns`` of ``batch`` in place; returns metrics.
+
+    ``kl_coef``: the KL controller's coefficient of the in-reward KL (``kl.in_reward``; ignored when it is off)."""
     data = batch.batch
     mask = data["response_mask"].float()
     advantage = config.advantage
     estimator = advantage.estimator
     metrics: dict[str, float] = {}
+    kl = _reward_kl(batch, config, metrics)
+    if kl is not None:
+        metrics["critic/kl_coef"] = float(kl_coef)
     if estimator == "agentic_reinforce":
         token_rewards = turn_rewards_to_tokens(_column(batch, "step_scores"), mask)
+        token_rewards = _minus_kl(token_rewards, kl, kl_coef, mask)
         token_rewards = clip_rewards_counted(token_rewards, advantage.reward_clip, metrics, _CLIP_FRAC, mask)
         advantages, returns = agentic_reinforce_advantages(token_rewards, mask, advantage.gamma)
     elif estimator == "gae":
         token_rewards = token_level_rewards_from_scores(data["scores"].float(), mask)
+        token_rewards = _minus_kl(token_rewards, kl, kl_coef, mask)
         token_rewards = clip_rewards_counted(token_rewards, advantage.reward_clip, metrics, _CLIP_FRAC, mask)
         advantages, returns = compute_advantages(
             "gae",
@@ -168,10 +197,16 @@ def compute_agentic_targets(batch: DataProto, config: AgenticConfig) -> dict[str
             lam=advantage.lam,
         )
     else:
-        rewards, metrics = _response_rewards(batch, config)
+        rewards, reward_metrics = _response_rewards(batch, config)
+        metrics.update(reward_metrics)
         # ROLL: after the normalization
         rewards = clip_rewards_counted(rewards, advantage.reward_clip, metrics, _CLIP_FRAC)
         token_rewards = token_level_rewards_from_scores(rewards, mask)
+        if kl is not None:  # ROLL clips the token rewards again once the KL penalty joined them
+            token_rewards = _minus_kl(token_rewards, kl, kl_coef, mask)
+            token_rewards = clip_rewards_counted(
+                token_rewards, advantage.reward_clip, metrics, "critic/token_reward_clip_frac", mask
+            )
         advantages, returns = reinforce_returns(token_rewards, mask, advantage.gamma)
         metrics["advantage/reward_mean"] = float(rewards.mean())
         metrics["advantage/reward_abs"] = float(rewards.abs().mean())

@@ -86,6 +86,11 @@ FLAT_KEYS: dict[str, str] = {
     "use_kl_loss": "kl.use_loss",
     "kl_loss_coef": "kl.loss_coef",
     "kl_penalty": "kl.penalty",
+    "add_token_level_kl": "kl.in_reward",
+    "init_kl_coef": "kl.init_coef",
+    "kl_ctrl_type": "kl.ctrl_type",
+    "target_kl": "kl.target",
+    "kl_horizon": "kl.horizon",
 }
 
 Estimator = Literal["grpo", "reinforce", "gae", "gigpo", "step_reinforce", "agentic_reinforce"]
@@ -189,10 +194,46 @@ class AgenticPolicyLossSection(RollModel):
     )
 
 
+KLKind = Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"]
+
+
 class KLSection(RollModel):
+    """KL to the reference: a loss term (``use_loss``) and/or a per-token reward penalty (``in_reward``, ROLL's
+    ``add_token_level_kl``); either needs a reference role. ``penalty`` is the per-token estimator of both."""
+
     use_loss: bool = Field(default=False, description="KL to the reference as a loss term (needs reference).")
     loss_coef: float = Field(default=0.001, ge=0)
-    penalty: Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"] = "k3"
+    penalty: KLKind = Field(default="k3", description="Per-token KL estimator (ROLL's kl_penalty).")
+    loss_penalty: KLKind | None = Field(
+        default=None,
+        description="Estimator of the KL loss term (None: penalty). ROLL's agentic actor always uses k3 for it, "
+        "whatever kl_penalty says, so ROLL files set k3.",
+    )
+    in_reward: bool = Field(
+        default=False,
+        description="add_token_level_kl: subtract init_coef x KL(old policy || reference) from every assistant "
+        "token's reward before the estimator (as ROLL's compute_token_reward; needs reference).",
+    )
+    init_coef: float = Field(
+        default=0.2, ge=0, description="init_kl_coef: the reward penalty's coefficient (its start if adaptive)."
+    )
+    ctrl_type: Literal["fixed", "adaptive"] = "fixed"
+    target: float | None = Field(default=None, gt=0, description="Adaptive controller: the KL to hold.")
+    horizon: int | None = Field(default=None, ge=1, description="Adaptive controller: samples to adapt over.")
+
+    @model_validator(mode="after")
+    def _check_controller(self) -> KLSection:
+        if self.ctrl_type == "adaptive" and (self.target is None or self.horizon is None):
+            raise ValueError("kl.ctrl_type=adaptive needs kl.target and kl.horizon (flat: target_kl and kl_horizon)")
+        return self
+
+    @property
+    def loss_on(self) -> bool:
+        return self.use_loss and self.loss_coef > 0
+
+    @property
+    def in_reward_on(self) -> bool:
+        return self.in_reward and self.init_coef > 0
 
 
 class WarmupSection(RollModel):
@@ -373,7 +414,7 @@ class AgenticConfig(BaseConfig):
 
     @property
     def needs_reference(self) -> bool:
-        return self.kl.use_loss and self.kl.loss_coef > 0
+        return self.kl.loss_on or self.kl.in_reward_on
 
     def policy_settings(self) -> PolicySettings:
         return PolicySettings(temperature=self.sampling_temperature)
@@ -389,8 +430,8 @@ class AgenticConfig(BaseConfig):
             dual_clip=loss.dual_clip,
             loss_agg_mode=loss.loss_agg_mode,
             entropy_coef=loss.entropy_coef,
-            kl_loss_coef=self.kl.loss_coef if self.needs_reference else 0.0,
-            kl_penalty=self.kl.penalty,
+            kl_loss_coef=self.kl.loss_coef if self.kl.loss_on else 0.0,
+            kl_penalty=self.kl.loss_penalty or self.kl.penalty,
             ratio_type=loss.ratio_type,
         )
 
@@ -479,7 +520,7 @@ class AgenticConfig(BaseConfig):
                 "warm-up regroups the training envs); 1 gives every warm-up episode its own layout"
             )
         if self.needs_reference and self.reference is None:
-            raise missing_reference("kl.use_loss is on (use_kl_loss)")
+            raise missing_reference("KL is on (kl.use_loss / use_kl_loss or kl.in_reward / add_token_level_kl)")
         check_replay_supported(self.rollout_mock, asynchronous=self.asynchrony.enabled)
         if self.asynchrony.enabled and self.rollout.model_update_frequency != 1:
             raise ValueError(

@@ -3,7 +3,7 @@
 One step::
 
     episodes = train_scheduler.get_batch(rollout_batch_size)   # env groups play against actor_infer, turn by turn
-    ref_log_probs = reference.compute_log_probs(samples)       if kl.use_loss
+    ref_log_probs = reference.compute_log_probs(samples)       if kl.use_loss or kl.in_reward
     old_log_probs = actor_train.compute_log_probs(samples)     when the update is not one on-policy step
     values = critic.compute_values(samples)                    for GAE
     advantages = estimator(samples)                            trajectory-wise (grpo, reinforce, gae,
@@ -41,6 +41,7 @@ from roll.agentic.pipeline.workers import AgenticActorWorker
 from roll.agentic.policy import MockPolicyClient
 from roll.agentic.scheduler import RolloutBatch, RolloutScheduler
 from roll.agentic.scheduler.background import BackgroundRollouts
+from roll.pipelines.algorithms import make_kl_controller
 from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.rlvr.workers import CriticWorker, InferWorker, PolicyWorker
 from roll.pipelines.rollout_mock import RolloutMock
@@ -65,6 +66,8 @@ class AgenticPipeline(BasePipeline):
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
         self.generation_config = cfg.actor_infer.generating_args.model_copy(update={"num_return_sequences": 1})
+        kl = cfg.kl  # the in-reward KL's coefficient (kl.in_reward); saved with checkpoints
+        self.kl_ctrl = make_kl_controller(kl.ctrl_type, kl.init_coef, kl.target, kl.horizon)
         # 2. session; 3. roles
         self.open_session()
         roles = {
@@ -114,6 +117,13 @@ class AgenticPipeline(BasePipeline):
     def load_data_state(self, state: dict[str, Any]) -> None:
         if state:
             self.train_scheduler.load_state(state)
+
+    def algorithm_state(self) -> dict[str, Any]:
+        return {"kl_ctrl": self.kl_ctrl.state_dict()}
+
+    def load_algorithm_state(self, state: dict[str, Any]) -> None:
+        if "kl_ctrl" in state:
+            self.kl_ctrl.load_state_dict(state["kl_ctrl"])
 
     # --- pieces of a step -------------------------------------------------------------------------------
     def batch_unit(self) -> int:
@@ -250,7 +260,9 @@ class AgenticPipeline(BasePipeline):
             with timer.phase("log_probs"):
                 on_policy = self.score_with_models(batch, plan)
             with timer.phase("advantage"):
-                metrics.update(compute_agentic_targets(batch, cfg))
+                metrics.update(compute_agentic_targets(batch, cfg, self.kl_ctrl.value))
+                if cfg.kl.in_reward_on:
+                    self.kl_ctrl.update(metrics["actor/kl"], len(batch))
             with timer.phase("train"):
                 metrics.update(self.train(batch, plan, step, on_policy))
             metrics["rollout/samples"] = float(len(batch))

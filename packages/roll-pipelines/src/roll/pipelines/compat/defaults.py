@@ -65,6 +65,15 @@ def _fill_sft_columns(top: _Translator, data: dict[str, Any]) -> None:
         top.row(f"({key})", "implemented-as", f"sft_train.data_args.{key}", f"ROLL default {value!r} written in")
 
 
+def _fill_agentic_kl(top: _Translator, data: dict[str, Any]) -> None:
+    """ROLL's agentic kl_penalty is the in-reward KL's estimator (default 'kl'); its actor's KL loss is always k3."""
+    top.set_path("kl.loss_penalty", "k3", "(kl loss estimator)")
+    top.row("(kl loss estimator)", "implemented-as", "kl.loss_penalty", "ROLL's agentic actor KL loss is always k3")
+    if "kl_penalty" not in data and "kl_penalty" in top.flat:
+        top.out["kl_penalty"] = "kl"
+        top.row("(kl_penalty)", "implemented-as", top.flat["kl_penalty"], "ROLL default 'kl' written in")
+
+
 def fill_roll_defaults(top: _Translator, data: dict[str, Any]) -> None:
     """Where ROLL's defaults differ from roll's, write ROLL's in (each with a report row), so the file means what it
     meant under ROLL."""
@@ -76,6 +85,8 @@ def fill_roll_defaults(top: _Translator, data: dict[str, Any]) -> None:
     if top.opd_launcher and "is_pure_opd" not in data:
         top.out["is_pure_opd"] = True
         top.row("(is_pure_opd)", "implemented-as", "opd.pure", "true: ROLL's on-policy distill launcher sets it")
+    if top.pipeline == "agentic":
+        _fill_agentic_kl(top, data)
     if top.pipeline != "rlvr":
         return
     for key, value in ROLL_RLVR_DEFAULTS.items():

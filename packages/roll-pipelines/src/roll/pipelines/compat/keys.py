@@ -181,10 +181,6 @@ _YAML_HOLDER = "not a field of ROLL's config (a YAML anchor holder or a leftover
 # Top-level keys of one pipeline's ROLL config that are neither roll fields nor that pipeline's flat keys.
 PIPELINE_KEYS: dict[str, dict[str, Rule]] = {
     "agentic": {
-        "init_kl_coef": _ignored(
-            "ROLL's agentic pipeline adds no KL to the reward, so its KL controller has no effect"
-        ),
-        "add_token_level_kl": _ignored("ROLL's agentic pipeline does not read it (no KL in the reward)"),
         "enable_old_logprobs_recompute": _ignored("roll recomputes old log-probs whenever the update is off-policy"),
         "render_save_dir": _ignored("roll does not save rendered env frames"),
         "skip_mock_system_prompt": _ignored(
@@ -211,6 +207,10 @@ PIPELINE_KEYS: dict[str, dict[str, Rule]] = {
 PIPELINE_KEYS["agentic_rollout"] = {
     **PIPELINE_KEYS["agentic"],
     "async_generation_ratio": _ignored("the rollout-only pipeline trains nothing: no policy versions to be stale"),
+    **{
+        key: _ignored("the rollout-only pipeline trains nothing: no reward to add a KL penalty to")
+        for key in ("add_token_level_kl", "init_kl_coef", "kl_ctrl_type", "target_kl", "kl_horizon")
+    },
 }
 
 # Keys of ROLL's EnvManagerConfig (train_env_manager, val_env_manager) that roll's does not take.
