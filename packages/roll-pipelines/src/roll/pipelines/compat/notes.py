@@ -66,9 +66,26 @@ SEMANTICS_NOTES: list[tuple[str, str, str]] = [
         "RLVR: functionals.py `reward_postprocess` clamps after the normalization, and `compute_token_reward` clamps "
         "the token rewards again after the KL penalty. Agentic: agentic/utils.py `compute_response_level_rewards` "
         "clamps the normalized response-level rewards; `compute_token_reward` clamps the token rewards again.",
-        "RLVR: the same order. Agentic: the normalized rewards (grpo, reinforce, gigpo, step_reinforce) and the token "
-        "rewards of gae and agentic_reinforce (roll's agentic GAE takes raw scores and agentic_reinforce per-turn "
-        "rewards, where ROLL expands the normalized episode reward).",
+        "RLVR: the same order. Agentic: the normalized rewards (grpo, reinforce, gigpo, step_reinforce; their token "
+        "rewards again once `add_token_level_kl` joined them) and the token rewards of gae and agentic_reinforce "
+        "(roll's agentic GAE takes raw scores and agentic_reinforce per-turn rewards, where ROLL expands the "
+        "normalized episode reward).",
+    ),
+    (
+        "(agentic) add_token_level_kl, init_kl_coef, kl_penalty",
+        "agentic_pipeline.py calls functionals.py `compute_token_reward`: the expanded response-level reward minus "
+        "`init_kl_coef x KL(old || ref)` (estimator `kl_penalty`, default 'kl') on every response token; "
+        "agentic_reinforce then reads each turn's last token only. The actor's KL loss is always k3.",
+        "The same subtraction (`kl.in_reward`, `kl.init_coef`, `kl.penalty`) for every estimator; agentic_reinforce "
+        "sums a turn's token rewards, so its return carries the KL of all the turn's tokens. ROLL files get "
+        "`kl.loss_penalty: k3` and, unless given, `kl_penalty: kl`.",
+    ),
+    (
+        "(agentic) adv_estimator grpo / reinforce on step-wise samples",
+        "agentic/utils.py `compute_response_level_rewards`: a step-wise row's reward is its own `scores` summed (the "
+        "turn's reward), normalized by `reward_normalization`.",
+        "The row's episode score (`episode_scores`), normalized by `reward_normalization`: every turn of an episode "
+        "gets the episode's outcome. For turn rewards use `step_reinforce` (discounted step returns) or `gigpo`.",
     ),
     (
         "reward_model, judge_model_type: cluster",
