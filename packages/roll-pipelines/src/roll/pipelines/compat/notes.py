@@ -81,6 +81,15 @@ SEMANTICS_NOTES: list[tuple[str, str, str]] = [
         "`kl.loss_penalty: k3` and, unless given, `kl_penalty: kl`.",
     ),
     (
+        "(agentic) adv_estimator gae, reinforce on multi-turn (trajectory-wise) rows",
+        "functionals.py `compute_gae_advantage_return` / `compute_reinforce_return` step over every response "
+        "position, the environment's tokens between turns included (value 0, reward 0), so each env token "
+        "discounts by gamma (GAE: gamma x lambda) and a turn's last token bootstraps from value 0.",
+        "Only assistant tokens are time steps: a turn's last token bootstraps from the next turn's first token, and "
+        "env tokens discount nothing. Equal to ROLL's when gamma = lambda = 1; with lambda < 1 (ROLL's GAE default "
+        "0.95) the advantages of multi-turn rows differ.",
+    ),
+    (
         "(agentic) adv_estimator grpo / reinforce on step-wise samples",
         "agentic/utils.py `compute_response_level_rewards`: a step-wise row's reward is its own `scores` summed (the "
         "turn's reward), normalized by `reward_normalization`.",
