@@ -235,6 +235,8 @@ class _Translator:
             if self.pipeline in ("sft", "dpo", "distill"):
                 self.set_path(f"{self.trained}.data_args.max_length", value, key)
                 self.row(key, "renamed", f"{self.trained}.data_args.max_length")
+            elif key in self.flat:  # agentic: the longest episode sample; ROLL stops an episode that would pass it
+                self.flat_key(key, value, data)
             else:
                 self.row(key, "ignored", note="RLVR lengths are rollout.prompt_length + rollout.response_length")
         elif key == "force_disable_old_logprobs_recompute":
