@@ -45,3 +45,33 @@ def test_sequence_length_is_the_agentic_episode_limit(tmp_path: Path) -> None:
     assert (rows["sequence_length"].status, rows["sequence_length"].target) == ("mapped", "rollout.sequence_length")
     assert load_config(path).rollout.sequence_length == 8192
     assert load_config(path, ["sequence_length=2048"]).rollout.sequence_length == 2048
+
+
+def test_rolls_agentic_defaults_are_written_in(tmp_path: Path) -> None:
+    # ROLL's agentic examples leave loss_agg_mode out: ROLL's actor then aggregates seq-mean-token-mean, and roll's
+    # default (token-mean) weighed long episodes more. A file without reward_normalization is not normalized in ROLL.
+    text = AGENTIC.replace("rollout_batch_size: 8\nval_batch_size: 8\n", "")
+    path = _write(tmp_path, text + "use_kl_loss: true\nreference:\n  model_args: {model_name_or_path: tiny://nano}\n")
+    rows = {row.key: row for row in translate(*compose_file(path)).rows}
+    assert rows["(loss_agg_mode)"].status == "implemented-as"
+    config = load_config(path)
+    assert config.policy_loss.loss_agg_mode == "seq-mean-token-mean"
+    assert (config.rollout.batch_size, config.rollout.val_batch_size) == (128, 128)
+    assert (config.kl.use_loss, config.kl.loss_coef, config.needs_reference) == (True, 0.0, False)
+    norm = config.reward_normalization
+    assert (norm.grouping, norm.method, norm.norm_mean_type, norm.norm_std_type) == ("batch", "identity", None, None)
+    assert config.advantage.estimator == "grpo"  # the file's own keys win
+
+
+def test_a_file_without_adv_estimator_gets_rolls_gae(tmp_path: Path) -> None:
+    path = _write(tmp_path, AGENTIC.replace("adv_estimator: grpo\n", ""))
+    data = translate(*compose_file(path)).data
+    assert (data["adv_estimator"], data["lambd"]) == ("gae", 0.95)
+
+
+def test_the_files_values_win_over_rolls_defaults(tmp_path: Path) -> None:
+    extra = "loss_agg_mode: token-mean\nreward_normalization: {grouping: traj_group_id, method: mean_std}\n"
+    config = load_config(_write(tmp_path, AGENTIC + extra))
+    assert config.policy_loss.loss_agg_mode == "token-mean"
+    assert (config.rollout.batch_size, config.rollout.val_batch_size) == (8, 8)
+    assert (config.reward_normalization.grouping, config.reward_normalization.method) == ("traj_group_id", "mean_std")

@@ -1,6 +1,6 @@
 """ROLL's defaults that differ from roll's, written into a translated config where the file leaves them out: the
 node count ROLL derives from device mappings, the Alpaca columns of its SFT, its distill length, its OPD launcher's
-switch and its RLVR (PPOConfig) defaults."""
+switch and its RLVR and agentic (PPOConfig) defaults."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from roll.pipelines.compat.translate import _Translator
 
-__all__ = ["ROLL_RLVR_DEFAULTS", "fill_roll_defaults"]
+__all__ = ["ROLL_AGENTIC_DEFAULTS", "ROLL_REWARD_NORMALIZATION", "ROLL_RLVR_DEFAULTS", "fill_roll_defaults"]
 
 # ROLL PPOConfig defaults that differ from roll's: written in when the file does not set them (flat key -> value)
 ROLL_RLVR_DEFAULTS: dict[str, Any] = {
@@ -22,6 +22,19 @@ ROLL_RLVR_DEFAULTS: dict[str, Any] = {
     "value_clip": None,
     "rollout_batch_size": 128,
 }
+# ROLL AgenticConfig (a PPOConfig too) defaults that differ from roll's agentic ones, likewise; kl_penalty is
+# _fill_agentic_kl's. The agentic actor aggregates its loss by loss_agg_mode, so a ROLL file without it trains
+# seq-mean-token-mean, not roll's token-mean.
+ROLL_AGENTIC_DEFAULTS: dict[str, Any] = {
+    "adv_estimator": "gae",
+    "lambd": 0.95,
+    "kl_loss_coef": 0.0,
+    "loss_agg_mode": "seq-mean-token-mean",
+    "rollout_batch_size": 128,
+    "val_batch_size": 128,
+}
+# ROLL's RewardNormalizationConfig defaults: no normalization (roll's agentic default for grpo is per group)
+ROLL_REWARD_NORMALIZATION = {"grouping": "batch", "method": "identity"}
 
 
 def _derive_num_nodes(top: _Translator, data: dict[str, Any]) -> None:
@@ -74,6 +87,21 @@ def _fill_agentic_kl(top: _Translator, data: dict[str, Any]) -> None:
         top.row("(kl_penalty)", "implemented-as", top.flat["kl_penalty"], "ROLL default 'kl' written in")
 
 
+def _fill_agentic_defaults(top: _Translator, data: dict[str, Any]) -> None:
+    for key, value in ROLL_AGENTIC_DEFAULTS.items():
+        if key not in data and key in top.flat:
+            top.out[key] = value
+            top.row(f"({key})", "implemented-as", top.flat[key], f"ROLL default {value!r} written in")
+    if "reward_normalization" not in data and "reward_normalization" in top.config_cls.model_fields:
+        top.out["reward_normalization"] = dict(ROLL_REWARD_NORMALIZATION)
+        top.row(
+            "(reward_normalization)",
+            "implemented-as",
+            "reward_normalization",
+            f"ROLL default {ROLL_REWARD_NORMALIZATION} (no normalization) written in",
+        )
+
+
 def fill_roll_defaults(top: _Translator, data: dict[str, Any]) -> None:
     """Where ROLL's defaults differ from roll's, write ROLL's in (each with a report row), so the file means what it
     meant under ROLL."""
@@ -87,6 +115,8 @@ def fill_roll_defaults(top: _Translator, data: dict[str, Any]) -> None:
         top.row("(is_pure_opd)", "implemented-as", "opd.pure", "true: ROLL's on-policy distill launcher sets it")
     if top.pipeline == "agentic":
         _fill_agentic_kl(top, data)
+    if top.pipeline in ("agentic", "agentic_rollout"):
+        _fill_agentic_defaults(top, data)
     if top.pipeline != "rlvr":
         return
     for key, value in ROLL_RLVR_DEFAULTS.items():

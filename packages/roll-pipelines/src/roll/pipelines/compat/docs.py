@@ -13,7 +13,7 @@ from typing import Any, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import PydanticUndefined
 
-from roll.pipelines.compat.defaults import ROLL_RLVR_DEFAULTS
+from roll.pipelines.compat.defaults import ROLL_AGENTIC_DEFAULTS, ROLL_REWARD_NORMALIZATION, ROLL_RLVR_DEFAULTS
 from roll.pipelines.compat.keys import (
     DATA_ARGS,
     ENV_MANAGER_KEYS,
@@ -119,6 +119,10 @@ def roll_compat() -> str:
             if name not in flat_rows[flat].rsplit("|", 2)[-2]:
                 flat_rows[flat] = flat_rows[flat][:-2] + f", {name} |"
     defaults = "\n".join(f"| `{key}` | `{value!r}` |" for key, value in ROLL_RLVR_DEFAULTS.items())
+    agentic_defaults = "\n".join(
+        f"| `{key}` | `{value!r}` |"
+        for key, value in {**ROLL_AGENTIC_DEFAULTS, "reward_normalization": ROLL_REWARD_NORMALIZATION}.items()
+    )
     strategies = "\n".join(f"| `{k}` | `{v[0]}` | {_cell(v[1])} |" for k, v in STRATEGY_NAMES.items())
     rewards = "\n".join(f"| `{k}` | `{v[0]}` |" for k, v in REWARD_CLASSES.items())
     from roll.pipelines.config import BaseConfig, RoleConfig
@@ -151,6 +155,10 @@ def roll_compat() -> str:
         "## ROLL defaults written in (RLVR, when the file does not set them)\n",
         "| ROLL key | ROLL default |\n|---|---|",
         defaults,
+        "",
+        "## ROLL defaults written in (agentic, agentic_rollout, when the file does not set them)\n",
+        "| ROLL key | ROLL default |\n|---|---|",
+        agentic_defaults,
         "",
         "## Pipeline-specific top-level keys\n",
         head,
