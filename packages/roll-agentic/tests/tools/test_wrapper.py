@@ -128,3 +128,13 @@ def test_a_wrapper_that_cannot_be_built_closes_the_tools_it_made() -> None:
     with pytest.raises(ConfigError, match=r"tool_configs\[1\] needs 'tool_id'"):
         tool_wrapper(ArithmeticEnv(), {}, [{"tool_id": "closing_calc_test"}, {"tool": "x"}])
     assert ClosingCalculator.closed == ["calc"]
+
+
+def test_misspelled_wrapper_args_are_named() -> None:
+    from roll.agentic.config import ToolWrapperConfig
+
+    with pytest.raises(ConfigError, match=r"wrapper_args: unknown keys \['tool_rewrd'\]; accepted: \['tool_reward'"):
+        tool_wrapper(ArithmeticEnv(), {"tool_rewrd": 1.0}, [])
+    with pytest.raises(ValueError, match=r"unknown keys \['tool_rewrd'\]; accepted: \['tool_reward'"):
+        ToolWrapperConfig(wrapper_args={"tool_rewrd": 1.0})
+    assert ToolWrapperConfig(wrapper_args={"tool_reward": 0.1}).wrapper_args == {"tool_reward": 0.1}

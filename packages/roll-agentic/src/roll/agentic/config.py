@@ -131,6 +131,16 @@ class ToolWrapperConfig(RollModel):
     )
     tool_configs: list[ToolConfig] = Field(default_factory=list)
 
+    @field_validator("wrapper_args")
+    @classmethod
+    def _known_args(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from roll.agentic.tools.wrapper import WRAPPER_ARGS
+
+        unknown = sorted(set(value) - set(WRAPPER_ARGS))
+        if unknown:
+            raise ValueError(f"unknown keys {unknown}; accepted: {list(WRAPPER_ARGS)}")
+        return value
+
 
 class CustomEnvConfig(RollModel):
     """One env tag of ``custom_envs``."""

@@ -18,7 +18,10 @@ from roll.agentic.tools.parsing import parse_tool_calls
 from roll.agentic.tools.registry import make_tool
 from roll.runtime import ConfigError
 
-__all__ = ["ToolEnvWrapper", "tool_wrapper"]
+__all__ = ["WRAPPER_ARGS", "ToolEnvWrapper", "tool_wrapper"]
+
+WRAPPER_ARGS = ("tool_reward", "tool_success_reward", "max_tool_uses")
+"""The keys of ROLL's ``tool_wrapper.wrapper_args`` (the wrapper's keyword arguments)."""
 
 
 class ToolEnvWrapper(Env):
@@ -111,6 +114,9 @@ class ToolEnvWrapper(Env):
 
 def tool_wrapper(env: EnvLike, wrapper_args: dict[str, Any], tool_configs: list[dict[str, Any]]) -> ToolEnvWrapper:
     """Build the wrapper from ROLL's ``tool_wrapper`` config: ``tool_configs: [{tool_id, tool_args}]``."""
+    unknown_args = sorted(set(wrapper_args) - set(WRAPPER_ARGS))
+    if unknown_args:
+        raise ConfigError(f"tool_wrapper.wrapper_args: unknown keys {unknown_args}; accepted: {list(WRAPPER_ARGS)}")
     tools: list[Tool] = []
     try:
         for i, config in enumerate(tool_configs):
