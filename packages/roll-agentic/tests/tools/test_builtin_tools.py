@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from roll.agentic.tools import TOOLS, Tool, ToolResult, ToolSpec, make_tool, register_tool
+from roll.agentic.tools import TOOLS, Tool, ToolResult, ToolSpec, check_tool, make_tool, register_tool
 from roll.agentic.tools.search import BM25Index, SearchTool
 from roll.runtime import ConfigError
 
@@ -104,3 +104,23 @@ def test_register_tool_with_default_kwargs() -> None:
         make_tool("upper_test", nope=1)
     with pytest.raises(ConfigError, match="unknown tool"):
         make_tool("no_such_tool")
+
+
+def test_tool_by_import_path() -> None:
+    # A YAML config names its own tool by import path: register_tool in the driver never reaches the env workers.
+    tool = make_tool(f"{__name__}:UpperTool", suffix="?")
+    assert tool.call("upper", {"text": "ab"}).output == "AB?"
+    with pytest.raises(ConfigError, match="is not a roll.agentic.tools.Tool subclass"):
+        make_tool("collections:OrderedDict")
+    with pytest.raises(ConfigError, match=r"tool_id='tests_nowhere:Tool' cannot be imported"):
+        make_tool("tests_nowhere:Tool")
+    with pytest.raises(ConfigError, match=r"unknown tool 'pyhton_code'; known names: .*python_code.*import path"):
+        make_tool("pyhton_code")
+
+
+def test_check_tool_binds_tool_args_without_building() -> None:
+    assert check_tool("python_code", {"timeout_s": 2.0, "tool_instruction": ""}).__name__ == "PythonCodeTool"
+    with pytest.raises(
+        ConfigError, match=r"tool 'python_code' cannot be built with tool_args \['timeot'\].*'timeout_s'"
+    ):
+        check_tool("python_code", {"timeot": 2})

@@ -119,7 +119,10 @@ def template_fields(template: str) -> set[str]:
 
 
 class ToolConfig(RollModel):
-    tool_id: str = Field(description="A registered tool: python_code, search, mcp, or your own.")
+    tool_id: str = Field(
+        description="A registered tool (python_code, search, mcp, or one added with register_tool) or a Tool class's "
+        "import path 'my_pkg.tools:MyTool'."
+    )
     tool_args: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from roll.agentic.tools.base import Tool, ToolResult, ToolSpec, describe_tools
 from roll.agentic.tools.parsing import ParsedToolCalls, ToolCall, format_tool_call, parse_tool_calls
-from roll.agentic.tools.registry import TOOLS, make_tool, register_tool
+from roll.agentic.tools.registry import TOOLS, check_tool, make_tool, register_tool
 from roll.agentic.tools.wrapper import ToolEnvWrapper, tool_wrapper
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "ToolEnvWrapper",
     "ToolResult",
     "ToolSpec",
+    "check_tool",
     "describe_tools",
     "format_tool_call",
     "make_tool",

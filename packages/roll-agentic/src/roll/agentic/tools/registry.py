@@ -1,4 +1,6 @@
 """Tools by id, resolved lazily: ``register_tool(id, "module:Class", **default_kwargs)``, ``make_tool(id, **kw)``.
+A config's ``tool_id`` may also be a Tool class's import path (``"my_pkg.tools:MyTool"``): a name registered in the
+driver is not known to the EnvironmentWorker processes, an import path is.
 
 Built in: ``python_code`` (roll's code sandbox), ``search`` (BM25 over a local document file, or a pluggable
 backend) and ``mcp`` (the tools of an MCP server over stdio; needs ``roll-agentic[mcp]``). Third-party packages
@@ -7,12 +9,14 @@ add tools through the ``roll.agentic.tools`` entry-point group.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from roll.agentic.tools.base import Tool
-from roll.runtime import ConfigError, Registry
+from roll.runtime import ConfigError, Registry, import_target
 
-__all__ = ["TOOLS", "make_tool", "register_tool"]
+__all__ = ["TOOLS", "check_tool", "make_tool", "register_tool"]
 
 TOOLS: Registry[Any] = Registry("tool", entry_point_group="roll.agentic.tools")
 _DEFAULT_KWARGS: dict[str, dict[str, Any]] = {}
@@ -26,18 +30,51 @@ def register_tool(
     _DEFAULT_KWARGS[tool_id] = dict(kwargs)
 
 
+def _tool_class(tool_id: str) -> Any:
+    if tool_id in TOOLS:
+        return TOOLS.get(tool_id)
+    if ":" not in tool_id:
+        raise ConfigError(
+            f"unknown tool {tool_id!r}; known names: {', '.join(TOOLS.names())}, or a Tool class's import path "
+            "'my_pkg.tools:MyTool'"
+        )
+    cls = import_target(tool_id, "tool_id")
+    if not (isinstance(cls, type) and issubclass(cls, Tool)):
+        raise ConfigError(f"tool_id {tool_id!r} is not a roll.agentic.tools.Tool subclass")
+    return cls
+
+
+def check_tool(tool_id: str, tool_args: Mapping[str, Any]) -> Any:
+    """The Tool class of ``tool_id`` (a registered name or ``"module:Class"``), once ``tool_args`` (with the
+    registered defaults) are known to fit its constructor, without building it (``roll validate``)."""
+    cls = _tool_class(tool_id)
+    arguments = {**_DEFAULT_KWARGS.get(tool_id, {}), **tool_args}
+    arguments.pop("tool_instruction", None)
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return cls
+    try:
+        signature.bind(**arguments)
+    except TypeError as e:
+        accepted = [n for n, p in signature.parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+        raise ConfigError(
+            f"tool {tool_id!r} cannot be built with tool_args {sorted(tool_args)} ({e}); accepted: "
+            f"{[*accepted, 'tool_instruction']}"
+        ) from None
+    return cls
+
+
 def make_tool(tool_id: str, **kwargs: Any) -> Tool:
-    """An instance of ``tool_id`` built with its registered defaults updated by ``kwargs``; ``tool_instruction``
-    (any tool) replaces the generated description the model is shown (see :class:`~roll.agentic.tools.Tool`)."""
-    cls = TOOLS.get(tool_id)
+    """An instance of ``tool_id`` (a registered name or a Tool class's ``"module:Class"``) built with its registered
+    defaults updated by ``kwargs``; ``tool_instruction`` (any tool) replaces the generated description the model is
+    shown (see :class:`~roll.agentic.tools.Tool`)."""
+    cls = check_tool(tool_id, kwargs)
     arguments = {**_DEFAULT_KWARGS.get(tool_id, {}), **kwargs}
     instruction = arguments.pop("tool_instruction", None)
     if instruction is not None and not isinstance(instruction, str):
         raise ConfigError(f"tool {tool_id!r}: tool_instruction must be a string, got {instruction!r:.80}")
-    try:
-        tool = cls(**arguments)
-    except TypeError as e:
-        raise ConfigError(f"tool {tool_id!r} cannot be built with tool_args {sorted(kwargs)}: {e}") from None
+    tool = cls(**arguments)
     if not isinstance(tool, Tool):
         raise ConfigError(f"tool {tool_id!r} built a {type(tool).__name__}, which is not a roll.agentic.tools.Tool")
     if instruction is not None:
