@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from roll.agentic.env import ENVS, FrozenLakeEnv, make_env, register_env
+from roll.agentic.env import ENVS, FrozenLakeEnv, check_env, make_env, register_env
 from roll.runtime import ConfigError
 
 
@@ -86,3 +86,18 @@ def test_gem_unknown_id() -> None:
     pytest.importorskip("gem")
     with pytest.raises(ConfigError, match="unknown GEM env id"):
         make_env("gem:game:NoSuchGame-v0")
+
+
+class ExpensiveEnv(CountdownEnv):
+    def __init__(self, start: int = 3) -> None:
+        raise AssertionError("check_env must not build the env")
+
+
+def test_check_env_fits_env_config_without_building() -> None:
+    assert check_env(f"{__name__}:ExpensiveEnv", {"start": 2}) is ExpensiveEnv
+    with pytest.raises(
+        ConfigError, match=r"env_config for env_type .*ExpensiveEnv.*'strat'.*accepted keys: \['start'\]"
+    ):
+        check_env(f"{__name__}:ExpensiveEnv", {"strat": 2})
+    with pytest.raises(ConfigError, match="gives a OrderedDict, which has no reset"):
+        check_env("collections:OrderedDict", {})

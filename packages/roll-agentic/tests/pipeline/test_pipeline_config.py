@@ -13,7 +13,7 @@ from roll.agentic.policy import MockPolicyClient
 from roll.agentic.policy.expert import FrozenLakeExpert
 from roll.agentic.scheduler import RolloutScheduler
 from roll.pipelines.config import load_config
-from roll.runtime import import_target
+from roll.runtime import ConfigError, import_target
 from roll.strategies import GenerationConfig
 
 ROLE = {"model_name_or_path": "/models/tiny"}
@@ -245,3 +245,24 @@ def test_async_and_rollout_mock_keys():
         _config(async_generation_ratio=1, model_update_frequency=2)
     with pytest.raises(ValueError, match="turn asynchronous generation off"):
         _config(async_generation_ratio=1, rollout_mock={"enable": True, "mode": "mock"})
+
+
+def test_roll_validate_checks_each_env_entry_without_building() -> None:
+    # A misspelled env_config key or tool, or an env class that does not import, is found by `roll validate` (and at
+    # the start of a run), not minutes later inside the env workers.
+    envs = {"Lake": {"env_type": "frozen_lake", "env_config": {"size": 3}}}
+    config = _config(custom_envs=envs)
+    assert [check() for check in config.deployment_checks()] == ["Lake: env_type 'frozen_lake' (FrozenLakeEnv)"]
+    cases = [
+        ({"env_type": "frozen_lake", "env_config": {"sise": 3}}, r"custom_envs\.Lake: env_config .*'sise'.*'size'"),
+        ({"env_type": "collections:NoSuchEnv"}, r"custom_envs\.Lake: env_type 'collections:NoSuchEnv' cannot be"),
+        (
+            {"env_type": "frozen_lake", "tool_wrapper": {"tool_configs": [{"tool_id": "pyhton_code"}]}},
+            r"custom_envs\.Lake: unknown tool 'pyhton_code'",
+        ),
+    ]
+    for spec, error in cases:
+        checks = _config(custom_envs={"Lake": spec}).deployment_checks()
+        with pytest.raises(ConfigError, match=error):
+            for check in checks:
+                check()

@@ -7,19 +7,21 @@ time; episodes of different slots interleave freely (each awaits the policy and 
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from roll.agentic.config import CustomEnvConfig
-from roll.agentic.env import make_env
+from roll.agentic.config import ROCK_ENV, CustomEnvConfig
+from roll.agentic.env import check_env, make_env
 from roll.agentic.env.base import EnvLike
 from roll.agentic.env_manager import ENV_MANAGERS, ChatFormatter, EnvManager, EnvRunner, EpisodeResult, EpisodeTask
 from roll.agentic.policy.protocol import PolicyClient
-from roll.agentic.tools import tool_wrapper
+from roll.agentic.tools import check_tool, tool_wrapper
 from roll.runtime import ConfigError, import_target
 from roll.strategies import GenerationConfig
 
-__all__ = ["EnvPool", "EnvSlot", "build_env"]
+__all__ = ["EnvPool", "EnvSlot", "build_env", "check_env_spec", "env_checks"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,28 @@ def build_env(spec: CustomEnvConfig) -> EnvLike:
         configs = [c.model_dump() for c in spec.tool_wrapper.tool_configs]
         env = tool_wrapper(env, dict(spec.tool_wrapper.wrapper_args), configs)
     return env
+
+
+def check_env_spec(tag: str, spec: CustomEnvConfig) -> str:
+    """``roll validate``: the entry's env type resolves to an env and takes its ``env_config``, and each tool of its
+    ``tool_wrapper`` resolves and takes its ``tool_args``; nothing is built. A ConfigError names ``custom_envs.<tag>``."""
+    configs = spec.tool_wrapper.tool_configs if spec.tool_wrapper is not None else []
+    try:
+        factory = check_env(spec.env_type, spec.env_config)
+        for config in configs:
+            check_tool(config.tool_id, config.tool_args)
+    except ConfigError as e:
+        raise ConfigError(f"custom_envs.{tag}: {e}") from e
+    name = getattr(factory, "__name__", None) or getattr(getattr(factory, "func", None), "__name__", "a factory")
+    tools = f", tools {[c.tool_id for c in configs]}" if configs else ""
+    return f"{tag}: env_type {spec.env_type!r} ({name}){tools}"
+
+
+def env_checks(custom_envs: Mapping[str, CustomEnvConfig]) -> list[Callable[[], str | None]]:
+    """:func:`check_env_spec` for every entry but ROCK's (checked by roll.agentic.env.rock.checks)."""
+    return [
+        functools.partial(check_env_spec, tag, spec) for tag, spec in custom_envs.items() if spec.env_type != ROCK_ENV
+    ]
 
 
 def manager_class(name: str) -> type[EnvManager]:

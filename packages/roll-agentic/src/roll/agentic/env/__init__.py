@@ -19,7 +19,7 @@ from roll.agentic.env.parsing import (
     ParsedAction,
     parse_action,
 )
-from roll.agentic.env.registry import ENVS, make_env, register_env, resolve_env_factory
+from roll.agentic.env.registry import ENVS, check_env, make_env, register_env, resolve_env_factory
 from roll.agentic.env.sokoban import SokobanEnv
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "FrozenLakeEnv",
     "ParsedAction",
     "SokobanEnv",
+    "check_env",
     "check_reset_output",
     "check_step_output",
     "info_flag",

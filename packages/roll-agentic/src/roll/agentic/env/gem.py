@@ -8,12 +8,15 @@ none, so a terminated, untruncated episode whose last reward reaches ``success_r
 
 from __future__ import annotations
 
+import difflib
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_reset_output, check_step_output
-from roll.runtime import ConfigError, MissingExtraError
+from roll.runtime import ConfigError, MissingExtraError, import_target
 
-__all__ = ["GemEnv", "gem_env_ids", "import_gem"]
+__all__ = ["GemEnv", "check_gem_env", "gem_env_ids", "import_gem"]
 
 
 def import_gem() -> Any:
@@ -33,6 +36,33 @@ def gem_env_ids() -> list[str]:
     return sorted(ENV_REGISTRY)
 
 
+def check_gem_env(env_id: str, kwargs: Mapping[str, Any]) -> None:
+    """ConfigError unless ``env_id`` is a GEM id and its env class names every key of ``kwargs``. GEM's game envs take
+    ``**_`` and drop the keys they do not know, so a misspelled ``env_config`` key would otherwise be ignored."""
+    ids = gem_env_ids()
+    if env_id not in ids:
+        close = difflib.get_close_matches(env_id, ids, n=3, cutoff=0.6)
+        hint = f"did you mean {close}?" if close else f"GEM knows e.g. {ids[:8]} ..."
+        raise ConfigError(f"unknown GEM env id {env_id!r}; {hint}")
+    from gem.envs.registration import ENV_REGISTRY
+
+    entry = ENV_REGISTRY[env_id].entry_point
+    try:
+        env_cls = import_target(entry) if isinstance(entry, str) else entry
+        parameters = list(inspect.signature(env_cls).parameters.values())
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return  # gem.make reports it
+    named = [p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    if any(p.kind is p.VAR_KEYWORD and not p.name.startswith("_") for p in parameters):
+        return  # passed on to code we cannot see
+    unknown = sorted(set(kwargs) - set(named))
+    if unknown:
+        raise ConfigError(
+            f"env_config keys {unknown} are not settings of GEM env {env_id!r} "
+            f"({getattr(env_cls, '__name__', env_cls)} would ignore them); accepted: {[*named, 'success_reward']}"
+        )
+
+
 class GemEnv(Env):
     """One GEM environment, made with ``gem.make(env_id, **kwargs)``."""
 
@@ -40,8 +70,7 @@ class GemEnv(Env):
 
     def __init__(self, env_id: str, success_reward: float = 1.0, **kwargs: Any) -> None:
         gem = import_gem()
-        if env_id not in gem_env_ids():
-            raise ConfigError(f"unknown GEM env id {env_id!r}; GEM knows e.g. {gem_env_ids()[:8]} ...")
+        check_gem_env(env_id, kwargs)
         self.env_id = env_id
         self.success_reward = success_reward
         self.env = gem.make(env_id, **kwargs)

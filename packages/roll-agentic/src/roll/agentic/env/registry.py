@@ -10,15 +10,17 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from roll.agentic.env.base import EnvLike
 from roll.runtime import ConfigError, Registry, import_target
 
-__all__ = ["ENVS", "make_env", "register_env", "resolve_env_factory"]
+__all__ = ["ENVS", "check_env", "make_env", "register_env", "resolve_env_factory"]
 
 ENVS: Registry[Any] = Registry("environment", entry_point_group="roll.agentic.envs")
 ENVS.register("frozen_lake", "roll.agentic.env.frozen_lake:FrozenLakeEnv")
@@ -63,31 +65,55 @@ def _gem_knows(env_id: str) -> bool:
         return False
 
 
-def resolve_env_factory(env_type: str) -> Any:
-    """The class or factory that :func:`make_env` calls for ``env_type``."""
+def _resolve(env_type: str) -> tuple[Any, str | None]:
+    """The factory of ``env_type`` and, for a GEM env, its GEM id."""
     if env_type in ENVS:
-        return ENVS.get(env_type)
+        return ENVS.get(env_type), None
     if env_type.startswith("gem:"):
-        return _gem_factory(env_type[len("gem:") :])
+        return _gem_factory(env_type[len("gem:") :]), env_type[len("gem:") :]
     if _importable(env_type):
         try:
-            return import_target(env_type)
+            return import_target(env_type), None
         except (ImportError, AttributeError) as e:
             # GEM ids look like paths ("math:GSM8K" would name the stdlib's math module).
             if _gem_knows(env_type):
-                return _gem_factory(env_type)
+                return _gem_factory(env_type), env_type
             raise ConfigError(f"env_type {env_type!r} cannot be imported ({e}); check the path") from e
     if _gem_knows(env_type):
-        return _gem_factory(env_type)
+        return _gem_factory(env_type), env_type
     raise ConfigError(
         f"unknown env_type {env_type!r}; use a registered name ({', '.join(ENVS.names())}), a GEM id as "
         f"'gem:<id>' (pip install 'roll-agentic[gem]'), or an import path 'my_package.module:MyEnv'"
+        f"{_gem_hint(env_type)}"
     )
 
 
-def make_env(env_type: str, **env_config: Any) -> EnvLike:
-    """Build one environment; bad ``env_config`` keys raise a ConfigError that lists the accepted ones."""
-    factory = resolve_env_factory(env_type)
+def _gem_hint(env_type: str) -> str:
+    """``"; GEM ids like it: [...]"`` when gem is installed and knows ids close to ``env_type``."""
+    try:
+        from roll.agentic.env.gem import gem_env_ids
+
+        close = difflib.get_close_matches(env_type, gem_env_ids(), n=3, cutoff=0.8)
+    except ImportError:
+        return ""
+    return f"; GEM ids like it: {close}" if close else ""
+
+
+def resolve_env_factory(env_type: str) -> Any:
+    """The class or factory that :func:`make_env` calls for ``env_type``."""
+    return _resolve(env_type)[0]
+
+
+def check_env(env_type: str, env_config: Mapping[str, Any]) -> Any:
+    """The class or factory :func:`make_env` calls for ``env_type``, once ``env_config`` is known to fit it, without
+    building an env (``roll validate``); ConfigError naming the env type and the accepted keys otherwise."""
+    factory, gem_id = _resolve(env_type)
+    if gem_id is not None:
+        from roll.agentic.env.gem import check_gem_env
+
+        check_gem_env(gem_id, {k: v for k, v in env_config.items() if k != "success_reward"})
+    if isinstance(factory, type) and not all(callable(getattr(factory, name, None)) for name in ("reset", "step")):
+        raise _not_an_env(env_type, factory.__name__)
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):
@@ -100,10 +126,19 @@ def make_env(env_type: str, **env_config: Any) -> EnvLike:
             raise ConfigError(
                 f"env_config for env_type {env_type!r} does not fit ({e}); accepted keys: {accepted}"
             ) from None
-    env = factory(**env_config)
+    return factory
+
+
+def _not_an_env(env_type: str, name: str) -> ConfigError:
+    return ConfigError(
+        f"env_type {env_type!r} gives a {name}, which has no reset(seed)/step(action); environments follow GEM's "
+        "API (see roll.agentic.env.base)"
+    )
+
+
+def make_env(env_type: str, **env_config: Any) -> EnvLike:
+    """Build one environment; bad ``env_config`` keys raise a ConfigError that lists the accepted ones."""
+    env = check_env(env_type, env_config)(**env_config)
     if not isinstance(env, EnvLike):
-        raise ConfigError(
-            f"env_type {env_type!r} built a {type(env).__name__}, which has no reset(seed)/step(action); "
-            f"environments follow GEM's API (see roll.agentic.env.base)"
-        )
+        raise _not_an_env(env_type, type(env).__name__)
     return env

@@ -348,10 +348,12 @@ class AgenticConfig(BaseConfig):
     parse_tool_call_parameter_to_dict: bool = Field(default=False, description=PARSE_TOOL_CALL_DESCRIPTION)
 
     def deployment_checks(self) -> list[Callable[[], str | None]]:
-        """``roll validate``: the ROCK envs' SDK, agent config, task file and service."""
+        """``roll validate``: each env entry's type, env_config and tools (nothing built); the ROCK envs' SDK, agent
+        config, task file and service."""
         from roll.agentic.env.rock.checks import rock_checks
+        from roll.agentic.pool import env_checks
 
-        return rock_checks(self.custom_envs)
+        return [*env_checks(self.custom_envs), *rock_checks(self.custom_envs)]
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write
 from roll.agentic.pipeline.warmup_cache import WarmupCache
 from roll.agentic.pipeline.workers import AgenticActorWorker
 from roll.agentic.policy import MockPolicyClient
+from roll.agentic.pool import env_checks
 from roll.agentic.scheduler import RolloutBatch, RolloutScheduler
 from roll.agentic.scheduler.background import BackgroundRollouts
 from roll.pipelines.algorithms import make_kl_controller
@@ -62,6 +63,8 @@ class AgenticPipeline(BasePipeline):
     def setup(self) -> None:
         cfg = self.config
         # 1. tokenizer and envs first: a bad env config fails before anything starts
+        for check in env_checks(cfg.custom_envs):
+            check()
         self.tokenizer = load_tokenizer(cfg.actor_train.model_args)
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else self.tokenizer.eos_token_id)

@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 from roll.agentic.config import PARSE_TOOL_CALL_DESCRIPTION, CustomEnvConfig, EnvManagerConfig, spread_parse_tool_call
 from roll.agentic.pipeline.config import AgenticRolloutSection
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
+from roll.agentic.pool import env_checks
 from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.config import BaseConfig, RoleConfig
 from roll.pipelines.rlvr.workers import InferWorker
@@ -43,10 +44,12 @@ class AgenticRolloutConfig(BaseConfig):
     parse_tool_call_parameter_to_dict: bool = Field(default=False, description=PARSE_TOOL_CALL_DESCRIPTION)
 
     def deployment_checks(self) -> list[Callable[[], str | None]]:
-        """``roll validate``: the ROCK envs' SDK, agent config, task file and service."""
+        """``roll validate``: each env entry's type, env_config and tools (nothing built); the ROCK envs' SDK, agent
+        config, task file and service."""
         from roll.agentic.env.rock.checks import rock_checks
+        from roll.agentic.pool import env_checks
 
-        return rock_checks(self.custom_envs)
+        return [*env_checks(self.custom_envs), *rock_checks(self.custom_envs)]
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +74,8 @@ class AgenticRolloutPipeline(BasePipeline):
 
     def setup(self) -> None:
         cfg = self.config
+        for check in env_checks(cfg.custom_envs):  # a bad env config fails before anything starts
+            check()
         self.tokenizer = load_tokenizer(cfg.actor_infer.model_args)
         pad = self.tokenizer.pad_token_id
         pad_token_id = int(pad if pad is not None else self.tokenizer.eos_token_id)

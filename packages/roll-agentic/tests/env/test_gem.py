@@ -1,0 +1,29 @@
+"""GEM envs by id: settings GEM's env classes would silently drop, and ids that are close to a real one."""
+
+from __future__ import annotations
+
+import pytest
+
+from roll.agentic.env import check_env, make_env
+from roll.runtime import ConfigError
+
+pytestmark = pytest.mark.extra("gem")
+
+
+def test_a_misspelled_gem_setting_is_an_error_not_ignored() -> None:
+    pytest.importorskip("gem")
+    # GuessTheNumberEnv takes **_ and would play with its default max_turns
+    with pytest.raises(ConfigError, match=r"keys \['max_turn'\] are not settings of GEM env .*'max_turns'"):
+        make_env("game:GuessTheNumber-v0-easy", max_turn=3)
+    with pytest.raises(ConfigError, match=r"keys \['max_turn'\]"):
+        check_env("gem:game:GuessTheNumber-v0-easy", {"max_turn": 3})
+    env = make_env("game:GuessTheNumber-v0-easy", max_turns=3, success_reward=1.0)
+    assert "within 3 turns" in env.reset(seed=0)[0]
+
+
+def test_an_almost_right_gem_id_names_the_real_ones() -> None:
+    pytest.importorskip("gem")
+    with pytest.raises(ConfigError, match=r"unknown GEM env id 'game:GuessTheNumber-v0'; did you mean .*-v0-easy"):
+        make_env("gem:game:GuessTheNumber-v0")
+    with pytest.raises(ConfigError, match=r"unknown env_type 'game:GuessTheNumber-v0'.*GEM ids like it: .*-v0-easy"):
+        make_env("game:GuessTheNumber-v0")
