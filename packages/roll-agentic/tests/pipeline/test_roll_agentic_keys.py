@@ -75,3 +75,17 @@ def test_the_files_values_win_over_rolls_defaults(tmp_path: Path) -> None:
     assert config.policy_loss.loss_agg_mode == "token-mean"
     assert (config.rollout.batch_size, config.rollout.val_batch_size) == (8, 8)
     assert (config.reward_normalization.grouping, config.reward_normalization.method) == ("traj_group_id", "mean_std")
+
+
+def test_rolls_env_defaults_are_written_into_its_env_configs(tmp_path: Path) -> None:
+    # ROLL's traj_envs.yaml SimpleSokoban leaves search_depth out (ROLL: 300 reverse moves; roll's env: 30); a
+    # frozen_lake without is_slippery is slippery in ROLL and not in roll's env.
+    sokoban = "  Box: {env_type: sokoban, env_config: {dim_room: [6, 6], num_boxes: 1}}\n"
+    path = _write(tmp_path, AGENTIC + sokoban)
+    config = load_config(path)
+    assert config.custom_envs["Lake"].env_config == {"is_slippery": True}
+    assert config.custom_envs["Box"].env_config == {"dim_room": [6, 6], "num_boxes": 1, "search_depth": 300}
+    rows = {row.key: row for row in translate(*compose_file(path)).rows}
+    assert "search_depth" in rows["(custom_envs.Box.env_config)"].note
+    given = AGENTIC.replace("env_type: frozen_lake,", "env_type: frozen_lake, env_config: {is_slippery: false},")
+    assert load_config(_write(tmp_path, given)).custom_envs["Lake"].env_config == {"is_slippery": False}

@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from roll.pipelines.compat.translate import _Translator
 
-__all__ = ["ROLL_AGENTIC_DEFAULTS", "ROLL_REWARD_NORMALIZATION", "ROLL_RLVR_DEFAULTS", "fill_roll_defaults"]
+__all__ = [
+    "ROLL_AGENTIC_DEFAULTS",
+    "ROLL_ENV_DEFAULTS",
+    "ROLL_REWARD_NORMALIZATION",
+    "ROLL_RLVR_DEFAULTS",
+    "fill_roll_defaults",
+]
 
 # ROLL PPOConfig defaults that differ from roll's: written in when the file does not set them (flat key -> value)
 ROLL_RLVR_DEFAULTS: dict[str, Any] = {
@@ -35,6 +41,12 @@ ROLL_AGENTIC_DEFAULTS: dict[str, Any] = {
 }
 # ROLL's RewardNormalizationConfig defaults: no normalization (roll's agentic default for grpo is per group)
 ROLL_REWARD_NORMALIZATION = {"grouping": "batch", "method": "identity"}
+# ROLL's env constructors' defaults where roll's envs of the same type differ (env_type -> env_config key -> value):
+# ROLL's Sokoban makes 10x10 rooms with 4 boxes from 300 reverse moves, its FrozenLake is slippery.
+ROLL_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
+    "sokoban": {"dim_room": [10, 10], "num_boxes": 4, "search_depth": 300},
+    "frozen_lake": {"is_slippery": True},
+}
 
 
 def _derive_num_nodes(top: _Translator, data: dict[str, Any]) -> None:
@@ -102,6 +114,23 @@ def _fill_agentic_defaults(top: _Translator, data: dict[str, Any]) -> None:
         )
 
 
+def _fill_env_defaults(top: _Translator) -> None:
+    envs = top.out.get("custom_envs")
+    if not isinstance(envs, dict):
+        return
+    filled = {}
+    for tag, spec in envs.items():
+        defaults = ROLL_ENV_DEFAULTS.get(str(spec.get("env_type"))) if isinstance(spec, dict) else None
+        env_config = spec.get("env_config") if defaults is not None else None
+        env_config = env_config if isinstance(env_config, dict) else {}
+        missing = {key: value for key, value in (defaults or {}).items() if key not in env_config}
+        filled[tag] = {**spec, "env_config": {**env_config, **missing}} if missing else spec
+        if missing:
+            where = f"custom_envs.{tag}.env_config"
+            top.row(f"({where})", "implemented-as", where, f"ROLL's {spec['env_type']} defaults {missing} written in")
+    top.out["custom_envs"] = filled
+
+
 def fill_roll_defaults(top: _Translator, data: dict[str, Any]) -> None:
     """Where ROLL's defaults differ from roll's, write ROLL's in (each with a report row), so the file means what it
     meant under ROLL."""
@@ -117,6 +146,7 @@ def fill_roll_defaults(top: _Translator, data: dict[str, Any]) -> None:
         _fill_agentic_kl(top, data)
     if top.pipeline in ("agentic", "agentic_rollout"):
         _fill_agentic_defaults(top, data)
+        _fill_env_defaults(top)
     if top.pipeline != "rlvr":
         return
     for key, value in ROLL_RLVR_DEFAULTS.items():

@@ -13,7 +13,12 @@ from typing import Any, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import PydanticUndefined
 
-from roll.pipelines.compat.defaults import ROLL_AGENTIC_DEFAULTS, ROLL_REWARD_NORMALIZATION, ROLL_RLVR_DEFAULTS
+from roll.pipelines.compat.defaults import (
+    ROLL_AGENTIC_DEFAULTS,
+    ROLL_ENV_DEFAULTS,
+    ROLL_REWARD_NORMALIZATION,
+    ROLL_RLVR_DEFAULTS,
+)
 from roll.pipelines.compat.keys import (
     DATA_ARGS,
     ENV_MANAGER_KEYS,
@@ -122,6 +127,11 @@ def roll_compat() -> str:
     agentic_defaults = "\n".join(
         f"| `{key}` | `{value!r}` |"
         for key, value in {**ROLL_AGENTIC_DEFAULTS, "reward_normalization": ROLL_REWARD_NORMALIZATION}.items()
+    )
+    agentic_defaults += "".join(
+        f"\n| `custom_envs.<tag>.env_config.{key}` (env_type {env_type}) | `{value!r}` |"
+        for env_type, defaults in ROLL_ENV_DEFAULTS.items()
+        for key, value in defaults.items()
     )
     strategies = "\n".join(f"| `{k}` | `{v[0]}` | {_cell(v[1])} |" for k, v in STRATEGY_NAMES.items())
     rewards = "\n".join(f"| `{k}` | `{v[0]}` |" for k, v in REWARD_CLASSES.items())
