@@ -9,6 +9,7 @@ import pytest
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.env.base import EnvOutputError
 from roll.agentic.env_manager import EpisodeTask
 from roll.agentic.policy import MockPolicyClient, ScriptedPolicy
 from roll.agentic.pool import EnvSlot
@@ -131,3 +132,31 @@ def test_an_actor_that_died_inside_an_episode_is_not_the_env_workers_death() -> 
     executor = RayExecutor(_FakeCluster(ActorDiedError(), "ok"), slots)
     assert asyncio.run(executor.run(_task(0))) == "ok"
     assert executor.alive == {1} and executor.worker_deaths == 1 and executor.episodes_rerun == 1
+
+
+class FourTupleEnv:
+    """A user's env whose step returns gym's old 4-tuple (no truncated flag)."""
+
+    def reset(self, seed=None):
+        return "start", {}
+
+    def step(self, action):
+        return "done", 1.0, True, {}
+
+
+@pytest.mark.parametrize("mode", ["train", "val"])
+def test_an_env_that_never_follows_the_contract_stops_the_rollout(tokenizer, mode) -> None:
+    # Dropping malformed groups keeps a rollout going around a flaky env; when no episode is well-formed, training
+    # would run every step on nothing and validation would report 0 success: one error names the env and the fault.
+    envs = {"Four": CustomEnvConfig(env_type=f"{__name__}:FourTupleEnv", max_steps=2)}
+    config = EnvManagerConfig(num_env_groups=2, group_size=2, tags=["Four"])
+    client = MockPolicyClient(tokenizer, ScriptedPolicy(lambda prompt: "<answer>Up</answer>"))
+    scheduler = RolloutScheduler.local(
+        config, envs, tokenizer, client, generation_config=GenerationConfig(max_new_tokens=16),
+        sequence_length=2048, mode=mode,
+    )  # fmt: skip
+    try:
+        with pytest.raises(EnvOutputError, match=r"every episode .* env_malformed, e.g. env tag 'Four': step\(\) must"):
+            scheduler.get_batch(4)
+    finally:
+        scheduler.close()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.env.base import EnvOutputError
 from roll.agentic.env_manager import EpisodeResult, EpisodeTask, concat_samples
 from roll.agentic.policy.protocol import PolicyClient
 from roll.agentic.pool import EnvPool
@@ -164,8 +165,19 @@ class RolloutScheduler:
         metrics = summarize_episodes(played, prefix)
         metrics.update({f"{prefix}/{key}": float(value) for key, value in counts.items()})
         metrics.update({f"{prefix}/{key}": value for key, value in self.executor.stats().items()})
+        faults = [r for r in played if r.faulted]
+        if played and all(r.end_reason == "env_malformed" for r in played):
+            # Not a flaky env but one that does not follow the contract: every step would train on nothing.
+            first = faults[0]
+            raise EnvOutputError(
+                f"{self.config.name}: every episode ({len(played)}) ended env_malformed, e.g. env tag "
+                f"{first.task.tag!r}: {first.error}; fix the env's reset()/step() (roll.agentic.env.base)"
+            )
         if len(kept) < needed:
-            logger.warning("%s: kept %d of %d groups (%s)", self.config.name, len(kept), needed, dict(counts))
+            example = f"; e.g. tag {faults[0].task.tag!r} {faults[0].end_reason}: {faults[0].error}" if faults else ""
+            logger.warning(
+                "%s: kept %d of %d groups (%s)%s", self.config.name, len(kept), needed, dict(counts), example
+            )
         return RolloutBatch(batch, played, metrics)
 
     # --- state ------------------------------------------------------------------------------------------
