@@ -36,6 +36,15 @@ def test_console_line_puts_headline_metrics_first():
     assert line.startswith("step 7: loss=0.1235") and "val/accuracy=0.5" in line
 
 
+def test_console_line_shows_agentic_success_before_per_tag_metrics():
+    # An agentic step logs dozens of rollout/<Tag>/... and val/<Tag>/... metrics, which sort before the lowercase
+    # overall ones: without a headline entry val/success and rollout/success never reached the console.
+    metrics = {f"val/Color/m{i}": 0.0 for i in range(10)} | {f"rollout/Color/m{i}": 0.0 for i in range(10)}
+    line = format_metrics_line(3, {**metrics, "val/success": 0.25, "rollout/success": 0.5, "val/format": 1.0})
+    shown = line.removeprefix("step 3: ").split("  ")
+    assert sorted(shown[:3]) == ["rollout/success=0.5", "val/format=1", "val/success=0.25"]
+
+
 @pytest.mark.parametrize("name", ["tensorboard", "wandb", "mlflow", "trackio", "swanlab"])
 def test_missing_tracker_extra_names_the_pip_command(tmp_path, monkeypatch, name):
     monkeypatch.setitem(sys.modules, name, None)  # `import name` now raises ImportError, as when not installed

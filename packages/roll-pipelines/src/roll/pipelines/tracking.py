@@ -95,6 +95,9 @@ class JsonlTracker:
 
 _HEADLINE = (
     "val/correct",
+    # agentic: the env's own success (per-tag metrics such as val/<tag>/success sort before it otherwise)
+    "val/success",
+    "rollout/success",
     "val/format",
     "loss",
     "val/loss",
