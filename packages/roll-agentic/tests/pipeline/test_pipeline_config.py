@@ -266,3 +266,8 @@ def test_roll_validate_checks_each_env_entry_without_building() -> None:
         with pytest.raises(ConfigError, match=error):
             for check in checks:
                 check()
+
+
+def test_a_tag_missing_from_custom_envs_names_the_yaml_key() -> None:
+    with pytest.raises(ValueError, match=r"val_env_manager\.tags \['Laek'\] are not in custom_envs \(\['Lake', "):
+        _config(val_env_manager={"num_env_groups": 1, "tags": ["Laek"]})

@@ -485,14 +485,19 @@ class AgenticConfig(BaseConfig):
 
     @model_validator(mode="after")
     def _check_agentic(self) -> AgenticConfig:
-        managers = [m for m in (self.train_env_manager, self.val_env_manager) if m is not None]
-        for manager in managers:
+        managers = {"train_env_manager": self.train_env_manager, "val_env_manager": self.val_env_manager}
+        for key, manager in managers.items():
+            if manager is None:
+                continue
             missing = sorted(set(manager.tags) - set(self.custom_envs))
             if missing:
-                raise ValueError(f"{manager.name}.tags {missing} are not in custom_envs ({sorted(self.custom_envs)})")
+                raise ValueError(
+                    f"{key}.tags {missing} are not in custom_envs ({sorted(self.custom_envs)}): define them there or "
+                    "fix the tag's spelling"
+                )
             kinds = {self.custom_envs[tag].env_manager_cls for tag in manager.tags}
             if len(kinds) > 1:
-                raise ValueError(f"{manager.name}.tags mix env managers {sorted(kinds)}; use one per manager")
+                raise ValueError(f"{key}.tags mix env managers {sorted(kinds)}; use one per manager")
         size = self.train_env_manager.group_size
         self.train_env_manager.groups_for(
             self.rollout.batch_size, "rollout.batch_size (rollout_batch_size)", "train_env_manager"
