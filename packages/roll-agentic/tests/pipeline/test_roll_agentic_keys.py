@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from roll.pipelines.compat import compose_file, translate
 from roll.pipelines.config import load_config
+from roll.runtime import ConfigError
 
 # trimmed from ROLL's examples/qwen2.5-0.5B-agentic/agent_val_frozen_lake.yaml
 AGENTIC = """
@@ -89,3 +92,34 @@ def test_rolls_env_defaults_are_written_into_its_env_configs(tmp_path: Path) -> 
     assert "search_depth" in rows["(custom_envs.Box.env_config)"].note
     given = AGENTIC.replace("env_type: frozen_lake,", "env_type: frozen_lake, env_config: {is_slippery: false},")
     assert load_config(_write(tmp_path, given)).custom_envs["Lake"].env_config == {"is_slippery": False}
+
+
+def test_rolls_agentic_config_fields_have_a_status_not_unknown_key(tmp_path: Path) -> None:
+    # Fields of ROLL's AgenticConfig / EnvManagerConfig / RewardNormalizationConfig used to fail as "unknown key;
+    # did you mean 'add_len_reward'?" (use_token_reward) or "unknown field" (group_size_redundancy).
+    extra = (
+        "use_token_reward: false\ndirty_data_mask: false\nopen_feedback_turn: false\nexp_mode: train\n"
+        "partial_gpu_mode: true\nenv_monitor: {enable: true, hung_timeout: 3600}\n"
+        "reward_normalization: {grouping: traj_group_id, method: mean, global_scale_factor: 2.0}\n"
+    )
+    text = AGENTIC.replace(
+        "  group_size: 4\n", "  group_size: 4\n  group_size_redundancy: 0\n  llm_proxy: {proxy_type: policy}\n"
+    )
+    path = _write(tmp_path, text + extra)
+    rows = {row.key: row for row in translate(*compose_file(path)).rows}
+    for key in ("use_token_reward", "partial_gpu_mode", "env_monitor", "reward_normalization.global_scale_factor"):
+        assert rows[key].status == "ignored", key
+    assert rows["train_env_manager.group_size_redundancy"].status == "ignored"
+    assert rows["train_env_manager.llm_proxy"].status == "ignored"
+    assert load_config(path).reward_normalization.method == "mean"
+
+
+def test_rolls_redundant_episodes_and_other_proxies_are_refused_by_name(tmp_path: Path) -> None:
+    text = AGENTIC.replace(
+        "  group_size: 4\n", "  group_size: 4\n  group_size_redundancy: 2\n  llm_proxy: {proxy_type: openai}\n"
+    )
+    with pytest.raises(ConfigError, match="roll cannot honour") as error:
+        load_config(_write(tmp_path, text))
+    message = str(error.value)
+    assert "train_env_manager.group_size_redundancy: unsupported" in message and "set 0 (got 2)" in message
+    assert "train_env_manager.llm_proxy: unsupported" in message and "proxy_type: policy" in message

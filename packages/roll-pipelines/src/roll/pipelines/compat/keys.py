@@ -18,6 +18,7 @@ __all__ = [
     "MODEL_ARGS",
     "PIPELINE_KEYS",
     "REWARD_CLASSES",
+    "REWARD_NORMALIZATION_KEYS",
     "ROLE_KEYS",
     "ROLL_DTYPES",
     "STRATEGY_NAMES",
@@ -183,6 +184,20 @@ PIPELINE_KEYS: dict[str, dict[str, Rule]] = {
     "agentic": {
         "enable_old_logprobs_recompute": _ignored("roll recomputes old log-probs whenever the update is off-policy"),
         "render_save_dir": _ignored("roll does not save rendered env frames"),
+        **{
+            key: _ignored("a field of ROLL's AgenticConfig that no ROLL code reads (no effect in ROLL either)")
+            for key in ("use_token_reward", "dirty_data_mask", "open_feedback_turn")
+        },
+        "exp_mode": _ignored(
+            "no ROLL pipeline code reads the top-level one (ROLL's ROCK env takes exp_mode in its env_config)"
+        ),
+        "partial_gpu_mode": _ignored(
+            "ROLL's shrinking of actor_infer onto actor_train's GPUs between phases; a deployment knob with no "
+            "effect on results (roll's strategies offload between phases)"
+        ),
+        "env_monitor": _ignored(
+            "ROLL's watchdog that logs hung envs; roll ends an env call longer than custom_envs.<tag>.step_timeout_s"
+        ),
         "skip_mock_system_prompt": _ignored(
             "ROLL renders messages that open without a system message after a mock empty one and cuts it (true: "
             "as given, for templates that add no default); roll renders an opening as given (ROLL's true) and "
@@ -216,6 +231,27 @@ PIPELINE_KEYS["agentic_rollout"] = {
 # Keys of ROLL's EnvManagerConfig (train_env_manager, val_env_manager) that roll's does not take.
 ENV_MANAGER_KEYS: dict[str, Rule] = {
     "format_penalty": _ignored("a field of ROLL's EnvManagerConfig that no ROLL code reads (envs set their own)"),
+    "group_size_redundancy": _unsupported(
+        "extra episodes per group (ROLL plays group_size + group_size_redundancy and keeps the first group_size "
+        "to finish); remove it or set 0"
+    ),
+    "llm_proxy": _unsupported(
+        "an LLM proxy other than the policy (openai, random); remove it or use proxy_type: policy",
+        noop=lambda value: (
+            _falsy(value)
+            or (
+                isinstance(value, dict)
+                and value.get("proxy_type", "policy") == "policy"
+                and not value.get("proxy_config")
+            )
+        ),
+    ),
+}
+
+# Keys of ROLL's RewardNormalizationConfig that roll's does not take.
+REWARD_NORMALIZATION_KEYS: dict[str, Rule] = {
+    key: _ignored("a field of ROLL's RewardNormalizationConfig that no ROLL code reads (no effect in ROLL either)")
+    for key in ("global_scale_factor", "global_shift_value")
 }
 
 # Keys of ROLL's WorkerConfig (a role) that roll does not have under the same name.

@@ -18,7 +18,14 @@ from pydantic import BaseModel
 from roll.pipelines.compat.defaults import fill_roll_defaults
 from roll.pipelines.compat.hydra import deep_merge
 from roll.pipelines.compat.judge import fold_judges
-from roll.pipelines.compat.keys import ENV_MANAGER_KEYS, PIPELINE_KEYS, TOP_KEYS, Rule, Status
+from roll.pipelines.compat.keys import (
+    ENV_MANAGER_KEYS,
+    PIPELINE_KEYS,
+    REWARD_NORMALIZATION_KEYS,
+    TOP_KEYS,
+    Rule,
+    Status,
+)
 from roll.pipelines.compat.multimodal import multimodal_markers
 from roll.pipelines.compat.roles import RoleTranslator
 from roll.runtime import ConfigError
@@ -179,7 +186,7 @@ class _Translator:
                         translated = deep_merge(earlier, translated)
                     self.out[key] = translated
                 else:
-                    self.out[key] = self.env_manager(key, value) if key.endswith("_env_manager") else value
+                    self.out[key] = self.section_keys(key, value)
                     self.row(key, "kept")
             elif key in PIPELINE_KEYS.get(self.pipeline, {}):
                 self.apply_rule(key, PIPELINE_KEYS[self.pipeline][key], value)
@@ -191,13 +198,16 @@ class _Translator:
         fill_roll_defaults(self, data)
         roles.apply_pretrain(data)
 
-    def env_manager(self, key: str, value: Any) -> Any:
-        """ROLL's EnvManagerConfig keys that roll's env manager does not take, by their rules."""
-        if not isinstance(value, dict):
+    def section_keys(self, key: str, value: Any) -> Any:
+        """ROLL's EnvManagerConfig / RewardNormalizationConfig keys that roll's sections do not take, by their
+        rules."""
+        rules = ENV_MANAGER_KEYS if key.endswith("_env_manager") else {}
+        rules = REWARD_NORMALIZATION_KEYS if key == "reward_normalization" else rules
+        if not rules or not isinstance(value, dict):
             return value
         out = dict(value)
-        for name in [name for name in out if name in ENV_MANAGER_KEYS]:
-            self.apply_rule(f"{key}.{name}", ENV_MANAGER_KEYS[name], out.pop(name))
+        for name in [name for name in out if name in rules]:
+            self.apply_rule(f"{key}.{name}", rules[name], out.pop(name))
         return out
 
     def set_path(self, path: str, value: Any, key: str) -> None:
