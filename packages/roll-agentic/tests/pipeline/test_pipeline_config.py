@@ -271,3 +271,13 @@ def test_roll_validate_checks_each_env_entry_without_building() -> None:
 def test_a_tag_missing_from_custom_envs_names_the_yaml_key() -> None:
     with pytest.raises(ValueError, match=r"val_env_manager\.tags \['Laek'\] are not in custom_envs \(\['Lake', "):
         _config(val_env_manager={"num_env_groups": 1, "tags": ["Laek"]})
+
+
+def test_validation_asked_for_without_a_val_env_manager_is_warned(caplog) -> None:
+    with caplog.at_level("WARNING", logger="roll.agentic.pipeline.config"):
+        _config(eval_steps=5)
+    assert "eval_steps=5, val_batch_size=None, but there is no val_env_manager: this run never validates" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="roll.agentic.pipeline.config"):
+        _config(val_env_manager={"num_env_groups": 1, "tags": ["Lake"]}, eval_steps=5)
+    assert "val_env_manager" not in caplog.text

@@ -506,6 +506,13 @@ class AgenticConfig(BaseConfig):
             self.val_env_manager.groups_for(
                 self.rollout.val_batch_size, "rollout.val_batch_size (val_batch_size)", "val_env_manager"
             )
+        elif self.eval_steps or self.rollout.val_batch_size is not None:
+            logger.warning(
+                "eval_steps=%d, val_batch_size=%s, but there is no val_env_manager: this run never validates; add "
+                "one (num_env_groups, group_size, tags) to validate on held-out envs",
+                self.eval_steps,
+                self.rollout.val_batch_size,
+            )
         estimator = self.advantage.estimator
         allowed = STEP_ESTIMATORS if self.layout == "step" else TRAJ_ESTIMATORS
         if estimator not in allowed:
