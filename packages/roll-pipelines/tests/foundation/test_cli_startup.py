@@ -70,3 +70,10 @@ def test_lazy_package_exports_still_resolve():
 
 def test_exit_code_for_config_errors_is_config_errors():
     assert ConfigError.exit_code == EXIT_CONFIG
+
+
+def test_help_names_every_kind_of_pipeline():
+    from roll.pipelines.cli import build_parser
+
+    description = build_parser().description or ""
+    assert all(kind in description for kind in ("SFT", "DPO", "RLVR", "distillation", "agentic", "diffusion"))

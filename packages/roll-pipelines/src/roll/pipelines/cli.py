@@ -142,7 +142,10 @@ class _VersionAction(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="roll", description="Post-training LLMs on Ray: SFT, DPO, RLVR.")
+    parser = argparse.ArgumentParser(
+        prog="roll",
+        description="Post-training LLMs on Ray: SFT, DPO, RLVR, distillation, agentic multi-turn RL, diffusion.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
     parser.add_argument("-V", "--version", action=_VersionAction, help="Show the roll packages' versions and exit.")
     sub = parser.add_subparsers(dest="command", required=True)
