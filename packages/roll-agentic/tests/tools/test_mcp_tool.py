@@ -69,3 +69,19 @@ def _running(pid: int) -> bool:
         return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+def test_roll_validate_finds_a_server_command_that_is_not_here() -> None:
+    from roll.agentic.tools import check_tool
+    from roll.pipelines.validate import NotHereError
+
+    assert check_tool("mcp", {"command": sys.executable, "args": [SERVER]}).__name__ == "MCPTool"
+    with pytest.raises(NotHereError, match=r"command '/nonexistent/mcp-server' is not a program on this machine"):
+        check_tool("mcp", {"command": "/nonexistent/mcp-server"})
+    # the entry's check keeps the type: `roll validate --no-ray` reports it as a warning (a fact of this machine)
+    from roll.agentic.config import CustomEnvConfig
+    from roll.agentic.pool import check_env_spec
+
+    tools = {"tool_configs": [{"tool_id": "mcp", "tool_args": {"command": "/nonexistent/mcp-server"}}]}
+    with pytest.raises(NotHereError, match=r"custom_envs\.Lake: the mcp tool's command"):
+        check_env_spec("Lake", CustomEnvConfig(env_type="frozen_lake", tool_wrapper=tools))

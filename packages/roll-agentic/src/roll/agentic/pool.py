@@ -51,7 +51,8 @@ def check_env_spec(tag: str, spec: CustomEnvConfig) -> str:
         for config in configs:
             check_tool(config.tool_id, config.tool_args)
     except ConfigError as e:
-        raise ConfigError(f"custom_envs.{tag}: {e}") from e
+        # the same type: roll validate --no-ray reports what is about this machine only (NotHereError) as a warning
+        raise type(e)(f"custom_envs.{tag}: {e}") from e
     name = getattr(factory, "__name__", None) or getattr(getattr(factory, "func", None), "__name__", "a factory")
     tools = f", tools {[c.tool_id for c in configs]}" if configs else ""
     return f"{tag}: env_type {spec.env_type!r} ({name}){tools}"

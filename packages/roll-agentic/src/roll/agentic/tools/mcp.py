@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
+import shutil
 import threading
 from typing import Any
 
@@ -43,6 +45,18 @@ def _schema_of(tool: Any) -> dict[str, Any]:
 
 class MCPTool(Tool):
     """Every tool the server lists (or only ``tool_names``), each callable by its MCP name."""
+
+    @staticmethod
+    def check_args(command: str, cwd: str | None = None, **_: Any) -> None:
+        """``roll validate``: the server's command is a program on this machine (on PATH, or a path)."""
+        from roll.pipelines.validate import NotHereError
+
+        found = shutil.which(command) or (shutil.which(command, path=cwd) if cwd else None)
+        if not found and not os.path.isfile(os.path.join(cwd or "", command)):
+            raise NotHereError(
+                f"the mcp tool's command {command!r} is not a program on this machine (not on PATH, no such file): "
+                "install it or give its full path in tool_args.command"
+            )
 
     def __init__(
         self,

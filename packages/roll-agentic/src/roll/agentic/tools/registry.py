@@ -55,13 +55,16 @@ def check_tool(tool_id: str, tool_args: Mapping[str, Any]) -> Any:
     except (TypeError, ValueError):
         return cls
     try:
-        signature.bind(**arguments)
+        bound = signature.bind(**arguments)
     except TypeError as e:
         accepted = [n for n, p in signature.parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
         raise ConfigError(
             f"tool {tool_id!r} cannot be built with tool_args {sorted(tool_args)} ({e}); accepted: "
             f"{[*accepted, 'tool_instruction']}"
         ) from None
+    check_args = getattr(cls, "check_args", None)  # a tool's own checks of what it needs on this machine
+    if callable(check_args):
+        check_args(**bound.arguments)
     return cls
 
 
