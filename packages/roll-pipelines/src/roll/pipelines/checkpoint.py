@@ -172,6 +172,9 @@ class CheckpointManager:
             return []
         leftovers = [p for p in self.root.iterdir() if p.name.startswith(_TMP_PREFIX)]
         for path in leftovers:
+            # said aloud: a resumed run then starts from an earlier checkpoint, and the user should see why
+            step = path.name[len(_TMP_PREFIX) :].lstrip("0") or "0"
+            logger.warning("removing %s: checkpoint %s was cut short (the run stopped while saving it)", path, step)
             shutil.rmtree(path, ignore_errors=True)
         return leftovers
 
