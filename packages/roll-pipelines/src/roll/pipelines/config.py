@@ -389,9 +389,34 @@ def read_config_source(
 
     Files are composed Hydra-style (``defaults:``, ``${...}``, ``hydra:`` removed). A config that names no
     ``pipeline_cls`` is a ROLL config: its pipeline is inferred from its shape (a ``pipeline_cls=`` override wins)
-    and its keys translated; an unsupported or unknown key is one ConfigError listing every such key.
+    and its keys translated; an unsupported or unknown key is one ConfigError listing every such key. Overrides of
+    a ROLL file that name ROLL keys (``pretrain=...``, an interpolated ``max_actions_per_traj=5``) are applied to the
+    file before its ``${...}`` are resolved and it is translated, as Hydra does; they are listed in the
+    translation's ``applied_overrides``. The others name roll's fields and are applied by :func:`load_config`.
     """
     from roll.pipelines.compat import compose_file, interpolate, is_roll_format, referenced_keys, translate
+
+    overrides = list(overrides or [])
+    forced = next((value for path_, value in parse_overrides(overrides) if path_ == ["pipeline_cls"]), None)
+    applied: list[str] = []
+
+    def apply_roll_overrides(composed: dict[str, Any]) -> None:
+        if not overrides or not is_roll_format(composed):
+            return
+        from roll.pipelines.compat import infer_pipeline
+
+        config_cls = resolve_pipeline(str(forced) if forced is not None else infer_pipeline(composed)[0]).config_cls
+        referenced = referenced_keys(composed)
+        early = []
+        for item, (path, _) in zip(overrides, parse_overrides(overrides), strict=True):
+            field = config_cls.model_fields.get(path[0])
+            known = field is not None or path[0] in config_cls.flat_keys
+            role = field is not None and _role_model(field.annotation) is not None
+            if not known or role or path[0] in referenced:
+                early.append(item)
+                if not known or role:  # translated with the file; a referenced roll field is applied again later
+                    applied.append(item)
+        apply_overrides(composed, early)
 
     if isinstance(source, dict):
         data, label, referenced = interpolate(dict(source)), "<dict>", referenced_keys(source)
@@ -399,12 +424,12 @@ def read_config_source(
         path = Path(source)
         if not path.suffix and not path.exists():
             path = recipe_path(str(source))
-        data, referenced = compose_file(path)
+        data, referenced = compose_file(path, apply_roll_overrides)
         label = str(path)
-    forced = next((value for path_, value in parse_overrides(list(overrides or [])) if path_ == ["pipeline_cls"]), None)
     if not is_roll_format(data):
         return data, label, None
     translation = translate(data, referenced, pipeline=str(forced) if forced is not None else None)
+    translation.applied_overrides = applied
     return translation.data, label, translation
 
 
@@ -435,5 +460,6 @@ def load_config(source: str | Path | dict[str, Any], overrides: list[str] | None
         data = config_cls.normalize(data)
     except ValueError as e:
         raise ConfigError(f"{label}: {e}") from None
-    data = apply_overrides(data, overrides, config_cls.flat_keys)
+    applied = translation.applied_overrides if translation is not None else []
+    data = apply_overrides(data, [item for item in overrides if item not in applied], config_cls.flat_keys)
     return validate_config(config_cls, data, label)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +172,14 @@ def referenced_keys(data: Any) -> set[str]:
     return found
 
 
-def compose_file(path: str | Path) -> tuple[dict[str, Any], set[str]]:
-    """The composed, interpolated mapping of ``path`` and the top-level keys its interpolations referred to."""
+def compose_file(
+    path: str | Path, edit: Callable[[dict[str, Any]], None] | None = None
+) -> tuple[dict[str, Any], set[str]]:
+    """The composed, interpolated mapping of ``path`` and the top-level keys its interpolations referred to.
+
+    ``edit`` changes the composed mapping before its ``${...}`` are resolved (where Hydra applies command-line
+    overrides, so an override of an interpolated value reaches every key that refers to it)."""
     composed = _compose(Path(path), 0)
+    if edit is not None:
+        edit(composed)
     return interpolate(composed), referenced_keys(composed)

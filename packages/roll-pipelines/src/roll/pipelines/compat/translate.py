@@ -60,6 +60,7 @@ class Translation:
     pipeline: str
     reason: str
     rows: list[KeyReport] = field(default_factory=list)
+    applied_overrides: list[str] = field(default_factory=list)  # command-line overrides applied to the ROLL file
 
     @property
     def problems(self) -> list[KeyReport]:

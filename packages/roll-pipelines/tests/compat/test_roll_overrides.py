@@ -1,0 +1,41 @@
+"""Command-line overrides of a ROLL file: ROLL's keys and values are applied to the file before its ``${...}`` are
+resolved and it is translated (as Hydra does); roll's own fields keep their roll meaning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from roll.pipelines.config import load_config, read_config_source
+from roll.runtime import ConfigError
+
+TINY = Path(__file__).parent / "fixtures" / "tiny" / "rlvr_tiny.yaml"
+
+
+def test_rolls_keys_on_the_command_line_are_translated_with_the_file() -> None:
+    # These used to fail: "pretrain: unknown field; did you mean 'actor_train'?", "dtype ... (got: 'bf16')".
+    overrides = [
+        "pretrain=tiny://nano?seed=1",  # a ROLL key roll has no field for
+        "response_length=6",  # a flat key the file interpolates: ${response_length} follows it
+        "actor_train.model_args.dtype=bf16",  # ROLL's value name inside a role
+        "actor_train.model_args.disable_gradient_checkpointing=false",  # ROLL's key name inside a role
+    ]
+    config = load_config(TINY, overrides)
+    assert config.actor_train.model_args.model_name_or_path == "tiny://nano?seed=1"
+    assert config.actor_infer.model_args.model_name_or_path == "tiny://nano?seed=1"
+    assert config.actor_infer.generating_args.max_new_tokens == 6 and config.rollout.response_length == 6
+    assert config.actor_train.model_args.dtype == "bfloat16"
+    assert config.actor_train.model_args.gradient_checkpointing is True
+
+
+def test_rolls_own_fields_still_override_after_translation() -> None:
+    config = load_config(TINY, ["rollout.batch_size=4", "rollout_batch_size=6", "max_steps=3"])
+    assert (config.rollout.batch_size, config.max_steps) == (6, 3)
+    _, _, translation = read_config_source(TINY, ["pretrain=tiny://nano?seed=1", "max_steps=3"])
+    assert translation is not None and translation.applied_overrides == ["pretrain=tiny://nano?seed=1"]
+
+
+def test_a_misspelled_roll_key_override_is_reported_with_the_nearest_key() -> None:
+    with pytest.raises(ConfigError, match=r"max_stepz: unknown: unknown key; did you mean 'max_steps'\?"):
+        load_config(TINY, ["max_stepz=3"])
