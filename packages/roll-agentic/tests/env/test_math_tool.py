@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from roll.agentic.config import CustomEnvConfig
 from roll.agentic.env import ArithmeticEnv, make_env
 from roll.agentic.env.base import layout_split
 from roll.agentic.tools import ToolEnvWrapper, format_tool_call
@@ -62,3 +63,17 @@ def test_a_split_the_settings_leave_empty_is_a_config_error_not_a_hang() -> None
         env.reset(0)
     question, _ = ArithmeticEnv(digits=1, operators="+", split="train", val_fraction=0.01).reset(0)
     assert question.startswith("What is")
+
+
+def test_tool_math_names_a_misspelled_key_before_building() -> None:
+    # make_tool_math_env takes **env_config for ArithmeticEnv: without its signature a typo passed roll validate
+    from roll.agentic.env import check_env
+    from roll.agentic.pool import check_env_spec
+
+    with pytest.raises(ConfigError, match=r"'digts'.*accepted keys: \['tool_configs', 'wrapper_args', 'digits'"):
+        check_env("tool_math", {"digts": 3})
+    bad_tool = CustomEnvConfig(env_type="tool_math", env_config={"tool_configs": [{"tool_id": "pyhton_code"}]})
+    with pytest.raises(ConfigError, match=r"custom_envs\.Math: unknown tool 'pyhton_code'"):
+        check_env_spec("Math", bad_tool)
+    good = CustomEnvConfig(env_type="tool_math", env_config={"digits": 2, "tool_configs": [{"tool_id": "python_code"}]})
+    assert check_env_spec("Math", good) == "Math: env_type 'tool_math' (make_tool_math_env), tools ['python_code']"

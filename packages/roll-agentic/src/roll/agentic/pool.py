@@ -45,16 +45,18 @@ def build_env(spec: CustomEnvConfig) -> EnvLike:
 def check_env_spec(tag: str, spec: CustomEnvConfig) -> str:
     """``roll validate``: the entry's env type resolves to an env and takes its ``env_config``, and each tool of its
     ``tool_wrapper`` resolves and takes its ``tool_args``; nothing is built. A ConfigError names ``custom_envs.<tag>``."""
-    configs = spec.tool_wrapper.tool_configs if spec.tool_wrapper is not None else []
+    configs = [c.model_dump() for c in spec.tool_wrapper.tool_configs] if spec.tool_wrapper is not None else []
+    nested = spec.env_config.get("tool_configs")  # envs that wrap themselves (tool_math) take ROLL's tool_configs
+    configs += [c for c in nested if isinstance(c, dict) and "tool_id" in c] if isinstance(nested, list) else []
     try:
         factory = check_env(spec.env_type, spec.env_config)
         for config in configs:
-            check_tool(config.tool_id, config.tool_args)
+            check_tool(config["tool_id"], config.get("tool_args") or {})
     except ConfigError as e:
         # the same type: roll validate --no-ray reports what is about this machine only (NotHereError) as a warning
         raise type(e)(f"custom_envs.{tag}: {e}") from e
     name = getattr(factory, "__name__", None) or getattr(getattr(factory, "func", None), "__name__", "a factory")
-    tools = f", tools {[c.tool_id for c in configs]}" if configs else ""
+    tools = f", tools {[c['tool_id'] for c in configs]}" if configs else ""
     return f"{tag}: env_type {spec.env_type!r} ({name}){tools}"
 
 

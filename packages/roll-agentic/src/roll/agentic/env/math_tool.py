@@ -10,6 +10,7 @@ a turn may be a ``<tool_call>`` whose result comes back as the next observation.
 
 from __future__ import annotations
 
+import inspect
 import random
 import re
 from typing import Any
@@ -119,3 +120,13 @@ def make_tool_math_env(
 
     configs = tool_configs if tool_configs is not None else [{"tool_id": "python_code"}]
     return tool_wrapper(ArithmeticEnv(**env_config), wrapper_args or {}, configs)
+
+
+# Its keys are ArithmeticEnv's and the wrapper's: a signature that says so lets make_env and roll validate name a
+# misspelled key (the **env_config above would take anything).
+make_tool_math_env.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        *[p for name, p in inspect.signature(make_tool_math_env).parameters.items() if name != "env_config"],
+        *[p.replace(kind=p.KEYWORD_ONLY) for p in inspect.signature(ArithmeticEnv).parameters.values()],
+    ]
+)
