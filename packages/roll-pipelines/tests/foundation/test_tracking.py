@@ -23,6 +23,25 @@ def test_metrics_jsonl_and_truncation_on_resume(tmp_path):
     assert rows[-1]["loss"] == 0.2
 
 
+def test_a_last_row_cut_short_by_a_kill_is_dropped_on_resume(tmp_path):
+    """A run killed while writing a row left half a line; resuming used to stop on a JSONDecodeError."""
+    tracker = Tracker(tmp_path, [])
+    for step in (1, 2):
+        tracker.log(step, {"loss": 1.0})
+    tracker.finish()
+    with (tmp_path / "metrics.jsonl").open("a") as sink:
+        sink.write('{"step": 3, "lo')
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
+    resumed = Tracker(tmp_path, [])
+    resumed.truncate_after(2)
+    resumed.log(3, {"loss": 0.5})
+    resumed.finish()
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"ste\n{"step": 3}\n')
+    with pytest.raises(ValueError, match="metrics.jsonl line 2 is not a JSON row"):
+        read_metrics(tmp_path / "metrics.jsonl")
+
+
 def test_reduce_metrics_tags_and_lists():
     reduced = reduce_metrics(
         {"loss": [1.0, 3.0], "len@max": [3, 9], "tok@sum": [1, 2], "name": "x", "nan": float("nan")}

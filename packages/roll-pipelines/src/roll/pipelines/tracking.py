@@ -51,11 +51,20 @@ def _clean(value: Any) -> Any:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """All rows of a metrics.jsonl file."""
+    """All rows of a metrics.jsonl file; a last line cut short (a run killed while writing it) is skipped."""
     path = Path(path)
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if number < len(lines):  # damage inside the file is not a crash's trace: say where
+                raise ValueError(f"{path} line {number} is not a JSON row: {e}") from None
+            logger.warning("%s: ignoring its last line, cut short (%s)", path, e)
+    return rows
 
 
 def set_aside_metrics(output_dir: Path) -> Path | None:
