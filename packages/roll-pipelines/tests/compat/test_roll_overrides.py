@@ -39,3 +39,15 @@ def test_rolls_own_fields_still_override_after_translation() -> None:
 def test_a_misspelled_roll_key_override_is_reported_with_the_nearest_key() -> None:
     with pytest.raises(ConfigError, match=r"max_stepz: unknown: unknown key; did you mean 'max_steps'\?"):
         load_config(TINY, ["max_stepz=3"])
+
+
+def test_an_override_adding_a_role_does_not_change_the_inferred_pipeline(tmp_path: Path) -> None:
+    # A ROLL file with only a rollout engine stays the rollout pipeline; the added role is reported by name.
+    path = tmp_path / "rollout.yaml"
+    path.write_text(
+        "actor_infer:\n  model_args: {model_name_or_path: tiny://nano}\n  strategy_args: {strategy_name: hf_infer}\n"
+    )
+    _, _, translation = read_config_source(path, ["actor_train.world_size=1"])
+    assert translation is not None and translation.pipeline == "rlvr_rollout"
+    assert "only a rollout engine" in translation.reason
+    assert [row.key for row in translation.problems] == ["actor_train"]

@@ -399,13 +399,16 @@ def read_config_source(
     overrides = list(overrides or [])
     forced = next((value for path_, value in parse_overrides(overrides) if path_ == ["pipeline_cls"]), None)
     applied: list[str] = []
+    inferred: list[tuple[str, str]] = []
 
     def apply_roll_overrides(composed: dict[str, Any]) -> None:
         if not overrides or not is_roll_format(composed):
             return
         from roll.pipelines.compat import infer_pipeline
 
-        config_cls = resolve_pipeline(str(forced) if forced is not None else infer_pipeline(composed)[0]).config_cls
+        # the file's own shape picks the pipeline: an override that adds a role (actor_train=...) does not
+        inferred[:] = [(str(forced), "pipeline_cls given")] if forced is not None else [infer_pipeline(composed)]
+        config_cls = resolve_pipeline(inferred[0][0]).config_cls
         referenced = referenced_keys(composed)
         early = []
         for item, (path, _) in zip(overrides, parse_overrides(overrides), strict=True):
@@ -428,7 +431,10 @@ def read_config_source(
         label = str(path)
     if not is_roll_format(data):
         return data, label, None
-    translation = translate(data, referenced, pipeline=str(forced) if forced is not None else None)
+    if inferred:
+        translation = translate(data, referenced, pipeline=inferred[0][0], reason=inferred[0][1])
+    else:
+        translation = translate(data, referenced, pipeline=str(forced) if forced is not None else None)
     translation.applied_overrides = applied
     return translation.data, label, translation
 

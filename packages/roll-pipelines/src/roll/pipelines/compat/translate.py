@@ -360,11 +360,17 @@ class _Translator:
         self.row(key, "mapped", target, note)
 
 
-def translate(data: dict[str, Any], referenced: set[str] | None = None, pipeline: str | None = None) -> Translation:
-    """roll config data for ROLL config ``data`` (composed and interpolated) and a report row per key."""
+def translate(
+    data: dict[str, Any],
+    referenced: set[str] | None = None,
+    pipeline: str | None = None,
+    reason: str = "pipeline_cls given",
+) -> Translation:
+    """roll config data for ROLL config ``data`` (composed and interpolated) and a report row per key; ``pipeline``
+    (with ``reason``, why it is that one) instead of the one inferred from ``data``."""
     from roll.pipelines.registry import resolve_pipeline
 
-    name, why = (pipeline, "pipeline_cls given") if pipeline else infer_pipeline(data)
+    name, why = (pipeline, reason) if pipeline else infer_pipeline(data)
     try:
         config_cls = resolve_pipeline(name).config_cls
     except ConfigError as e:
