@@ -127,6 +127,8 @@ def write_rollout(folder: Path, name: str, rollout: RolloutBatch, tokenizer: Any
             sink.write(json.dumps(row) + "\n")
     batch = rollout.batch
     if batch is None:
+        # no rows this time: a file of this name left by an interrupted earlier run must not pass for them
+        (folder / f"{name}.jsonl").unlink(missing_ok=True)
         return
     columns = batch.non_tensor_batch
     keys = [
