@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import random
+import signal
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +40,7 @@ from roll.runtime import ENV_WORKER_LOG, Cluster, ConfigError, ResourceManager, 
 from roll.strategies import ModelUpdateGroup
 from roll.strategies.weight_sync import weight_sync_env
 
-__all__ = ["BasePipeline", "Role", "Session", "set_seed"]
+__all__ = ["BasePipeline", "Role", "Session", "Terminated", "set_seed", "stop_on_sigterm"]
 
 logger = logging.getLogger(__name__)
 _clock = time.perf_counter  # the step timer's clock (a seam for tests)
@@ -50,6 +52,29 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached a running pipeline (``timeout``, Slurm, Kubernetes): it unwinds as Ctrl-C does, so the
+    workers are stopped and the last complete checkpoint stays the resume point."""
+
+
+def stop_on_sigterm() -> Any:
+    """Make SIGTERM raise :class:`Terminated` in the driver; returns the handler it replaced (None off the main
+    thread, where handlers cannot be set).
+
+    Called after ``ray.init``, whose own handler ends the process from native code without unwinding: no
+    ``finally`` runs, workers are not stopped, and the exit reads as a crash. A second SIGTERM ends the process
+    at once (the default action), for a supervisor that insists.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated(f"stopped by signal {signal.Signals(signum).name}")
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 @dataclass(frozen=True)
@@ -74,6 +99,7 @@ class Session:
     resume_path: Path | None
     resources: ResourceManager
     tracker: Tracker
+    previous_sigterm: Any = None  # the SIGTERM handler open() replaced, put back by close()
 
     @property
     def worker_log(self) -> Path:
@@ -109,15 +135,19 @@ class Session:
         (output_dir / "config.yaml").write_text(yaml.safe_dump(dumped, sort_keys=False))
         checkpoints.clean_incomplete()
         init()
+        previous_sigterm = stop_on_sigterm()
         resources = ResourceManager(num_nodes=config.num_nodes, num_gpus_per_node=config.num_gpus_per_node)
         tracker = Tracker(
             output_dir, config.track_with, exp_name=config.exp_name, config=dumped, tracker_kwargs=config.tracker_kwargs
         )
-        session = cls(output_dir, checkpoints, resume_path, resources, tracker)
+        session = cls(output_dir, checkpoints, resume_path, resources, tracker, previous_sigterm)
         logger.info("workers' library output (warnings, notices) goes to %s", session.worker_log)
         return session
 
     def close(self, *, plots: bool) -> None:
+        if self.previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self.previous_sigterm)
+            self.previous_sigterm = None
         self.resources.destroy()
         self.tracker.finish()
         if plots and self.tracker.metrics_path.is_file():

@@ -27,6 +27,7 @@ __all__ = ["main"]
 
 EXIT_CONFIG = 2  # a config, data or environment problem the user fixes (ConfigError.exit_code)
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell reports for a process the signal ended
 _PACKAGES = ("roll-protocol", "roll-runtime", "roll-strategies", "roll-pipelines", "roll-agentic")
 
 
@@ -175,7 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return args.handler(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        base = sys.modules.get("roll.pipelines.base")  # only a started pipeline turns SIGTERM into Terminated
+        if base is not None and isinstance(e, base.Terminated):
+            print(f"\n{e}: workers stopped; the last checkpoint (if any) is intact", file=sys.stderr)
+            return EXIT_TERMINATED
         print("\ninterrupted: workers stopped; the last checkpoint (if any) is intact", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:
