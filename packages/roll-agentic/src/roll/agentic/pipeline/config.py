@@ -34,6 +34,7 @@ from roll.pipelines.config import (
     raw_section,
     raw_value,
 )
+from roll.pipelines.rlvr.sections import KLSection as RlvrKLSection
 from roll.pipelines.rlvr.sections import TrainInferFilterConfig
 from roll.pipelines.rlvr.settings import PolicySettings
 from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supported
@@ -194,46 +195,23 @@ class AgenticPolicyLossSection(RollModel):
     )
 
 
-KLKind = Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"]
+KLKind = Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"]  # RLVR's but 'full' (sampled tokens only)
 
 
-class KLSection(RollModel):
-    """KL to the reference: a loss term (``use_loss``) and/or a per-token reward penalty (``in_reward``, ROLL's
-    ``add_token_level_kl``); either needs a reference role. ``penalty`` is the per-token estimator of both."""
+class KLSection(RlvrKLSection):
+    """RLVR's KL section (a loss term ``use_loss`` and/or a per-token reward penalty ``in_reward``, ROLL's
+    ``add_token_level_kl``; either needs a reference role), with the agentic pipeline's estimators (no exact 'full'
+    KL: its workers score the sampled tokens only) and ROLL's agentic ``init_kl_coef`` default."""
 
-    use_loss: bool = Field(default=False, description="KL to the reference as a loss term (needs reference).")
-    loss_coef: float = Field(default=0.001, ge=0)
     penalty: KLKind = Field(default="k3", description="Per-token KL estimator (ROLL's kl_penalty).")
     loss_penalty: KLKind | None = Field(
         default=None,
         description="Estimator of the KL loss term (None: penalty). ROLL's agentic actor always uses k3 for it, "
         "whatever kl_penalty says, so ROLL files set k3.",
     )
-    in_reward: bool = Field(
-        default=False,
-        description="add_token_level_kl: subtract init_coef x KL(old policy || reference) from every assistant "
-        "token's reward before the estimator (as ROLL's compute_token_reward; needs reference).",
-    )
     init_coef: float = Field(
         default=0.2, ge=0, description="init_kl_coef: the reward penalty's coefficient (its start if adaptive)."
     )
-    ctrl_type: Literal["fixed", "adaptive"] = "fixed"
-    target: float | None = Field(default=None, gt=0, description="Adaptive controller: the KL to hold.")
-    horizon: int | None = Field(default=None, ge=1, description="Adaptive controller: samples to adapt over.")
-
-    @model_validator(mode="after")
-    def _check_controller(self) -> KLSection:
-        if self.ctrl_type == "adaptive" and (self.target is None or self.horizon is None):
-            raise ValueError("kl.ctrl_type=adaptive needs kl.target and kl.horizon (flat: target_kl and kl_horizon)")
-        return self
-
-    @property
-    def loss_on(self) -> bool:
-        return self.use_loss and self.loss_coef > 0
-
-    @property
-    def in_reward_on(self) -> bool:
-        return self.in_reward and self.init_coef > 0
 
 
 class WarmupSection(RollModel):
@@ -433,7 +411,7 @@ class AgenticConfig(BaseConfig):
             loss_agg_mode=loss.loss_agg_mode,
             entropy_coef=loss.entropy_coef,
             kl_loss_coef=self.kl.loss_coef if self.kl.loss_on else 0.0,
-            kl_penalty=self.kl.loss_penalty or self.kl.penalty,
+            kl_penalty=self.kl.loss_estimator,
             ratio_type=loss.ratio_type,
         )
 
