@@ -96,6 +96,7 @@ def test_a_run_from_step_0_sets_an_earlier_runs_metrics_aside(tmp_path, monkeypa
 
     monkeypatch.setattr(base, "init", lambda: None)  # no Ray: only the output folder matters here
     monkeypatch.setattr(base, "ResourceManager", lambda **_: None)
+    monkeypatch.setattr(base, "stop_on_sigterm", lambda: None)  # the test process keeps its own SIGTERM handler
     earlier = Tracker(tmp_path, [])
     for step in (1, 2):
         earlier.log(step, {"loss": 1.0})
@@ -111,3 +112,7 @@ def test_a_run_from_step_0_sets_an_earlier_runs_metrics_aside(tmp_path, monkeypa
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl.prev")] == [1, 2]
     assert "moved to metrics.jsonl.prev" in caplog.text
     assert ("no complete checkpoint" in caplog.text) == (resume == "auto")
+    # started a third time: the second run's rows go beside the first's, overwriting nothing
+    base.Session.open(config).tracker.finish()
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl.prev")] == [1, 2]
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl.prev2")] == [1]

@@ -68,12 +68,16 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 def set_aside_metrics(output_dir: Path) -> Path | None:
-    """Rename a ``metrics.jsonl`` left in ``output_dir`` by an earlier run to ``metrics.jsonl.prev`` (replacing an
-    older one), so that a run starting at step 0 there does not append its steps after the earlier run's."""
+    """Rename a ``metrics.jsonl`` left in ``output_dir`` by an earlier run to ``metrics.jsonl.prev`` (``.prev2``,
+    ... when earlier ones are there: none is overwritten), so that a run starting at step 0 there does not append its
+    steps after the earlier run's."""
     path = output_dir / "metrics.jsonl"
     if not path.is_file() or path.stat().st_size == 0:
         return None
-    kept = path.with_name("metrics.jsonl.prev")
+    kept, number = path.with_name("metrics.jsonl.prev"), 1
+    while kept.exists():
+        number += 1
+        kept = path.with_name(f"metrics.jsonl.prev{number}")
     os.replace(path, kept)
     logger.warning("%s held the metrics of an earlier run that left no checkpoint; moved to %s", path, kept.name)
     return kept

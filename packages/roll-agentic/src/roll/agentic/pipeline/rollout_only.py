@@ -47,7 +47,6 @@ class AgenticRolloutConfig(BaseConfig):
         """``roll validate``: each env entry's type, env_config and tools (nothing built); the ROCK envs' SDK, agent
         config, task file and service."""
         from roll.agentic.env.rock.checks import rock_checks
-        from roll.agentic.pool import env_checks
 
         return [*env_checks(self.custom_envs), *rock_checks(self.custom_envs)]
 
