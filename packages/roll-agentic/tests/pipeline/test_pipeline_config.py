@@ -57,6 +57,37 @@ def test_flat_keys_land_in_their_sections():
     assert (config.rollout.sequence_length, config.rollout.val_batch_size) == (2048, 16)
 
 
+def test_log_probs_are_taken_at_the_training_managers_sampling_temperature():
+    # ROLL's agentic files set generating_args on the env managers; the training turns are sampled at the training
+    # manager's temperature, so the loss, the old policy and the reference must read log-probs at that one too.
+    config = _config(
+        actor_infer={"model_args": ROLE, "generating_args": {"temperature": 1.0}},
+        train_env_manager={
+            "num_env_groups": 2,
+            "group_size": 4,
+            "tags": ["Lake"],
+            "generating_args": {"temperature": 0.7},
+        },
+        val_env_manager={"num_env_groups": 2, "group_size": 1, "tags": ["Lake"], "generating_args": {"temperature": 0}},
+    )
+    assert config.sampling_temperature == 0.7
+    assert config.actor_settings().temperature == 0.7
+    assert config.policy_settings().temperature == 0.7
+    assert (
+        _config(actor_infer={"model_args": ROLE, "generating_args": {"temperature": 0.5}}).sampling_temperature == 0.5
+    )
+    # greedy training turns have no temperature to divide by: log-probs of the plain softmax
+    greedy = _config(
+        train_env_manager={
+            "num_env_groups": 2,
+            "group_size": 4,
+            "tags": ["Lake"],
+            "generating_args": {"temperature": 0},
+        }
+    )
+    assert greedy.sampling_temperature == 1.0
+
+
 def test_grpo_normalizes_within_episode_groups_by_default():
     norm = _config().reward_normalization
     assert (norm.grouping, norm.method, norm.norm_mean_type, norm.norm_std_type) == (

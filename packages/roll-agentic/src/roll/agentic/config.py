@@ -356,6 +356,10 @@ class EnvManagerConfig(WorkerConfig):
             raise ValueError(f"{self.name}.generating_args.num_return_sequences must be 1 (one response per turn)")
         return self
 
+    def turn_generation(self, default: GenerationConfig) -> GenerationConfig:
+        """How this manager's turns are sampled: its own ``generating_args``, else ``default`` (actor_infer's)."""
+        return self.generating_args or default
+
     @property
     def num_envs(self) -> int:
         return self.num_env_groups * self.group_size

@@ -389,7 +389,10 @@ class AgenticConfig(BaseConfig):
 
     @property
     def sampling_temperature(self) -> float:
-        temperature = self.actor_infer.generating_args.temperature
+        """The temperature the training turns are sampled at (the training manager's ``generating_args``, else
+        actor_infer's): the loss's, the old policy's and the reference's log-probs are taken at it, as the rollout
+        engine's are (a validation manager's own sampling does not reach training)."""
+        temperature = self.train_env_manager.turn_generation(self.actor_infer.generating_args).temperature
         return temperature if temperature > 0 else 1.0
 
     @property

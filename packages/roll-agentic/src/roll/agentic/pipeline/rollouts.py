@@ -67,11 +67,6 @@ class PolicyEndpoint:
             self.server = None
 
 
-def turn_generation(manager: EnvManagerConfig, default: GenerationConfig) -> GenerationConfig:
-    """How ``manager``'s turns are sampled: its own ``generating_args``, else ``default`` (actor_infer's)."""
-    return manager.generating_args or default
-
-
 def make_scheduler(
     manager: EnvManagerConfig,
     custom_envs: dict[str, CustomEnvConfig],
@@ -86,7 +81,7 @@ def make_scheduler(
 ) -> RolloutScheduler:
     """A scheduler on EnvironmentWorker actors (``resources`` given) or in this process."""
     kwargs: dict[str, Any] = {
-        "generation_config": turn_generation(manager, generation_config),
+        "generation_config": manager.turn_generation(generation_config),
         "sequence_length": sequence_length,
         "mode": mode,
         "seed": seed,

@@ -36,7 +36,6 @@ from urllib.parse import unquote, urlparse
 
 from roll.agentic.env.registry import resolve_env_factory
 from roll.agentic.pipeline.config import AgenticConfig
-from roll.agentic.pipeline.rollouts import turn_generation
 from roll.pipelines.cache import cache_dir, write_stamp
 from roll.runtime.registry import import_target
 
@@ -142,7 +141,7 @@ def warmup_key(config: AgenticConfig) -> str:
         "envs": {tag: config.custom_envs[tag].model_dump(mode="json") for tag in sorted(set(manager.tags))},
         "sequence_length": config.rollout.sequence_length,
         # the warm-up's turns are cut to it (its other sampling settings do not reach the scripted policy)
-        "max_new_tokens": turn_generation(manager, config.actor_infer.generating_args).max_new_tokens,
+        "max_new_tokens": manager.turn_generation(config.actor_infer.generating_args).max_new_tokens,
         "actor_train": {
             "world_size": role.world_size,
             "model_args": role.model_args.model_dump(mode="json"),
