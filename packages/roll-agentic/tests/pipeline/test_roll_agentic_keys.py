@@ -123,3 +123,31 @@ def test_rolls_redundant_episodes_and_other_proxies_are_refused_by_name(tmp_path
     message = str(error.value)
     assert "train_env_manager.group_size_redundancy: unsupported" in message and "set 0 (got 2)" in message
     assert "train_env_manager.llm_proxy: unsupported" in message and "proxy_type: policy" in message
+
+
+def test_rolls_precedence_between_manager_and_actor_infer_sampling(tmp_path: Path) -> None:
+    # ROLL: without actor_infer.generating_args the training manager's become actor_infer's (a manager without its
+    # own then samples with them); with them, both managers sample with actor_infer's and their own are dropped.
+    managers = AGENTIC.replace("generating_args: {max_new_tokens: 16}", "generating_args: {temperature: 0.7}")
+    managers += "val_env_manager:\n  num_env_groups: 8\n  group_size: 1\n  tags: [Lake]\n"
+    path = _write(tmp_path, managers)
+    rows = {row.key: row for row in translate(*compose_file(path)).rows}
+    assert rows["train_env_manager.generating_args"].target == "actor_infer.generating_args"
+    config = load_config(path)
+    assert config.actor_infer.generating_args.temperature == 0.7
+    assert config.val_env_manager.turn_generation(config.actor_infer.generating_args).temperature == 0.7
+    assert config.sampling_temperature == 0.7
+
+    both = managers.replace(
+        "strategy_args: {strategy_name: hf_infer}",
+        "strategy_args: {strategy_name: hf_infer}\n  generating_args: {temperature: 0.9}",
+    ).replace(
+        "  group_size: 1\n  tags: [Lake]\n", "  group_size: 1\n  tags: [Lake]\n  generating_args: {temperature: 0.2}\n"
+    )
+    path = _write(tmp_path, both)
+    rows = {row.key: row for row in translate(*compose_file(path)).rows}
+    assert rows["train_env_manager.generating_args"].status == "ignored"
+    assert rows["val_env_manager.generating_args"].status == "ignored"
+    config = load_config(path)
+    assert config.train_env_manager.generating_args is None and config.val_env_manager.generating_args is None
+    assert config.sampling_temperature == 0.9

@@ -182,6 +182,10 @@ def roll_compat() -> str:
         "## Env-manager and reward-normalization keys (agentic: train_env_manager, val_env_manager)\n",
         head,
         *_rule_rows(ENV_MANAGER_KEYS, "<env manager>."),
+        "| `<env manager>.generating_args` | kept / ignored | `actor_infer.generating_args` | ROLL's precedence: a file that"
+        " sets `actor_infer.generating_args` samples both managers with them (the managers' own are ignored); one"
+        " that does not takes `train_env_manager.generating_args` as actor_infer's too. Training log-probs are taken"
+        " at the training manager's temperature |",
         *_rule_rows(REWARD_NORMALIZATION_KEYS, "reward_normalization."),
         "",
         "## Role keys (WorkerConfig, RewardConfig)\n",

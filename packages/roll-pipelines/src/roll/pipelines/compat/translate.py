@@ -207,9 +207,28 @@ class _Translator:
         if not rules or not isinstance(value, dict):
             return value
         out = dict(value)
+        if rules is ENV_MANAGER_KEYS and isinstance(out.get("generating_args"), dict):
+            self.manager_sampling(key, out)
         for name in [name for name in out if name in rules]:
             self.apply_rule(f"{key}.{name}", rules[name], out.pop(name))
         return out
+
+    def manager_sampling(self, key: str, manager: dict[str, Any]) -> None:
+        """ROLL's precedence between an env manager's ``generating_args`` and actor_infer's: a file that sets
+        actor_infer's samples both managers with them (the manager's own are dropped); one that does not takes the
+        training manager's as actor_infer's (what a manager without its own then samples with)."""
+        infer = self.source.get("actor_infer")
+        if isinstance(infer, dict) and infer.get("generating_args"):
+            manager.pop("generating_args")
+            self.row(f"{key}.generating_args", "ignored", note="ROLL samples both env managers with actor_infer's")
+        elif key == "train_env_manager":
+            self.set_path("actor_infer.generating_args", dict(manager["generating_args"]), key)
+            self.row(
+                f"{key}.generating_args",
+                "implemented-as",
+                "actor_infer.generating_args",
+                "also actor_infer's, as ROLL copies them when actor_infer sets none",
+            )
 
     def set_path(self, path: str, value: Any, key: str) -> None:
         node = self.out
