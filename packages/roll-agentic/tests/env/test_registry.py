@@ -101,3 +101,15 @@ def test_check_env_fits_env_config_without_building() -> None:
         check_env(f"{__name__}:ExpensiveEnv", {"strat": 2})
     with pytest.raises(ConfigError, match="gives a OrderedDict, which has no reset"):
         check_env("collections:OrderedDict", {})
+
+
+def test_rolls_env_types_marked_built_in_are_registered() -> None:
+    """docs/roll-compat.md's table of ROLL env types stays true: each one it calls built in resolves here."""
+    import re
+
+    from roll.agentic.env import ENVS
+    from roll.pipelines.compat.notes import ROLL_ENV_TYPES
+
+    built = [re.sub(r"`", "", name) for name, what in ROLL_ENV_TYPES if what.startswith("built in")]
+    assert {"roll_math", "roll_qa", "roll_code"} <= set(built)
+    assert [name for name in built if name not in ENVS] == []

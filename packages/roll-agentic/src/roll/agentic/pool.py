@@ -18,6 +18,7 @@ from roll.agentic.env.base import EnvLike
 from roll.agentic.env_manager import ENV_MANAGERS, ChatFormatter, EnvManager, EnvRunner, EpisodeResult, EpisodeTask
 from roll.agentic.policy.protocol import PolicyClient
 from roll.agentic.tools import check_tool, tool_wrapper
+from roll.pipelines.data import DataError
 from roll.runtime import ConfigError, import_target
 from roll.strategies import GenerationConfig
 
@@ -44,7 +45,8 @@ def build_env(spec: CustomEnvConfig) -> EnvLike:
 
 def check_env_spec(tag: str, spec: CustomEnvConfig) -> str:
     """``roll validate``: the entry's env type resolves to an env and takes its ``env_config``, and each tool of its
-    ``tool_wrapper`` resolves and takes its ``tool_args``; nothing is built. A ConfigError names ``custom_envs.<tag>``."""
+    ``tool_wrapper`` resolves and takes its ``tool_args``; nothing is built, but an env class's own ``check_args`` runs
+    (dataset envs read a local dataset). A ConfigError (or DataError) names ``custom_envs.<tag>``."""
     configs = [c.model_dump() for c in spec.tool_wrapper.tool_configs] if spec.tool_wrapper is not None else []
     nested = spec.env_config.get("tool_configs")  # envs that wrap themselves (tool_math) take ROLL's tool_configs
     configs += [c for c in nested if isinstance(c, dict) and "tool_id" in c] if isinstance(nested, list) else []
@@ -52,12 +54,14 @@ def check_env_spec(tag: str, spec: CustomEnvConfig) -> str:
         factory = check_env(spec.env_type, spec.env_config)
         for config in configs:
             check_tool(config["tool_id"], config.get("tool_args") or {})
-    except ConfigError as e:
+        check_args = getattr(factory, "check_args", None)
+        note = check_args(**spec.env_config) if isinstance(factory, type) and callable(check_args) else None
+    except (ConfigError, DataError) as e:
         # the same type: roll validate --no-ray reports what is about this machine only (NotHereError) as a warning
         raise type(e)(f"custom_envs.{tag}: {e}") from e
     name = getattr(factory, "__name__", None) or getattr(getattr(factory, "func", None), "__name__", "a factory")
     tools = f", tools {[c['tool_id'] for c in configs]}" if configs else ""
-    return f"{tag}: env_type {spec.env_type!r} ({name}){tools}"
+    return f"{tag}: env_type {spec.env_type!r} ({name}){tools}" + (f"; {note}" if note else "")
 
 
 def env_checks(custom_envs: Mapping[str, CustomEnvConfig]) -> list[Callable[[], str | None]]:
@@ -110,7 +114,10 @@ class EnvPool:
             limiter = self._limiters.setdefault(slot.tag, asyncio.Semaphore(spec.max_env_step_concurrent))
         cls = manager_class(spec.env_manager_cls)
         messages = bool(getattr(cls, "message_observations", False))
-        runner = EnvRunner(lambda: build_env(spec), spec.step_timeout_s, limiter=limiter, messages=messages)
+        try:
+            runner = EnvRunner(lambda: build_env(spec), spec.step_timeout_s, limiter=limiter, messages=messages)
+        except (ConfigError, DataError) as e:  # e.g. a dataset that cannot be read: say which entry
+            raise type(e)(f"custom_envs.{slot.tag}: {e}") from e
         if spec.use_thread_lock or getattr(runner.env, "uses_global_rng", False):
             runner.lock = self._serial_lock
         return cls(

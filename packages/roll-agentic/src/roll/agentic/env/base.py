@@ -66,6 +66,12 @@ class Env(ABC):
     #: RNG state its own previous call left, so concurrent episodes stay seeded.
     uses_global_rng: bool = False
 
+    #: True when the seed picks an item of a fixed list (a dataset's questions: ``seed % len``): validation then
+    #: gives the n-th round of the env's tag the seed n (0, 1, 2, ...) instead of a hashed seed, so a val run asks
+    #: the items in order, each once as far as the batch goes. An env class may also define a classmethod
+    #: ``check_args(**env_config) -> str | None`` that ``roll validate`` calls (e.g. to read its dataset).
+    seed_is_index: bool = False
+
     @abstractmethod
     def reset(self, seed: int | None = None) -> ResetOutput:
         """Start an episode; the same ``seed`` always gives the same initial state."""

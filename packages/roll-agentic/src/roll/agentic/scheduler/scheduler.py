@@ -5,7 +5,9 @@ concurrently (as many as the batch still needs), so a group that finishes early 
 round at once. When a round is done, training mode checks it: a round with a faulted or aborted episode is
 dropped (``groups_faulted``), the ``group_filter_cls`` may drop it (``groups_filtered``), and a replacement round
 is started, up to ``max_launch_factor`` times the groups needed. Validation mode keeps every round (faulted
-episodes count as failures) and replays the same seeds on every call, so validations are comparable.
+episodes count as failures) and replays the same seeds on every call, so validations are comparable. Its seeds are
+hashed like training's, except for tags whose env picks items by seed (``Env.seed_is_index``, e.g. ``roll_math``):
+their n-th validation round (in the fixed val order) gets the seed n, so a val run walks the dataset in order.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.env import resolve_env_factory
 from roll.agentic.env.base import EnvOutputError
 from roll.agentic.env_manager import EpisodeResult, EpisodeTask, concat_samples
 from roll.agentic.policy.protocol import PolicyClient
@@ -67,6 +71,13 @@ def check_custom_envs(config: EnvManagerConfig, custom_envs: dict[str, CustomEnv
         )
 
 
+def index_seeded_tags(config: EnvManagerConfig, custom_envs: dict[str, CustomEnvConfig]) -> set[str]:
+    """The tags of ``config`` whose env picks items by seed (``seed_is_index``): validated in item order."""
+    return {
+        tag for tag in config.tags if getattr(resolve_env_factory(custom_envs[tag].env_type), "seed_is_index", False)
+    }
+
+
 class RolloutScheduler:
     """Groups, seeds, filters and batch assembly over an :class:`EpisodeExecutor` (local or Ray)."""
 
@@ -79,12 +90,15 @@ class RolloutScheduler:
         mode: Mode = "train",
         seed: int = 0,
         max_launch_factor: int = 4,
+        index_seeded_tags: Collection[str] = (),
     ) -> None:
+        """``index_seeded_tags``: tags validated with the seeds 0, 1, 2, ... (see the module docstring)."""
         if mode not in ("train", "val"):
             raise ConfigError(f"scheduler mode must be 'train' or 'val', got {mode!r}")
         self.config, self.executor, self.pad_token_id = config, executor, pad_token_id
         self.mode, self.seed, self.max_launch_factor = mode, seed, max_launch_factor
         self.groups = plan_groups(config)
+        self.index_seeded_tags = frozenset(index_seeded_tags)
         self.group_filter = import_target(config.group_filter_cls, f"{config.name}.group_filter_cls")(config, mode)
         self._next_episode = [0] * len(self.groups)
         self._cursor = 0
@@ -116,7 +130,11 @@ class RolloutScheduler:
             custom_envs, tokenizer, client, generation_config=generation_config, sequence_length=sequence_length
         )
         slots = [slot for plan in plan_groups(config) for slot in plan.slots()]
-        return cls(config, LocalExecutor(pool, slots), pad_token_id=pool.pad_token_id, mode=mode, seed=seed, **kwargs)
+        indexed = index_seeded_tags(config, custom_envs) if mode == "val" else set()
+        executor = LocalExecutor(pool, slots)
+        return cls(
+            config, executor, pad_token_id=pool.pad_token_id, mode=mode, seed=seed, index_seeded_tags=indexed, **kwargs
+        )
 
     @classmethod
     def on_ray(
@@ -147,7 +165,8 @@ class RolloutScheduler:
             slots=slots_by_rank(config, plan_groups(config)),
         )
         executor = RayExecutor.create(config, resource_manager, setup)
-        return cls(config, executor, pad_token_id=int(pad), mode=mode, seed=seed, **kwargs)
+        indexed = index_seeded_tags(config, custom_envs) if mode == "val" else set()
+        return cls(config, executor, pad_token_id=int(pad), mode=mode, seed=seed, index_seeded_tags=indexed, **kwargs)
 
     # --- batches ----------------------------------------------------------------------------------------
     def get_batch(self, batch_size: int | None = None, global_step: int = 0) -> RolloutBatch:
@@ -213,8 +232,15 @@ class RolloutScheduler:
             return plan
         return None
 
+    def _seed(self, plan: GroupPlan, episode_id: int) -> int:
+        if self.mode == "val" and plan.tag in self.index_seeded_tags:
+            # the round's place among its tag's val rounds: every group's episode 0 in group order, then episode 1...
+            peers = [group.group_id for group in self.groups if group.tag == plan.tag]
+            return episode_id * len(peers) + peers.index(plan.group_id)
+        return episode_seed(self.seed, plan.group_id, episode_id)
+
     async def _play(self, plan: GroupPlan, episode_id: int, launch: int) -> _Round:
-        seed = episode_seed(self.seed, plan.group_id, episode_id)
+        seed = self._seed(plan, episode_id)
         tasks = []
         for env_id in plan.env_ids:
             traj_group_id, traj_id = episode_ids(plan.tag, plan.group_id, episode_id, seed, env_id)

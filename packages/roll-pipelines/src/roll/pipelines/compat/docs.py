@@ -33,7 +33,7 @@ from roll.pipelines.compat.keys import (
     TRAINING_ARGS,
     Rule,
 )
-from roll.pipelines.compat.notes import SEMANTICS_NOTES
+from roll.pipelines.compat.notes import ROLL_ENV_TYPES, SEMANTICS_NOTES
 
 __all__ = ["config_reference", "roll_compat", "write_docs"]
 
@@ -178,6 +178,10 @@ def roll_compat() -> str:
         "## Pipeline-specific top-level keys\n",
         head,
         *[row for name, table in PIPELINE_KEYS.items() for row in _rule_rows(table, f"({name}) ")],
+        "",
+        "## ROLL env types (agentic: custom_envs.<tag>.env_type)\n",
+        "| ROLL env_type | roll |\n|---|---|",
+        *(f"| {env_type} | {_cell(what)} |" for env_type, what in ROLL_ENV_TYPES),
         "",
         "## Env-manager and reward-normalization keys (agentic: train_env_manager, val_env_manager)\n",
         head,

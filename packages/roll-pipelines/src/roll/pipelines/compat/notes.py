@@ -5,7 +5,7 @@ Data only; :mod:`roll.pipelines.compat.docs` renders it into ``docs/roll-compat.
 
 from __future__ import annotations
 
-__all__ = ["SEMANTICS_NOTES"]
+__all__ = ["ROLL_ENV_TYPES", "SEMANTICS_NOTES"]
 
 # (ROLL keys, what ROLL's code does, what roll does)
 SEMANTICS_NOTES: list[tuple[str, str, str]] = [
@@ -114,5 +114,30 @@ SEMANTICS_NOTES: list[tuple[str, str, str]] = [
         "the score is the sum of step rewards; one trajectory-wise sample.",
         "The traj env manager with `env_instruction_in_system: true` (same messages and score); ROLL's other runners "
         "(ToolCallRunner, the ROCK runners) are refused by name.",
+    ),
+]
+
+# ROLL's registered env types (roll/pipeline/agentic/env/__init__.py), as markdown -> what roll does with them.
+# "built in" rows name roll's env of the same name (roll-agentic's tests check that each is registered).
+ROLL_ENV_TYPES: list[tuple[str, str]] = [
+    ("`frozen_lake`", "built in (roll.agentic.env.frozen_lake); ROLL's defaults written in"),
+    ("`sokoban`", "built in (roll.agentic.env.sokoban); ROLL's defaults written in"),
+    ("`sokoban_native_env`", "built in (roll.agentic.env.sokoban_native)"),
+    ("`rock_tb_native_env`", "built in (roll.agentic.env.rock; the ROCK service and `roll-agentic[rock]`)"),
+    (
+        "`roll_math`",
+        "built in (roll.agentic.env.dataset_envs): a dataset's question, the last `\\boxed{}` graded by roll's math "
+        "grader; validation asks the dataset's rows in order, each once as far as the val batch goes",
+    ),
+    ("`roll_qa`", "built in: `<answer>` (or `\\boxed{}`) by normalised exact match; validated as roll_math"),
+    ("`roll_code`", "built in: the last code block against the row's tests in roll's sandbox; validated as roll_math"),
+    ("GEM ids (`math:...`, `game:...`, `qa:...`)", "GEM's own envs through `roll-agentic[gem]`"),
+    (
+        "`sokoban_mcp`, `sokoban_sandbox`, `sokoban_tool_call`",
+        "not built: unknown env_type (an error naming roll's types)",
+    ),
+    (
+        "`deepeyes`, `webshop`, `openreward_env`, `atropos_env`",
+        "not built: unknown env_type (an error naming roll's types)",
     ),
 ]

@@ -1,0 +1,145 @@
+"""The questions of a dataset env (``roll_math``, ``roll_qa``, ``roll_code``): read once per process, checked, and
+picked by seed.
+
+``dataset_name`` is one of:
+
+* a local ``.jsonl``, ``.json``, ``.parquet``, ``.arrow`` or ``.csv`` file;
+* a local folder: a ``save_to_disk`` folder (``split`` picks a DatasetDict's split), or, as in ROLL, a folder of
+  data files of one type, read in name order;
+* a Hugging Face dataset id (``namespace/name``), loaded with ``datasets`` (``split`` picks its split; see
+  :mod:`roll.pipelines.data.sources` for the cache and ``HF_HUB_OFFLINE``).
+
+Every row must hold the env's keys (``question_key`` and the answer or test key): a row without one is a
+:class:`~roll.pipelines.data.DataError` naming the file, the 0-based row and the key, never skipped. The rows are kept
+in a per-process cache, so the envs of one worker share one copy.
+
+A seed picks row ``seed % len(rows)``: equal seeds give equal questions on any worker, the hashed seeds of training
+draw rows uniformly, and validation (which gives these envs the seeds 0, 1, 2, ... per tag, see
+:attr:`roll.agentic.env.base.Env.seed_is_index`) walks the rows in order.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from roll.pipelines.data import DataError, validate_rows
+from roll.pipelines.data.loading import default_cache_dir
+from roll.pipelines.data.sources import FILE_SUFFIXES, check_data_reference, is_saved_dataset, read_source
+from roll.runtime import ConfigError, MissingExtraError
+
+__all__ = ["check_dataset", "load_questions", "row_for_seed"]
+
+_SUFFIXES = (*FILE_SUFFIXES, ".csv")
+_CACHE: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+_CHECKED: set[tuple[str, str | None, tuple[tuple[str, str], ...]]] = set()
+_LOCK = threading.Lock()
+
+
+def _read_csv(path: Path) -> list[dict[str, Any]]:
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            return [dict(row) for row in csv.DictReader(f)]
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise DataError(f"{path}: not a readable UTF-8 CSV file ({e}); fix or re-export it") from None
+
+
+def _read_file(path: Path, field: str) -> list[Any]:
+    if path.suffix.lower() == ".csv":
+        return _read_csv(path)
+    return read_source(path, field, "train", default_cache_dir())[0]
+
+
+def _read_folder(path: Path, field: str) -> list[Any]:
+    """ROLL's folder of data files: every file, in name order, all of one type."""
+    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    suffixes = {p.suffix.lower() for p in files}
+    if not files or len(suffixes) > 1 or not suffixes <= set(_SUFFIXES):
+        raise DataError(
+            f"{field}: the folder {str(path)!r} must hold data files of one type ({', '.join(_SUFFIXES)}) or be a "
+            f"save_to_disk folder; it has {sorted(p.name for p in files)[:8]}"
+        )
+    return [row for p in files for row in _read_file(p, field)]
+
+
+def _read_saved_split(path: Path, split: str, field: str) -> list[Any]:
+    try:
+        import datasets
+    except ImportError as e:
+        raise MissingExtraError("save_to_disk folders", "roll-pipelines", "datasets", cause=str(e)) from e
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except Exception as e:  # datasets raises FileNotFoundError, ValueError, pyarrow errors...
+        raise DataError(
+            f"{field}: {str(path)!r} is no readable save_to_disk folder ({type(e).__name__}: {e})"
+        ) from None
+    if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+            raise DataError(f"{field}: {str(path)!r} has no split {split!r}; it has {list(loaded)}")
+        loaded = loaded[split]
+    return list(loaded.to_list())
+
+
+def _read(dataset_name: str, split: str | None, field: str) -> list[Any]:
+    path = Path(dataset_name).expanduser()
+    if path.is_dir():
+        if not is_saved_dataset(path):
+            return _read_folder(path, field)
+        if split is not None:
+            return _read_saved_split(path, split, field)
+    if path.is_file():
+        if path.suffix.lower() not in _SUFFIXES:
+            raise DataError(f"{field}: unsupported file type {path.suffix!r} of {dataset_name!r}; use {_SUFFIXES}")
+        return _read_file(path, field)
+    # a hub id (read_source names a missing local path); its split, if given, as read_source spells it
+    name = f"{dataset_name}:{split}" if split is not None else dataset_name
+    return read_source(name, field, "train", default_cache_dir())[0]
+
+
+def load_questions(
+    dataset_name: str, split: str | None, keys: Mapping[str, tuple[str, Any]], *, env: str
+) -> list[dict[str, Any]]:
+    """The rows of ``dataset_name`` (``split``), read once per process and shared, each checked to hold the columns
+    of ``keys`` (env_config option -> (column, type or tuple of types, as
+    :func:`roll.pipelines.data.validate_rows` takes them))."""
+    if not isinstance(dataset_name, str) or not dataset_name.strip():
+        raise ConfigError(f"{env} needs env_config.dataset_name: a local data file or folder, or a hub dataset id")
+    field = f"{env} env_config.dataset_name"
+    key = (dataset_name, split)
+    required = {column: types for column, types in keys.values()}
+    checked = (dataset_name, split, tuple(sorted((k, str(v)) for k, v in required.items())))
+    with _LOCK:
+        rows = _CACHE.get(key)
+        if rows is None:
+            rows = _read(dataset_name, split, field)
+            _CACHE[key] = rows
+        if checked not in _CHECKED:
+            try:
+                validate_rows(rows, dataset_name, required)
+            except DataError as e:
+                options = ", ".join(f"{option}={column!r}" for option, (column, _) in keys.items())
+                raise DataError(f"{env}: {e}, or point env_config at the dataset's columns ({options})") from None
+            _CHECKED.add(checked)
+    return rows
+
+
+def row_for_seed(rows: list[dict[str, Any]], seed: int | None) -> int:
+    """The row a reset with ``seed`` plays: ``seed % len(rows)`` (a seed of None draws one at random)."""
+    if seed is None:
+        return random.randrange(len(rows))
+    return int(seed) % len(rows)
+
+
+def check_dataset(dataset_name: str, split: str | None, keys: Mapping[str, tuple[str, Any]], *, env: str) -> str:
+    """``roll validate``: a local dataset is read and its rows checked; a hub id is looked up in the cache (a note
+    when it is downloaded at run time). Raises DataError (DataNotFoundError for a local path that is not there)."""
+    path = Path(str(dataset_name)).expanduser()
+    if isinstance(dataset_name, str) and not path.exists():
+        note = check_data_reference(dataset_name, f"{env} env_config.dataset_name")
+        return note or f"{dataset_name} (hub dataset, in the cache)"
+    rows = load_questions(dataset_name, split, keys, env=env)
+    return f"{len(rows)} questions in {dataset_name}"
