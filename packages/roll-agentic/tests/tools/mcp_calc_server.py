@@ -1,4 +1,5 @@
-"""A tiny MCP server over stdio for the mcp tool's tests: add two integers, or fail on purpose."""
+"""A tiny MCP server for the mcp tool's tests: add two integers, or fail on purpose. Over stdio, or with the arguments
+``sse PORT`` over HTTP (server-sent events) on 127.0.0.1:PORT/sse."""
 
 from __future__ import annotations
 
@@ -20,4 +21,9 @@ def explode(message: str) -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    import sys
+
+    if sys.argv[1:2] == ["sse"]:
+        server.run("sse", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")

@@ -85,3 +85,48 @@ def test_roll_validate_finds_a_server_command_that_is_not_here() -> None:
     tools = {"tool_configs": [{"tool_id": "mcp", "tool_args": {"command": "/nonexistent/mcp-server"}}]}
     with pytest.raises(NotHereError, match=r"custom_envs\.Lake: the mcp tool's command"):
         check_env_spec("Lake", CustomEnvConfig(env_type="frozen_lake", tool_wrapper=tools))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_mcp_tool_over_sse_at_server_url() -> None:
+    """ROLL's ``server_url``: a running server spoken to over HTTP (SSE); validate warns while it does not answer."""
+    import subprocess
+    import urllib.request
+
+    from roll.agentic.tools import check_tool
+    from roll.pipelines.validate import ServiceUnreachableError
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/sse"
+    with pytest.raises(ServiceUnreachableError, match=f"server_url '{url}' does not answer"):
+        check_tool("mcp", {"server_url": url})
+    with pytest.raises(ConfigError, match="command .* or server_url, one of them"):
+        check_tool("mcp", {"server_url": url, "command": sys.executable})
+    server = subprocess.Popen([sys.executable, SERVER, "sse", str(port)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=1).close()
+                break
+            except urllib.error.HTTPError:
+                break
+            except OSError:
+                time.sleep(0.2)
+        check_tool("mcp", {"server_url": url})
+        tool = make_tool("mcp", server_url=url, timeout_s=30, startup_timeout_s=60)
+        try:
+            assert {s.name for s in tool.specs()} == {"add", "explode"}
+            assert tool.call("add", {"a": 20, "b": 22}).output == "42"
+        finally:
+            tool.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

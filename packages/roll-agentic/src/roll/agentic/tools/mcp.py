@@ -1,4 +1,5 @@
-"""``mcp``: the tools of a Model Context Protocol server, started as a subprocess and spoken to over stdio.
+"""``mcp``: the tools of a Model Context Protocol server, started as a subprocess and spoken to over stdio, or
+(``server_url``, ROLL's key) a running server spoken to over HTTP with server-sent events (SSE).
 
 Needs ``pip install 'roll-agentic[mcp]'`` (the ``mcp`` SDK). The session lives on a private event loop in a
 background thread, so the synchronous :meth:`MCPTool.call` (made from an env's ``step``) can use it; one server
@@ -12,6 +13,8 @@ import concurrent.futures
 import os
 import shutil
 import threading
+import urllib.error
+import urllib.request
 from typing import Any
 
 from roll.agentic.tools.base import Tool, ToolResult, ToolSpec
@@ -47,10 +50,24 @@ class MCPTool(Tool):
     """Every tool the server lists (or only ``tool_names``), each callable by its MCP name."""
 
     @staticmethod
-    def check_args(command: str, cwd: str | None = None, **_: Any) -> None:
-        """``roll validate``: the server's command is a program on this machine (on PATH, or a path)."""
-        from roll.pipelines.validate import NotHereError
+    def check_args(command: str | None = None, cwd: str | None = None, server_url: str | None = None, **_: Any) -> None:
+        """``roll validate``: one of ``command`` and ``server_url``; the command is a program on this machine (on PATH,
+        or a path), the server at ``server_url`` answers (any HTTP answer counts)."""
+        from roll.pipelines.validate import NotHereError, ServiceUnreachableError
 
+        if server_url is not None and command is None:
+            try:
+                urllib.request.urlopen(urllib.request.Request(server_url, method="HEAD"), timeout=3.0).close()
+            except urllib.error.HTTPError:
+                pass  # it answered
+            except (OSError, ValueError) as e:
+                raise ServiceUnreachableError(
+                    f"the mcp tool's server_url {server_url!r} does not answer ({getattr(e, 'reason', e)}); start the "
+                    "MCP server or fix server_url"
+                ) from None
+            return
+        if command is None or server_url is not None:
+            raise ConfigError("the mcp tool needs tool_args.command (a server to start) or server_url, one of them")
         found = shutil.which(command) or (shutil.which(command, path=cwd) if cwd else None)
         if not found and not os.path.isfile(os.path.join(cwd or "", command)):
             raise NotHereError(
@@ -60,16 +77,24 @@ class MCPTool(Tool):
 
     def __init__(
         self,
-        command: str,
+        command: str | None = None,
         args: list[str] | None = None,
         env: dict[str, str] | None = None,
         cwd: str | None = None,
         tool_names: list[str] | None = None,
         timeout_s: float = 30.0,
         startup_timeout_s: float = 60.0,
+        server_url: str | None = None,
     ) -> None:
         mcp = _import_mcp()
-        self._params = mcp.StdioServerParameters(command=command, args=list(args or []), env=env, cwd=cwd)
+        if (command is None) == (server_url is None):
+            raise ConfigError("the mcp tool needs tool_args.command (a server to start) or server_url, one of them")
+        self._url = server_url
+        self._params = (
+            None
+            if command is None
+            else mcp.StdioServerParameters(command=command, args=list(args or []), env=env, cwd=cwd)
+        )
         self.timeout_s = timeout_s
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="roll-mcp-client", daemon=True)
@@ -84,7 +109,8 @@ class MCPTool(Tool):
         except BaseException as e:
             self._served.cancel()  # a session still starting never waits for close()'s stop: end it now
             self.close()
-            raise ConfigError(f"the MCP server {command} {' '.join(args or [])} did not start: {e}") from e
+            where = server_url if command is None else f"{command} {' '.join(args or [])}"
+            raise ConfigError(f"the MCP server {where} did not start: {e}") from e
         if tool_names is not None:
             missing = sorted(set(tool_names) - {s.name for s in specs})
             if missing:
@@ -98,7 +124,7 @@ class MCPTool(Tool):
         mcp = _import_mcp()
         self._stop = asyncio.Event()
         try:
-            async with mcp.stdio_client(self._params) as (read, write), mcp.ClientSession(read, write) as session:
+            async with self._transport(mcp) as (read, write), mcp.ClientSession(read, write) as session:
                 await session.initialize()
                 listed = await session.list_tools()
                 self._session = session
@@ -112,6 +138,13 @@ class MCPTool(Tool):
         finally:
             self._session = None
             self._ended.set()
+
+    def _transport(self, mcp: Any) -> Any:
+        if self._url is None:
+            return mcp.stdio_client(self._params)
+        from mcp.client.sse import sse_client
+
+        return sse_client(self._url, timeout=self.timeout_s)
 
     def specs(self) -> list[ToolSpec]:
         return list(self._specs)

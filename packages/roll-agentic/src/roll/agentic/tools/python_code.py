@@ -3,6 +3,10 @@
 The program runs through :func:`roll.pipelines.rewards.sandbox.run_untrusted` (a contained subprocess: rlimits,
 no network, private working directory; see that module for the layers). A run that exits non-zero, times out or
 hits a limit is a failed call whose output says why.
+
+ROLL's (GEM's) tool_args are accepted: ``timeout`` is ``timeout_s``; ``sandbox_type`` (``none`` or ``bwrap``, GEM's
+choice of wrapper) changes nothing, every program runs in roll's sandbox; ``keep_error_last_line: false`` returns the
+whole stderr of a failed run (clipped) after its output instead of the last line only (roll's default, true).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Any
 
 from roll.agentic.tools.base import Tool, ToolResult, ToolSpec
 from roll.pipelines.rewards.sandbox import run_untrusted
+from roll.runtime import ConfigError
 
 __all__ = ["PythonCodeTool"]
 
@@ -25,7 +30,17 @@ class PythonCodeTool(Tool):
         memory_mb: int = 512,
         max_output_chars: int = 1000,
         description: str | None = None,
+        timeout: float | None = None,
+        sandbox_type: str = "none",
+        keep_error_last_line: bool = True,
     ) -> None:
+        if sandbox_type not in ("none", "bwrap"):
+            raise ConfigError(
+                f"python_code sandbox_type={sandbox_type!r}: use 'none' or 'bwrap' (roll's sandbox runs either way)"
+            )
+        if timeout is not None:  # ROLL's spelling
+            timeout_s = timeout
+        self.keep_error_last_line = keep_error_last_line
         self.name = name
         self.timeout_s, self.memory_mb, self.max_output_chars = timeout_s, memory_mb, max_output_chars
         self.description = description or (
@@ -55,4 +70,6 @@ class PythonCodeTool(Tool):
         printed = self._clip(result.stdout) if result.stdout else ""
         if printed and not printed.endswith("\n"):
             printed += "\n"
+        if not self.keep_error_last_line and result.stderr.strip():
+            return ToolResult(False, f"{printed}{self._clip(result.stderr.strip())}")
         return ToolResult(False, f"{printed}Error: {result.reason or result.status}")

@@ -4,6 +4,11 @@ Backends follow :class:`SearchBackend` (``search(query, top_k) -> list[SearchHit
 default) reads ``corpus_path``: a ``.jsonl`` file of objects with ``text`` (or ``contents``), optional ``title``
 and ``id``, or any other text file with one document per non-empty line. Any other ``backend`` value is an import
 path (``"my_pkg.search:Engine"``) of a class built with ``backend_kwargs``.
+
+``search_url`` (ROLL's key) asks a retrieval server over HTTP instead (:class:`HttpSearchBackend`): the JSON protocol
+of the Search-R1 retrieval server that ROLL's search examples start (``POST {"queries": [q], "topk": k,
+"return_scores": true}`` -> ``{"result": [[{"document": {"contents": ...}, "score": s}, ...]]}``, each document's
+``contents`` its title line, then its text).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import urllib.error
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 from roll.agentic.tools.base import Tool, ToolResult, ToolSpec
 from roll.runtime import ConfigError, import_target
 
-__all__ = ["BM25Index", "SearchBackend", "SearchHit", "SearchTool", "load_documents"]
+__all__ = ["BM25Index", "HttpSearchBackend", "SearchBackend", "SearchHit", "SearchTool", "load_documents"]
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 
@@ -106,8 +113,56 @@ class BM25Index:
         ]
 
 
+class HttpSearchBackend:
+    """A retrieval server at ``url`` (Search-R1's protocol, see the module docstring); a server that answers one
+    query's list (``{"result": [{...}, ...]}``) is read too. Failures raise OSError or ValueError."""
+
+    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
+        self.url, self.timeout_s = url, timeout_s
+
+    def search(self, query: str, top_k: int) -> list[SearchHit]:
+        body = json.dumps({"queries": [query], "topk": top_k, "return_scores": True}).encode()
+        request = urllib.request.Request(self.url, body, {"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            answer = json.loads(response.read())
+        result = answer.get("result") if isinstance(answer, dict) else None
+        if not isinstance(result, list):
+            raise ValueError(f"the retrieval server's answer has no 'result' list: {str(answer)[:120]}")
+        items = result[0] if result and isinstance(result[0], list) else result
+        return [_hit(item, rank) for rank, item in enumerate(items[:top_k])]
+
+
+def _hit(item: Any, rank: int) -> SearchHit:
+    document = item.get("document", item) if isinstance(item, dict) else None
+    if not isinstance(document, dict):
+        raise ValueError(f"a retrieval result is not a document: {str(item)[:120]}")
+    contents = str(document.get("contents", document.get("text", "")))
+    title, _, text = contents.partition("\n")  # the corpus stores '"Title"\ntext' (wiki-18)
+    if not text:
+        title, text = "", contents
+    title = str(document.get("title", title)).strip().strip('"')
+    return SearchHit(str(document.get("id", rank)), title, text.strip(), float(item.get("score", 0.0)))
+
+
 class SearchTool(Tool):
     """One function, ``search(query)``, returning the ``top_k`` best passages."""
+
+    @staticmethod
+    def check_args(search_url: str | None = None, **_: Any) -> None:
+        """``roll validate``: a ``search_url`` answers (any HTTP answer counts)."""
+        if search_url is None:
+            return
+        from roll.pipelines.validate import ServiceUnreachableError
+
+        try:
+            urllib.request.urlopen(search_url, timeout=3.0).close()
+        except urllib.error.HTTPError:
+            pass  # it answered (a retrieval endpoint takes POST only)
+        except (OSError, ValueError) as e:
+            raise ServiceUnreachableError(
+                f"the search tool's search_url {search_url} does not answer ({getattr(e, 'reason', e)}); start the "
+                "retrieval server or fix search_url"
+            ) from None
 
     def __init__(
         self,
@@ -117,14 +172,20 @@ class SearchTool(Tool):
         top_k: int = 3,
         max_chars_per_hit: int = 500,
         name: str = "search",
+        search_url: str | None = None,
+        timeout_s: float = 5.0,
     ) -> None:
         if top_k < 1:
             raise ConfigError(f"search top_k={top_k} must be >= 1")
         self.name, self.top_k, self.max_chars_per_hit = name, top_k, max_chars_per_hit
-        if backend == "bm25":
+        if search_url is not None:
+            if corpus_path is not None or backend != "bm25":
+                raise ConfigError("the search tool takes search_url or corpus_path/backend, not both")
+            self.backend: SearchBackend = HttpSearchBackend(search_url, timeout_s)
+        elif backend == "bm25":
             if corpus_path is None:
                 raise ConfigError("the search tool's bm25 backend needs corpus_path (a .jsonl or text file)")
-            self.backend: SearchBackend = BM25Index.from_file(corpus_path, **(backend_kwargs or {}))
+            self.backend = BM25Index.from_file(corpus_path, **(backend_kwargs or {}))
         else:
             self.backend = import_target(backend, "search tool_args.backend")(**(backend_kwargs or {}))
             if not isinstance(self.backend, SearchBackend):
@@ -142,7 +203,10 @@ class SearchTool(Tool):
         query = arguments.get("query")
         if not isinstance(query, str) or not query.strip():
             return ToolResult(False, 'search needs a non-empty "query" string argument')
-        hits = self.backend.search(query, self.top_k)
+        try:
+            hits = self.backend.search(query, self.top_k)
+        except (OSError, ValueError) as e:  # a server that is down or answers garbage: a failed call, not a crash
+            return ToolResult(False, f"search failed: {type(e).__name__}: {e}")
         if not hits:
             return ToolResult(True, "No results.")
         lines = []
