@@ -5,6 +5,11 @@ warmed-up clone back and continues the uninterrupted one."""
 from __future__ import annotations
 
 import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -212,8 +217,25 @@ def test_entries_are_written_whole(tmp_path: Path):
     assert cache.metrics() == {"warmup/nll": [1.0]} and not again.exists()
 
 
+def test_a_save_removes_the_folders_of_saves_that_died_on_this_host(tmp_path: Path):
+    (tmp_path / "model").mkdir()
+    cache = WarmupCache(AgenticConfig.model_validate(_data(str(tmp_path / "model"))), root=tmp_path / "cache")
+    cache.root.mkdir(parents=True)
+    host = socket.gethostname()
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid that no process has now
+    died = cache.root / f".otherkey.tmp-{host}-{dead.pid}"
+    running = cache.root / f".otherkey.tmp-{host}-{os.getppid()}"  # a live process still writing
+    elsewhere = cache.root / f".otherkey.tmp-otherhost-{dead.pid}"  # another node's, on a shared filesystem
+    for folder in (died, running, elsewhere):
+        (folder / "actor_train").mkdir(parents=True)
+    staged = cache.staging()
+    assert staged.name == f".{cache.key}.tmp-{host}-{os.getpid()}"
+    assert not died.exists() and running.exists() and elsewhere.exists()
+
+
 @pytest.mark.integration
-def test_reference_is_anchored_on_the_warmed_up_policy_also_after_resume(ray_env, tmp_path: Path, monkeypatch):
+def test_reference_is_anchored_on_the_warmed_up_policy_also_after_resume(ray_env, tmp_path: Path, monkeypatch, caplog):
     """``warmup.reference: warmed`` (the default): RL's first step measures KL 0 to the reference (it holds the
     clone); ``model`` leaves it on the model before behaviour cloning. A resumed run gets the clone back."""
     monkeypatch.setenv("ROLL_CACHE_DIR", str(tmp_path / "cache"))
@@ -241,6 +263,12 @@ def test_reference_is_anchored_on_the_warmed_up_policy_also_after_resume(ray_env
     assert [row["step"] for row in resumed] == [2]
     for key in ("actor/kl_loss", "actor/pg_loss", "actor/log_prob"):
         assert resumed[0][key] == pytest.approx(anchored[2][key], rel=1e-5, abs=1e-8), key
+    # the cached clone gone (cleared, or the code changed since the run started): the resume says it warms up again
+    shutil.rmtree(tmp_path / "cache")
+    with caplog.at_level(logging.WARNING, logger="roll.agentic.pipeline.pipeline"):
+        rebuilt = run("rebuilt", resume_from_checkpoint=str(tmp_path / "anchored" / "checkpoints" / "step-00000001"))
+    assert "the warm-up cache has no entry for this config and code" in caplog.text
+    assert rebuilt[0]["actor/kl_loss"] == pytest.approx(anchored[2]["actor/kl_loss"], rel=1e-5, abs=1e-8)
 
 
 MODEL = "tiny://nano?seed=0"

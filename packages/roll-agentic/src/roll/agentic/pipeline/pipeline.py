@@ -393,6 +393,15 @@ class AgenticPipeline(BasePipeline):
             # warm-up), hand them over, then let the checkpoint replace actor_train's state
             if not self.config.warmup.cache:
                 logger.warning("resuming: warming up again for the reference (warmup.cache: true avoids it)")
+            elif (cache := WarmupCache(self.config)).metrics() is None:
+                logger.warning(
+                    "resuming: the warm-up cache has no entry for this config and code (key %s under %s; the code or "
+                    "a setting the warm-up depends on changed since the run started, or the cache was cleared): "
+                    "warming up again, so the reference is anchored on a retrained clone, which may differ from the "
+                    "one this run started from",
+                    cache.key,
+                    cache.root,
+                )
             self.trained_warm_up()
         start = self.resume()
         last: dict[str, float] = {}

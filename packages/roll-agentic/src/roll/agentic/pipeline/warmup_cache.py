@@ -16,9 +16,9 @@ of every ``.py`` file of a roll package installed in development mode (``pip ins
 generator, say, trains the warm-up again). Not the run's ``seed``: the warm-up's episodes, sampling and mini-batches
 follow ``warmup.seed``, so runs that differ only in their seed share one warm-up. What it cannot see is an edit of a
 module that those modules import, outside roll's development installs: delete the folder (or set ``warmup.cache:
-false``) after changing such code. Entries are written to a temporary folder and renamed
-into place, so a crash leaves no half-written entry; on a multi-node cluster the cache directory must be on a shared
-filesystem (as for ``recipe://`` models).
+false``) after changing such code. Entries are written to a temporary folder and renamed into place, so a crash
+leaves no half-written entry (the next save on that host removes the folder it left); on a multi-node cluster the
+cache directory must be on a shared filesystem (as for ``recipe://`` models).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import inspect
 import json
 import os
 import shutil
+import socket
 from functools import partial
 from importlib import metadata
 from pathlib import Path
@@ -67,6 +68,17 @@ def _files(model: str | None) -> list[tuple[str, int, int]] | str | None:
             info = path.stat()
             out.append((str(path.relative_to(root)), info.st_size, info.st_mtime_ns))
     return out
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _digest(paths: list[Path], root: Path) -> str:
@@ -177,9 +189,15 @@ class WarmupCache:
         return dict(json.loads(stamp.read_text())["metrics"])
 
     def staging(self) -> Path:
-        """An empty folder beside the entry to write a new one into (its checkpoint goes to ``<it>/actor_train``)."""
+        """An empty folder beside the entry to write a new one into (its checkpoint goes to ``<it>/actor_train``).
+        Folders left by runs of this host that died while saving are removed first."""
         self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".{self.key}.tmp-{os.getpid()}"
+        host = socket.gethostname()
+        for left in self.root.glob(f".*.tmp-{host}-*"):
+            pid = left.name.rsplit("-", 1)[1]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(left, ignore_errors=True)
+        tmp = self.root / f".{self.key}.tmp-{host}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         return tmp
