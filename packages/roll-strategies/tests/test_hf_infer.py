@@ -18,6 +18,7 @@ from roll.strategies import (
     StrategyWorkerConfig,
     validate_strategy_config,
 )
+from roll.strategies.generation import SAMPLING_SEED_KEY
 from roll.strategies.hf._loading import choose_dtype
 from roll.strategies.hf.config import HfInferConfig
 from roll.strategies.ops import log_probs_from_logits, response_logits
@@ -125,6 +126,59 @@ def test_seeded_sampling_is_reproducible_and_samples_differ(strategy):
     assert not torch.equal(first["responses"], other["responses"])
 
 
+def seeded_batch(tokenizer, texts: list[str], seeds: list[int]) -> DataProto:
+    batch = prompt_batch(tokenizer, texts)
+    batch.batch[SAMPLING_SEED_KEY] = torch.tensor(seeds)
+    return batch
+
+
+@pytest.mark.parametrize("options", [{"temperature": 1.0}, {"temperature": 0.8, "top_k": 20, "top_p": 0.9}])
+def test_seeded_rows_sample_the_same_tokens_in_any_batch_and_order(peaked_model, strategy, options):
+    config = GenerationConfig(max_new_tokens=8, num_return_sequences=2, ignore_eos=True, **options)
+    seeds = [101, 202, 303]
+    rng_before = torch.random.get_rng_state()
+    together = strategy.generate(seeded_batch(strategy.tokenizer, PROMPTS, seeds), config)
+    assert torch.equal(torch.random.get_rng_state(), rng_before)  # every draw came from the rows' own generators
+    order = [2, 0, 1]
+    reordered = strategy.generate(
+        seeded_batch(strategy.tokenizer, [PROMPTS[i] for i in order], [seeds[i] for i in order]), config
+    )
+    one_at_a_time = make_strategy(peaked_model, generate_batch_size=1)  # chunks of one row: no padding at all
+    chunked = one_at_a_time.generate(seeded_batch(strategy.tokenizer, PROMPTS, seeds), config)
+    for row, text in enumerate(PROMPTS):
+        alone = strategy.generate(seeded_batch(strategy.tokenizer, [text], [seeds[row]]), config)
+        for j in range(2):
+            runs = [(together, 2 * row + j), (reordered, 2 * order.index(row) + j), (chunked, 2 * row + j)]
+            for out, at in runs:
+                assert response_lists(out)[at] == response_lists(alone)[j]
+                torch.testing.assert_close(
+                    out["rollout_log_probs"][at], alone["rollout_log_probs"][j], atol=1e-5, rtol=0
+                )
+    rows = response_lists(together)
+    assert all(rows[2 * i] != rows[2 * i + 1] for i in range(3))  # seed and seed + 1: a prompt's samples differ
+    other = strategy.generate(seeded_batch(strategy.tokenizer, PROMPTS, [s + 1000 for s in seeds]), config)
+    assert all(a != b for a, b in zip(response_lists(other), rows))
+
+
+def test_seeded_row_sampler_draws_from_each_rows_distribution_with_its_own_stream():
+    from roll.strategies.hf._sampling import SeededRowSampler
+
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.2])
+    rows = 4000
+    out = SeededRowSampler(range(rows))(torch.zeros((rows, 1), dtype=torch.long), probs.log().expand(rows, -1))
+    drawn = out.argmax(dim=-1)
+    assert bool((out.isinf().sum(dim=-1) == 3).all()) and bool((out.max(dim=-1).values == 0).all())  # one-hot
+    frequencies = torch.bincount(drawn, minlength=4) / rows
+    assert frequencies[1] == 0  # a token without probability is never drawn
+    torch.testing.assert_close(frequencies, probs, atol=0.03, rtol=0)
+    # A row's draws depend on its seed alone: seed 7 draws the same sequence in row 0 of one batch and row 2 of another.
+    uniform = torch.zeros((3, 50))
+    alone, batched = SeededRowSampler([7]), SeededRowSampler([9, 8, 7])
+    steps = [(alone(None, uniform[:1]).argmax(-1), batched(None, uniform).argmax(-1)) for _ in range(20)]
+    assert [int(a[0]) for a, _ in steps] == [int(b[2]) for _, b in steps]
+    assert len({int(a[0]) for a, _ in steps}) > 5
+
+
 @pytest.mark.parametrize(
     "options",
     [
@@ -132,8 +186,14 @@ def test_seeded_sampling_is_reproducible_and_samples_differ(strategy):
         {"temperature": 1.3, "top_k": 20, "min_p": 0.02, "repetition_penalty": 1.3},
     ],
 )
-def test_rollout_log_probs_equal_a_forward_pass_at_the_sampling_temperature(strategy, reference, options):
-    batch = prompt_batch(strategy.tokenizer, PROMPTS)
+@pytest.mark.parametrize("row_seeds", [None, [5, 6, 7]], ids=["batch_seed", "row_seeds"])
+def test_rollout_log_probs_equal_a_forward_pass_at_the_sampling_temperature(strategy, reference, options, row_seeds):
+    # Seeded rows are drawn by the last processor: the recorder still sees the raw distribution.
+    batch = (
+        prompt_batch(strategy.tokenizer, PROMPTS)
+        if row_seeds is None
+        else seeded_batch(strategy.tokenizer, PROMPTS, row_seeds)
+    )
     config = GenerationConfig(max_new_tokens=6, num_return_sequences=2, seed=3, **options)
     out = strategy.generate(batch, config)
     with torch.no_grad():

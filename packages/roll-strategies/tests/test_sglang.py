@@ -127,6 +127,14 @@ def test_requests_keep_a_prompts_samples_consecutive():
     assert sampling_requests([], config) == ([], [])
 
 
+def test_per_sample_seeds_replace_the_configured_seed():
+    config = GenerationConfig(num_return_sequences=2, seed=10)
+    _, params = sampling_requests([[1, 2], [3]], config, seeds=[70, 71, 5, 6])
+    assert [p["sampling_seed"] for p in params] == [70, 71, 5, 6]
+    with pytest.raises(StrategyError, match="3 seeds for 4 samples"):
+        sampling_requests([[1, 2], [3]], config, seeds=[1, 2, 3])
+
+
 def _output(tokens, reason, logprobs=True, ids=True):
     meta = {"finish_reason": reason}
     if logprobs:

@@ -21,6 +21,7 @@ from roll.strategies import (
     StrategyWorker,
     StrategyWorkerConfig,
 )
+from roll.strategies.generation import SAMPLING_SEED_KEY
 from roll.strategies.ops import log_probs_from_logits, position_ids_from_attention_mask
 from roll.strategies.vllm import VllmConfig
 from roll.strategies.weights import iter_buckets
@@ -160,6 +161,31 @@ def test_seeded_sampling_of_more_prompt_tokens_than_one_engine_step_takes(engine
     again = engine.generate(left_padded(prompts), config)
     assert len(first) == 192 and first["responses"].shape == (192, 4)
     assert torch.equal(first["responses"], again["responses"])
+
+
+def test_seeded_rows_sample_the_same_tokens_in_any_batch_and_order(engine):
+    config = GenerationConfig(max_new_tokens=8, temperature=1.0, num_return_sequences=2, ignore_eos=True)
+    seeds = [31, 42, 53, 64]
+
+    def run(
+        rows: list[int], config: GenerationConfig = config
+    ) -> dict[tuple[int, int], tuple[list[int], torch.Tensor]]:
+        batch = left_padded([PROMPTS[r] for r in rows])
+        batch.batch[SAMPLING_SEED_KEY] = torch.tensor([seeds[r] for r in rows])
+        out = engine.generate(batch, config)
+        return {
+            (r, j): (out["responses"][2 * i + j].tolist(), out["rollout_log_probs"][2 * i + j])
+            for i, r in enumerate(rows)
+            for j in range(2)
+        }
+
+    together = run([0, 1, 2, 3])
+    alone = {key: value for r in range(4) for key, value in run([r]).items()}
+    for other in (run([3, 1, 0, 2]), alone, run([0, 1, 2, 3], config.model_copy(update={"seed": 5}))):
+        for key, (tokens, log_probs) in together.items():
+            assert other[key][0] == tokens
+            torch.testing.assert_close(other[key][1], log_probs, atol=1e-4, rtol=0)
+    assert all(together[(r, 0)][0] != together[(r, 1)][0] for r in range(4))  # seed and seed + 1 differ
 
 
 def test_stop_token_ids_end_the_response_with_the_stop_token(engine):

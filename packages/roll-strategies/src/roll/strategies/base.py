@@ -15,7 +15,9 @@ returns ``num_return_sequences`` rows per prompt (a prompt's samples are consecu
 prompts + responses, ``attention_mask``, ``position_ids``, ``response_mask`` (R, max_new_tokens),
 ``rollout_log_probs`` (R, max_new_tokens; sampled tokens' log-probs under the sampling temperature, 0 on
 padding) and the non-tensor column ``finish_reason`` ("stop" or "length"); every other column of the input
-is repeated alongside.
+is repeated alongside. An optional input column ``sampling_seed`` (one integer per prompt) gives each prompt its
+own random stream (sample j draws with ``seed + j``; see :func:`~roll.strategies.generation.sample_seeds`): hf_infer,
+vllm and sglang then sample a row's tokens independently of the other rows in the batch.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 See the batch conventions in :mod:`roll.strategies.base`. Backends produce, per prompt, ``n`` lists of token
 ids (and their log-probs); :func:`build_generation_output` pads them to ``max_new_tokens`` and lays out the
-rows, so HF, vLLM, SGLang and the mock backend return identical structures.
+rows, so HF, vLLM, SGLang and the mock backend return identical structures. :func:`sample_seeds` reads the
+optional per-row seeds of the input (``sampling_seed``) that make a row's samples independent of its batch.
 """
 
 from __future__ import annotations
@@ -12,12 +13,46 @@ from collections.abc import Sequence
 import torch
 
 from roll.protocol import DataProto
+from roll.strategies.config import GenerationConfig
+from roll.strategies.contract import StrategyError
 from roll.strategies.ops import position_ids_from_attention_mask
 
-__all__ = ["PROMPT_KEYS", "build_generation_output", "compact_generation_padding", "prompt_token_lists"]
+__all__ = [
+    "PROMPT_KEYS",
+    "SAMPLING_SEED_KEY",
+    "build_generation_output",
+    "compact_generation_padding",
+    "prompt_token_lists",
+    "sample_seeds",
+]
 
 # Input tensors that describe the prompt; they are replaced by the prompt+response versions in the output.
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+
+SAMPLING_SEED_KEY = "sampling_seed"
+"""Optional input column of ``generate``: each prompt row's own sampling seed (int64, one per row)."""
+
+
+def sample_seeds(batch: DataProto, config: GenerationConfig) -> list[int] | None:
+    """The seed of every sample of ``batch`` from its ``sampling_seed`` column, in output row order.
+
+    Sample j of prompt row i gets ``seed_i + j``. ``None`` when the batch has no such column or decoding is greedy
+    (nothing is drawn). A backend that honours the column samples each row from its own random stream, so a row's
+    tokens do not depend on which rows share its batch or in what order; ``generation_config.seed`` is then unused.
+    """
+    if SAMPLING_SEED_KEY not in batch.batch.keys() or config.greedy:
+        return None
+    column = batch.batch[SAMPLING_SEED_KEY]
+    if column.dim() != 1 or column.dtype.is_floating_point or column.dtype == torch.bool:
+        raise StrategyError(
+            f"generate: the {SAMPLING_SEED_KEY!r} column must hold one integer per prompt row, got shape "
+            f"{tuple(column.shape)} and dtype {column.dtype}"
+        )
+    negative = (column < 0).nonzero().flatten().tolist()
+    if negative:
+        raise StrategyError(f"generate: rows {negative} have a negative {SAMPLING_SEED_KEY}; seeds must be >= 0")
+    n = config.num_return_sequences
+    return [seed + j for seed in column.tolist() for j in range(n)]
 
 
 def prompt_token_lists(batch: DataProto) -> list[list[int]]:

@@ -10,6 +10,12 @@ quantity ``ops.log_probs_from_logits`` gives on a forward pass, not the distribu
 the repetition penalty. They are recorded step by step by
 :class:`~roll.strategies.hf._sampling.RawLogProbRecorder` rather than with ``output_logits=True``, which would
 keep steps x rows x vocab float32 logits alive until generate() returns.
+
+Rows with a seed of their own (the batch's ``sampling_seed`` column, see
+:func:`~roll.strategies.generation.sample_seeds`) are drawn by :class:`~roll.strategies.hf._sampling.SeededRowSampler`
+from per-row generators, so their tokens do not depend on the other rows of the batch; generate() then runs greedy
+over its one-hot choice. Without the column the batch samples from torch's generator, seeded by
+``generation_config.seed`` when set.
 """
 
 from __future__ import annotations
@@ -32,12 +38,13 @@ from roll.strategies.contract import (
     StrategyError,
     check_logits_to_keep,
 )
-from roll.strategies.generation import build_generation_output
+from roll.strategies.generation import build_generation_output, sample_seeds
 from roll.strategies.hf import _loading
 from roll.strategies.hf._sampling import (
     RawLogProbRecorder,
     ResponseStopStrings,
     SampledRows,
+    SeededRowSampler,
     build_logits_processors,
     cut_responses,
 )
@@ -166,12 +173,16 @@ class HfInferStrategy(InferenceStrategy):
     def generate(self, batch: DataProto, generation_config: GenerationConfig) -> DataProto:
         """``num_return_sequences`` samples per prompt, laid out by :func:`build_generation_output`."""
         self._require_ready()
+        seeds = sample_seeds(batch, generation_config)
+        n = generation_config.num_return_sequences
         responses: list[list[int]] = []
         log_probs: list[list[float]] = []
         reasons: list[str] = []
         with torch.no_grad(), _seeded(generation_config.seed, self.device):
             for chunk in batch.split(self.config.generate_batch_size):
-                rows = self._generate_chunk(chunk, generation_config)
+                done = len(responses)  # rows generated so far: the chunk's samples start there
+                chunk_seeds = None if seeds is None else seeds[done : done + len(chunk) * n]
+                rows = self._generate_chunk(chunk, generation_config, chunk_seeds)
                 responses += rows.responses
                 log_probs += rows.log_probs
                 reasons += rows.finish_reasons
@@ -199,15 +210,17 @@ class HfInferStrategy(InferenceStrategy):
             attention_mask = attention_mask.repeat_interleave(n, dim=0)
         return input_ids.to(self.device), attention_mask.to(self.device)
 
-    def _hf_generation_config(self, config: GenerationConfig, stop_ids: list[int]) -> Any:
+    def _hf_generation_config(self, config: GenerationConfig, stop_ids: list[int], *, draws: bool) -> Any:
+        """``draws``: transformers samples (False: greedy, for greedy configs and for seeded rows, whose token the
+        last processor has already chosen)."""
         from transformers import GenerationConfig as HfGenerationConfig
 
         # The processor chain comes from build_logits_processors, so transformers must build none: neutral values
         # wherever it would (top_k falls back to 50 when unset; warpers only exist when sampling).
-        warpers = {"temperature": 1.0, "top_k": 0, "top_p": 1.0} if not config.greedy else {}
+        warpers = {"temperature": 1.0, "top_k": 0, "top_p": 1.0} if draws else {}
         return HfGenerationConfig(
             max_new_tokens=config.max_new_tokens,
-            do_sample=not config.greedy,
+            do_sample=draws,
             **warpers,
             repetition_penalty=1.0,
             num_beams=1,
@@ -219,7 +232,7 @@ class HfInferStrategy(InferenceStrategy):
             use_cache=True,
         )
 
-    def _generate_chunk(self, chunk: DataProto, config: GenerationConfig) -> SampledRows:
+    def _generate_chunk(self, chunk: DataProto, config: GenerationConfig, seeds: list[int] | None) -> SampledRows:
         from transformers.generation.stopping_criteria import StoppingCriteriaList
 
         input_ids, attention_mask = self._chunk_prompts(chunk, config.num_return_sequences)
@@ -232,11 +245,12 @@ class HfInferStrategy(InferenceStrategy):
             if any(config.stop_strings)
             else None
         )
+        sampler = SeededRowSampler(seeds) if seeds is not None else None
         sequences = self.model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            generation_config=self._hf_generation_config(config, stop_ids),
-            logits_processor=build_logits_processors(config, pad_lengths, recorder),
+            generation_config=self._hf_generation_config(config, stop_ids, draws=not config.greedy and sampler is None),
+            logits_processor=build_logits_processors(config, pad_lengths, recorder, sampler),
             stopping_criteria=StoppingCriteriaList([stop_strings] if stop_strings else []),
         )
         generated = sequences[:, prompt_length:].cpu()

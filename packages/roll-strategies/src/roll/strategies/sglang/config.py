@@ -149,16 +149,24 @@ def sampling_params(config: GenerationConfig, sample_index: int = 0) -> dict[str
 
 
 def sampling_requests(
-    prompts: Sequence[Sequence[int]], config: GenerationConfig
+    prompts: Sequence[Sequence[int]], config: GenerationConfig, seeds: Sequence[int] | None = None
 ) -> tuple[list[list[int]], list[dict[str, Any]]]:
-    """``(input_ids, sampling_params)`` with ``num_return_sequences`` consecutive requests per prompt."""
+    """``(input_ids, sampling_params)`` with ``num_return_sequences`` consecutive requests per prompt.
+
+    ``seeds`` (one per sample, from :func:`~roll.strategies.generation.sample_seeds`) replace the configured seed:
+    each request then samples from its own seed whatever else the engine runs with it.
+    """
     n = config.num_return_sequences
+    if seeds is not None and len(seeds) != len(prompts) * n:
+        raise StrategyError(f"sampling_requests: {len(seeds)} seeds for {len(prompts) * n} samples")
     input_ids: list[list[int]] = []
     params: list[dict[str, Any]] = []
     for prompt_index, prompt in enumerate(prompts):
         for j in range(n):
             input_ids.append(list(prompt))
             params.append(sampling_params(config, prompt_index * n + j))
+            if seeds is not None:
+                params[-1]["sampling_seed"] = seeds[prompt_index * n + j]
     return input_ids, params
 
 

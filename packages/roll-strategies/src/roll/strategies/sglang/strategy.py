@@ -32,7 +32,7 @@ from roll.runtime import GPU_SHARE_PER_ACTOR, ConfigError
 from roll.strategies.base import InferenceStrategy
 from roll.strategies.config import GenerationConfig
 from roll.strategies.contract import ForwardFunc, OffloadTarget, StrategyError
-from roll.strategies.generation import build_generation_output, prompt_token_lists
+from roll.strategies.generation import build_generation_output, prompt_token_lists, sample_seeds
 from roll.strategies.sglang._nodes import NodeLaunch, node_launch_plan
 from roll.strategies.sglang.config import (
     SglangConfig,
@@ -129,7 +129,7 @@ class SglangStrategy(InferenceStrategy):
         parsed: list[tuple[list[int], list[float] | None, str]] = []
         prompts = prompt_token_lists(batch)
         if prompts:
-            input_ids, params = sampling_requests(prompts, generation_config)
+            input_ids, params = sampling_requests(prompts, generation_config, sample_seeds(batch, generation_config))
             outputs = self.engine.generate(input_ids=input_ids, sampling_params=params, return_logprob=want_logprobs)
             if isinstance(outputs, Mapping):
                 outputs = [outputs]

@@ -57,21 +57,31 @@ def _sampling_kwargs(config: GenerationConfig) -> dict[str, Any]:
     }
 
 
-def build_requests(prompts: Sequence[list[int]], config: GenerationConfig) -> tuple[list[dict[str, list[int]]], Any]:
+def build_requests(
+    prompts: Sequence[list[int]], config: GenerationConfig, seeds: Sequence[int] | None = None
+) -> tuple[list[dict[str, list[int]]], Any]:
     """vLLM prompts and SamplingParams (one shared object, or one per request when seeded) for all samples.
 
-    With ``config.seed`` set, sample j of prompt i gets seed ``seed + i * n + j``: reproducible, yet prompts
-    do not share one random stream (which would correlate their samples).
+    ``seeds`` (one per sample, from :func:`~roll.strategies.generation.sample_seeds`): each request samples from a
+    generator of its own seed, whatever else the engine runs with it. Otherwise, with ``config.seed`` set, sample j
+    of prompt i gets seed ``seed + i * n + j``: reproducible, yet prompts do not share one random stream (which
+    would correlate their samples).
     """
     from vllm import SamplingParams
 
     n = config.num_return_sequences
     requests = [{"prompt_token_ids": list(prompt)} for prompt in prompts for _ in range(n)]
+    if seeds is not None and len(seeds) != len(requests):
+        raise StrategyError(f"build_requests: {len(seeds)} seeds for {len(requests)} samples")
+    if config.greedy:
+        seeds = None
+    elif seeds is None and config.seed is not None:
+        seeds = [config.seed + index for index in range(len(requests))]
     kwargs = _sampling_kwargs(config)
     try:
-        if config.seed is None or config.greedy:
+        if seeds is None:
             return requests, SamplingParams(**kwargs)
-        params = [SamplingParams(**kwargs, seed=config.seed + index) for index in range(len(requests))]
+        params = [SamplingParams(**kwargs, seed=seed) for seed in seeds]
     except request_errors() as e:
         raise StrategyError(f"vLLM rejected the generation config: {e}") from e
     return requests, params

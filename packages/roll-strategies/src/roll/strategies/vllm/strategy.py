@@ -50,7 +50,7 @@ from roll.runtime import ConfigError
 from roll.strategies.base import InferenceStrategy
 from roll.strategies.config import GenerationConfig
 from roll.strategies.contract import ForwardFunc, OffloadTarget, StrategyError
-from roll.strategies.generation import build_generation_output, prompt_token_lists
+from roll.strategies.generation import build_generation_output, prompt_token_lists, sample_seeds
 from roll.strategies.vllm import _inplace, _nodes, _reload
 from roll.strategies.vllm._sampling import (
     build_requests,
@@ -224,7 +224,7 @@ class VllmStrategy(InferenceStrategy):
         empty = [row for row, prompt in enumerate(prompts) if not prompt]
         if empty:
             raise StrategyError(f"rows {empty} have an empty prompt (attention_mask all 0); vLLM needs >= 1 token")
-        requests, params = build_requests(prompts, generation_config)
+        requests, params = build_requests(prompts, generation_config, sample_seeds(batch, generation_config))
         samples = parse_completions(self._run(requests, params), generation_config.logprobs)
         return build_generation_output(
             batch,
