@@ -283,7 +283,15 @@ def test_roll_validate_checks_each_env_entry_without_building() -> None:
     # the start of a run), not minutes later inside the env workers.
     envs = {"Lake": {"env_type": "frozen_lake", "env_config": {"size": 3}}}
     config = _config(custom_envs=envs)
-    assert [check() for check in config.deployment_checks()] == ["Lake: env_type 'frozen_lake' (FrozenLakeEnv)"]
+    not_here = "actor_train.model_args.model_name_or_path='/models/tiny' does not exist and is not a hub id"
+    lines = [check() for check in config.deployment_checks()]
+    assert lines[0] == "Lake: env_type 'frozen_lake' (FrozenLakeEnv)"
+    # then sequence_length against the model and the first prompt (roll.agentic.pipeline.lengths): no model here
+    assert [line.split(" (")[0] for line in lines[1:]] == [
+        "actor_train.model_args.model_name_or_path: sequence_length not checked against the model's positions",
+        "Lake: first prompt not checked here",
+    ]
+    assert all(not_here in line for line in lines[1:])
     cases = [
         ({"env_type": "frozen_lake", "env_config": {"sise": 3}}, r"custom_envs\.Lake: env_config .*'sise'.*'size'"),
         ({"env_type": "collections:NoSuchEnv"}, r"custom_envs\.Lake: env_type 'collections:NoSuchEnv' cannot be"),

@@ -107,7 +107,8 @@ class EnvPool:
             raise ConfigError(f"env tag {tag!r} is not in custom_envs ({sorted(self.custom_envs)})")
         return self.custom_envs[tag]
 
-    def _make_manager(self, slot: EnvSlot) -> EnvManager:
+    def make_manager(self, slot: EnvSlot) -> EnvManager:
+        """The env manager of ``slot``, its env built (not added to the pool: :meth:`add_slots` does that)."""
         spec = self._spec(slot.tag)
         limiter = None
         if spec.max_env_step_concurrent > 0:
@@ -135,7 +136,7 @@ class EnvPool:
         """Build the envs of ``slots`` (slots already present are kept as they are)."""
         for slot in slots:
             if slot.env_id not in self.managers:
-                self.managers[slot.env_id] = self._make_manager(slot)
+                self.managers[slot.env_id] = self.make_manager(slot)
                 self.slots[slot.env_id] = slot
                 self._busy[slot.env_id] = asyncio.Lock()
 

@@ -6,8 +6,8 @@ the task needs, fsdp2's ``ulysses_size`` divides the world size and the model's 
 mapping fits the cluster (the declared ``num_nodes`` x ``num_gpus_per_node``, and the Ray cluster itself unless
 ``--no-ray``). Pipeline-wide: each tracker of ``track_with`` has its package, each reward
 domain's ``reward_type`` resolves, every prompt carries the fields its reward needs, and the pipeline's own
-``deployment_checks`` pass (agentic: each ROCK env's task file and service). Every problem is reported, not just the
-first.
+``deployment_checks`` pass (agentic: each env entry, each ROCK env's task file and service, ``sequence_length``
+against each env tag's first prompt and the model's positions). Every problem is reported, not just the first.
 
 With ``--no-ray`` (checking a config away from the machine it runs on), what depends on this machine (a package that
 is not installed, a local model or data file that is not here, a hub id missing from the offline cache, a service
@@ -26,7 +26,7 @@ from roll.pipelines.config import BaseConfig, RoleConfig
 from roll.pipelines.hub import HubError, cached_hub_repo, hub_offline, is_hub_id, use_modelscope
 from roll.runtime import ConfigError, MissingExtraError, RollError
 
-__all__ = ["NotHereError", "ServiceUnreachableError", "validate_deployment"]
+__all__ = ["NotHereError", "ServiceUnreachableError", "readable_model_folder", "validate_deployment"]
 
 
 class NotHereError(ConfigError):
@@ -105,6 +105,19 @@ def _local_model_folder(where: str, value: str, revision: str | None) -> Path | 
     except HubError as e:
         raise HubError(f"{where}={value!r} is no local folder, and as a hub id: {e}") from e
     return cached
+
+
+def readable_model_folder(where: str, value: str, revision: str | None = None) -> Path | None:
+    """The local folder model reference ``value`` reads on this machine now: a local folder, a hub id in the local
+    cache, or a ``tiny://`` preset (built into the asset cache, as ``roll run`` builds it); None where the model is only
+    made at run time (``recipe://``, ``smollm2://``, ModelScope ids). A reference that is not here raises as the model
+    checks do (NotHereError, HubError, ConfigError), naming ``where``."""
+    folder = _local_model_folder(where, value, revision)
+    if folder is None and value.startswith("tiny://"):
+        from roll.pipelines.assets import resolve_model_uri
+
+        return Path(str(resolve_model_uri(value)))
+    return folder
 
 
 def _check_model(where: str, path: Path, trust_remote_code: bool) -> None:

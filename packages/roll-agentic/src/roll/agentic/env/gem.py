@@ -9,6 +9,7 @@ none, so a terminated, untruncated episode whose last reward reaches ``success_r
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_reset_output, check_step_output
 from roll.runtime import ConfigError, MissingExtraError, import_target
 
-__all__ = ["GemEnv", "check_gem_env", "gem_env_ids", "import_gem"]
+__all__ = ["GemEnv", "check_gem_env", "gem_dataset", "gem_env_ids", "import_gem"]
 
 
 def import_gem() -> Any:
@@ -92,3 +93,17 @@ class GemEnv(Env):
 
     def sample_random_action(self) -> str:
         return self.env.sample_random_action()
+
+
+def gem_dataset(factory: Any, env_config: Mapping[str, Any]) -> str | None:
+    """The hub dataset a GEM env loads when it is built (``env_config``'s ``dataset_name``, else the one its id is
+    registered with), for the factory the env registry resolves a GEM id to (``partial(GemEnv, env_id)``); None for
+    any other factory, and for GEM envs without a dataset (games, reasoning-gym)."""
+    if not (isinstance(factory, functools.partial) and factory.func is GemEnv and factory.args):
+        return None
+    import_gem()
+    from gem.envs.registration import ENV_REGISTRY
+
+    entry = ENV_REGISTRY.get(factory.args[0])
+    name = env_config.get("dataset_name") or (entry.kwargs.get("dataset_name") if entry is not None else None)
+    return str(name) if name else None

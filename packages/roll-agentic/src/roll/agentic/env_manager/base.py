@@ -150,13 +150,18 @@ class EnvManager(ABC):
             budget = min(budget, left)
         return budget, ""
 
-    async def run_episode(self, task: EpisodeTask) -> EpisodeResult:
+    async def start(self, task: EpisodeTask) -> EpisodeState:
+        """The env reset with ``task``'s seed: the state the first turn's prompt is built from (raises EnvFault)."""
         state = EpisodeState(task)
-        try:
-            state.observation, state.info = await self.runner.reset(task.seed)
-        except EnvFault as fault:
-            return self._finish(state, fault.reason, str(fault))
+        state.observation, state.info = await self.runner.reset(task.seed)
         state.instruction = str(state.info.get("env_instruction", "") or "") if self.spec.show_env_instruction else ""
+        return state
+
+    async def run_episode(self, task: EpisodeTask) -> EpisodeResult:
+        try:
+            state = await self.start(task)
+        except EnvFault as fault:
+            return self._finish(EpisodeState(task), fault.reason, str(fault))
         reason = "max_steps"
         while len(state.turns) < self.spec.max_steps:
             turn_prompt, model_input = self.build_prompt(state)

@@ -48,6 +48,7 @@ __all__ = [
     "FLAT_KEYS",
     "STEP_ESTIMATORS",
     "TRAJ_ESTIMATORS",
+    "VAL_SEED_OFFSET",
     "AgenticAdvantageSection",
     "AgenticAsyncSection",
     "AgenticConfig",
@@ -99,6 +100,8 @@ TRAJ_ESTIMATORS = ("grpo", "reinforce", "gae", "agentic_reinforce")
 """Estimators for trajectory-wise samples (one row per episode)."""
 STEP_ESTIMATORS = ("grpo", "reinforce", "gigpo", "step_reinforce")
 """Estimators for step-wise samples (one row per turn)."""
+VAL_SEED_OFFSET = 7_919
+"""The validation scheduler's base seed is ``seed + VAL_SEED_OFFSET`` (held-out seeds, not the training ones)."""
 
 
 class AgenticRolloutSection(RollModel):
@@ -327,11 +330,23 @@ class AgenticConfig(BaseConfig):
 
     def deployment_checks(self) -> list[Callable[[], str | None]]:
         """``roll validate``: each env entry's type, env_config and tools (nothing built); the ROCK envs' SDK, agent
-        config, task file and service."""
+        config, task file and service; ``rollout.sequence_length`` against each env tag's first prompt and the
+        models' positions (:meth:`length_checks`)."""
         from roll.agentic.env.rock.checks import rock_checks
         from roll.agentic.pool import env_checks
 
-        return [*env_checks(self.custom_envs), *rock_checks(self.custom_envs)]
+        return [*env_checks(self.custom_envs), *rock_checks(self.custom_envs), *self.length_checks()]
+
+    def length_checks(self, tokenizer: Any = None) -> list[Callable[[], str | None]]:
+        """``rollout.sequence_length`` against the first prompt of each train and val env tag and against the models'
+        positions (:mod:`roll.agentic.pipeline.lengths`); ``tokenizer``: the pipeline's (else actor_train's is
+        loaded where it can be read here)."""
+        from roll.agentic.pipeline.lengths import length_checks
+
+        managers = [("train_env_manager", self.train_env_manager, self.seed, "train")]
+        if self.val_env_manager is not None:
+            managers.append(("val_env_manager", self.val_env_manager, self.seed + VAL_SEED_OFFSET, "val"))
+        return length_checks(self, managers, tokenizer_role="actor_train", tokenizer=tokenizer)
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:

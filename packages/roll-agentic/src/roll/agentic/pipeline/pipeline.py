@@ -34,7 +34,8 @@ from typing import Any
 
 from roll.agentic.pipeline.adjust import adjust_batch, batch_unit
 from roll.agentic.pipeline.advantage import attach_step_returns, compute_agentic_targets
-from roll.agentic.pipeline.config import AgenticConfig
+from roll.agentic.pipeline.config import VAL_SEED_OFFSET, AgenticConfig
+from roll.agentic.pipeline.lengths import run_length_checks
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
 from roll.agentic.pipeline.warmup_cache import WarmupCache
 from roll.agentic.pipeline.workers import AgenticActorWorker
@@ -62,10 +63,12 @@ class AgenticPipeline(BasePipeline):
 
     def setup(self) -> None:
         cfg = self.config
-        # 1. tokenizer and envs first: a bad env config fails before anything starts
+        # 1. tokenizer and envs first: a bad env config, or a sequence_length that does not fit an env's first prompt
+        # or the model, fails before anything starts
         for check in env_checks(cfg.custom_envs):
             check()
         self.tokenizer = load_tokenizer(cfg.actor_train.model_args)
+        run_length_checks(cfg.length_checks(self.tokenizer))
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
         self.generation_config = cfg.actor_infer.generating_args.model_copy(update={"num_return_sequences": 1})
@@ -97,7 +100,7 @@ class AgenticPipeline(BasePipeline):
         self.val_scheduler: RolloutScheduler | None = None
         if cfg.val_env_manager is not None:
             self.endpoints["val"] = PolicyEndpoint(self.actor_infer, self.pad_token_id, remote=remote)
-            self.val_scheduler = self._scheduler(cfg.val_env_manager, "val", cfg.seed + 7_919)
+            self.val_scheduler = self._scheduler(cfg.val_env_manager, "val", cfg.seed + VAL_SEED_OFFSET)
 
     def _scheduler(self, manager: Any, mode: str, seed: int) -> RolloutScheduler:
         cfg = self.config

@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 
 from roll.agentic.config import PARSE_TOOL_CALL_DESCRIPTION, CustomEnvConfig, EnvManagerConfig, spread_parse_tool_call
 from roll.agentic.pipeline.config import AgenticRolloutSection
+from roll.agentic.pipeline.lengths import length_checks, run_length_checks
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
 from roll.agentic.pool import env_checks
 from roll.pipelines.base import BasePipeline, Role
@@ -45,10 +46,17 @@ class AgenticRolloutConfig(BaseConfig):
 
     def deployment_checks(self) -> list[Callable[[], str | None]]:
         """``roll validate``: each env entry's type, env_config and tools (nothing built); the ROCK envs' SDK, agent
-        config, task file and service."""
+        config, task file and service; ``rollout.sequence_length`` against each env tag's first prompt and the
+        model's positions."""
         from roll.agentic.env.rock.checks import rock_checks
 
-        return [*env_checks(self.custom_envs), *rock_checks(self.custom_envs)]
+        return [*env_checks(self.custom_envs), *rock_checks(self.custom_envs), *self.length_checks()]
+
+    def length_checks(self, tokenizer: Any = None) -> list[Callable[[], str | None]]:
+        """``rollout.sequence_length`` against each env tag's first prompt and the model's positions
+        (:mod:`roll.agentic.pipeline.lengths`); ``tokenizer``: the pipeline's (else actor_infer's, where readable)."""
+        managers = [("train_env_manager", self.train_env_manager, self.seed, self.mode)]
+        return length_checks(self, managers, tokenizer_role="actor_infer", tokenizer=tokenizer)
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -76,6 +84,7 @@ class AgenticRolloutPipeline(BasePipeline):
         for check in env_checks(cfg.custom_envs):  # a bad env config fails before anything starts
             check()
         self.tokenizer = load_tokenizer(cfg.actor_infer.model_args)
+        run_length_checks(cfg.length_checks(self.tokenizer))
         pad = self.tokenizer.pad_token_id
         pad_token_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
         self.open_session()

@@ -1,0 +1,328 @@
+"""``rollout.sequence_length`` checked at load time: against each env tag's first prompt and the model's positions.
+
+Both would otherwise surface late: a first prompt that does not fit at the first turn, after every worker has started
+(:mod:`roll.agentic.env_manager.base`); a length beyond the model's positions as a rollout engine that refuses to start,
+or a model reading positions it never learned. ``roll validate`` and the agentic pipelines' setup (before any worker
+starts) run these checks:
+
+* Each env tag of the env managers is built once in the driver and reset with the seed its first episode plays; its
+  own env manager builds the first prompt (system and agent templates, the env's instruction, the chat template, a
+  tool wrapper's tool prompt) and the tokenizer counts it. That prompt plus one turn's tokens (``max_tokens_per_step``,
+  capped by ``actor_infer.generating_args.max_new_tokens``) must fit in ``rollout.sequence_length``. A tag whose env is
+  not built in the driver is skipped with a note (a ROCK sandbox; a GEM env that loads a hub dataset; an env whose
+  build or reset fails, or takes over :data:`BUILD_TIMEOUT_S`, here): its first turn still checks it.
+* ``rollout.sequence_length`` may not exceed the model's ``max_position_embeddings``, as vLLM refuses a longer
+  ``max_model_len``. A model whose config scales RoPE (``rope_parameters`` / ``rope_scaling`` with a ``factor``, e.g.
+  YaRN) is allowed up to the scaled length, with a warning: whether quality holds there depends on the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import random
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from roll.agentic.config import ROCK_ENV, CustomEnvConfig, EnvManagerConfig
+from roll.agentic.env.registry import ENVS, resolve_env_factory
+from roll.agentic.env_manager import EnvFault, EpisodeTask
+from roll.agentic.policy.protocol import GenerateRequest, GenerateResult
+from roll.agentic.pool import EnvPool, EnvSlot
+from roll.agentic.scheduler.plan import GroupPlan, episode_seed, plan_groups
+from roll.agentic.scheduler.scheduler import index_seeded_tags
+from roll.pipelines.config import RoleConfig
+from roll.runtime import ConfigError, RollError
+from roll.strategies import GenerationConfig
+
+__all__ = ["BUILD_TIMEOUT_S", "length_checks", "max_positions", "run_length_checks"]
+
+logger = logging.getLogger(__name__)
+
+BUILD_TIMEOUT_S = 30.0
+"""Longest the driver waits for one env tag to be built and reset before it skips that tag's check."""
+ROLL_KEY = "rollout.sequence_length (ROLL's sequence_length)"
+
+
+class _NotBuiltHere(Exception):
+    """The env of a tag is not built (or not reset) in the driver: its check is skipped with this reason."""
+
+
+class _NoPolicy:
+    """The policy client of a manager that only builds a first prompt: it is never asked to generate."""
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        raise RuntimeError("the load-time prompt check sends no generation request")
+
+
+# --- the first prompt --------------------------------------------------------------------------------------------
+def _first_prompt_ids(
+    tag: str, spec: CustomEnvConfig, tokenizer: Any, *, seed: int, generation_config: GenerationConfig
+) -> list[int]:
+    """The model input of the first turn of an episode of ``tag`` played with ``seed``, built by the tag's own env
+    manager from its env's reset (raises ``_NotBuiltHere`` where the env cannot be built or reset)."""
+    pool = EnvPool({tag: spec}, tokenizer, _NoPolicy(), generation_config=generation_config, sequence_length=1)
+    try:
+        manager = pool.make_manager(EnvSlot(0, 0, tag))
+    except Exception as e:  # whatever the env raises when built; the run would meet it at its workers' start
+        raise _NotBuiltHere(f"building its env failed: {type(e).__name__}: {e}") from e
+    try:
+        task = EpisodeTask(0, 0, tag, 0, seed, f"{tag}-check", f"{tag}-check-0")
+        try:
+            state = asyncio.run(manager.start(task))
+        except EnvFault as fault:
+            raise _NotBuiltHere(f"its reset failed ({fault.reason}: {fault})") from fault
+        return manager.build_prompt(state)[1]
+    finally:
+        manager.close()
+
+
+def _in_thread(fn: Callable[[], list[int]], timeout_s: float) -> list[int]:
+    """``fn()`` on a daemon thread, given up on after ``timeout_s`` (an env that hangs in its constructor must not
+    hold the driver); the process-global RNGs are left as they were (GEM's envs draw from them)."""
+    saved = random.getstate(), np.random.get_state()
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["ids"] = fn()
+        except BaseException as e:  # re-raised on the caller's thread
+            out["error"] = e
+
+    thread = threading.Thread(target=target, name="roll-prompt-check", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    random.setstate(saved[0])
+    np.random.set_state(saved[1])
+    if thread.is_alive():
+        raise _NotBuiltHere(f"building and resetting its env took over {timeout_s:g} s")
+    if "error" in out:
+        raise out["error"]
+    return list(out["ids"])
+
+
+def _skip_reason(spec: CustomEnvConfig) -> str | None:
+    """Why the env of ``spec`` is not built in the driver at all, or None."""
+    if spec.env_type == ROCK_ENV:
+        return "its ROCK sandbox starts at run time"
+    try:
+        factory = resolve_env_factory(spec.env_type)
+        if spec.env_type not in ENVS:  # only GEM ids resolve to GEM's factory
+            from roll.agentic.env.gem import gem_dataset
+
+            dataset = gem_dataset(factory, spec.env_config)
+            if dataset is not None:
+                return f"the GEM env loads the hub dataset {dataset!r} when built"
+    except RollError as e:  # an unknown type or a missing extra: the env entry's own check reports it
+        return str(e)
+    return None
+
+
+@dataclass(frozen=True)
+class _Scheduler:
+    """What the first prompt of a tag depends on in the scheduler that plays it."""
+
+    key: str
+    """The env manager's YAML key (``train_env_manager``, ``val_env_manager``)."""
+    manager: EnvManagerConfig
+    seed: int
+    """The scheduler's base seed."""
+    mode: str
+    generation: GenerationConfig
+    """How its turns are sampled."""
+    generation_key: str
+
+
+def _first_seed(scheduler: _Scheduler, custom_envs: dict[str, CustomEnvConfig], plan: GroupPlan) -> int:
+    """The seed of the tag's first episode, as the scheduler picks it: its first group's first round (validation of
+    an env that picks items by seed asks item 0 first)."""
+    if scheduler.mode == "val" and plan.tag in index_seeded_tags(scheduler.manager, custom_envs):
+        return 0
+    return episode_seed(scheduler.seed, plan.group_id, 0)
+
+
+def _check_first_prompt(
+    tag: str,
+    spec: CustomEnvConfig,
+    scheduler: _Scheduler,
+    seed: Callable[[], int],
+    tokenizer: Callable[[], Any],
+    sequence_length: int,
+) -> str:
+    reason = _skip_reason(spec)
+    generation_config, where = scheduler.generation, scheduler.key
+    if reason is None:
+        try:
+            loaded = tokenizer()
+            first = seed()
+            build = functools.partial(
+                _first_prompt_ids, tag, spec, loaded, seed=first, generation_config=generation_config
+            )
+            prompt = len(_in_thread(build, BUILD_TIMEOUT_S))
+        except _NotBuiltHere as e:
+            reason = str(e)
+    if reason is not None:
+        return f"{tag}: first prompt not checked here ({reason}); its first turn checks it"
+    turn = min(spec.max_tokens_per_step, generation_config.max_new_tokens)
+    limit = (
+        f"max_tokens_per_step={spec.max_tokens_per_step}"
+        if turn == spec.max_tokens_per_step
+        else f"{scheduler.generation_key}.max_new_tokens={turn}"
+    )
+    if prompt + turn > sequence_length:
+        raise ConfigError(
+            f"env tag {tag!r} ({where}): its first prompt (seed {first}) is {prompt} tokens, and with one turn's "
+            f"{turn} new tokens ({limit}) it needs {prompt + turn}, over {ROLL_KEY}={sequence_length}: raise "
+            f"rollout.sequence_length to at least {prompt + turn}, or shorten the tag's agent_system_template, "
+            f"agent_template or env instruction"
+        )
+    return f"{tag}: first prompt {prompt} tokens + {turn} per turn ({limit}) fit in sequence_length {sequence_length}"
+
+
+# --- the model's positions ---------------------------------------------------------------------------------------
+def max_positions(hf_config: Any) -> tuple[int | None, int | None, str]:
+    """``(native, scaled, scaling)`` of a HF model config: ``max_position_embeddings``, the length its RoPE scaling
+    reaches (``native`` without one), and a description of the scaling ("" without one)."""
+    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    native = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
+    if not isinstance(native, int):
+        return None, None, ""
+    params = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
+    # transformers 5 keeps one set per attention type for some models (e.g. full and sliding attention)
+    sets = list(params.values()) if params and all(isinstance(v, dict) for v in params.values()) else [params]
+    scaled, scaling = native, ""
+    for rope in sets:
+        kind, factor = rope.get("rope_type") or rope.get("type"), rope.get("factor")
+        if kind in (None, "default") or not isinstance(factor, int | float) or factor <= 1:
+            continue
+        original = rope.get("original_max_position_embeddings") or native
+        reach = max(native, int(original * factor))
+        if reach > scaled:
+            scaled, scaling = reach, f"{kind} RoPE scaling x{factor:g} of {original}"
+    return native, scaled, scaling
+
+
+def _check_positions(where: str, folder: Callable[[], Path], trust_remote_code: bool, sequence_length: int) -> str:
+    from transformers import AutoConfig
+
+    try:
+        path = folder()
+    except _NotBuiltHere as e:
+        return f"{where}: sequence_length not checked against the model's positions ({e})"
+    try:
+        hf_config = AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    except Exception as e:  # as above: the model checks report an unusable folder
+        return f"{where}: sequence_length not checked against the model's positions ({type(e).__name__}: {e})"
+    native, scaled, scaling = max_positions(hf_config)
+    if native is None or scaled is None:
+        return f"{where}: the model's config names no max_position_embeddings; sequence_length not checked against it"
+    if sequence_length > scaled:
+        reach = (
+            f"{scaled} positions ({scaling}; max_position_embeddings={native})" if scaling else f"{native} positions"
+        )
+        raise ConfigError(
+            f"{ROLL_KEY}={sequence_length} exceeds the {reach} of the model of {where} ({path}): lower "
+            f"rollout.sequence_length to {scaled} or less, or use a model with a longer context"
+        )
+    if sequence_length > native:
+        message = (
+            f"warning: {ROLL_KEY}={sequence_length} is beyond the model's max_position_embeddings={native} ({where}), "
+            f"within the {scaled} its {scaling} reaches; quality there depends on the model"
+        )
+        return message
+    return f"{where}: sequence_length {sequence_length} within the model's {native} positions"
+
+
+# --- the checks of a config ---------------------------------------------------------------------------------------
+def _model_folder(where: str, value: str, revision: str | None) -> Path:
+    """The local folder of a model reference as it can be read here (``tiny://`` presets built into the asset cache,
+    as ``roll run`` builds them); ``_NotBuiltHere`` where it cannot (the model checks report a bad reference)."""
+    from roll.pipelines.validate import readable_model_folder
+
+    try:
+        folder = readable_model_folder(where, value, revision)
+    except RollError as e:
+        raise _NotBuiltHere(str(e)) from None
+    if folder is None:
+        raise _NotBuiltHere(f"{where}={value!r} is only downloaded or built at run time")
+    return folder
+
+
+def _tokenizer_loader(role_name: str, role: RoleConfig, tokenizer: Any) -> Callable[[], Any]:
+    """The tokenizer the pipeline renders prompts with, loaded once on first use."""
+    from roll.pipelines.tokenizers import load_tokenizer
+
+    @functools.cache
+    def load() -> Any:
+        if tokenizer is not None:
+            return tokenizer
+        args = role.model_args
+        field = "tokenizer_name_or_path" if args.tokenizer_name_or_path else "model_name_or_path"
+        folder = _model_folder(f"{role_name}.model_args.{field}", args.tokenizer_path or "", args.revision)
+        try:
+            return load_tokenizer(args.model_copy(update={"tokenizer_name_or_path": str(folder)}))
+        except Exception as e:  # transformers has no common error type; the model checks report an unusable folder
+            raise _NotBuiltHere(f"the tokenizer in {folder} does not load: {type(e).__name__}: {e}") from None
+
+    return load
+
+
+def length_checks(
+    config: Any,
+    managers: Sequence[tuple[str, EnvManagerConfig, int, str]],
+    *,
+    tokenizer_role: str,
+    tokenizer: Any = None,
+) -> list[Callable[[], str | None]]:
+    """The checks of ``config.rollout.sequence_length``: one per model reference of ``config``'s roles, one per env
+    tag of ``managers`` (``(yaml key, manager, its scheduler's base seed, its mode)``; a tag listed twice is checked
+    once). A manager's turns are sampled with its own ``generating_args``, else actor_infer's.
+
+    ``tokenizer`` is the pipeline's own (setup); without it, ``tokenizer_role``'s is loaded where it can be read here
+    (``roll validate``). Each check returns a summary line, or raises a ConfigError naming the fix.
+    """
+    sequence_length = config.rollout.sequence_length
+    roles: dict[str, RoleConfig] = config.roles()
+    default = roles["actor_infer"].generating_args
+    load = _tokenizer_loader(tokenizer_role, roles[tokenizer_role], tokenizer)
+    checks: list[Callable[[], str | None]] = []
+    seen: set[str] = set()
+    for name, role in roles.items():
+        args = role.model_args
+        if not args.model_name_or_path or args.model_name_or_path in seen:
+            continue
+        seen.add(args.model_name_or_path)
+        where = f"{name}.model_args.model_name_or_path"
+        folder = functools.partial(_model_folder, where, args.model_name_or_path, args.revision)
+        checks.append(functools.partial(_check_positions, where, folder, args.trust_remote_code, sequence_length))
+    tags: set[str] = set()
+    for key, manager, seed, mode in managers:
+        own = manager.generating_args is not None
+        generation = manager.turn_generation(default)
+        scheduler = _Scheduler(key, manager, seed, mode, generation, f"{key if own else 'actor_infer'}.generating_args")
+        for plan in plan_groups(manager):
+            if plan.tag in tags:
+                continue
+            tags.add(plan.tag)
+            first = functools.partial(_first_seed, scheduler, config.custom_envs, plan)
+            spec = config.custom_envs[plan.tag]
+            checks.append(
+                functools.partial(_check_first_prompt, plan.tag, spec, scheduler, first, load, sequence_length)
+            )
+    return checks
+
+
+def run_length_checks(checks: Sequence[Callable[[], str | None]]) -> None:
+    """Run ``checks`` at a pipeline's setup: a problem raises; warnings are logged as warnings, the rest as info."""
+    for check in checks:
+        line = check()
+        if line and line.startswith("warning: "):
+            logger.warning("%s", line[len("warning: ") :])
+        elif line:
+            logger.info("%s", line)

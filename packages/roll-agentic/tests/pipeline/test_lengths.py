@@ -1,0 +1,246 @@
+"""rollout.sequence_length checked at load time: each env tag's first prompt (as its env manager renders it) plus a
+turn's tokens, and the model's positions; by ``roll validate`` and by the pipeline's setup, before workers start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from roll.agentic.pipeline import AgenticConfig, AgenticPipeline, lengths
+from roll.agentic.pipeline.config import VAL_SEED_OFFSET
+from roll.agentic.pipeline.lengths import max_positions
+from roll.agentic.policy import GenerateRequest, GenerateResult, MockPolicyClient, ScriptedPolicy
+from roll.agentic.scheduler import RolloutScheduler
+from roll.pipelines.validate import validate_deployment
+from roll.runtime import ConfigError
+from roll.strategies import GenerationConfig
+
+LAKE = {"env_type": "frozen_lake", "env_config": {"size": 3}, "max_tokens_per_step": 16}
+SPECS = {
+    "traj": LAKE,
+    "step": {**LAKE, "env_manager_cls": "step"},
+    "sokoban": {"env_type": "sokoban", "env_config": {"dim_room": [6, 6], "num_boxes": 1}, "max_tokens_per_step": 16},
+    "tools": {**LAKE, "tool_wrapper": {"tool_configs": [{"tool_id": "python_code"}]}},
+}
+
+
+class _Recorder:
+    def __init__(self, inner) -> None:
+        self.inner, self.requests = inner, []
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        self.requests.append(request)
+        return await self.inner.generate(request)
+
+
+def _config(spec: dict, *, model: str = "/models/not-here", **extra) -> AgenticConfig:
+    role = {"model_args": {"model_name_or_path": model}}
+    data = {
+        "actor_train": role,
+        "actor_infer": {**role, "generating_args": {"max_new_tokens": 16}},
+        "custom_envs": {"Env": spec},
+        "train_env_manager": {"num_env_groups": 1, "group_size": 1, "tags": ["Env"]},
+        "rollout_batch_size": 1,
+        "advantage": {"estimator": "reinforce"},
+        **extra,
+    }
+    return AgenticConfig.model_validate(data)
+
+
+def _lines(config: AgenticConfig, tokenizer) -> list[str]:
+    return [line for check in config.length_checks(tokenizer) if (line := check())]
+
+
+def _first_request(tokenizer, config: AgenticConfig) -> list[int]:
+    """The first prompt a real rollout of ``config``'s training envs sends to the policy."""
+    client = _Recorder(MockPolicyClient(tokenizer, ScriptedPolicy(lambda prompt: "<answer>Up</answer>")))
+    scheduler = RolloutScheduler.local(
+        config.train_env_manager, config.custom_envs, tokenizer, client,
+        generation_config=GenerationConfig(max_new_tokens=16), sequence_length=4096, seed=config.seed,
+    )  # fmt: skip
+    try:
+        scheduler.get_batch(1)
+    finally:
+        scheduler.close()
+    return client.requests[0].prompt_ids
+
+
+@pytest.mark.parametrize("kind", sorted(SPECS))
+def test_the_check_counts_the_prompt_the_env_manager_sends(tokenizer, kind) -> None:
+    config = _config(SPECS[kind])
+    sent = len(_first_request(tokenizer, config))
+    lines = _lines(config, tokenizer)
+    assert (
+        f"Env: first prompt {sent} tokens + 16 per turn (max_tokens_per_step=16) fit in sequence_length 1024" in lines
+    )
+    exact = _config(SPECS[kind], sequence_length=sent + 16)
+    assert f"Env: first prompt {sent} tokens" in _lines(exact, tokenizer)[-1]
+    short = _config(SPECS[kind], sequence_length=sent + 15)
+    with pytest.raises(ConfigError) as caught:
+        _lines(short, tokenizer)
+    message = str(caught.value)
+    assert "env tag 'Env' (train_env_manager): its first prompt (seed " in message
+    assert (
+        f"is {sent} tokens, and with one turn's 16 new tokens (max_tokens_per_step=16) it needs {sent + 16}" in message
+    )
+    assert (
+        f"over rollout.sequence_length (ROLL's sequence_length)={sent + 15}: raise rollout.sequence_length" in message
+    )
+    assert "shorten the tag's agent_system_template, agent_template or env instruction" in message
+
+
+def test_the_tool_prompt_is_counted(tokenizer) -> None:
+    plain, tools = (len(_first_request(tokenizer, _config(SPECS[k]))) for k in ("traj", "tools"))
+    assert tools > plain + 20  # the python_code tool's description is part of the first prompt
+
+
+def test_a_smaller_max_new_tokens_is_the_turns_budget(tokenizer) -> None:
+    config = _config(
+        LAKE, actor_infer={"model_args": {"model_name_or_path": "/m"}, "generating_args": {"max_new_tokens": 4}}
+    )
+    line = _lines(config, tokenizer)[-1]
+    assert "+ 4 per turn (actor_infer.generating_args.max_new_tokens=4)" in line
+    # a manager's own generating_args sample its turns (ROLL's precedence), so they set the turn's budget
+    own = {"num_env_groups": 1, "group_size": 1, "tags": ["Env"], "generating_args": {"max_new_tokens": 2}}
+    line = _lines(_config(LAKE, train_env_manager=own), tokenizer)[-1]
+    assert "+ 2 per turn (train_env_manager.generating_args.max_new_tokens=2)" in line
+
+
+def test_val_tags_are_checked_with_the_val_seeds(tokenizer) -> None:
+    val = {"num_env_groups": 2, "group_size": 1, "tags": ["Val"]}
+    config = _config(LAKE, custom_envs={"Env": LAKE, "Val": {**LAKE, "agent_template": "{observation}" * 40}},
+                     val_env_manager=val, val_batch_size=2, sequence_length=512)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"env tag 'Val' \(val_env_manager\): its first prompt \(seed \d+\) is"):
+        _lines(config, tokenizer)
+
+
+class IndexedEnv:
+    """Picks its item by seed (as dataset envs do): the item's length grows with the seed."""
+
+    seed_is_index = True
+
+    def reset(self, seed=None):
+        return "Up " * (1 + seed % 500), {}
+
+    def step(self, action):
+        return "done", 1.0, True, False, {}
+
+
+def test_a_val_tag_that_picks_items_by_seed_is_checked_on_item_0(tokenizer) -> None:
+    indexed = {"env_type": f"{__name__}:IndexedEnv", "max_tokens_per_step": 16}
+    val = {"num_env_groups": 1, "group_size": 1, "tags": ["Items"]}
+    config = _config(LAKE, custom_envs={"Env": LAKE, "Items": indexed}, val_env_manager=val, val_batch_size=1)
+    client = _Recorder(MockPolicyClient(tokenizer, ScriptedPolicy(lambda prompt: "<answer>Up</answer>")))
+    scheduler = RolloutScheduler.local(
+        config.val_env_manager, config.custom_envs, tokenizer, client,
+        generation_config=GenerationConfig(max_new_tokens=16), sequence_length=4096, mode="val",
+        seed=config.seed + VAL_SEED_OFFSET,
+    )  # fmt: skip
+    try:
+        scheduler.get_batch(1)
+    finally:
+        scheduler.close()
+    sent = len(client.requests[0].prompt_ids)
+    assert f"Items: first prompt {sent} tokens + 16 per turn" in _lines(config, tokenizer)[-1]
+
+
+class _BrokenEnv:
+    def __init__(self) -> None:
+        raise OSError("no route to the env service")
+
+    def reset(self, seed=None): ...
+
+    def step(self, action): ...
+
+
+class _SlowEnv(_BrokenEnv):
+    def __init__(self) -> None:
+        import time
+
+        time.sleep(5)
+
+
+def test_envs_not_built_here_are_skipped_with_a_note(tokenizer, monkeypatch) -> None:
+    broken = _config({"env_type": f"{__name__}:_BrokenEnv"})
+    assert _lines(broken, tokenizer)[-1] == (
+        "Env: first prompt not checked here (building its env failed: OSError: no route to the env service); "
+        "its first turn checks it"
+    )
+    monkeypatch.setattr(lengths, "BUILD_TIMEOUT_S", 0.2)
+    slow = _config({"env_type": f"{__name__}:_SlowEnv"})
+    assert "(building and resetting its env took over 0.2 s)" in _lines(slow, tokenizer)[-1]
+
+
+def test_a_gem_env_that_loads_a_hub_dataset_is_not_built() -> None:
+    pytest.importorskip("gem")
+    spec = {"env_type": "gem:math:GSM8K", "agent_template": "{observation}"}
+    line = _config(spec).length_checks(object())[-1]()
+    assert line == (
+        "Env: first prompt not checked here (the GEM env loads the hub dataset 'axon-rl/GSM-8k' when built); "
+        "its first turn checks it"
+    )
+
+
+# --- the model's positions ---------------------------------------------------------------------------------------
+def test_max_positions_reads_rope_scaling() -> None:
+    assert max_positions(SimpleNamespace(max_position_embeddings=1024)) == (1024, 1024, "")
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}
+    assert max_positions(SimpleNamespace(max_position_embeddings=1024, rope_parameters=yarn)) == (
+        1024, 4096, "yarn RoPE scaling x4 of 1024",
+    )  # fmt: skip
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}
+    assert max_positions(SimpleNamespace(max_position_embeddings=131072, rope_scaling=llama3))[:2] == (131072, 131072)
+    default = {"rope_type": "default", "rope_theta": 1e6}
+    assert max_positions(SimpleNamespace(max_position_embeddings=512, rope_parameters=default)) == (512, 512, "")
+    assert max_positions(SimpleNamespace(n_positions=2048)) == (2048, 2048, "")
+
+
+@pytest.fixture
+def model_folder(tmp_path: Path, tokenizer) -> Path:
+    """A local model folder with a config (1024 positions) and the tokenizer: enough for roll validate's checks."""
+    from transformers import Qwen2Config
+
+    Qwen2Config(vocab_size=512, hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                max_position_embeddings=1024).save_pretrained(tmp_path)  # fmt: skip
+    tokenizer.save_pretrained(tmp_path)
+    return tmp_path
+
+
+def test_roll_validate_checks_prompts_and_positions(model_folder: Path) -> None:
+    lines = validate_deployment(_config(LAKE, model=str(model_folder)), check_ray=False)
+    assert "actor_train.model_args.model_name_or_path: sequence_length 1024 within the model's 1024 positions" in lines
+    assert any(line.startswith("Env: first prompt ") and line.endswith("fit in sequence_length 1024") for line in lines)
+    with pytest.raises(ConfigError) as caught:
+        validate_deployment(_config(LAKE, model=str(model_folder), sequence_length=2048), check_ray=False)
+    assert str(caught.value) == (
+        f"rollout.sequence_length (ROLL's sequence_length)=2048 exceeds the 1024 positions of the model of "
+        f"actor_train.model_args.model_name_or_path ({model_folder}): lower rollout.sequence_length to 1024 or less, "
+        "or use a model with a longer context"
+    )
+
+
+def test_rope_scaling_makes_a_longer_sequence_a_warning(model_folder: Path) -> None:
+    import json
+
+    path = model_folder / "config.json"
+    data = json.loads(path.read_text())
+    data["rope_scaling"] = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 1024}
+    path.write_text(json.dumps(data))
+    lines = validate_deployment(_config(LAKE, model=str(model_folder), sequence_length=2048), check_ray=False)
+    assert (
+        "warning: rollout.sequence_length (ROLL's sequence_length)=2048 is beyond the model's "
+        "max_position_embeddings=1024 (actor_train.model_args.model_name_or_path), within the 2048 its yarn RoPE "
+        "scaling x2 of 1024 reaches; quality there depends on the model"
+    ) in lines
+    with pytest.raises(ConfigError, match="exceeds the 2048 positions"):
+        validate_deployment(_config(LAKE, model=str(model_folder), sequence_length=2049), check_ray=False)
+
+
+def test_the_pipeline_stops_before_any_worker_starts(model_folder: Path, tmp_path: Path) -> None:
+    config = _config(LAKE, model=str(model_folder), sequence_length=32, output_dir=str(tmp_path / "out"))
+    pipeline = AgenticPipeline(config)
+    with pytest.raises(ConfigError, match=r"env tag 'Env' \(train_env_manager\): its first prompt"):
+        pipeline.setup()
+    assert not pipeline.clusters and pipeline._session is None
