@@ -37,10 +37,17 @@ def scripted(tokenizer):
 
 @pytest.fixture
 def play(tokenizer):
-    """``play(spec, client, seed=0, sequence_length=4096, episodes=1) -> list[EpisodeResult]`` on one env slot."""
+    """``play(spec, client, seed=0, sequence_length=4096, episodes=1, sampling_seed=None) -> list[EpisodeResult]``
+    on one env slot (episode i plays env seed ``seed + i``, and sampling seed ``sampling_seed + i`` when given)."""
 
     def run(
-        spec: CustomEnvConfig, client, seed: int = 0, sequence_length: int = 4096, episodes: int = 1, **gen
+        spec: CustomEnvConfig,
+        client,
+        seed: int = 0,
+        sequence_length: int = 4096,
+        episodes: int = 1,
+        sampling_seed: int | None = None,
+        **gen,
     ) -> list[EpisodeResult]:
         pool = EnvPool(
             {"T": spec},
@@ -53,7 +60,8 @@ def play(tokenizer):
         async def main() -> list[EpisodeResult]:
             out = []
             for i in range(episodes):
-                task = EpisodeTask(0, 0, "T", i, seed + i, f"T_0_{i}_{seed}", f"T_0_{i}_{seed}_0")
+                sampling = None if sampling_seed is None else sampling_seed + i
+                task = EpisodeTask(0, 0, "T", i, seed + i, f"T_0_{i}_{seed}", f"T_0_{i}_{seed}_0", sampling)
                 out.append(await pool.run_episode(task))
             return out
 

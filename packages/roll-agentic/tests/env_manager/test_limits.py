@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from roll.agentic.config import CustomEnvConfig
+from roll.agentic.env_manager import turn_seed
 from roll.agentic.policy import GenerateResult
 from roll.runtime import ConfigError
 
@@ -23,6 +24,20 @@ def test_per_step_token_cap_reaches_the_request(play, scripted) -> None:
     play(CustomEnvConfig(**SPEC, max_tokens_per_step=7), client, max_new_tokens=64)
     assert [r.generation_config.max_new_tokens for r in client.requests] == [7, 7, 7]
     assert all(r.generation_config.num_return_sequences == 1 for r in client.requests)
+
+
+def test_each_turn_is_seeded_from_its_episodes_sampling_seed_and_the_turn(play, scripted) -> None:
+    def seeds(sampling_seed: int | None, **gen) -> list[int | None]:
+        client = scripted([BLOCKED] * 6)
+        play(CustomEnvConfig(**SPEC), client, episodes=2, sampling_seed=sampling_seed, **gen)
+        return [r.seed for r in client.requests]
+
+    first = seeds(5)
+    assert first == [turn_seed(5 + episode, turn, None) for episode in range(2) for turn in range(3)]
+    assert len(set(first)) == 6 and seeds(5) == first
+    assert seeds(5, seed=9) == first  # the scheduler mixes the run's seed into sampling_seed; the env seed adds nothing
+    assert turn_seed(5, 0, 9) not in first  # generating_args.seed, when set, takes part
+    assert seeds(None) == [None] * 6  # a task without a sampling seed: the engine's own generator
 
 
 def test_truncated_response_is_closed_by_the_template(play, scripted, tokenizer) -> None:

@@ -3,6 +3,7 @@
 * ``agentic``: a warm-up step, two RL steps and validations while one env tag raises, hangs past its step timeout
   or returns malformed output depending on the seed. The run goes on; training replaces the faulted groups,
   validation counts faulted episodes as failures; every fault is in the metrics.
+* ``agentic`` with an env that always faults: it stops after ``rollout.max_faulted_steps`` steps, output kept.
 * ``agentic_rollout``: the trajectories are written, every episode (faulted ones too) listed with why it ended.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from roll.agentic.pipeline import register_pipelines
+from roll.agentic.scheduler import RolloutFaultsError
 from roll.pipelines.config import load_config
 from roll.pipelines.launcher import run_config
 from roll.pipelines.tracking import read_metrics
@@ -103,6 +105,7 @@ def test_agentic_run_survives_env_faults(ray_env, tmp_path: Path):
         assert row["rollout/env_faults"] >= 1  # the Faulty tag faulted ...
         assert row["rollout/groups_faulted"] >= 1  # ... its groups were dropped and replaced
         assert row["rollout/groups_kept"] == 4  # the batch still filled (with Lake groups): 8 episodes
+        assert row["rollout/faulted_steps_in_a_row"] == 0  # faults that leave samples never count towards a stop
         assert row["rollout/samples"] == 8
         assert "actor/pg_loss" in row  # and the policy trained on them
     for row in metrics:  # validation keeps every episode; the faulted ones count as failures
@@ -113,6 +116,53 @@ def test_agentic_run_survives_env_faults(ray_env, tmp_path: Path):
     episodes = [json.loads(line) for line in (tmp_path / "rollouts" / "step-000001-episodes.jsonl").open()]
     faulted = [e for e in episodes if e["end_reason"].startswith("env_")]
     assert faulted and all(not e["kept"] and e["error"] for e in faulted)
+
+
+class DownEnv:
+    """An env whose service is down: every reset raises."""
+
+    def reset(self, seed=None):
+        raise ConnectionError("env service is down")
+
+    def step(self, action):
+        raise ConnectionError("env service is down")
+
+
+def test_agentic_run_stops_when_env_faults_leave_nothing_to_train(ray_env, tmp_path: Path):
+    """Every group faults at every step: after rollout.max_faulted_steps such steps the run stops with one error naming
+    the tag, the reason with its count and an example; what was written before (metrics, checkpoints) stays."""
+    register_pipelines()
+    down = {"env_type": f"{__name__}:DownEnv", "max_steps": 2, "max_tokens_per_step": 8}
+    data = {
+        "pipeline_cls": "agentic",
+        "output_dir": str(tmp_path),
+        "max_steps": 6,
+        "save_steps": 1,
+        "export_hf": False,
+        "plots": False,
+        "rollout_batch_size": 4,
+        "sequence_length": 256,
+        "rollout": {"env_workers": "local", "max_faulted_steps": 2},
+        "custom_envs": {"Down": down},
+        "train_env_manager": {"num_env_groups": 2, "group_size": 2, "tags": ["Down"]},
+        "actor_train": {**_role("down-train", "fsdp2_train"), "training_args": {"learning_rate": 1e-4}},
+        "actor_infer": {**_role("down-infer", "hf_infer"), "generating_args": {"max_new_tokens": 8}},
+    }
+    with pytest.raises(RolloutFaultsError) as caught:
+        run_config(load_config(data))
+    # 2 groups a step, each launched 4 times (max_launch_factor) and faulted: 16 episodes a step
+    assert str(caught.value).startswith(
+        "train_env: 2 steps in a row (steps 1-2) kept no sample because of env faults (env tags ['Down']: env_error "
+        "x32; e.g. tag 'Down' env_error: reset() raised ConnectionError: env service is down). "
+    )
+    assert "rollout.max_faulted_steps=2 is how many such steps stop a run (0 or null: never)" in str(caught.value)
+    assert str(caught.value).endswith(f"Metrics and checkpoints written so far are kept in {tmp_path}")
+    metrics = read_metrics(tmp_path / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [0, 1, 2]
+    assert [m["rollout/faulted_steps_in_a_row"] for m in metrics[1:]] == [1.0, 2.0]
+    assert [m["rollout/env_faults"] for m in metrics[1:]] == [16.0, 16.0]
+    saved = [p.name[-8:] for p in (tmp_path / "checkpoints").iterdir() if p.name[-8:].isdigit()]
+    assert saved == ["00000001"]  # step 2 stopped before its own
 
 
 def test_agentic_rollout_writes_every_episode(ray_env, tmp_path: Path):

@@ -191,3 +191,25 @@ def test_a_checkpoint_of_another_group_count_and_a_filter_that_does_not_import_a
     typo = config.model_copy(update={"group_filter_cls": "roll.agentic.scheduler.filters:ZeroVarianceFilter"})
     with pytest.raises(ConfigError, match=r"train_env.group_filter_cls='roll.agentic.scheduler.filters:Zero"):
         RolloutScheduler(typo, _TimedExecutor(lambda t: 0.0), pad_token_id=0)
+
+
+def _sampling_seeds(out) -> dict[str, int | None]:
+    return {e.task.traj_id: e.task.sampling_seed for e in out.episodes}
+
+
+def test_episodes_get_sampling_seeds_of_the_run_seed_round_and_env_slot() -> None:
+    config = EnvManagerConfig(name="train_env", num_env_groups=2, group_size=3, tags=["FL"])
+
+    def play(seed: int, mode: str = "train", step: int = 0) -> dict[str, int | None]:
+        executor = _TimedExecutor(lambda t: 0.0)  # rounds without samples count as faulted: one launch per group
+        scheduler = RolloutScheduler(config, executor, pad_token_id=0, mode=mode, seed=seed, max_launch_factor=1)
+        return _sampling_seeds(scheduler.get_batch(6, step))
+
+    first = play(1)
+    assert len(first) == 6 and len(set(first.values())) == 6  # a group's envs share the env seed, not the samples
+    assert play(1) == first
+    assert set(play(2).values()).isdisjoint(first.values())
+    # Validation replays the same rounds (same env seeds, same traj ids) at every step, with fresh samples per step.
+    val_0, val_3 = play(1, "val", 0), play(1, "val", 3)
+    assert play(1, "val", 0) == val_0 and val_3.keys() == val_0.keys()
+    assert set(val_3.values()).isdisjoint(val_0.values())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from roll.agentic.env_manager.base import EnvManager, EpisodeResult, EpisodeState, EpisodeTask, Turn
+from roll.agentic.env_manager.base import EnvManager, EpisodeResult, EpisodeState, EpisodeTask, Turn, turn_seed
 from roll.agentic.env_manager.chat import ChatFormatter, render_template
 from roll.agentic.env_manager.native import AgentNativeStepEnvManager, render_messages
 from roll.agentic.env_manager.runner import FAULT_REASONS, EnvFault, EnvRunner
@@ -39,4 +39,5 @@ __all__ = [
     "render_template",
     "rows_to_batch",
     "state_hash",
+    "turn_seed",
 ]

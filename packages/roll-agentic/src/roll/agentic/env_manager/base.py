@@ -1,9 +1,10 @@
 """Env managers: play one environment's episodes against a PolicyClient and lay them out as training samples.
 
 One manager owns one env instance (one "env slot"); :meth:`EnvManager.run_episode` plays a whole episode:
-reset with the task's seed, then per turn build the prompt, send one request, step the env with the decoded
-response, until the env ends the episode or a limit does. Subclasses decide the prompt of each turn and the
-sample layout (:mod:`.traj`: one row per episode; :mod:`.step`: one row per turn).
+reset with the task's seed, then per turn build the prompt, send one request (seeded by :func:`turn_seed` from the
+task's ``sampling_seed``), step the env with the decoded response, until the env ends the episode or a limit does.
+Subclasses decide the prompt of each turn and the sample layout (:mod:`.traj`: one row per episode; :mod:`.step`:
+one row per turn).
 
 Why an episode ended (``end_reason``): ``terminated``/``truncated`` (the env said so), ``max_steps`` (turn limit),
 ``context_limit`` (the next turn would not fit in ``sequence_length``; a first turn that does not fit is a
@@ -14,6 +15,7 @@ spent), ``aborted`` (the policy server dropped a request), or an env fault (``en
 
 from __future__ import annotations
 
+import hashlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -29,7 +31,7 @@ from roll.protocol import DataProto
 from roll.runtime import ConfigError
 from roll.strategies import GenerationConfig
 
-__all__ = ["EnvManager", "EpisodeResult", "EpisodeState", "EpisodeTask", "Turn"]
+__all__ = ["EnvManager", "EpisodeResult", "EpisodeState", "EpisodeTask", "Turn", "turn_seed"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class EpisodeTask:
     seed: int
     traj_group_id: str
     traj_id: str
+    sampling_seed: int | None = None
+    """Base of the seeds of this episode's turns (:func:`turn_seed`); None: its requests carry no seed."""
 
 
 @dataclass
@@ -104,6 +108,13 @@ def _aggregate(turns: list[Turn], modes: dict[str, str]) -> dict[str, float]:
                 values.setdefault(key, []).append(float(value))
     reducers: dict[str, Callable[[list[float]], float]] = {"last": lambda v: v[-1], "sum": sum, "max": max, "min": min}
     return {key: reducers.get(modes.get(key, "mean"), lambda v: sum(v) / len(v))(v) for key, v in values.items()}
+
+
+def turn_seed(sampling_seed: int, turn: int, generation_seed: int | None) -> int:
+    """The sampling seed of an episode's ``turn``: a stable hash of the episode's sampling seed, the turn and
+    ``generating_args.seed`` (when set, changing it changes every sample)."""
+    digest = hashlib.sha256(f"{sampling_seed}:{turn}:{generation_seed}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 class EnvManager(ABC):
@@ -180,6 +191,9 @@ class EnvManager(ABC):
                 prompt_ids=model_input,
                 generation_config=self.generation_config.model_copy(update={"max_new_tokens": budget}),
                 meta={"env_id": task.env_id, "group_id": task.group_id, "tag": task.tag, "traj_id": task.traj_id},
+                seed=None
+                if task.sampling_seed is None
+                else turn_seed(task.sampling_seed, len(state.turns), self.generation_config.seed),
             )
             result = await self.client.generate(request)
             if result.finish_reason == "abort" or not result.token_ids:

@@ -117,6 +117,12 @@ class AgenticRolloutSection(RollModel):
         default="ray", description="ray: envs in EnvironmentWorker actors; local: in the driver (small runs)."
     )
     dump: bool = Field(default=False, description="Write every step's episodes to rollouts/step-N.jsonl.")
+    max_faulted_steps: int | None = Field(
+        default=3,
+        ge=0,
+        description="Stop the run after this many steps in a row that env faults left with nothing to train (every "
+        "group dropped: envs raising, hanging past step_timeout_s, dead tools); 0 or null: never stop.",
+    )
 
 
 class AgenticAsyncSection(RollModel):

@@ -21,7 +21,9 @@ Before step 1, ``warmup.steps`` behaviour-cloning steps on a scripted policy's e
 ``warmup.cache`` trained once and reused, :mod:`roll.agentic.pipeline.warmup_cache`); a reference then takes the
 warmed-up weights (``warmup.reference: warmed``), so the KL term anchors RL on the clone. Env faults
 (an env that raises, hangs past ``step_timeout_s`` or returns malformed output) end their episode with a reason;
-training replaces the group, validation counts the episode as failed; both are in the step's metrics.
+training replaces the group, validation counts the episode as failed; both are in the step's metrics. A step that
+faults left with nothing to train is skipped; ``rollout.max_faulted_steps`` such steps in a row stop the run
+(:mod:`roll.agentic.scheduler.faulted_steps`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from roll.agentic.policy import MockPolicyClient
 from roll.agentic.pool import env_checks
 from roll.agentic.scheduler import RolloutBatch, RolloutScheduler
 from roll.agentic.scheduler.background import BackgroundRollouts
+from roll.agentic.scheduler.faulted_steps import FaultedSteps
 from roll.pipelines.algorithms import make_kl_controller
 from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.rlvr.workers import CriticWorker, InferWorker, PolicyWorker
@@ -69,6 +72,7 @@ class AgenticPipeline(BasePipeline):
             check()
         self.tokenizer = load_tokenizer(cfg.actor_train.model_args)
         run_length_checks(cfg.length_checks(self.tokenizer))
+        self.faulted_steps = FaultedSteps(cfg.rollout.max_faulted_steps, cfg.train_env_manager.name, self.output_dir)
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
         self.generation_config = cfg.actor_infer.generating_args.model_copy(update={"num_return_sequences": 1})
@@ -246,6 +250,7 @@ class AgenticPipeline(BasePipeline):
         with timer.phase("rollout"):
             rollout = self.take_rollouts(step)
         metrics.update(rollout.metrics)
+        metrics["rollout/faulted_steps_in_a_row"] = float(self.faulted_steps.record(step, rollout))
         if cfg.rollout.dump:
             write_rollout(self.output_dir / "rollouts", f"step-{step:06d}", rollout, self.tokenizer)
         batch = rollout.batch
@@ -433,6 +438,7 @@ class AgenticPipeline(BasePipeline):
                     metrics.update(self.validate(step))
             metrics["time/rl_elapsed_s"] = elapsed
             last = self.log_metrics(step, metrics)
+            self.faulted_steps.check()  # env faults left step after step with nothing to train: stop, metrics kept
             self.do_checkpoint(step, force=step == self.max_steps or out_of_time)
             if out_of_time:
                 break

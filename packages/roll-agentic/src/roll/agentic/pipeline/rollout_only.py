@@ -3,7 +3,8 @@
 Roles: ``actor_infer`` only. Each step plays ``rollout.batch_size`` episodes of ``train_env_manager`` (ROLL's key;
 ``mode: val`` replays the same seeds every step and keeps faulted episodes as failures) and writes
 ``rollouts/step-N.jsonl`` (sample rows, text decoded) and ``rollouts/step-N-episodes.jsonl`` (every episode, with
-why it ended). Totals over all steps go to ``summary.json``.
+why it ended). Totals over all steps go to ``summary.json``. ``rollout.max_faulted_steps`` steps in a row whose
+episodes all faulted stop the run, as in ``agentic``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from roll.agentic.pipeline.config import AgenticRolloutSection
 from roll.agentic.pipeline.lengths import length_checks, run_length_checks
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
 from roll.agentic.pool import env_checks
+from roll.agentic.scheduler.faulted_steps import FaultedSteps
 from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.config import BaseConfig, RoleConfig
 from roll.pipelines.rlvr.workers import InferWorker
@@ -85,6 +87,7 @@ class AgenticRolloutPipeline(BasePipeline):
             check()
         self.tokenizer = load_tokenizer(cfg.actor_infer.model_args)
         run_length_checks(cfg.length_checks(self.tokenizer))
+        self.faulted_steps = FaultedSteps(cfg.rollout.max_faulted_steps, cfg.train_env_manager.name, self.output_dir)
         pad = self.tokenizer.pad_token_id
         pad_token_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
         self.open_session()
@@ -119,13 +122,14 @@ class AgenticRolloutPipeline(BasePipeline):
         self.totals["episodes"] = self.totals.get("episodes", 0.0) + played
         self.totals["successes"] = self.totals.get("successes", 0.0) + sum(e.success for e in out.episodes)
         self.totals["env_faults"] = self.totals.get("env_faults", 0.0) + sum(e.faulted for e in out.episodes)
-        return out.metrics
+        return {**out.metrics, "rollout/faulted_steps_in_a_row": float(self.faulted_steps.record(step, out))}
 
     def run(self) -> dict[str, float]:
         start = self.resume()
         last: dict[str, float] = {}
         for step in self.steps(start):
             last = self.log_metrics(step, self.step(step))
+            self.faulted_steps.check()
             self.do_checkpoint(step, force=step == self.max_steps)
         summary = {**self.totals, "success_rate": self.totals.get("successes", 0.0) / max(1.0, self.totals["episodes"])}
         (self.output_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -2,7 +2,8 @@
 
 Requests wait in a micro-queue: when the engine is free, everything queued (up to ``max_batch_size``, after at
 most ``batch_wait_s`` of gathering) goes out as one left-padded batch per distinct generation config, and each
-caller gets its row back. This keeps roll's existing batch API usable for agentic rollouts; a per-request engine
+caller gets its row back. Seeded requests travel as the batch's ``sampling_seed`` column, so a request samples the
+same tokens whichever requests it is batched with (unseeded ones go in batches of their own). This keeps roll's existing batch API usable for agentic rollouts; a per-request engine
 client (continuous batching, abort on weight sync) can replace it behind the same protocol.
 """
 
@@ -19,6 +20,7 @@ from roll.agentic.policy.protocol import GenerateRequest, GenerateResult
 from roll.protocol import DataProto, pad_dataproto_to_divisor
 from roll.runtime import ConfigError
 from roll.strategies import GenerationConfig
+from roll.strategies.generation import SAMPLING_SEED_KEY
 
 __all__ = ["ClusterPolicyClient", "prompts_to_batch"]
 
@@ -104,9 +106,10 @@ class ClusterPolicyClient:
                 await self._run(batch)
 
     async def _run(self, batch: list[_Pending]) -> None:
-        by_config: dict[str, list[_Pending]] = {}
+        by_config: dict[tuple[str, bool], list[_Pending]] = {}
         for item in batch:
-            by_config.setdefault(item.request.generation_config.model_dump_json(), []).append(item)
+            key = (item.request.generation_config.model_dump_json(), item.request.seed is None)
+            by_config.setdefault(key, []).append(item)
         for items in by_config.values():
             try:
                 results = await asyncio.to_thread(self._generate, [i.request for i in items])
@@ -122,6 +125,8 @@ class ClusterPolicyClient:
     def _generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         config: GenerationConfig = requests[0].generation_config
         batch = prompts_to_batch([r.prompt_ids for r in requests], self.pad_token_id)
+        if requests[0].seed is not None:  # a batch is all seeded or all not (see _run)
+            batch.batch[SAMPLING_SEED_KEY] = torch.tensor([r.seed for r in requests], dtype=torch.long)
         dp_size = getattr(self.cluster, "dp_size", 1) or 1
         batch, pad = pad_dataproto_to_divisor(batch, dp_size)  # every data-parallel rank gets a row
         out = self.cluster.generate(batch, config)

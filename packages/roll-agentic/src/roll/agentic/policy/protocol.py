@@ -31,6 +31,10 @@ class GenerateRequest:
     """Sampling settings; ``max_new_tokens`` is already capped for this turn, ``num_return_sequences`` is 1."""
     meta: dict[str, Any] = field(default_factory=dict)
     """Routing hints, not used for sampling: ``env_id``, ``group_id``, ``traj_id``, ``tag``."""
+    seed: int | None = None
+    """This request's own sampling seed (env managers derive it from the episode and the turn), or ``None``: the
+    engine's generator. Engines that honour it (hf_infer, vllm, sglang) sample the same tokens for the same seed
+    whatever other requests share the batch, so a run does not depend on when its requests arrived."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from collections import Counter
 from typing import Any
 
 from roll.agentic.env_manager import EpisodeResult, concat_samples
+from roll.agentic.scheduler.faulted_steps import describe_faults
 from roll.agentic.scheduler.metrics import summarize_episodes
 from roll.agentic.scheduler.scheduler import RolloutBatch, RolloutScheduler, _Round
 from roll.pipelines.rlvr.replay import FinishedGroup, ReplayBuffer
@@ -104,7 +105,7 @@ class BackgroundRollouts:
         if dropped_in_a_row + 1 > self.stall_limit:
             raise RolloutsStalledError(
                 f"{self.scheduler.config.name}: the last {dropped_in_a_row + 1} rounds were all dropped "
-                f"({dict(self._counts)}); no batch can be filled"
+                f"({dict(self._counts)}; {describe_faults(self._played)}); no batch can be filled"
             )
         return dropped_in_a_row + 1
 

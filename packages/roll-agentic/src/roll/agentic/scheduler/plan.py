@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from roll.agentic.config import EnvManagerConfig
 from roll.agentic.pool import EnvSlot
 
-__all__ = ["GroupPlan", "episode_ids", "episode_seed", "plan_groups", "slots_by_rank"]
+__all__ = ["GroupPlan", "episode_ids", "episode_seed", "plan_groups", "sampling_seed", "slots_by_rank"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,14 @@ def episode_seed(base_seed: int, group_id: int, episode_id: int) -> int:
     """The seed all envs of group ``group_id`` use in its ``episode_id``-th round: a stable, well-mixed
     function of the three (the same in every process and run)."""
     digest = hashlib.sha256(f"{base_seed}:{group_id}:{episode_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def sampling_seed(base_seed: int, group_id: int, episode_id: int, env_id: int, draw: int = 0) -> int:
+    """The base of one episode's per-turn sampling seeds: a stable hash of the scheduler's seed, the round, the
+    env slot (the envs of a group share an env seed but sample independently) and ``draw`` (validation passes
+    the global step: the same env seeds at every validation, fresh samples)."""
+    digest = hashlib.sha256(f"sampling:{base_seed}:{group_id}:{episode_id}:{env_id}:{draw}".encode()).digest()
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 

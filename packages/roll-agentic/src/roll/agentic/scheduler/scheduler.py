@@ -8,6 +8,10 @@ is started, up to ``max_launch_factor`` times the groups needed. Validation mode
 episodes count as failures) and replays the same seeds on every call, so validations are comparable. Its seeds are
 hashed like training's, except for tags whose env picks items by seed (``Env.seed_is_index``, e.g. ``roll_math``):
 their n-th validation round (in the fixed val order) gets the seed n, so a val run walks the dataset in order.
+
+Every episode also gets a sampling seed (:func:`~roll.agentic.scheduler.plan.sampling_seed`: the scheduler's seed,
+the round, the env slot, and for validation the global step), from which its turns' requests are seeded: with an
+engine that honours request seeds, the same seed plays the same episodes however the turns were batched.
 """
 
 from __future__ import annotations
@@ -27,7 +31,14 @@ from roll.agentic.policy.protocol import PolicyClient
 from roll.agentic.pool import EnvPool
 from roll.agentic.scheduler.executors import EpisodeExecutor, LocalExecutor, RayExecutor
 from roll.agentic.scheduler.metrics import summarize_episodes
-from roll.agentic.scheduler.plan import GroupPlan, episode_ids, episode_seed, plan_groups, slots_by_rank
+from roll.agentic.scheduler.plan import (
+    GroupPlan,
+    episode_ids,
+    episode_seed,
+    plan_groups,
+    sampling_seed,
+    slots_by_rank,
+)
 from roll.agentic.worker import EnvWorkerSetup, load_tokenizer
 from roll.protocol import DataProto
 from roll.runtime import ConfigError, ResourceManager, import_target
@@ -177,7 +188,8 @@ class RolloutScheduler:
 
     async def aget_batch(self, batch_size: int | None = None, global_step: int = 0) -> RolloutBatch:
         needed = self.config.groups_for(batch_size)
-        kept, played, counts = await self._collect(needed)
+        # Validation replays its rounds at every call; the global step makes each call's samples its own.
+        kept, played, counts = await self._collect(needed, global_step if self.mode == "val" else 0)
         batches = [r.batch for round_ in kept for r in round_.results if r.batch is not None]
         batch = concat_samples(batches, self.pad_token_id) if batches else None
         prefix = "val" if self.mode == "val" else "rollout"
@@ -239,12 +251,13 @@ class RolloutScheduler:
             return episode_id * len(peers) + peers.index(plan.group_id)
         return episode_seed(self.seed, plan.group_id, episode_id)
 
-    async def _play(self, plan: GroupPlan, episode_id: int, launch: int) -> _Round:
+    async def _play(self, plan: GroupPlan, episode_id: int, launch: int, draw: int = 0) -> _Round:
         seed = self._seed(plan, episode_id)
         tasks = []
         for env_id in plan.env_ids:
             traj_group_id, traj_id = episode_ids(plan.tag, plan.group_id, episode_id, seed, env_id)
-            task = EpisodeTask(env_id, plan.group_id, plan.tag, episode_id, seed, traj_group_id, traj_id)
+            sampling = sampling_seed(self.seed, plan.group_id, episode_id, env_id, draw)
+            task = EpisodeTask(env_id, plan.group_id, plan.tag, episode_id, seed, traj_group_id, traj_id, sampling)
             tasks.append(self.executor.run(task))
         return _Round(plan, episode_id, launch, list(await asyncio.gather(*tasks)))
 
@@ -257,7 +270,7 @@ class RolloutScheduler:
             return "groups_filtered"
         return "groups_kept"
 
-    async def _collect(self, needed: int) -> tuple[list[_Round], list[EpisodeResult], Counter[str]]:
+    async def _collect(self, needed: int, draw: int) -> tuple[list[_Round], list[EpisodeResult], Counter[str]]:
         kept: list[_Round] = []
         played: list[EpisodeResult] = []
         counts: Counter[str] = Counter()
@@ -283,7 +296,7 @@ class RolloutScheduler:
                     rounds[plan.group_id] += 1
                     launch = counts["groups_launched"]
                     counts["groups_launched"] += 1
-                    running[asyncio.ensure_future(self._play(plan, episode_id, launch))] = plan.group_id
+                    running[asyncio.ensure_future(self._play(plan, episode_id, launch, draw))] = plan.group_id
                 if not running:
                     break
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
