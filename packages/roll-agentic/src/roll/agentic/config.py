@@ -130,18 +130,24 @@ class ToolWrapperConfig(RollModel):
     """ROLL's ``tool_wrapper``: tools added to an env (see roll.agentic.tools.ToolEnvWrapper)."""
 
     wrapper_args: dict[str, Any] = Field(
-        default_factory=dict, description="tool_reward, tool_success_reward, max_tool_uses."
+        default_factory=dict,
+        description="tool_reward, tool_success_reward, max_tool_uses, and tool_format: 'hermes' (roll's default, "
+        "<tool_call> JSON) or 'gem' (GEM's <python>/<search>/... tags, as ROLL's tool examples; ROLL files' default).",
     )
     tool_configs: list[ToolConfig] = Field(default_factory=list)
 
     @field_validator("wrapper_args")
     @classmethod
     def _known_args(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from roll.agentic.tools.formats import TOOL_FORMATS
         from roll.agentic.tools.wrapper import WRAPPER_ARGS
 
         unknown = sorted(set(value) - set(WRAPPER_ARGS))
         if unknown:
             raise ValueError(f"unknown keys {unknown}; accepted: {list(WRAPPER_ARGS)}")
+        tool_format = value.get("tool_format", "hermes")
+        if not isinstance(tool_format, str) or tool_format not in TOOL_FORMATS:
+            raise ValueError(f"tool_format {tool_format!r}: use one of {sorted(TOOL_FORMATS)}")
         return value
 
 

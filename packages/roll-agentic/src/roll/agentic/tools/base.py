@@ -43,9 +43,16 @@ class Tool(ABC):
 
     ``tool_instruction`` (set from the ``tool_instruction`` tool arg, as in ROLL): the text that introduces this tool
     to the model in place of the generated description of its functions; ``""`` introduces it with nothing.
+
+    ``gem_form``: how the model calls this tool under ``tool_format: gem`` (see :mod:`roll.agentic.tools.formats`):
+    ``"python"`` (a ``<python>`` block, passed as the ``code`` argument of the tool's first function), ``"search"``
+    (``<search>``, passed as ``query``) or ``"function"`` (a named call with JSON arguments; the default).
+    ``action_format``: the wrapper's ``tool_format``, set by the wrapper, for a tool that words its results for it.
     """
 
     tool_instruction: str | None = None
+    gem_form: str = "function"
+    action_format: str = "hermes"
 
     @abstractmethod
     def specs(self) -> list[ToolSpec]:

@@ -23,6 +23,8 @@ __all__ = ["PythonCodeTool"]
 class PythonCodeTool(Tool):
     """One function, ``python_code(code)``; results are stdout (and the error's last line), capped in length."""
 
+    gem_form = "python"
+
     def __init__(
         self,
         name: str = "python_code",

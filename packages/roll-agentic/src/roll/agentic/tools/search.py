@@ -145,7 +145,10 @@ def _hit(item: Any, rank: int) -> SearchHit:
 
 
 class SearchTool(Tool):
-    """One function, ``search(query)``, returning the ``top_k`` best passages."""
+    """One function, ``search(query)``, returning the ``top_k`` best passages (under ``tool_format: gem`` listed as
+    GEM's search tool lists them, ``Doc 1(Title: ...) text``)."""
+
+    gem_form = "search"
 
     @staticmethod
     def check_args(search_url: str | None = None, **_: Any) -> None:
@@ -209,8 +212,8 @@ class SearchTool(Tool):
             return ToolResult(False, f"search failed: {type(e).__name__}: {e}")
         if not hits:
             return ToolResult(True, "No results.")
-        lines = []
-        for rank, hit in enumerate(hits, start=1):
-            text = hit.text[: self.max_chars_per_hit]
-            lines.append(f"[{rank}] {hit.title}: {text}" if hit.title else f"[{rank}] {text}")
+        clipped = [(rank, hit, hit.text[: self.max_chars_per_hit]) for rank, hit in enumerate(hits, start=1)]
+        if self.action_format == "gem":  # GEM's wording: one line per passage, each ending in a newline
+            return ToolResult(True, "".join(f"Doc {rank}(Title: {hit.title}) {text}\n" for rank, hit, text in clipped))
+        lines = [f"[{rank}] {hit.title}: {text}" if hit.title else f"[{rank}] {text}" for rank, hit, text in clipped]
         return ToolResult(True, "\n".join(lines))

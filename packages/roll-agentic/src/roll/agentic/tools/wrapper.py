@@ -1,11 +1,13 @@
 """ToolEnvWrapper: give any environment tools, and count how often they are called and succeed.
 
 On reset the tools' instruction (a generated description of their functions, or each tool's own
-``tool_instruction``) is appended to the first observation. On each step a response holding
-``<tool_call>`` blocks is answered by the tools (the episode goes on; the observation is the results, and
-``info["use_tool"]`` is True, so the env manager renders it as a ``tool`` message); any other response goes to
-the wrapped environment. ``info["metrics"]`` carries ``tool_use_counter`` and ``tool_success_counter`` (calls and
-successful calls so far in the episode); ``tool_reward``/``tool_success_reward`` optionally reward calls.
+``tool_instruction``) is appended to the first observation. On each step a response holding tool calls is
+answered by the tools (the episode goes on; the observation is the results, and ``info["use_tool"]`` is True, so the
+env manager renders it as a ``tool`` message); any other response goes to the wrapped environment. ``tool_format``
+picks how calls are written and results worded (:mod:`roll.agentic.tools.formats`): ``hermes`` (default, Hermes/Qwen
+``<tool_call>`` JSON, every block runs) or ``gem`` (GEM's tags, ``<python>``/``<search>``/..., one call per turn).
+``info["metrics"]`` carries ``tool_use_counter`` and ``tool_success_counter`` (calls and successful calls so far in
+the episode); ``tool_reward``/``tool_success_reward`` optionally reward calls.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ from __future__ import annotations
 from typing import Any
 
 from roll.agentic.env.base import Env, EnvLike, ResetOutput, StepOutput, check_reset_output, check_step_output
-from roll.agentic.tools.base import Tool, ToolResult, describe_tools
-from roll.agentic.tools.parsing import parse_tool_calls
+from roll.agentic.tools.base import Tool, ToolResult
+from roll.agentic.tools.formats import action_format
 from roll.agentic.tools.registry import make_tool
 from roll.runtime import ConfigError
 
 __all__ = ["WRAPPER_ARGS", "ToolEnvWrapper", "tool_wrapper"]
 
-WRAPPER_ARGS = ("tool_reward", "tool_success_reward", "max_tool_uses")
-"""The keys of ROLL's ``tool_wrapper.wrapper_args`` (the wrapper's keyword arguments)."""
+WRAPPER_ARGS = ("tool_reward", "tool_success_reward", "max_tool_uses", "tool_format")
+"""The keys of ``tool_wrapper.wrapper_args`` (the wrapper's keyword arguments): ROLL's three and roll's
+``tool_format``."""
 
 
 class ToolEnvWrapper(Env):
@@ -34,6 +37,7 @@ class ToolEnvWrapper(Env):
         tool_reward: float = 0.0,
         tool_success_reward: float = 0.0,
         max_tool_uses: int | None = 10,
+        tool_format: str = "hermes",
     ) -> None:
         self.env, self.tools = env, tools
         self.tool_reward, self.tool_success_reward = tool_reward, tool_success_reward
@@ -44,15 +48,16 @@ class ToolEnvWrapper(Env):
                 if spec.name in self._by_name:
                     raise ConfigError(f"two tools offer a function named {spec.name!r}; tool names must be unique")
                 self._by_name[spec.name] = tool
+        self.format = action_format(tool_format, tools)
+        for tool in tools:
+            tool.action_format = tool_format
         self.uses_global_rng = bool(getattr(env, "uses_global_rng", False))
         self.tool_use_counter = 0
         self.tool_success_counter = 0
 
     def instruction(self) -> str:
         """The generated description of the tools without a ``tool_instruction``, then the others' own texts."""
-        described = [spec for tool in self.tools if tool.tool_instruction is None for spec in tool.specs()]
-        own = [tool.tool_instruction for tool in self.tools if tool.tool_instruction]
-        return "\n".join(part for part in [describe_tools(described), *own] if part)
+        return self.format.instruction()
 
     def _metrics(self, info: dict[str, Any]) -> dict[str, Any]:
         metrics = dict(info.get("metrics") or {})
@@ -78,31 +83,31 @@ class ToolEnvWrapper(Env):
         return tool.call(name, arguments)
 
     def step(self, action: str) -> StepOutput:
-        parsed = parse_tool_calls(action)
+        parsed = self.format.parse(action)
         budget_left = self.max_tool_uses is None or self.tool_use_counter < self.max_tool_uses
         if not parsed.present or not budget_left:
             observation, reward, terminated, truncated, info = check_step_output(self.env.step(action))
             info["use_tool"] = False
             return observation, reward, terminated, truncated, self._metrics(info)
-        outputs, reward = [], 0.0
+        outputs, reward, cut_short = [], 0.0, False
         for call in parsed.blocks:  # in the order written; an unreadable block is a failed use of the budget
             if self.max_tool_uses is not None and self.tool_use_counter >= self.max_tool_uses:
-                outputs.append("Tool budget used up: give your final answer.")
+                cut_short = True
                 break
             self.tool_use_counter += 1
             reward += self.tool_reward
             if isinstance(call, str):
-                outputs.append(f"Tool call failed: {call}")
+                outputs.append(self.format.result(None, call, None))
                 continue
             result = self._run(call.name, call.arguments)
             if result.ok:
                 self.tool_success_counter += 1
                 reward += self.tool_success_reward
-            outputs.append(
-                f"{call.name} result:\n{result.output}" if result.ok else f"{call.name} failed: {result.output}"
-            )
+            outputs.append(self.format.result(self._by_name.get(call.name), call, result))
+        used_up = self.max_tool_uses is not None and self.tool_use_counter >= self.max_tool_uses
+        observation = "\n".join(outputs) + self.format.closing(cut_short, used_up)
         tool_info: dict[str, Any] = {"use_tool": True, "success": False}
-        return "\n".join(outputs), reward, False, False, self._metrics(tool_info)
+        return observation, reward, False, False, self._metrics(tool_info)
 
     def close(self) -> None:
         for tool in self.tools:
