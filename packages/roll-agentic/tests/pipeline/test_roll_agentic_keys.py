@@ -151,3 +151,22 @@ def test_rolls_precedence_between_manager_and_actor_infer_sampling(tmp_path: Pat
     config = load_config(path)
     assert config.train_env_manager.generating_args is None and config.val_env_manager.generating_args is None
     assert config.sampling_temperature == 0.9
+
+
+def test_rolls_tool_wrappers_read_gems_tags(tmp_path: Path) -> None:
+    # ROLL's tools are GEM's (<code>/<python>, <search>): a ROLL file's tool_wrapper gets tool_format gem; one that
+    # sets tool_format keeps it.
+    tools = (
+        "  Calc:\n    env_type: tool_math\n    tool_wrapper:\n      wrapper_args: {max_tool_uses: 1}\n"
+        "      tool_configs: [{tool_id: python_code, tool_args: {timeout: 5}}]\n"
+        "  Plain:\n    env_type: tool_math\n    tool_wrapper:\n      wrapper_args: {tool_format: hermes}\n"
+        "      tool_configs: [{tool_id: python_code}]\n"
+    )
+    path = _write(tmp_path, AGENTIC + tools)
+    config = load_config(path)
+    assert config.custom_envs["Calc"].tool_wrapper.wrapper_args == {"max_tool_uses": 1, "tool_format": "gem"}
+    assert config.custom_envs["Plain"].tool_wrapper.wrapper_args == {"tool_format": "hermes"}
+    assert config.custom_envs["Lake"].tool_wrapper is None
+    rows = {row.key: row for row in translate(*compose_file(path)).rows}
+    assert "gem" in rows["(custom_envs.Calc.tool_wrapper.wrapper_args.tool_format)"].note
+    assert "(custom_envs.Plain.tool_wrapper.wrapper_args.tool_format)" not in rows

@@ -14,6 +14,7 @@ __all__ = [
     "ROLL_ENV_DEFAULTS",
     "ROLL_REWARD_NORMALIZATION",
     "ROLL_RLVR_DEFAULTS",
+    "ROLL_TOOL_FORMAT",
     "fill_roll_defaults",
 ]
 
@@ -47,6 +48,9 @@ ROLL_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     "sokoban": {"dim_room": [10, 10], "num_boxes": 4, "search_depth": 300},
     "frozen_lake": {"is_slippery": True},
 }
+# ROLL's tools are GEM's: the model calls them with GEM's tags (<code>/<python>, <search>, ...), not roll's default
+# Hermes <tool_call> JSON; a ROLL file's tool_wrapper gets tool_format gem unless it sets one.
+ROLL_TOOL_FORMAT = "gem"
 
 
 def _derive_num_nodes(top: _Translator, data: dict[str, Any]) -> None:
@@ -128,7 +132,19 @@ def _fill_env_defaults(top: _Translator) -> None:
         if missing:
             where = f"custom_envs.{tag}.env_config"
             top.row(f"({where})", "implemented-as", where, f"ROLL's {spec['env_type']} defaults {missing} written in")
+        filled[tag] = _fill_tool_format(top, tag, filled[tag])
     top.out["custom_envs"] = filled
+
+
+def _fill_tool_format(top: _Translator, tag: str, spec: Any) -> Any:
+    wrapper = spec.get("tool_wrapper") if isinstance(spec, dict) else None
+    args = wrapper.get("wrapper_args") if isinstance(wrapper, dict) else None
+    if not isinstance(wrapper, dict) or "tool_format" in (args if isinstance(args, dict) else {}):
+        return spec
+    where = f"custom_envs.{tag}.tool_wrapper.wrapper_args.tool_format"
+    top.row(f"({where})", "implemented-as", where, f"{ROLL_TOOL_FORMAT!r}: ROLL's tools read GEM's tags")
+    args = {**(args if isinstance(args, dict) else {}), "tool_format": ROLL_TOOL_FORMAT}
+    return {**spec, "tool_wrapper": {**wrapper, "wrapper_args": args}}
 
 
 def fill_roll_defaults(top: _Translator, data: dict[str, Any]) -> None:

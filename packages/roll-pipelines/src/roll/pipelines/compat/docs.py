@@ -18,6 +18,7 @@ from roll.pipelines.compat.defaults import (
     ROLL_ENV_DEFAULTS,
     ROLL_REWARD_NORMALIZATION,
     ROLL_RLVR_DEFAULTS,
+    ROLL_TOOL_FORMAT,
 )
 from roll.pipelines.compat.keys import (
     DATA_ARGS,
@@ -133,6 +134,14 @@ def roll_compat() -> str:
         f"\n| `custom_envs.<tag>.env_config.{key}` (env_type {env_type}) | `{value!r}` |"
         for env_type, defaults in ROLL_ENV_DEFAULTS.items()
         for key, value in defaults.items()
+    )
+    agentic_defaults += (
+        f"\n| `custom_envs.<tag>.tool_wrapper.wrapper_args.tool_format` | `{ROLL_TOOL_FORMAT!r}` |\n\n"
+        "ROLL's tools are GEM's: its model calls python with `<code>`/`<python>` tags or a fenced python block and "
+        "search with `<search>`, and reads results in GEM's wording (`Code execution result:`, `<information>`). "
+        "roll's tool wrapper takes that form with `tool_format: gem`, written into each `tool_wrapper` of a ROLL file "
+        "that does not set it (roll files default to `hermes`, `<tool_call>` JSON), so a ROLL tool example's prompts "
+        "and `stop_strings` keep working."
     )
     strategies = "\n".join(f"| `{k}` | `{v[0]}` | {_cell(v[1])} |" for k, v in STRATEGY_NAMES.items())
     rewards = "\n".join(f"| `{k}` | `{v[0]}` |" for k, v in REWARD_CLASSES.items())
