@@ -183,6 +183,20 @@ def test_a_gem_env_that_loads_a_hub_dataset_is_not_built() -> None:
     )
 
 
+def test_a_roll_dataset_env_with_a_hub_dataset_is_not_built(monkeypatch) -> None:
+    # roll validate away from the cluster must not download a dataset to count one prompt (its own check_args only
+    # looks in the cache); a local dataset file is read and counted as for any env
+    from roll.agentic.env import dataset
+
+    monkeypatch.setattr(dataset, "read_source", lambda *a, **k: pytest.fail("the hub dataset was read"))
+    spec = {"env_type": "roll_math", "env_config": {"dataset_name": "open-r1/DAPO-Math-17k-Processed"}}
+    line = _config(spec).length_checks(object())[-1]()
+    assert line == (
+        "Env: first prompt not checked here (its env loads the hub dataset 'open-r1/DAPO-Math-17k-Processed' when "
+        "built); its first turn checks it"
+    )
+
+
 # --- the model's positions ---------------------------------------------------------------------------------------
 def test_max_positions_reads_rope_scaling() -> None:
     assert max_positions(SimpleNamespace(max_position_embeddings=1024)) == (1024, 1024, "")

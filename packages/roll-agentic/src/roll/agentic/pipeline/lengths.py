@@ -9,8 +9,9 @@ starts) run these checks:
   own env manager builds the first prompt (system and agent templates, the env's instruction, the chat template, a
   tool wrapper's tool prompt) and the tokenizer counts it. That prompt plus one turn's tokens (``max_tokens_per_step``,
   capped by ``actor_infer.generating_args.max_new_tokens``) must fit in ``rollout.sequence_length``. A tag whose env is
-  not built in the driver is skipped with a note (a ROCK sandbox; a GEM env that loads a hub dataset; an env whose
-  build or reset fails, or takes over :data:`BUILD_TIMEOUT_S`, here): its first turn still checks it.
+  not built in the driver is skipped with a note (a ROCK sandbox; a GEM env or one of roll's dataset envs that loads
+  a hub dataset; an env whose build or reset fails, or takes over :data:`BUILD_TIMEOUT_S`, here): its first turn
+  still checks it.
 * ``rollout.sequence_length`` may not exceed the model's ``max_position_embeddings``, as vLLM refuses a longer
   ``max_model_len``. A model whose config scales RoPE (``rope_parameters`` / ``rope_scaling`` with a ``factor``, e.g.
   YaRN) is allowed up to the scaled length, with a warning: whether quality holds there depends on the model.
@@ -119,6 +120,10 @@ def _skip_reason(spec: CustomEnvConfig) -> str | None:
             dataset = gem_dataset(factory, spec.env_config)
             if dataset is not None:
                 return f"the GEM env loads the hub dataset {dataset!r} when built"
+        elif getattr(factory, "seed_is_index", False):  # roll's dataset envs: a hub id is downloaded when built
+            name = spec.env_config.get("dataset_name")
+            if isinstance(name, str) and name and not Path(name).expanduser().exists():
+                return f"its env loads the hub dataset {name!r} when built"
     except RollError as e:  # an unknown type or a missing extra: the env entry's own check reports it
         return str(e)
     return None

@@ -3,8 +3,9 @@
 Requests wait in a micro-queue: when the engine is free, everything queued (up to ``max_batch_size``, after at
 most ``batch_wait_s`` of gathering) goes out as one left-padded batch per distinct generation config, and each
 caller gets its row back. Seeded requests travel as the batch's ``sampling_seed`` column, so a request samples the
-same tokens whichever requests it is batched with (unseeded ones go in batches of their own). This keeps roll's existing batch API usable for agentic rollouts; a per-request engine
-client (continuous batching, abort on weight sync) can replace it behind the same protocol.
+same tokens whichever requests it is batched with (unseeded ones go in batches of their own). This keeps roll's
+existing batch API usable for agentic rollouts; a per-request engine client (continuous batching, abort on weight
+sync) can replace it behind the same protocol.
 """
 
 from __future__ import annotations
