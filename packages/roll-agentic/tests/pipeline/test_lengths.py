@@ -197,6 +197,26 @@ def test_a_roll_dataset_env_with_a_hub_dataset_is_not_built(monkeypatch) -> None
     )
 
 
+@pytest.mark.parametrize(("engine", "key"), [("vllm", "max_model_len"), ("sglang", "context_length")])
+def test_an_engine_capped_below_sequence_length_is_an_error(tokenizer, engine, key) -> None:
+    infer = {
+        "model_args": {"model_name_or_path": "/models/not-here"},
+        "generating_args": {"max_new_tokens": 16},
+        "strategy_args": {"strategy_name": engine, "strategy_config": {key: 1024}},
+    }
+    config = _config(LAKE, actor_infer=infer, sequence_length=2048)
+    with pytest.raises(ConfigError) as e:
+        [check() for check in config.length_checks(tokenizer)]
+    assert str(e.value) == (
+        f"actor_infer.strategy_args.strategy_config.{key}=1024 is below rollout.sequence_length (ROLL's "
+        f"sequence_length)=2048: the engine would refuse an episode's later turns; raise {key} to at least 2048, or "
+        "lower rollout.sequence_length to 1024"
+    )
+    infer["strategy_args"]["strategy_config"][key] = 2048
+    lines = _lines(_config(LAKE, actor_infer=infer, sequence_length=2048), tokenizer)
+    assert not any(key in (line or "") for line in lines)
+
+
 # --- the model's positions ---------------------------------------------------------------------------------------
 def test_max_positions_reads_rope_scaling() -> None:
     assert max_positions(SimpleNamespace(max_position_embeddings=1024)) == (1024, 1024, "")

@@ -13,8 +13,10 @@ starts) run these checks:
   a hub dataset; an env whose build or reset fails, or takes over :data:`BUILD_TIMEOUT_S`, here): its first turn
   still checks it.
 * ``rollout.sequence_length`` may not exceed the model's ``max_position_embeddings``, as vLLM refuses a longer
-  ``max_model_len``. A model whose config scales RoPE (``rope_parameters`` / ``rope_scaling`` with a ``factor``, e.g.
-  YaRN) is allowed up to the scaled length, with a warning: whether quality holds there depends on the model.
+  ``max_model_len``, nor an inference engine's own cap (vLLM's ``max_model_len``, SGLang's ``context_length`` in
+  ``strategy_config``), which would refuse an episode's later turns. A model whose config scales RoPE
+  (``rope_parameters`` / ``rope_scaling`` with a ``factor``, e.g. YaRN) is allowed up to the scaled length, with a
+  warning: whether quality holds there depends on the model.
 """
 
 from __future__ import annotations
@@ -244,6 +246,25 @@ def _check_positions(where: str, folder: Callable[[], Path], trust_remote_code: 
     return f"{where}: sequence_length {sequence_length} within the model's {native} positions"
 
 
+ENGINE_CONTEXT_KEYS = {"vllm": "max_model_len", "sglang": "context_length"}
+"""The strategy_config key that caps an inference engine's prompt + response tokens."""
+
+
+def _check_engine_context(name: str, role: RoleConfig, sequence_length: int) -> str | None:
+    """An inference engine capped below ``sequence_length`` would refuse the longest turns the env managers send
+    (a multi-turn episode's prompt grows up to it)."""
+    strategy = role.strategy_args
+    key = ENGINE_CONTEXT_KEYS.get(strategy.strategy_name) if strategy is not None else None
+    limit = (strategy.strategy_config or {}).get(key) if strategy is not None and key is not None else None
+    if not isinstance(limit, int) or limit >= sequence_length:
+        return None
+    where = f"{name}.strategy_args.strategy_config.{key}"
+    raise ConfigError(
+        f"{where}={limit} is below {ROLL_KEY}={sequence_length}: the engine would refuse an episode's later turns; "
+        f"raise {key} to at least {sequence_length}, or lower rollout.sequence_length to {limit}"
+    )
+
+
 # --- the checks of a config ---------------------------------------------------------------------------------------
 def _model_folder(where: str, value: str, revision: str | None) -> Path:
     """The local folder of a model reference as it can be read here (``tiny://`` presets built into the asset cache,
@@ -306,6 +327,8 @@ def length_checks(
         where = f"{name}.model_args.model_name_or_path"
         folder = functools.partial(_model_folder, where, args.model_name_or_path, args.revision)
         checks.append(functools.partial(_check_positions, where, folder, args.trust_remote_code, sequence_length))
+    for name, role in roles.items():
+        checks.append(functools.partial(_check_engine_context, name, role, sequence_length))
     tags: set[str] = set()
     for key, manager, seed, mode in managers:
         own = manager.generating_args is not None
