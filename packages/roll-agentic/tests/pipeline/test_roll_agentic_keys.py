@@ -110,7 +110,7 @@ def test_rolls_agentic_config_fields_have_a_status_not_unknown_key(tmp_path: Pat
     for key in ("use_token_reward", "partial_gpu_mode", "env_monitor", "reward_normalization.global_scale_factor"):
         assert rows[key].status == "ignored", key
     assert rows["train_env_manager.group_size_redundancy"].status == "ignored"
-    assert rows["train_env_manager.llm_proxy"].status == "ignored"
+    assert rows["train_env_manager.llm_proxy"].status == "kept"
     assert load_config(path).reward_normalization.method == "mean"
 
 
@@ -122,7 +122,29 @@ def test_rolls_redundant_episodes_and_other_proxies_are_refused_by_name(tmp_path
         load_config(_write(tmp_path, text))
     message = str(error.value)
     assert "train_env_manager.group_size_redundancy: unsupported" in message and "set 0 (got 2)" in message
-    assert "train_env_manager.llm_proxy: unsupported" in message and "proxy_type: policy" in message
+    assert "train_env_manager.llm_proxy: unsupported" in message and "proxy_type 'openai'" in message
+
+
+def test_rolls_random_proxy_plays_validation_and_is_refused_for_training(tmp_path: Path) -> None:
+    # ROLL's llm_proxy {proxy_type: random} (its proxy_config unread): the env's random actions, a baseline read.
+    val = (
+        "val_env_manager:\n  num_env_groups: 2\n  group_size: 4\n  tags: [Lake]\n"
+        "  llm_proxy: {proxy_type: random, proxy_config: {unused: 1}}\n"
+    )
+    path = _write(tmp_path, AGENTIC + val)
+    rows = {row.key: row for row in translate(*compose_file(path)).rows}
+    assert (
+        rows["val_env_manager.llm_proxy"].status == "kept"
+        and "proxy_config dropped" in rows["val_env_manager.llm_proxy"].note
+    )
+    config = load_config(path)
+    assert (config.val_env_manager.llm_proxy.proxy_type, config.train_env_manager.llm_proxy.proxy_type) == (
+        "random",
+        "policy",
+    )
+    text = AGENTIC.replace("  group_size: 4\n", "  group_size: 4\n  llm_proxy: {proxy_type: random}\n")
+    with pytest.raises(ConfigError, match="train_env_manager.llm_proxy.proxy_type is random"):
+        load_config(_write(tmp_path, text))
 
 
 def test_rolls_precedence_between_manager_and_actor_infer_sampling(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ __all__ = [
     "ENV_MANAGER_ALIASES",
     "CustomEnvConfig",
     "EnvManagerConfig",
+    "LLMProxyConfig",
     "RewardNormalizationConfig",
     "ToolConfig",
     "ToolWrapperConfig",
@@ -292,6 +293,36 @@ class CustomEnvConfig(RollModel):
         return self
 
 
+class LLMProxyConfig(RollModel):
+    """Who acts in a manager's episodes (ROLL's ``llm_proxy``): ``policy``, the model served by actor_infer; or
+    ``random``, the env's own ``sample_random_action()`` (a baseline to read scores against, and an env smoke test
+    that needs no model). Random episodes are not the policy's samples: a training manager refuses them."""
+
+    proxy_type: Literal["policy", "random"] = Field(
+        default="policy", description="policy: actor_infer generates each turn; random: the env's random actions."
+    )
+    proxy_config: dict[str, Any] = Field(default_factory=dict, description="Settings of the proxy (none are read).")
+
+    @field_validator("proxy_type", mode="before")
+    @classmethod
+    def _known(cls, value: Any) -> Any:
+        if value == "openai":
+            raise ValueError(
+                "proxy_type openai (an OpenAI-compatible endpoint) is not implemented in roll yet; use policy (serve "
+                "the model with actor_infer) or random"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> LLMProxyConfig:
+        if self.proxy_config:
+            raise ValueError(
+                f"proxy_config {sorted(self.proxy_config)} is set but proxy_type {self.proxy_type} takes no settings; "
+                "remove it"
+            )
+        return self
+
+
 class EnvManagerConfig(WorkerConfig):
     """The EnvironmentWorker role of one scheduler (train or val): env groups, tags and workers.
 
@@ -315,6 +346,9 @@ class EnvManagerConfig(WorkerConfig):
         description="Class with filter(group_id, episode_id, episodes) -> True to drop the group.",
     )
     generating_args: GenerationConfig | None = Field(default=None, description="Sampling of this manager's turns.")
+    llm_proxy: LLMProxyConfig = Field(
+        default_factory=LLMProxyConfig, description="Who acts: the policy (default) or the env's random actions."
+    )
 
     @field_validator("worker_cls", mode="before")
     @classmethod

@@ -17,6 +17,7 @@ from roll.agentic.env import check_env, make_env
 from roll.agentic.env.base import EnvLike
 from roll.agentic.env_manager import ENV_MANAGERS, ChatFormatter, EnvManager, EnvRunner, EpisodeResult, EpisodeTask
 from roll.agentic.policy.protocol import PolicyClient
+from roll.agentic.policy.random_actions import RandomActionClient
 from roll.agentic.tools import check_tool, tool_wrapper
 from roll.pipelines.data import DataError
 from roll.runtime import ConfigError, import_target
@@ -79,7 +80,11 @@ def manager_class(name: str) -> type[EnvManager]:
 
 
 class EnvPool:
-    """Env managers for the slots given to :meth:`add_slots`, sharing a tokenizer, a client and limits."""
+    """Env managers for the slots given to :meth:`add_slots`, sharing a tokenizer, a client and limits.
+
+    ``proxy_type`` (the manager's ``llm_proxy.proxy_type``): ``random`` gives each slot a
+    :class:`~roll.agentic.policy.RandomActionClient` over its own env instead of ``client``.
+    """
 
     def __init__(
         self,
@@ -89,8 +94,11 @@ class EnvPool:
         *,
         generation_config: GenerationConfig,
         sequence_length: int,
+        proxy_type: str = "policy",
     ) -> None:
-        self.custom_envs, self.client = custom_envs, client
+        if proxy_type not in ("policy", "random"):
+            raise ConfigError(f"llm_proxy.proxy_type {proxy_type!r} must be policy or random")
+        self.custom_envs, self.client, self.proxy_type = custom_envs, client, proxy_type
         self.generation_config, self.sequence_length = generation_config, sequence_length
         self.formatter = ChatFormatter(tokenizer)
         pad = getattr(tokenizer, "pad_token_id", None)
@@ -121,12 +129,21 @@ class EnvPool:
             raise type(e)(f"custom_envs.{slot.tag}: {e}") from e
         if spec.use_thread_lock or getattr(runner.env, "uses_global_rng", False):
             runner.lock = self._serial_lock
+        client = self.client
+        if self.proxy_type == "random":
+            if not callable(getattr(runner.env, "sample_random_action", None)):
+                runner.close()
+                raise ConfigError(
+                    f"custom_envs.{slot.tag}: env_type {spec.env_type!r} has no sample_random_action(), which "
+                    "llm_proxy.proxy_type random plays; use proxy_type policy for this tag"
+                )
+            client = RandomActionClient(runner, self.formatter.tokenizer)
         return cls(
             tag=slot.tag,
             spec=spec,
             runner=runner,
             formatter=self.formatter,
-            client=self.client,
+            client=client,
             generation_config=self.generation_config,
             sequence_length=self.sequence_length,
             pad_token_id=self.pad_token_id,

@@ -35,6 +35,8 @@ class EnvWorkerSetup:
     sequence_length: int
     slots: dict[int, list[EnvSlot]] = field(default_factory=dict)
     """Env slots per worker rank."""
+    proxy_type: str = "policy"
+    """The manager's ``llm_proxy.proxy_type`` (``random``: the envs act, see :class:`~roll.agentic.pool.EnvPool`)."""
 
 
 def load_tokenizer(tokenizer: Any) -> Any:
@@ -65,6 +67,7 @@ class EnvironmentWorker(Worker):
             setup.client,
             generation_config=setup.generation_config,
             sequence_length=setup.sequence_length,
+            proxy_type=setup.proxy_type,
         )
         self.pool.add_slots(setup.slots.get(self.rank, []))
 

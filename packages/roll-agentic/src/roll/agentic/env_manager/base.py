@@ -195,7 +195,10 @@ class EnvManager(ABC):
                 if task.sampling_seed is None
                 else turn_seed(task.sampling_seed, len(state.turns), self.generation_config.seed),
             )
-            result = await self.client.generate(request)
+            try:
+                result = await self.client.generate(request)
+            except EnvFault as fault:  # a client that asks the env (llm_proxy random) can meet its faults
+                return self._finish(state, fault.reason, str(fault))
             if result.finish_reason == "abort" or not result.token_ids:
                 reason = "aborted"
                 break

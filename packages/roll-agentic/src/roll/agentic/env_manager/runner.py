@@ -194,6 +194,13 @@ class EnvRunner:
             self._discard()
             raise EnvFault("env_malformed", str(e)) from e
 
+    async def sample_random_action(self) -> str:
+        """The env's own random action (``llm_proxy.proxy_type: random``), run like the env's other calls."""
+        action = await self._call("sample_random_action")
+        if not isinstance(action, str):
+            raise EnvFault("env_malformed", f"sample_random_action() returned {type(action).__name__}, not a str")
+        return action
+
     def _as_text(self, output: Any, where: str, size: int) -> Any:
         if not self.messages or not isinstance(output, tuple) or len(output) != size:
             return output  # the checks name what is wrong with the shape

@@ -500,6 +500,13 @@ class AgenticConfig(BaseConfig):
             kinds = {self.custom_envs[tag].env_manager_cls for tag in manager.tags}
             if len(kinds) > 1:
                 raise ValueError(f"{key}.tags mix env managers {sorted(kinds)}; use one per manager")
+        proxy = self.train_env_manager.llm_proxy.proxy_type
+        if proxy != "policy":
+            raise ValueError(
+                f"train_env_manager.llm_proxy.proxy_type is {proxy}: the agentic pipeline trains on the policy's own "
+                "samples; use proxy_type policy here (a val_env_manager may play random as a baseline, and the "
+                "agentic_rollout pipeline plays any proxy)"
+            )
         size = self.train_env_manager.group_size
         self.train_env_manager.groups_for(
             self.rollout.batch_size, "rollout.batch_size (rollout_batch_size)", "train_env_manager"

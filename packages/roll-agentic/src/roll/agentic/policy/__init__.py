@@ -13,6 +13,7 @@ from roll.agentic.policy.mock import (
     TextPolicy,
 )
 from roll.agentic.policy.protocol import FinishReason, GenerateRequest, GenerateResult, PolicyClient
+from roll.agentic.policy.random_actions import RandomActionClient
 from roll.agentic.policy.remote import PolicyServer, RemotePolicyClient, serve_policy
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "MockStats",
     "PolicyClient",
     "PolicyServer",
+    "RandomActionClient",
     "RandomActionPolicy",
     "RemotePolicyClient",
     "ScriptedPolicy",

@@ -138,7 +138,12 @@ class RolloutScheduler:
         generation_config = generation_config or config.generating_args or GenerationConfig()
         tokenizer = load_tokenizer(tokenizer)
         pool = EnvPool(
-            custom_envs, tokenizer, client, generation_config=generation_config, sequence_length=sequence_length
+            custom_envs,
+            tokenizer,
+            client,
+            generation_config=generation_config,
+            sequence_length=sequence_length,
+            proxy_type=config.llm_proxy.proxy_type,
         )
         slots = [slot for plan in plan_groups(config) for slot in plan.slots()]
         indexed = index_seeded_tags(config, custom_envs) if mode == "val" else set()
@@ -174,6 +179,7 @@ class RolloutScheduler:
             generation_config=generation_config,
             sequence_length=sequence_length,
             slots=slots_by_rank(config, plan_groups(config)),
+            proxy_type=config.llm_proxy.proxy_type,
         )
         executor = RayExecutor.create(config, resource_manager, setup)
         indexed = index_seeded_tags(config, custom_envs) if mode == "val" else set()

@@ -235,16 +235,12 @@ ENV_MANAGER_KEYS: dict[str, Rule] = {
         "extra episodes per group (ROLL plays group_size + group_size_redundancy and keeps the first group_size "
         "to finish); remove it or set 0"
     ),
-    "llm_proxy": _unsupported(
-        "an LLM proxy other than the policy (openai, random); remove it or use proxy_type: policy",
-        noop=lambda value: (
-            _falsy(value)
-            or (
-                isinstance(value, dict)
-                and value.get("proxy_type", "policy") == "policy"
-                and not value.get("proxy_config")
-            )
-        ),
+    "llm_proxy": Rule(
+        "kept",
+        "llm_proxy",
+        "proxy_type policy or random (the env's random actions; agentic_rollout or val_env_manager only); openai "
+        "is not implemented: serve the model as actor_infer instead. proxy_config is dropped (policy and random "
+        "read none)",
     ),
 }
 

@@ -209,9 +209,29 @@ class _Translator:
         out = dict(value)
         if rules is ENV_MANAGER_KEYS and isinstance(out.get("generating_args"), dict):
             self.manager_sampling(key, out)
-        for name in [name for name in out if name in rules]:
+        if rules is ENV_MANAGER_KEYS and "llm_proxy" in out:
+            self.llm_proxy(key, out)
+        for name in [name for name in out if name in rules and name != "llm_proxy"]:
             self.apply_rule(f"{key}.{name}", rules[name], out.pop(name))
         return out
+
+    def llm_proxy(self, key: str, manager: dict[str, Any]) -> None:
+        """ROLL's ``llm_proxy``: roll's own for ``policy`` and ``random`` (whose ``proxy_config`` ROLL does not read);
+        ``openai`` is reported unsupported and dropped."""
+        value = manager.pop("llm_proxy")
+        proxy = value.get("proxy_type", "policy") if isinstance(value, dict) else value
+        if proxy in ("policy", "random", None):
+            manager["llm_proxy"] = {"proxy_type": proxy or "policy"}
+            dropped = isinstance(value, dict) and bool(value.get("proxy_config"))
+            note = "proxy_config dropped: ROLL's policy and random proxies read none" if dropped else ""
+            self.row(f"{key}.llm_proxy", "kept", f"{key}.llm_proxy", note)
+        else:
+            self.row(
+                f"{key}.llm_proxy",
+                "unsupported",
+                note=f"roll does not implement proxy_type {proxy!r} (an OpenAI-compatible endpoint); use proxy_type "
+                "policy and serve the model as actor_infer, or random",
+            )
 
     def manager_sampling(self, key: str, manager: dict[str, Any]) -> None:
         """ROLL's precedence between an env manager's ``generating_args`` and actor_infer's: a file that sets
