@@ -114,15 +114,12 @@ def test_rolls_agentic_config_fields_have_a_status_not_unknown_key(tmp_path: Pat
     assert load_config(path).reward_normalization.method == "mean"
 
 
-def test_rolls_redundant_episodes_and_other_proxies_are_refused_by_name(tmp_path: Path) -> None:
-    text = AGENTIC.replace(
-        "  group_size: 4\n", "  group_size: 4\n  group_size_redundancy: 2\n  llm_proxy: {proxy_type: openai}\n"
-    )
+def test_rolls_redundant_episodes_are_refused_by_name(tmp_path: Path) -> None:
+    text = AGENTIC.replace("  group_size: 4\n", "  group_size: 4\n  group_size_redundancy: 2\n")
     with pytest.raises(ConfigError, match="roll cannot honour") as error:
         load_config(_write(tmp_path, text))
     message = str(error.value)
     assert "train_env_manager.group_size_redundancy: unsupported" in message and "set 0 (got 2)" in message
-    assert "train_env_manager.llm_proxy: unsupported" in message and "proxy_type 'openai'" in message
 
 
 def test_rolls_random_proxy_plays_validation_and_is_refused_for_training(tmp_path: Path) -> None:
@@ -145,6 +142,16 @@ def test_rolls_random_proxy_plays_validation_and_is_refused_for_training(tmp_pat
     text = AGENTIC.replace("  group_size: 4\n", "  group_size: 4\n  llm_proxy: {proxy_type: random}\n")
     with pytest.raises(ConfigError, match="train_env_manager.llm_proxy.proxy_type is random"):
         load_config(_write(tmp_path, text))
+    # ROLL's openai proxy settings are roll's too
+    served = "{proxy_type: openai, proxy_config: {base_url: 'http://localhost:8000/v1', model_name: m, timeout: 5}}"
+    config = load_config(
+        _write(tmp_path, AGENTIC + val.replace("{proxy_type: random, proxy_config: {unused: 1}}", served))
+    )
+    assert config.val_env_manager.llm_proxy.proxy_config == {
+        "base_url": "http://localhost:8000/v1",
+        "model_name": "m",
+        "timeout": 5,
+    }
 
 
 def test_rolls_precedence_between_manager_and_actor_infer_sampling(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.config import CustomEnvConfig, EnvManagerConfig, LLMProxyConfig
 from roll.agentic.env.frozen_lake import FrozenLakeEnv
 from roll.agentic.env_manager import EpisodeTask
 from roll.agentic.policy import MockPolicyClient
@@ -99,7 +99,12 @@ class BrokenRandomEnv(NoRandomEnv):
 def test_a_failing_random_action_ends_the_episode_as_an_env_error(tokenizer) -> None:
     envs = {"Broken": CustomEnvConfig(env_type=f"{__name__}:BrokenRandomEnv")}
     pool = EnvPool(
-        envs, tokenizer, Unused(), generation_config=GenerationConfig(), sequence_length=512, proxy_type="random"
+        envs,
+        tokenizer,
+        Unused(),
+        generation_config=GenerationConfig(),
+        sequence_length=512,
+        llm_proxy=LLMProxyConfig(proxy_type="random"),
     )
     task = EpisodeTask(env_id=0, group_id=0, tag="Broken", episode_id=0, seed=1, traj_group_id="g", traj_id="t")
     try:
@@ -111,8 +116,12 @@ def test_a_failing_random_action_ends_the_episode_as_an_env_error(tokenizer) -> 
 
 
 def test_proxy_config_is_checked() -> None:
-    with pytest.raises(ConfigError, match="openai .* is not implemented"):
-        EnvManagerConfig(tags=["Lake"], llm_proxy={"proxy_type": "openai"})
+    with pytest.raises(
+        ConfigError, match=r"proxy_type openai: proxy_config has unknown keys \['model'\]; lacks \['model_name'\]"
+    ):
+        EnvManagerConfig(
+            tags=["Lake"], llm_proxy={"proxy_type": "openai", "proxy_config": {"base_url": "x", "model": "m"}}
+        )
     with pytest.raises(ConfigError, match=r"proxy_config \['base_url'\] is set but proxy_type random"):
         EnvManagerConfig(tags=["Lake"], llm_proxy={"proxy_type": "random", "proxy_config": {"base_url": "x"}})
     assert EnvManagerConfig(tags=["Lake"]).llm_proxy.proxy_type == "policy"

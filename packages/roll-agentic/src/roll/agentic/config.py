@@ -293,33 +293,38 @@ class CustomEnvConfig(RollModel):
         return self
 
 
+OPENAI_PROXY_KEYS = {"base_url", "model_name", "api_key", "api_key_env", "timeout", "max_retries", "retry_delay"}
+
+
 class LLMProxyConfig(RollModel):
-    """Who acts in a manager's episodes (ROLL's ``llm_proxy``): ``policy``, the model served by actor_infer; or
+    """Who acts in a manager's episodes (ROLL's ``llm_proxy``): ``policy``, the model served by actor_infer;
+    ``openai``, an OpenAI-compatible endpoint (:class:`~roll.agentic.policy.OpenAIProxyClient`, ``proxy_config``:
+    ``base_url``, ``model_name``, ``api_key`` or ``api_key_env``, ``timeout``, ``max_retries``, ``retry_delay``); or
     ``random``, the env's own ``sample_random_action()`` (a baseline to read scores against, and an env smoke test
-    that needs no model). Random episodes are not the policy's samples: a training manager refuses them."""
+    that needs no model). Their episodes are not the trained policy's samples: a training manager refuses them."""
 
-    proxy_type: Literal["policy", "random"] = Field(
-        default="policy", description="policy: actor_infer generates each turn; random: the env's random actions."
+    proxy_type: Literal["policy", "openai", "random"] = Field(
+        default="policy",
+        description="policy: actor_infer generates each turn; openai: an OpenAI-compatible endpoint; random: the "
+        "env's random actions.",
     )
-    proxy_config: dict[str, Any] = Field(default_factory=dict, description="Settings of the proxy (none are read).")
-
-    @field_validator("proxy_type", mode="before")
-    @classmethod
-    def _known(cls, value: Any) -> Any:
-        if value == "openai":
-            raise ValueError(
-                "proxy_type openai (an OpenAI-compatible endpoint) is not implemented in roll yet; use policy (serve "
-                "the model with actor_infer) or random"
-            )
-        return value
+    proxy_config: dict[str, Any] = Field(default_factory=dict, description="openai: the endpoint's settings.")
 
     @model_validator(mode="after")
     def _check(self) -> LLMProxyConfig:
-        if self.proxy_config:
+        keys = set(self.proxy_config)
+        if self.proxy_type != "openai" and keys:
             raise ValueError(
-                f"proxy_config {sorted(self.proxy_config)} is set but proxy_type {self.proxy_type} takes no settings; "
-                "remove it"
+                f"proxy_config {sorted(keys)} is set but proxy_type {self.proxy_type} takes no settings; remove it"
             )
+        if self.proxy_type == "openai":
+            unknown, missing = sorted(keys - OPENAI_PROXY_KEYS), sorted({"base_url", "model_name"} - keys)
+            if unknown or missing:
+                raise ValueError(
+                    f"proxy_type openai: proxy_config {'has unknown keys ' + str(unknown) if unknown else ''}"
+                    f"{'; ' if unknown and missing else ''}{'lacks ' + str(missing) if missing else ''}; it takes "
+                    f"{sorted(OPENAI_PROXY_KEYS)} (base_url and model_name required)"
+                )
         return self
 
 

@@ -12,10 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from roll.agentic.config import ROCK_ENV, CustomEnvConfig
+from roll.agentic.config import ROCK_ENV, CustomEnvConfig, LLMProxyConfig
 from roll.agentic.env import check_env, make_env
 from roll.agentic.env.base import EnvLike
 from roll.agentic.env_manager import ENV_MANAGERS, ChatFormatter, EnvManager, EnvRunner, EpisodeResult, EpisodeTask
+from roll.agentic.policy.openai_proxy import OpenAIProxyClient
 from roll.agentic.policy.protocol import PolicyClient
 from roll.agentic.policy.random_actions import RandomActionClient
 from roll.agentic.tools import check_tool, tool_wrapper
@@ -82,8 +83,9 @@ def manager_class(name: str) -> type[EnvManager]:
 class EnvPool:
     """Env managers for the slots given to :meth:`add_slots`, sharing a tokenizer, a client and limits.
 
-    ``proxy_type`` (the manager's ``llm_proxy.proxy_type``): ``random`` gives each slot a
-    :class:`~roll.agentic.policy.RandomActionClient` over its own env instead of ``client``.
+    ``llm_proxy`` (the manager's): ``openai`` answers every slot with one
+    :class:`~roll.agentic.policy.OpenAIProxyClient` instead of ``client``; ``random`` gives each slot a
+    :class:`~roll.agentic.policy.RandomActionClient` over its own env.
     """
 
     def __init__(
@@ -94,11 +96,12 @@ class EnvPool:
         *,
         generation_config: GenerationConfig,
         sequence_length: int,
-        proxy_type: str = "policy",
+        llm_proxy: LLMProxyConfig | None = None,
     ) -> None:
-        if proxy_type not in ("policy", "random"):
-            raise ConfigError(f"llm_proxy.proxy_type {proxy_type!r} must be policy or random")
-        self.custom_envs, self.client, self.proxy_type = custom_envs, client, proxy_type
+        self.proxy_type = llm_proxy.proxy_type if llm_proxy is not None else "policy"
+        if llm_proxy is not None and llm_proxy.proxy_type == "openai":
+            client = OpenAIProxyClient(tokenizer, **llm_proxy.proxy_config)
+        self.custom_envs, self.client = custom_envs, client
         self.generation_config, self.sequence_length = generation_config, sequence_length
         self.formatter = ChatFormatter(tokenizer)
         pad = getattr(tokenizer, "pad_token_id", None)

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.config import CustomEnvConfig, EnvManagerConfig, LLMProxyConfig
 from roll.agentic.env_manager import EpisodeResult, EpisodeTask
 from roll.agentic.policy.protocol import PolicyClient
 from roll.agentic.pool import EnvPool, EnvSlot
@@ -35,8 +35,8 @@ class EnvWorkerSetup:
     sequence_length: int
     slots: dict[int, list[EnvSlot]] = field(default_factory=dict)
     """Env slots per worker rank."""
-    proxy_type: str = "policy"
-    """The manager's ``llm_proxy.proxy_type`` (``random``: the envs act, see :class:`~roll.agentic.pool.EnvPool`)."""
+    llm_proxy: LLMProxyConfig | None = None
+    """The manager's ``llm_proxy`` (who acts: see :class:`~roll.agentic.pool.EnvPool`); None: the policy."""
 
 
 def load_tokenizer(tokenizer: Any) -> Any:
@@ -67,7 +67,7 @@ class EnvironmentWorker(Worker):
             setup.client,
             generation_config=setup.generation_config,
             sequence_length=setup.sequence_length,
-            proxy_type=setup.proxy_type,
+            llm_proxy=setup.llm_proxy,
         )
         self.pool.add_slots(setup.slots.get(self.rank, []))
 

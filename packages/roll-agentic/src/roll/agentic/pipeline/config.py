@@ -504,8 +504,8 @@ class AgenticConfig(BaseConfig):
         if proxy != "policy":
             raise ValueError(
                 f"train_env_manager.llm_proxy.proxy_type is {proxy}: the agentic pipeline trains on the policy's own "
-                "samples; use proxy_type policy here (a val_env_manager may play random as a baseline, and the "
-                "agentic_rollout pipeline plays any proxy)"
+                "samples; use proxy_type policy here (a val_env_manager may play openai or random as a baseline, and "
+                "the agentic_rollout pipeline plays any proxy)"
             )
         size = self.train_env_manager.group_size
         self.train_env_manager.groups_for(

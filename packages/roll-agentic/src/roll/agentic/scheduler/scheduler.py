@@ -143,7 +143,7 @@ class RolloutScheduler:
             client,
             generation_config=generation_config,
             sequence_length=sequence_length,
-            proxy_type=config.llm_proxy.proxy_type,
+            llm_proxy=config.llm_proxy,
         )
         slots = [slot for plan in plan_groups(config) for slot in plan.slots()]
         indexed = index_seeded_tags(config, custom_envs) if mode == "val" else set()
@@ -179,7 +179,7 @@ class RolloutScheduler:
             generation_config=generation_config,
             sequence_length=sequence_length,
             slots=slots_by_rank(config, plan_groups(config)),
-            proxy_type=config.llm_proxy.proxy_type,
+            llm_proxy=config.llm_proxy,
         )
         executor = RayExecutor.create(config, resource_manager, setup)
         indexed = index_seeded_tags(config, custom_envs) if mode == "val" else set()

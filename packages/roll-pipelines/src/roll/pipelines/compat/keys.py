@@ -238,9 +238,9 @@ ENV_MANAGER_KEYS: dict[str, Rule] = {
     "llm_proxy": Rule(
         "kept",
         "llm_proxy",
-        "proxy_type policy or random (the env's random actions; agentic_rollout or val_env_manager only); openai "
-        "is not implemented: serve the model as actor_infer instead. proxy_config is dropped (policy and random "
-        "read none)",
+        "proxy_type policy, openai (an OpenAI-compatible completions endpoint, proxy_config as ROLL's) or random "
+        "(the env's random actions); openai and random in agentic_rollout or a val_env_manager only. policy's and "
+        "random's proxy_config is dropped (ROLL reads none)",
     ),
 }
 

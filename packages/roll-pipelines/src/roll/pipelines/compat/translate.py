@@ -210,28 +210,25 @@ class _Translator:
         if rules is ENV_MANAGER_KEYS and isinstance(out.get("generating_args"), dict):
             self.manager_sampling(key, out)
         if rules is ENV_MANAGER_KEYS and "llm_proxy" in out:
-            self.llm_proxy(key, out)
+            self.llm_proxy(key, out)  # kept in place: the loop below leaves it
         for name in [name for name in out if name in rules and name != "llm_proxy"]:
             self.apply_rule(f"{key}.{name}", rules[name], out.pop(name))
         return out
 
     def llm_proxy(self, key: str, manager: dict[str, Any]) -> None:
-        """ROLL's ``llm_proxy``: roll's own for ``policy`` and ``random`` (whose ``proxy_config`` ROLL does not read);
-        ``openai`` is reported unsupported and dropped."""
-        value = manager.pop("llm_proxy")
-        proxy = value.get("proxy_type", "policy") if isinstance(value, dict) else value
-        if proxy in ("policy", "random", None):
-            manager["llm_proxy"] = {"proxy_type": proxy or "policy"}
-            dropped = isinstance(value, dict) and bool(value.get("proxy_config"))
-            note = "proxy_config dropped: ROLL's policy and random proxies read none" if dropped else ""
-            self.row(f"{key}.llm_proxy", "kept", f"{key}.llm_proxy", note)
-        else:
-            self.row(
-                f"{key}.llm_proxy",
-                "unsupported",
-                note=f"roll does not implement proxy_type {proxy!r} (an OpenAI-compatible endpoint); use proxy_type "
-                "policy and serve the model as actor_infer, or random",
-            )
+        """ROLL's ``llm_proxy``: roll's own, less the ``proxy_config`` of ``policy`` and ``random`` (ROLL reads none)."""
+        value = manager["llm_proxy"]
+        if value is None:  # ROLL's default: the policy
+            manager.pop("llm_proxy")
+            self.row(f"{key}.llm_proxy", "ignored", note="null: ROLL's default, the policy")
+            return
+        if not isinstance(value, dict) or value.get("proxy_type", "policy") == "openai":
+            self.row(f"{key}.llm_proxy", "kept", f"{key}.llm_proxy")  # roll's config names what is wrong, if anything
+            return
+        dropped = bool(value.get("proxy_config"))
+        manager["llm_proxy"] = {k: v for k, v in value.items() if k != "proxy_config"}
+        note = "proxy_config dropped: ROLL's policy and random proxies read none" if dropped else ""
+        self.row(f"{key}.llm_proxy", "kept", f"{key}.llm_proxy", note)
 
     def manager_sampling(self, key: str, manager: dict[str, Any]) -> None:
         """ROLL's precedence between an env manager's ``generating_args`` and actor_infer's: a file that sets

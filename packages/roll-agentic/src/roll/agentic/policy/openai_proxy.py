@@ -1,0 +1,131 @@
+"""A PolicyClient that sends each turn to an OpenAI-compatible endpoint (``llm_proxy.proxy_type: openai``).
+
+It posts to ``/v1/completions``, not ``/v1/chat/completions``: the prompt is the text of exactly the tokens roll
+rendered for the turn (decoded with special tokens kept), so the server continues the same conversation roll lays
+out, and the answer's text, tokenized with the run's tokenizer, is the turn's response. A chat endpoint would render
+the messages with the server's own template; its prompt could differ from the sample's prompt tokens, and the
+trajectory layout (each turn's response appended to the rendered context) would no longer be what was played.
+
+Sampling comes from the manager's generation config (``max_new_tokens``, ``temperature``, ``top_p``, ``stop_strings``,
+the request's ``seed``). A completion cut at a stop string gets the string back when the server says which
+(``stop_reason``, as vLLM and SGLang do): roll's own engines keep it, and envs parse it (``</answer>``). Transient failures (HTTP 408/429/5xx, timeouts, refused connections) are retried
+``max_retries`` times with doubling waits, then the turn comes back ``abort``: the episode ends ``aborted``, counted
+by the scheduler like a dropped request. Any other HTTP error is a ConfigError naming the env tag and the fix.
+Log-probs are not asked for (the samples are not the trained policy's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import urllib.error
+import urllib.request
+from typing import Any
+
+from roll.agentic.policy.protocol import GenerateRequest, GenerateResult
+from roll.runtime import ConfigError
+
+__all__ = ["OpenAIProxyClient"]
+
+logger = logging.getLogger(__name__)
+
+_TRANSIENT = {408, 429, 500, 502, 503, 504}
+
+
+class OpenAIProxyClient:
+    """Answers each request with an OpenAI-compatible server's completion of the rendered prompt."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        base_url: str,
+        model_name: str,
+        api_key: str | None = None,
+        api_key_env: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        retry_delay: float = 2.0,
+    ) -> None:
+        """``proxy_config``'s keys (ROLL's names): ``api_key``, or ``api_key_env`` naming an environment variable
+        that holds it; ``timeout`` seconds per request; ``retry_delay`` seconds before the first retry (doubling)."""
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"llm_proxy.proxy_config.base_url {base_url!r} must start with http:// or https://")
+        if api_key_env and not api_key:
+            api_key = os.environ.get(api_key_env)
+            if not api_key:
+                raise ConfigError(
+                    f"llm_proxy.proxy_config.api_key_env {api_key_env!r} is not set in the environment; export it "
+                    "(on every env worker's machine) or give api_key"
+                )
+        self.tokenizer, self.model, self.api_key = tokenizer, model_name, api_key
+        root = base_url.rstrip("/")
+        self.url = root + ("/completions" if root.endswith("/v1") else "/v1/completions")
+        self.timeout_s, self.max_retries, self.backoff_s = timeout, max_retries, retry_delay
+        self.eos_token_id = int(tokenizer.eos_token_id)
+
+    def body(self, request: GenerateRequest) -> dict[str, Any]:
+        """The JSON sent for ``request``."""
+        config = request.generation_config
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False),
+            "max_tokens": config.max_new_tokens,
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+        }
+        if config.stop_strings:
+            body["stop"] = list(config.stop_strings)
+        if request.seed is not None:
+            body["seed"] = request.seed
+        return body
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(self.url, json.dumps(body).encode(), headers, method="POST")
+        with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
+            return dict(json.loads(response.read()))
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        tag = request.meta.get("tag", "?")
+        body = self.body(request)
+        for attempt in range(self.max_retries + 1):
+            try:
+                answer = await asyncio.to_thread(self._post, body)
+                break
+            except urllib.error.HTTPError as e:
+                if e.code not in _TRANSIENT:
+                    detail = e.read().decode(errors="replace")[:300]
+                    raise ConfigError(
+                        f"env tag {tag!r}: llm_proxy openai endpoint {self.url} answered HTTP {e.code}: {detail}; "
+                        "check proxy_config (base_url, model, api_key)"
+                    ) from None
+                error = f"HTTP {e.code}"
+            except (TimeoutError, urllib.error.URLError, ConnectionError) as e:
+                error = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+            if attempt < self.max_retries:
+                await asyncio.sleep(self.backoff_s * 2**attempt)
+        else:
+            logger.warning(
+                "env tag %r: %s failed %d times (%s); the episode ends aborted", tag, self.url, attempt + 1, error
+            )
+            return GenerateResult(request.request_id, [], None, "abort")
+        try:
+            choice = answer["choices"][0]
+            text, finish = str(choice["text"]), choice.get("finish_reason")
+        except (KeyError, IndexError, TypeError):
+            raise ConfigError(
+                f"env tag {tag!r}: {self.url} answered without choices[0].text ({str(answer)[:200]}); base_url must "
+                "be an OpenAI-compatible completions endpoint"
+            ) from None
+        stop = choice.get("stop_reason")  # vLLM/SGLang: the stop string matched, which the text leaves out
+        if isinstance(stop, str) and stop in request.generation_config.stop_strings:
+            text += stop
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+        if finish == "length":
+            return GenerateResult(request.request_id, ids[: body["max_tokens"]], None, "length")
+        return GenerateResult(request.request_id, [*ids, self.eos_token_id], None, "stop")
