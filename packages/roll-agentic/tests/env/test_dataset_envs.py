@@ -180,14 +180,20 @@ def test_validate_reads_a_local_dataset_and_notes_a_hub_one(math_file: str, tmp_
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     line = check_env_spec("Math", CustomEnvConfig(env_type="roll_math", env_config={"dataset_name": math_file}))
     assert line == f"Math: env_type 'roll_math' (RollMathEnv); 4 questions in {math_file}"
-    hub = CustomEnvConfig(env_type="roll_qa", env_config={"dataset_name": "axon-rl/HotpotQA", "split": "train"})
-    assert "axon-rl/HotpotQA is downloaded at run time" in check_env_spec("QA", hub)
     missing = CustomEnvConfig(env_type="roll_math", env_config={"dataset_name": str(tmp_path / "nope.jsonl")})
     with pytest.raises(DataNotFoundError, match=r"custom_envs\.Math: .*nope\.jsonl"):
         check_env_spec("Math", missing)
     bad = _jsonl(tmp_path / "bad.jsonl", [{"problem": "x"}])
     with pytest.raises(DataError, match=r"custom_envs\.Math: roll_math: .*bad\.jsonl row 0: missing key 'answer'"):
         check_env_spec("Math", CustomEnvConfig(env_type="roll_math", env_config={"dataset_name": bad}))
+
+
+def test_validate_notes_a_hub_dataset_that_is_downloaded_at_run_time(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("datasets")  # hub ids need roll-pipelines[datasets]; without it the error names the extra
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    hub = CustomEnvConfig(env_type="roll_qa", env_config={"dataset_name": "axon-rl/HotpotQA", "split": "train"})
+    assert "axon-rl/HotpotQA is downloaded at run time" in check_env_spec("QA", hub)
 
 
 def test_tools_answer_until_a_response_without_a_call(math_file: str) -> None:
