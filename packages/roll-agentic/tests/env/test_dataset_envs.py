@@ -210,3 +210,17 @@ def test_tools_answer_until_a_response_without_a_call(math_file: str) -> None:
     assert (observation.strip(), terminated, info["use_tool"]) == ("python_code result:\n24", False, True)
     _, reward, terminated, _, info = env.step("\\boxed{24}")
     assert (reward, terminated, info["success"], info["metrics"]["tool_success_counter"]) == (1.0, True, True, 1)
+
+
+def test_a_save_to_disk_folder_gives_the_named_split(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    rows = {"problem": ["1+1?", "2+2?"], "answer": ["2", "4"]}
+    held = {"problem": ["3+3?"], "answer": ["6"]}
+    folder = tmp_path / "saved"
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict(rows), "test": datasets.Dataset.from_dict(held)}
+    ).save_to_disk(str(folder))
+    env = build_env(CustomEnvConfig(env_type="roll_math", env_config={"dataset_name": str(folder), "split": "test"}))
+    assert env.reset(seed=0)[0] == "3+3?"
+    with pytest.raises(DataError, match="no split 'dev'"):
+        build_env(CustomEnvConfig(env_type="roll_math", env_config={"dataset_name": str(folder), "split": "dev"}))

@@ -29,8 +29,14 @@ from typing import Any
 
 from roll.pipelines.data import DataError, validate_rows
 from roll.pipelines.data.loading import default_cache_dir
-from roll.pipelines.data.sources import FILE_SUFFIXES, check_data_reference, is_saved_dataset, read_source
-from roll.runtime import ConfigError, MissingExtraError
+from roll.pipelines.data.sources import (
+    FILE_SUFFIXES,
+    check_data_reference,
+    is_saved_dataset,
+    read_saved_dataset,
+    read_source,
+)
+from roll.runtime import ConfigError
 
 __all__ = ["check_dataset", "load_questions", "row_for_seed"]
 
@@ -66,31 +72,12 @@ def _read_folder(path: Path, field: str) -> list[Any]:
     return [row for p in files for row in _read_file(p, field)]
 
 
-def _read_saved_split(path: Path, split: str, field: str) -> list[Any]:
-    try:
-        import datasets
-    except ImportError as e:
-        raise MissingExtraError("save_to_disk folders", "roll-pipelines", "datasets", cause=str(e)) from e
-    try:
-        loaded = datasets.load_from_disk(str(path))
-    except Exception as e:  # datasets raises FileNotFoundError, ValueError, pyarrow errors...
-        raise DataError(
-            f"{field}: {str(path)!r} is no readable save_to_disk folder ({type(e).__name__}: {e})"
-        ) from None
-    if isinstance(loaded, datasets.DatasetDict):
-        if split not in loaded:
-            raise DataError(f"{field}: {str(path)!r} has no split {split!r}; it has {list(loaded)}")
-        loaded = loaded[split]
-    return list(loaded.to_list())
-
-
 def _read(dataset_name: str, split: str | None, field: str) -> list[Any]:
     path = Path(dataset_name).expanduser()
     if path.is_dir():
         if not is_saved_dataset(path):
             return _read_folder(path, field)
-        if split is not None:
-            return _read_saved_split(path, split, field)
+        return read_saved_dataset(path, field, "train", split)
     if path.is_file():
         if path.suffix.lower() not in _SUFFIXES:
             raise DataError(f"{field}: unsupported file type {path.suffix!r} of {dataset_name!r}; use {_SUFFIXES}")

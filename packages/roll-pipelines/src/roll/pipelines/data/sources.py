@@ -23,7 +23,14 @@ from roll.pipelines.data.errors import DataError
 from roll.pipelines.hub import HubError, cached_hub_repo, is_hub_id, resolve_hub_repo, use_modelscope
 from roll.runtime import MissingExtraError
 
-__all__ = ["FILE_SUFFIXES", "DataNotFoundError", "check_data_reference", "is_saved_dataset", "read_source"]
+__all__ = [
+    "FILE_SUFFIXES",
+    "DataNotFoundError",
+    "check_data_reference",
+    "is_saved_dataset",
+    "read_saved_dataset",
+    "read_source",
+]
 
 FILE_SUFFIXES = (".json", ".jsonl", ".parquet", ".arrow")
 _EVAL_SPLITS = ("test", "validation", "eval")
@@ -69,7 +76,9 @@ def _rows_of(dataset: Any) -> list[Any]:
     return list(dataset.to_list())
 
 
-def _read_saved(path: Path, source: str, split: str, wanted: str | None = None) -> list[Any]:
+def read_saved_dataset(path: Path, source: str, split: str, wanted: str | None = None) -> list[Any]:
+    """The rows of a ``save_to_disk`` folder; of a DatasetDict, split ``wanted``, else the one ``split`` (train or
+    eval) picks."""
     datasets = _datasets()
     try:
         loaded = datasets.load_from_disk(str(path))
@@ -165,7 +174,7 @@ def read_source(name: str | Path, field: str, split: str, cache_dir: Path) -> tu
         except HubError as e:
             raise DataError(f"{field} lists {text!r}: no local file, and as a hub dataset: {e}") from e
     if path.is_dir():
-        return _read_saved(path, text, split), text
+        return read_saved_dataset(path, text, split), text
     return read_file(path, text), text
 
 
