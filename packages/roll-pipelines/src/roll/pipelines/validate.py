@@ -26,7 +26,7 @@ from roll.pipelines.config import BaseConfig, RoleConfig
 from roll.pipelines.hub import HubError, cached_hub_repo, hub_offline, is_hub_id, use_modelscope
 from roll.runtime import ConfigError, MissingExtraError, RollError
 
-__all__ = ["NotHereError", "ServiceUnreachableError", "readable_model_folder", "validate_deployment"]
+__all__ = ["NotHereError", "ServiceUnreachableError", "ping_service", "readable_model_folder", "validate_deployment"]
 
 
 class NotHereError(ConfigError):
@@ -35,6 +35,20 @@ class NotHereError(ConfigError):
 
 class ServiceUnreachableError(ConfigError):
     """A service the run needs (e.g. a ROCK sandbox service) does not answer from this machine."""
+
+
+def ping_service(url: str, what: str, fix: str, *, timeout_s: float = 3.0, method: str = "GET") -> None:
+    """Raise :class:`ServiceUnreachableError` ("``what`` does not answer (why); ``fix``") unless ``url`` answers;
+    any HTTP answer counts, an error status included (an endpoint may take POST only)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=timeout_s).close()
+    except urllib.error.HTTPError:
+        pass  # it answered
+    except (OSError, ValueError) as e:  # URLError is an OSError; ValueError: not a URL
+        raise ServiceUnreachableError(f"{what} does not answer ({getattr(e, 'reason', e)}); {fix}") from None
 
 
 def _about_this_machine(error: RollError) -> bool:

@@ -13,8 +13,6 @@ import concurrent.futures
 import os
 import shutil
 import threading
-import urllib.error
-import urllib.request
 from typing import Any
 
 from roll.agentic.tools.base import Tool, ToolResult, ToolSpec
@@ -53,18 +51,11 @@ class MCPTool(Tool):
     def check_args(command: str | None = None, cwd: str | None = None, server_url: str | None = None, **_: Any) -> None:
         """``roll validate``: one of ``command`` and ``server_url``; the command is a program on this machine (on PATH,
         or a path), the server at ``server_url`` answers (any HTTP answer counts)."""
-        from roll.pipelines.validate import NotHereError, ServiceUnreachableError
+        from roll.pipelines.validate import NotHereError, ping_service
 
         if server_url is not None and command is None:
-            try:
-                urllib.request.urlopen(urllib.request.Request(server_url, method="HEAD"), timeout=3.0).close()
-            except urllib.error.HTTPError:
-                pass  # it answered
-            except (OSError, ValueError) as e:
-                raise ServiceUnreachableError(
-                    f"the mcp tool's server_url {server_url!r} does not answer ({getattr(e, 'reason', e)}); start the "
-                    "MCP server or fix server_url"
-                ) from None
+            what = f"the mcp tool's server_url {server_url!r}"
+            ping_service(server_url, what, "start the MCP server or fix server_url", method="HEAD")
             return
         if command is None or server_url is not None:
             raise ConfigError("the mcp tool needs tool_args.command (a server to start) or server_url, one of them")

@@ -155,17 +155,10 @@ class SearchTool(Tool):
         """``roll validate``: a ``search_url`` answers (any HTTP answer counts)."""
         if search_url is None:
             return
-        from roll.pipelines.validate import ServiceUnreachableError
+        from roll.pipelines.validate import ping_service
 
-        try:
-            urllib.request.urlopen(search_url, timeout=3.0).close()
-        except urllib.error.HTTPError:
-            pass  # it answered (a retrieval endpoint takes POST only)
-        except (OSError, ValueError) as e:
-            raise ServiceUnreachableError(
-                f"the search tool's search_url {search_url} does not answer ({getattr(e, 'reason', e)}); start the "
-                "retrieval server or fix search_url"
-            ) from None
+        what = f"the search tool's search_url {search_url}"
+        ping_service(search_url, what, "start the retrieval server or fix search_url")
 
     def __init__(
         self,

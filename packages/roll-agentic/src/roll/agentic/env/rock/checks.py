@@ -9,8 +9,6 @@ reports as warnings; a bad ``agent_config`` (ROCK's own ``RockAgentConfig`` refu
 from __future__ import annotations
 
 import functools
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -55,17 +53,9 @@ def _check_tasks(tag: str, config: RockEnvConfig) -> str:
 
 
 def _check_service(url: str) -> str:
-    from roll.pipelines.validate import ServiceUnreachableError
+    from roll.pipelines.validate import ping_service
 
-    try:
-        urllib.request.urlopen(url, timeout=PING_TIMEOUT_S).close()
-    except urllib.error.HTTPError:
-        pass  # it answered
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        reason = getattr(e, "reason", e)
-        raise ServiceUnreachableError(
-            f"ROCK service {url} does not answer ({reason}); start it or fix sandbox_base_url"
-        ) from None
+    ping_service(url, f"ROCK service {url}", "start it or fix sandbox_base_url", timeout_s=PING_TIMEOUT_S)
     return f"ROCK service {url}: answers"
 
 
