@@ -31,7 +31,7 @@ from roll.protocol import DataProto
 from roll.runtime import ConfigError
 from roll.strategies import GenerationConfig
 
-__all__ = ["EnvManager", "EpisodeResult", "EpisodeState", "EpisodeTask", "Turn", "turn_seed"]
+__all__ = ["EnvManager", "EpisodeResult", "EpisodeState", "EpisodeTask", "Turn", "stable_seed", "turn_seed"]
 
 
 @dataclass(frozen=True)
@@ -110,11 +110,16 @@ def _aggregate(turns: list[Turn], modes: dict[str, str]) -> dict[str, float]:
     return {key: reducers.get(modes.get(key, "mean"), lambda v: sum(v) / len(v))(v) for key, v in values.items()}
 
 
+def stable_seed(*parts: object) -> int:
+    """A 31-bit seed that is a stable, well-mixed function of ``parts`` (the same in every process and run)."""
+    digest = hashlib.sha256(":".join(str(part) for part in parts).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
 def turn_seed(sampling_seed: int, turn: int, generation_seed: int | None) -> int:
     """The sampling seed of an episode's ``turn``: a stable hash of the episode's sampling seed, the turn and
     ``generating_args.seed`` (when set, changing it changes every sample)."""
-    digest = hashlib.sha256(f"{sampling_seed}:{turn}:{generation_seed}".encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+    return stable_seed(sampling_seed, turn, generation_seed)
 
 
 class EnvManager(ABC):

@@ -7,10 +7,10 @@ All envs of a group play the same seed in each round (GRPO-style groups).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from roll.agentic.config import EnvManagerConfig
+from roll.agentic.env_manager.base import stable_seed
 from roll.agentic.pool import EnvSlot
 
 __all__ = ["GroupPlan", "episode_ids", "episode_seed", "plan_groups", "sampling_seed", "slots_by_rank"]
@@ -48,16 +48,14 @@ def slots_by_rank(config: EnvManagerConfig, groups: list[GroupPlan]) -> dict[int
 def episode_seed(base_seed: int, group_id: int, episode_id: int) -> int:
     """The seed all envs of group ``group_id`` use in its ``episode_id``-th round: a stable, well-mixed
     function of the three (the same in every process and run)."""
-    digest = hashlib.sha256(f"{base_seed}:{group_id}:{episode_id}".encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+    return stable_seed(base_seed, group_id, episode_id)
 
 
 def sampling_seed(base_seed: int, group_id: int, episode_id: int, env_id: int, draw: int = 0) -> int:
     """The base of one episode's per-turn sampling seeds: a stable hash of the scheduler's seed, the round, the
     env slot (the envs of a group share an env seed but sample independently) and ``draw`` (validation passes
     the global step: the same env seeds at every validation, fresh samples)."""
-    digest = hashlib.sha256(f"sampling:{base_seed}:{group_id}:{episode_id}:{env_id}:{draw}".encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+    return stable_seed("sampling", base_seed, group_id, episode_id, env_id, draw)
 
 
 def episode_ids(tag: str, group_id: int, episode_id: int, seed: int, env_id: int) -> tuple[str, str]:
