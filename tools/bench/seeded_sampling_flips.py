@@ -38,7 +38,7 @@ if preset == "nano":  # spread the weights as test_hf_infer's peaked_model does
 def strategy(batch_size: int):
     config = StrategyWorkerConfig(
         name="hf",
-        model_args=ModelArgs(model_name_or_path=str(path), dtype=dtype),
+        model_args=ModelArgs.model_validate({"model_name_or_path": str(path), "dtype": dtype}),
         strategy_args=StrategyArgs(
             strategy_name="hf_infer", strategy_config={"generate_batch_size": batch_size, "cpu_bfloat16": True}
         ),
