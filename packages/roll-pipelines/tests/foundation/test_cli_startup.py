@@ -28,8 +28,8 @@ print("RESULT " + json.dumps({{"code": code, "heavy": heavy}}))
 """
 
 
-def _run(*args: str) -> tuple[dict, str]:
-    env = child_env()
+def _run(*args: str, columns: int = 100) -> tuple[dict, str]:
+    env = child_env(COLUMNS=str(columns))
     done = subprocess.run(
         [sys.executable, "-c", _SCRIPT.format(heavy=HEAVY), *args],
         capture_output=True,
@@ -56,9 +56,20 @@ def test_version_names_each_roll_package():
 
 def test_recipes_lists_every_recipe_with_its_description():
     _, out = _run("recipes")
-    rows = dict(line.split(None, 1) for line in out.splitlines())
-    assert set(rows) >= {"sft-tiny", "dpo-tiny", "rlvr-tiny", "rlvr-rollout-tiny"}
+    rows: dict[str, str] = {}
+    for line in out.splitlines():  # a recipe's name starts its line; its description wraps under its column
+        if line[0] != " ":
+            name, text = line.split(None, 1)
+            rows[name] = text
+        else:
+            rows[name] += " " + line.strip()
+    assert set(rows) >= {"sft-tiny", "dpo-tiny", "rlvr-tiny", "rlvr-rollout-tiny", "agentic-frozenlake-gigpo-tiny"}
     assert rows["sft-tiny"].startswith("SFT of a tiny random-init model")
+    # Every description starts in one column, and the long ones wrap there (COLUMNS is 100).
+    starts = {len(line) - len(line[line.index(" ") :].lstrip()) for line in out.splitlines() if line[0] != " "}
+    assert len(starts) == 1
+    assert max(map(len, out.splitlines())) <= 100
+    assert rows["agentic-frozenlake-gigpo-tiny"].endswith("saw the same grid.")
 
 
 def test_lazy_package_exports_still_resolve():

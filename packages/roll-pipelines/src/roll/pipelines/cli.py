@@ -48,10 +48,20 @@ def _versions() -> str:
 
 
 def _cmd_recipes(args: argparse.Namespace) -> int:
+    import shutil
+    import textwrap
+
     from roll.pipelines.recipes import list_recipes
 
-    for name, description in list_recipes().items():
-        print(f"{name:<18} {description}")
+    recipes = list_recipes()
+    width = max(map(len, recipes), default=0)
+    # Descriptions wrap under their own column, so a long one does not run into the next recipe's name.
+    text_width = max(shutil.get_terminal_size((100, 24)).columns - width - 2, 40)
+    for name, description in recipes.items():
+        lines = textwrap.wrap(description, text_width) or [""]
+        print(f"{name:<{width}}  {lines[0]}")
+        for line in lines[1:]:
+            print(f"{'':<{width}}  {line}")
     return 0
 
 
