@@ -232,6 +232,17 @@ def test_whiten_and_clip(token_rewards, mask) -> None:
         whiten_and_clip_advantages(token_rewards, mask, whiten=False, clip=-1)
 
 
+def test_advantage_clip_frac_counts_valid_tokens_the_clamp_changed(token_rewards, mask) -> None:
+    metrics: dict[str, float] = {}
+    whitened = _ref_whiten(token_rewards, mask)
+    whiten_and_clip_advantages(token_rewards, mask, whiten=True, clip=1.0, metrics=metrics)
+    expected = float((whitened.abs() > 1.0)[mask].double().mean())
+    assert 0.0 < expected < 1.0
+    assert metrics["critic/advantage_clip_frac"] == pytest.approx(expected)
+    whiten_and_clip_advantages(token_rewards, mask, whiten=True, clip=None, metrics=(unclipped := {}))
+    assert unclipped == {}  # no clip, no metric
+
+
 def test_shape_errors_and_dtype_preservation(scores, mask, group_index, token_rewards, values) -> None:
     with pytest.raises(ConfigError, match=r"scores has shape \(5,\); expected \(6,\)"):
         grpo_advantages(scores[:5], mask, group_index)

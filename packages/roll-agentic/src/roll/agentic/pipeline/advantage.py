@@ -210,7 +210,7 @@ def compute_agentic_targets(batch: DataProto, config: AgenticConfig, kl_coef: fl
         advantages, returns = reinforce_returns(token_rewards, mask, advantage.gamma)
         metrics["advantage/reward_mean"] = float(rewards.mean())
         metrics["advantage/reward_abs"] = float(rewards.abs().mean())
-    advantages = whiten_and_clip_advantages(advantages, mask, advantage.whiten, advantage.clip)
+    advantages = whiten_and_clip_advantages(advantages, mask, advantage.whiten, advantage.clip, metrics)
     data["token_level_rewards"] = token_rewards
     data["advantages"] = advantages * mask
     data["returns"] = returns

@@ -24,7 +24,7 @@ from roll.pipelines.algorithms._validation import (
     check_positive,
     check_same_shape,
 )
-from roll.pipelines.algorithms.rewards import normalize_scores
+from roll.pipelines.algorithms.rewards import clip_rewards_counted, normalize_scores
 from roll.runtime.errors import ConfigError
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
 ]
 
 Advantages = tuple[torch.Tensor, torch.Tensor]
+_ADV_CLIP_FRAC = "critic/advantage_clip_frac"  # the share of valid tokens advantage_clip clamped (ROLL's name)
 
 
 def _check_unit_interval(name: str, value: float) -> float:
@@ -223,12 +224,18 @@ def compute_advantages(name: str, **kwargs: object) -> Advantages:
 
 @torch.no_grad()
 def whiten_and_clip_advantages(
-    advantages: torch.Tensor, response_mask: torch.Tensor, whiten: bool, clip: float | None
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    whiten: bool,
+    clip: float | None,
+    metrics: dict[str, float] | None = None,
 ) -> torch.Tensor:
     """Optionally whiten advantages over the batch's valid tokens, then optionally clamp to ``[-clip, clip]``.
 
     Args:
         advantages, response_mask: (batch, response_len).
+        metrics: when given and ``clip`` is set, ``critic/advantage_clip_frac`` (ROLL's name) records the share of
+            valid tokens the clamp changed.
 
     Returns:
         (batch, response_len), 0 outside the mask.
@@ -237,6 +244,5 @@ def whiten_and_clip_advantages(
     if whiten:
         advantages = masked_whiten(advantages, valid)
     if clip is not None:
-        clip = check_positive("clip", clip)
-        advantages = advantages.clamp(-clip, clip)
+        advantages = clip_rewards_counted(advantages, clip, {} if metrics is None else metrics, _ADV_CLIP_FRAC, valid)
     return advantages

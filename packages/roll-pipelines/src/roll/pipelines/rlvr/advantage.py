@@ -258,7 +258,7 @@ def _targets(
         if opd_coefs:
             advantages, opd_metrics = apply_opd(data, advantages, response_mask, config.opd, opd_coefs)
             metrics.update(opd_metrics)
-    advantages = whiten_and_clip_advantages(advantages, loss_mask, advantage.whiten, advantage.clip)
+    advantages = whiten_and_clip_advantages(advantages, loss_mask, advantage.whiten, advantage.clip, metrics)
     _sample_weight_inputs(batch, config, lengths)
     data["token_level_rewards"] = token_rewards
     data["advantages"] = advantages * loss_mask
