@@ -224,3 +224,21 @@ def test_a_save_to_disk_folder_gives_the_named_split(tmp_path: Path) -> None:
     assert env.reset(seed=0)[0] == "3+3?"
     with pytest.raises(DataError, match="no split 'dev'"):
         build_env(CustomEnvConfig(env_type="roll_math", env_config={"dataset_name": str(folder), "split": "dev"}))
+
+
+def test_longest_rows_counts_tokens_and_ranks_by_them(tokenizer, monkeypatch) -> None:
+    from roll.agentic.env import dataset
+
+    dense = "ж€ψ" * 10  # 30 characters, several byte-level tokens each
+    rows = [{"q": "What is 1 + 1?"}, {"q": dense}, {"q": "What is 12 * 34? " * 3}, {"q": "What is 2 + 2?"}]
+    count = [len(tokenizer(row["q"], add_special_tokens=False)["input_ids"]) for row in rows]
+    assert count[1] > count[2] and len(dense) < len(rows[2]["q"])
+    ranked = dataset.longest_rows(rows, "q", tokenizer, dataset="d.jsonl")
+    assert (ranked.rows, ranked.every_row) == (4, True)
+    assert ranked.tokens == sorted(enumerate(count), key=lambda item: (-item[1], item[0]))
+    assert ranked.rows_over(count[2]) == 1
+    # a large dataset: only the longest by characters are tokenized, so a row dense in tokens can be missed
+    monkeypatch.setattr(dataset, "COUNTED_CHARS", 10)
+    monkeypatch.setattr(dataset, "CANDIDATE_ROWS", 1)
+    ranked = dataset.longest_rows(rows, "q", tokenizer, dataset="d.jsonl")
+    assert (ranked.every_row, ranked.tokens) == (False, [(2, count[2])])

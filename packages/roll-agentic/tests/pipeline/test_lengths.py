@@ -3,6 +3,7 @@ turn's tokens, and the model's positions; by ``roll validate`` and by the pipeli
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -195,6 +196,77 @@ def test_a_roll_dataset_env_with_a_hub_dataset_is_not_built(monkeypatch) -> None
         "Env: first prompt not checked here (its env loads the hub dataset 'open-r1/DAPO-Math-17k-Processed' when "
         "built); its first turn checks it"
     )
+
+
+# --- dataset envs: the longest rows ------------------------------------------------------------------------------
+def _questions(path: Path, long_row: int = 7, rows: int = 10) -> str:
+    """A jsonl of ``rows`` short math questions but for row ``long_row``, which is long."""
+    questions = [
+        {"problem": ("What is 12 * 34? " * 30 if i == long_row else f"What is {i} + 1?"), "answer": str(i + 1)}
+        for i in range(rows)
+    ]
+    path.write_text("".join(json.dumps(q) + "\n" for q in questions))
+    return str(path)
+
+
+def _math(dataset: str) -> dict:
+    return {"env_type": "roll_math", "env_config": {"dataset_name": dataset}, "max_tokens_per_step": 16}
+
+
+def test_a_dataset_env_is_checked_on_its_longest_row(tokenizer, tmp_path: Path) -> None:
+    dataset = _questions(tmp_path / "q.jsonl")
+    # the prompt the env manager sends for row 7: a dataset holding row 7 alone
+    alone = _questions(tmp_path / "alone.jsonl", long_row=0, rows=1)
+    sent = len(_first_request(tokenizer, _config(_math(alone))))
+    question = len(tokenizer("What is 12 * 34? " * 30, add_special_tokens=False)["input_ids"])
+    line = _lines(_config(_math(dataset)), tokenizer)[-1]
+    assert line == (
+        f"Env: longest first prompt {sent} tokens (row 7 of {dataset}, question {question} tokens, the longest of its "
+        "10 rows) + 16 per turn (max_tokens_per_step=16) fit in sequence_length 1024"
+    )
+    assert "fit" in _lines(_config(_math(dataset), sequence_length=sent + 16), tokenizer)[-1]
+    with pytest.raises(ConfigError) as caught:
+        _lines(_config(_math(dataset), sequence_length=sent + 15), tokenizer)
+    fits = sent + 15 - 16 - (sent - question)
+    assert str(caught.value) == (
+        f"env tag 'Env' (train_env_manager): row 7 of {dataset} (its question is {question} tokens, the longest of its "
+        f"10 rows) makes a first prompt of {sent} tokens, and with one turn's 16 new tokens (max_tokens_per_step=16) it "
+        f"needs {sent + 16}, over rollout.sequence_length (ROLL's sequence_length)={sent + 15}: raise "
+        f"rollout.sequence_length to at least {sent + 16}, or filter the dataset (1 of its 10 rows have questions over "
+        f"the {fits} tokens that fit)"
+    )
+
+
+def test_the_first_episodes_row_alone_would_have_passed(tokenizer, tmp_path: Path) -> None:
+    # what the check did before: the prompt of the first episode a rollout plays (a short row) fits ...
+    config = _config(_math(_questions(tmp_path / "q.jsonl")))
+    first = len(_first_request(tokenizer, config))
+    # ... but row 7 would not, later in the run
+    with pytest.raises(ConfigError, match=r"row 7 of .*q\.jsonl \(its question is \d+ tokens"):
+        _lines(_config(_math(_questions(tmp_path / "q.jsonl")), sequence_length=first + 16), tokenizer)
+
+
+def test_a_large_dataset_counts_its_longest_rows_by_characters(tokenizer, tmp_path: Path, monkeypatch) -> None:
+    from roll.agentic.env import dataset as dataset_module
+
+    monkeypatch.setattr(dataset_module, "COUNTED_CHARS", 100)
+    monkeypatch.setattr(dataset_module, "CANDIDATE_ROWS", 3)
+    dataset = _questions(tmp_path / "q.jsonl")
+    line = _lines(_config(_math(dataset)), tokenizer)[-1]
+    assert "(row 7 of " in line and "the longest of the 3 longest by characters of its 10)" in line
+    with pytest.raises(ConfigError, match=r"or filter the dataset \(at least 1 of its 10 rows have questions over"):
+        _lines(_config(_math(dataset), sequence_length=300), tokenizer)
+    # a sequence_length that even the template alone does not fit: filtering would not help
+    with pytest.raises(ConfigError, match=r"or shorten the tag's .*\(the prompt without the question is \d+ tokens\)$"):
+        _lines(_config(_math(dataset), sequence_length=40), tokenizer)
+
+
+def test_a_dataset_that_does_not_read_is_skipped_with_a_note(tokenizer, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem": "What is 1 + 1?"}\n')
+    line = _lines(_config(_math(str(bad))), tokenizer)[-1]
+    assert line.startswith("Env: first prompt not checked here (reading its dataset failed: DataError: roll_math: ")
+    assert "missing key 'answer'" in line
 
 
 @pytest.mark.parametrize(("engine", "key"), [("vllm", "max_model_len"), ("sglang", "context_length")])

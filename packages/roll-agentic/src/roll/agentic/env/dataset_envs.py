@@ -32,7 +32,7 @@ from abc import abstractmethod
 from typing import Any, ClassVar
 
 from roll.agentic.env.base import Env, ResetOutput, StepOutput
-from roll.agentic.env.dataset import check_dataset, load_questions, row_for_seed
+from roll.agentic.env.dataset import LongestRows, check_dataset, load_questions, longest_rows, row_for_seed
 from roll.agentic.env.parsing import ACTION_PATTERN
 from roll.pipelines.data import DataError
 from roll.pipelines.rewards import (
@@ -81,9 +81,8 @@ class _DatasetEnv(Env):
         self.row: dict[str, Any] = {}
 
     @classmethod
-    def check_args(cls, **env_config: Any) -> str:
-        """``roll validate``: the dataset is there (a local one is read and its rows checked; see
-        :func:`~roll.agentic.env.dataset.check_dataset`)."""
+    def _dataset_args(cls, env_config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, tuple[str, Any]]]:
+        """The constructor's arguments for ``env_config`` (defaults applied) and the columns its rows must hold."""
         bound = inspect.signature(cls).bind(**env_config)
         bound.apply_defaults()
         args = bound.arguments
@@ -91,7 +90,22 @@ class _DatasetEnv(Env):
             "question_key": (args["question_key"], str),
             cls.answer_option: (args[cls.answer_option], cls.answer_types),
         }
+        return args, columns
+
+    @classmethod
+    def check_args(cls, **env_config: Any) -> str:
+        """``roll validate``: the dataset is there (a local one is read and its rows checked; see
+        :func:`~roll.agentic.env.dataset.check_dataset`)."""
+        args, columns = cls._dataset_args(env_config)
         return check_dataset(args["dataset_name"], args["split"], columns, env=cls.env_type)
+
+    @classmethod
+    def longest_questions(cls, tokenizer: Any, **env_config: Any) -> LongestRows:
+        """The load-time length check (:mod:`roll.agentic.pipeline.lengths`): the rows whose questions are longest in
+        ``tokenizer``'s tokens (the seed that plays a row is its index)."""
+        args, columns = cls._dataset_args(env_config)
+        rows = load_questions(args["dataset_name"], args["split"], columns, env=cls.env_type)
+        return longest_rows(rows, args["question_key"], tokenizer, dataset=args["dataset_name"])
 
     def reset(self, seed: int | None = None) -> ResetOutput:
         self.index = row_for_seed(self.rows, seed)

@@ -8,10 +8,13 @@ starts) run these checks:
 * Each env tag of the env managers is built once in the driver and reset with the seed its first episode plays; its
   own env manager builds the first prompt (system and agent templates, the env's instruction, the chat template, a
   tool wrapper's tool prompt) and the tokenizer counts it. That prompt plus one turn's tokens (``max_tokens_per_step``,
-  capped by ``actor_infer.generating_args.max_new_tokens``) must fit in ``rollout.sequence_length``. A tag whose env is
-  not built in the driver is skipped with a note (a ROCK sandbox; a GEM env or one of roll's dataset envs that loads
-  a hub dataset; an env whose build or reset fails, or takes over :data:`BUILD_TIMEOUT_S`, here): its first turn
-  still checks it.
+  capped by ``actor_infer.generating_args.max_new_tokens``) must fit in ``rollout.sequence_length``. An env whose
+  episodes are dataset rows (roll's dataset envs: training draws any row) is checked on the rows whose questions are
+  longest in tokens instead (:func:`roll.agentic.env.dataset.longest_rows`): the first prompts of the
+  :data:`RENDERED_ROWS` longest are rendered so, and the error names the file, the row and how many rows are too long.
+  A tag whose env is not built in the driver is skipped with a note (a ROCK sandbox; a GEM env or one of roll's
+  dataset envs that loads a hub dataset; an env whose build or reset fails, or takes over :data:`BUILD_TIMEOUT_S`,
+  here): its first turn still checks it.
 * ``rollout.sequence_length`` may not exceed the model's ``max_position_embeddings``, as vLLM refuses a longer
   ``max_model_len``, nor an inference engine's own cap (vLLM's ``max_model_len``, SGLang's ``context_length`` in
   ``strategy_config``), which would refuse an episode's later turns. A model whose config scales RoPE
@@ -29,11 +32,12 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from roll.agentic.config import ROCK_ENV, CustomEnvConfig, EnvManagerConfig
+from roll.agentic.env.dataset import LongestRows
 from roll.agentic.env.registry import ENVS, resolve_env_factory
 from roll.agentic.env_manager import EnvFault, EpisodeTask
 from roll.agentic.policy.protocol import GenerateRequest, GenerateResult
@@ -44,13 +48,17 @@ from roll.pipelines.config import RoleConfig
 from roll.runtime import ConfigError, RollError
 from roll.strategies import GenerationConfig
 
-__all__ = ["BUILD_TIMEOUT_S", "length_checks", "max_positions", "run_length_checks"]
+__all__ = ["BUILD_TIMEOUT_S", "RENDERED_ROWS", "length_checks", "max_positions", "run_length_checks"]
 
 logger = logging.getLogger(__name__)
 
 BUILD_TIMEOUT_S = 30.0
 """Longest the driver waits for one env tag to be built and reset before it skips that tag's check."""
+RENDERED_ROWS = 4
+"""How many of a dataset env's longest questions (in tokens) get their first prompt rendered: the longest question
+need not make the longest prompt, by the token or two where it meets the template."""
 ROLL_KEY = "rollout.sequence_length (ROLL's sequence_length)"
+T = TypeVar("T")
 
 
 class _NotBuiltHere(Exception):
@@ -65,28 +73,49 @@ class _NoPolicy:
 
 
 # --- the first prompt --------------------------------------------------------------------------------------------
-def _first_prompt_ids(
-    tag: str, spec: CustomEnvConfig, tokenizer: Any, *, seed: int, generation_config: GenerationConfig
+def _prompt_lengths(
+    tag: str, spec: CustomEnvConfig, tokenizer: Any, *, seeds: Sequence[int], generation_config: GenerationConfig
 ) -> list[int]:
-    """The model input of the first turn of an episode of ``tag`` played with ``seed``, built by the tag's own env
-    manager from its env's reset (raises ``_NotBuiltHere`` where the env cannot be built or reset)."""
+    """The lengths of the first turn's model input of episodes of ``tag`` played with each of ``seeds``, built by the
+    tag's own env manager from its env's reset (raises ``_NotBuiltHere`` where the env cannot be built or reset)."""
     pool = EnvPool({tag: spec}, tokenizer, _NoPolicy(), generation_config=generation_config, sequence_length=1)
     try:
         manager = pool.make_manager(EnvSlot(0, 0, tag))
     except Exception as e:  # whatever the env raises when built; the run would meet it at its workers' start
         raise _NotBuiltHere(f"building its env failed: {type(e).__name__}: {e}") from e
+
+    async def render() -> list[int]:
+        lengths = []
+        for seed in seeds:
+            task = EpisodeTask(0, 0, tag, 0, seed, f"{tag}-check", f"{tag}-check-0")
+            try:
+                state = await manager.start(task)
+            except EnvFault as fault:
+                raise _NotBuiltHere(f"its reset failed ({fault.reason}: {fault})") from fault
+            lengths.append(len(manager.build_prompt(state)[1]))
+        return lengths
+
     try:
-        task = EpisodeTask(0, 0, tag, 0, seed, f"{tag}-check", f"{tag}-check-0")
-        try:
-            state = asyncio.run(manager.start(task))
-        except EnvFault as fault:
-            raise _NotBuiltHere(f"its reset failed ({fault.reason}: {fault})") from fault
-        return manager.build_prompt(state)[1]
+        return asyncio.run(render())
     finally:
         manager.close()
 
 
-def _in_thread(fn: Callable[[], list[int]], timeout_s: float) -> list[int]:
+def _longest_prompts(
+    tag: str, spec: CustomEnvConfig, longest: Callable[..., LongestRows], tokenizer: Any, generation: GenerationConfig
+) -> tuple[LongestRows, list[tuple[int, int, int]]]:
+    """The rows of the tag's dataset with the longest questions, and ``(row, question tokens, first prompt tokens)``
+    of the :data:`RENDERED_ROWS` longest (the seed that plays a row is its index)."""
+    try:
+        rows = longest(tokenizer, **spec.env_config)
+    except Exception as e:  # as building the env: the env entry's own check reports an unreadable dataset
+        raise _NotBuiltHere(f"reading its dataset failed: {type(e).__name__}: {e}") from e
+    picked = rows.tokens[:RENDERED_ROWS]
+    lengths = _prompt_lengths(tag, spec, tokenizer, seeds=[row for row, _ in picked], generation_config=generation)
+    return rows, [(row, question, prompt) for (row, question), prompt in zip(picked, lengths, strict=True)]
+
+
+def _in_thread(fn: Callable[[], T], timeout_s: float) -> T:
     """``fn()`` on a daemon thread, given up on after ``timeout_s`` (an env that hangs in its constructor must not
     hold the driver); the process-global RNGs are left as they were (GEM's envs draw from them)."""
     saved = random.getstate(), np.random.get_state()
@@ -94,7 +123,7 @@ def _in_thread(fn: Callable[[], list[int]], timeout_s: float) -> list[int]:
 
     def target() -> None:
         try:
-            out["ids"] = fn()
+            out["value"] = fn()
         except BaseException as e:  # re-raised on the caller's thread
             out["error"] = e
 
@@ -107,7 +136,7 @@ def _in_thread(fn: Callable[[], list[int]], timeout_s: float) -> list[int]:
         raise _NotBuiltHere(f"building and resetting its env took over {timeout_s:g} s")
     if "error" in out:
         raise out["error"]
-    return list(out["ids"])
+    return out["value"]  # type: ignore[no-any-return]
 
 
 def _skip_reason(spec: CustomEnvConfig) -> str | None:
@@ -145,6 +174,13 @@ class _Scheduler:
     """How its turns are sampled."""
     generation_key: str
 
+    def turn(self, spec: CustomEnvConfig) -> tuple[int, str]:
+        """One turn's new tokens for ``spec`` and the setting that caps them."""
+        turn = min(spec.max_tokens_per_step, self.generation.max_new_tokens)
+        if turn == spec.max_tokens_per_step:
+            return turn, f"max_tokens_per_step={spec.max_tokens_per_step}"
+        return turn, f"{self.generation_key}.max_new_tokens={turn}"
+
 
 def _first_seed(scheduler: _Scheduler, custom_envs: dict[str, CustomEnvConfig], plan: GroupPlan) -> int:
     """The seed of the tag's first episode, as the scheduler picks it: its first group's first round (validation of
@@ -164,24 +200,24 @@ def _check_first_prompt(
 ) -> str:
     reason = _skip_reason(spec)
     generation_config, where = scheduler.generation, scheduler.key
+    turn, limit = scheduler.turn(spec)
     if reason is None:
         try:
             loaded = tokenizer()
+            longest = getattr(resolve_env_factory(spec.env_type), "longest_questions", None)
+            if callable(longest):
+                build_rows = functools.partial(_longest_prompts, tag, spec, longest, loaded, generation_config)
+                rows, prompts = _in_thread(build_rows, BUILD_TIMEOUT_S)
+                return _check_longest_rows(tag, where, rows, prompts, (turn, limit), sequence_length)
             first = seed()
             build = functools.partial(
-                _first_prompt_ids, tag, spec, loaded, seed=first, generation_config=generation_config
+                _prompt_lengths, tag, spec, loaded, seeds=[first], generation_config=generation_config
             )
-            prompt = len(_in_thread(build, BUILD_TIMEOUT_S))
+            prompt = _in_thread(build, BUILD_TIMEOUT_S)[0]
         except _NotBuiltHere as e:
             reason = str(e)
     if reason is not None:
         return f"{tag}: first prompt not checked here ({reason}); its first turn checks it"
-    turn = min(spec.max_tokens_per_step, generation_config.max_new_tokens)
-    limit = (
-        f"max_tokens_per_step={spec.max_tokens_per_step}"
-        if turn == spec.max_tokens_per_step
-        else f"{scheduler.generation_key}.max_new_tokens={turn}"
-    )
     if prompt + turn > sequence_length:
         raise ConfigError(
             f"env tag {tag!r} ({where}): its first prompt (seed {first}) is {prompt} tokens, and with one turn's "
@@ -190,6 +226,44 @@ def _check_first_prompt(
             f"agent_template or env instruction"
         )
     return f"{tag}: first prompt {prompt} tokens + {turn} per turn ({limit}) fit in sequence_length {sequence_length}"
+
+
+def _check_longest_rows(
+    tag: str,
+    where: str,
+    rows: LongestRows,
+    prompts: Sequence[tuple[int, int, int]],
+    turn_limit: tuple[int, str],
+    sequence_length: int,
+) -> str:
+    """The first prompts of a dataset env's longest questions (``(row, question tokens, prompt tokens)``) against
+    ``sequence_length``."""
+    (turn, limit), n = turn_limit, rows.rows
+    row, question, prompt = max(prompts, key=lambda item: (item[2], -item[0]))
+    counted = f"of its {n} rows" if rows.every_row else f"of the {len(rows.tokens)} longest by characters of its {n}"
+    top = rows.tokens[0][1]
+    size = f"the longest {counted}" if question == top else f"the longest {counted} is {top}"
+    if prompt + turn > sequence_length:
+        template = prompt - question
+        fits = sequence_length - turn - template  # the template's tokens stay; the question's must fit beside them
+        if fits > 0:
+            over = f"{'' if rows.every_row else 'at least '}{rows.rows_over(fits)} of its {n} rows"
+            fix = f"or filter the dataset ({over} have questions over the {fits} tokens that fit)"
+        else:
+            fix = (
+                f"or shorten the tag's agent_system_template, agent_template or env instruction (the prompt without "
+                f"the question is {template} tokens)"
+            )
+        raise ConfigError(
+            f"env tag {tag!r} ({where}): row {row} of {rows.dataset} (its question is {question} tokens, {size}) "
+            f"makes a first prompt of {prompt} tokens, and with one turn's {turn} new tokens "
+            f"({limit}) it needs {prompt + turn}, over {ROLL_KEY}={sequence_length}: raise rollout.sequence_length to "
+            f"at least {prompt + turn}, {fix}"
+        )
+    return (
+        f"{tag}: longest first prompt {prompt} tokens (row {row} of {rows.dataset}, question {question} tokens, {size}) "
+        f"+ {turn} per turn ({limit}) fit in sequence_length {sequence_length}"
+    )
 
 
 # --- the model's positions ---------------------------------------------------------------------------------------
