@@ -113,3 +113,45 @@ def test_rolls_env_types_marked_built_in_are_registered() -> None:
     built = [re.sub(r"`", "", name) for name, what in ROLL_ENV_TYPES if what.startswith("built in")]
     assert {"roll_math", "roll_qa", "roll_code"} <= set(built)
     assert [name for name in built if name not in ENVS] == []
+
+
+# --- a user's env module that fails while importing ----------------------------------------------------------------
+def _module(folder, name: str, source: str) -> str:
+    (folder / f"{name}.py").write_text(source)
+    return str(folder / f"{name}.py")
+
+
+def test_a_syntax_error_in_a_user_env_module_names_the_field_file_and_line(tmp_path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = _module(tmp_path, "roll_test_broken_env", "class MyEnv:\n    def reset(self, seed=None)\n        pass\n")
+    with pytest.raises(ConfigError) as caught:
+        check_env("roll_test_broken_env:MyEnv", {}, setting="custom_envs.Mine.env_type")
+    assert str(caught.value) == (
+        f"custom_envs.Mine.env_type='roll_test_broken_env:MyEnv': its module roll_test_broken_env does not import "
+        f"({path}, line 2: SyntaxError: expected ':'); fix the module"
+    )
+    assert isinstance(caught.value.__cause__, SyntaxError)
+    with pytest.raises(ConfigError, match=r"^env_type='roll_test_broken_env.MyEnv': its module roll_test_broken_env "):
+        make_env("roll_test_broken_env.MyEnv")  # the dotted form; without a field, the key itself
+
+
+def test_an_import_error_inside_a_user_env_module_names_where_it_was_raised(tmp_path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    outer = _module(tmp_path, "roll_test_outer_env", "import os\nimport roll_test_inner_dep\n\nclass MyEnv: ...\n")
+    inner = _module(tmp_path, "roll_test_inner_dep", "x = 1\nimport roll_test_not_installed\n")
+    with pytest.raises(ConfigError) as caught:
+        check_env("roll_test_outer_env:MyEnv", {}, setting="custom_envs.Mine.env_type")
+    assert str(caught.value) == (
+        f"custom_envs.Mine.env_type='roll_test_outer_env:MyEnv': its module roll_test_outer_env does not import "
+        f"({inner}, line 2 (imported from {outer}, line 2): ModuleNotFoundError: No module named "
+        "'roll_test_not_installed'); install what it imports, or fix the module"
+    )
+    assert isinstance(caught.value.__cause__, ModuleNotFoundError)
+    _module(tmp_path, "roll_test_raising_env", "raise RuntimeError('needs ENV_HOME')\n")
+    with pytest.raises(ConfigError, match=r"line 1: RuntimeError: needs ENV_HOME\); fix the module$"):
+        check_env("roll_test_raising_env:MyEnv", {})
+
+
+def test_a_path_that_names_no_module_is_still_a_path_error() -> None:
+    with pytest.raises(ConfigError, match=r"env_type 'roll.agentic.no_such_module:Env' cannot be imported .*check"):
+        make_env("roll.agentic.no_such_module:Env")
