@@ -74,6 +74,10 @@ def test_other_column_names_and_a_csv_file(tmp_path: Path) -> None:
     env = make_env("roll_math", dataset_name=str(path), question_key="prompt", answer_key="solution")
     assert env.reset(seed=1)[0] == "What is 3 + 3?"
     assert env.step("\\boxed{6}")[1] == 1.0
+    # read by roll-pipelines' reader (as data_args files are): its errors name the file
+    (tmp_path / "latin1.csv").write_bytes("problem,answer\ncaf\xe9,1\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"latin1\.csv: not a readable UTF-8 CSV file \(.*\); fix or re-export it"):
+        make_env("roll_math", dataset_name=str(tmp_path / "latin1.csv"))
 
 
 def test_a_folder_of_files_reads_them_in_name_order(tmp_path: Path) -> None:

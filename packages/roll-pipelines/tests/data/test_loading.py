@@ -109,10 +109,10 @@ def test_missing_file_names_path_and_config_field(tmp_path: Path) -> None:
 
 
 def test_unsupported_suffix_and_directory(tmp_path: Path) -> None:
-    csv = tmp_path / "rows.csv"
-    csv.write_text("prompt,response\n")
-    with pytest.raises(DataError, match=r"unsupported file type '.csv'; use one of .json, .jsonl, .parquet"):
-        load_rows(csv)
+    text = tmp_path / "rows.txt"
+    text.write_text("prompt,response\n")
+    with pytest.raises(DataError, match=r"unsupported file type '.txt'; use one of .json, .jsonl, .parquet"):
+        load_rows(text)
     with pytest.raises(DataError, match=r"which is a directory"):
         load_rows(tmp_path)
 

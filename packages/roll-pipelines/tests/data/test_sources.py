@@ -1,5 +1,5 @@
-"""Data references beyond json/jsonl/parquet: .arrow files, save_to_disk folders and hub dataset names (from a local
-HF cache in offline mode; there is no network here)."""
+"""Data references beyond json/jsonl/parquet: .arrow and .csv files, save_to_disk folders and hub dataset names (from
+a local HF cache in offline mode; there is no network here)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,19 @@ def test_arrow_ipc_files_in_both_formats(tmp_path: Path) -> None:
     (tmp_path / "bad.arrow").write_text("not arrow")
     with pytest.raises(DataError, match=r"bad.arrow.*not an Arrow IPC file"):
         load_rows(tmp_path / "bad.arrow")
+
+
+def test_csv_files_with_a_header_row(tmp_path: Path) -> None:
+    # every value is a string, as csv holds no types; an Excel export's byte-order mark is not part of the first key
+    path = tmp_path / "rows.csv"
+    path.write_text("\ufeffprompt,response\n" + "".join(f'"{r["prompt"]}",{r["response"]}\n' for r in ROWS))
+    assert load_rows(path, required={"prompt": str, "response": str}) == ROWS
+    (tmp_path / "missing.csv").write_text("prompt,answer\nWhat is 1 + 1?,2\n")
+    with pytest.raises(DataError, match=r"missing.csv row 0: missing key 'response' \(keys: prompt, answer\)"):
+        load_rows(tmp_path / "missing.csv", required={"prompt": str, "response": str})
+    (tmp_path / "latin1.csv").write_bytes("prompt\ncaf\xe9\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"latin1.csv: not a readable UTF-8 CSV file \(.*\); fix or re-export it"):
+        load_rows(tmp_path / "latin1.csv")
 
 
 def test_a_plain_directory_is_refused_with_the_fix(tmp_path: Path) -> None:

@@ -25,7 +25,6 @@ have), the seed that plays a row being its index.
 
 from __future__ import annotations
 
-import csv
 import random
 import threading
 from collections.abc import Mapping, Sequence
@@ -48,7 +47,6 @@ from roll.runtime import ConfigError
 
 __all__ = ["COUNTED_CHARS", "LongestRows", "check_dataset", "load_questions", "longest_rows", "row_for_seed"]
 
-_SUFFIXES = (*FILE_SUFFIXES, ".csv")
 _CACHE: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
 _CHECKED: set[tuple[str, str | None, tuple[tuple[str, str], ...]]] = set()
 _LOCK = threading.Lock()
@@ -60,17 +58,7 @@ longest questions by characters tokenized (0.2-0.3 s for 10k questions of 600 ch
 CANDIDATE_ROWS = 512
 
 
-def _read_csv(path: Path) -> list[dict[str, Any]]:
-    try:
-        with path.open(encoding="utf-8", newline="") as f:
-            return [dict(row) for row in csv.DictReader(f)]
-    except (UnicodeDecodeError, csv.Error) as e:
-        raise DataError(f"{path}: not a readable UTF-8 CSV file ({e}); fix or re-export it") from None
-
-
 def _read_file(path: Path, field: str) -> list[Any]:
-    if path.suffix.lower() == ".csv":
-        return _read_csv(path)
     return read_source(path, field, "train", default_cache_dir())[0]
 
 
@@ -78,10 +66,10 @@ def _read_folder(path: Path, field: str) -> list[Any]:
     """ROLL's folder of data files: every file, in name order, all of one type."""
     files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
     suffixes = {p.suffix.lower() for p in files}
-    if not files or len(suffixes) > 1 or not suffixes <= set(_SUFFIXES):
+    if not files or len(suffixes) > 1 or not suffixes <= set(FILE_SUFFIXES):
         raise DataError(
-            f"{field}: the folder {str(path)!r} must hold data files of one type ({', '.join(_SUFFIXES)}) or be a "
-            f"save_to_disk folder; it has {sorted(p.name for p in files)[:8]}"
+            f"{field}: the folder {str(path)!r} must hold data files of one type ({', '.join(FILE_SUFFIXES)}) or be "
+            f"a save_to_disk folder; it has {sorted(p.name for p in files)[:8]}"
         )
     return [row for p in files for row in _read_file(p, field)]
 
@@ -93,8 +81,8 @@ def _read(dataset_name: str, split: str | None, field: str) -> list[Any]:
             return _read_folder(path, field)
         return read_saved_dataset(path, field, "train", split)
     if path.is_file():
-        if path.suffix.lower() not in _SUFFIXES:
-            raise DataError(f"{field}: unsupported file type {path.suffix!r} of {dataset_name!r}; use {_SUFFIXES}")
+        if path.suffix.lower() not in FILE_SUFFIXES:
+            raise DataError(f"{field}: unsupported file type {path.suffix!r} of {dataset_name!r}; use {FILE_SUFFIXES}")
         return _read_file(path, field)
     # a hub id (read_source names a missing local path); its split, if given, as read_source spells it
     name = f"{dataset_name}:{split}" if split is not None else dataset_name

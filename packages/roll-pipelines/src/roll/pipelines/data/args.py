@@ -53,7 +53,10 @@ class DataArgs(RollModel):
     silently truncated.
     """
 
-    file_name: str | list[str] = Field(description="Training data: json/jsonl/parquet paths or synthetic:// URIs.")
+    file_name: str | list[str] = Field(
+        description="Training data: json/jsonl/parquet/arrow/csv paths, save_to_disk folders, hub dataset names or "
+        "synthetic:// URIs."
+    )
     eval_file_name: str | list[str] | None = Field(default=None, description="Evaluation data, same forms.")
     prompt_key: str = Field(default="prompt", validation_alias=_alias("prompt_key", "prompt"))
     response_key: str = Field(default="response", validation_alias=_alias("response_key", "response"))

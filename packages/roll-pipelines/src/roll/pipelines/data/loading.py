@@ -170,8 +170,8 @@ def load_rows(
     fields: Mapping[str, str] | None = None,
     cache_dir: str | Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Read and concatenate the rows of data references (json / jsonl / parquet / arrow files, save_to_disk folders,
-    hub dataset names, ``synthetic://`` URIs).
+    """Read and concatenate the rows of data references (json / jsonl / parquet / arrow / csv files, save_to_disk
+    folders, hub dataset names, ``synthetic://`` URIs).
 
     A ``.json`` file may hold one array of objects or JSON lines. Each file is validated on its own (see
     :func:`validate_rows`; an empty file is always an error) so messages name the file and its own row numbers.

@@ -3,7 +3,8 @@
 A data reference (an entry of ``data_args.file_name`` / ``eval_file_name``) is one of:
 
 * a local ``.json`` (an array of objects, or JSON lines), ``.jsonl`` or ``.parquet`` file, read here with row-precise
-  errors, or an ``.arrow`` file (Arrow IPC, as ``datasets`` writes them), read with pyarrow;
+  errors, an ``.arrow`` file (Arrow IPC, as ``datasets`` writes them), read with pyarrow, or a ``.csv`` file with a
+  header row (UTF-8, a byte-order mark allowed; every value is a string, an empty cell ``""``);
 * a folder written by ``datasets``' ``save_to_disk`` (a Dataset, or a DatasetDict whose split is picked by the
   reference's split: ``train`` for file_name, ``test`` or else ``validation`` for eval_file_name);
 * a hub dataset name, ``namespace/name`` or ``namespace/name:split``: its snapshot from the Hugging Face cache (see
@@ -16,6 +17,7 @@ Folders and hub names need the ``datasets`` extra (``pip install 'roll-pipelines
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ __all__ = [
     "read_source",
 ]
 
-FILE_SUFFIXES = (".json", ".jsonl", ".parquet", ".arrow")
+FILE_SUFFIXES = (".json", ".jsonl", ".parquet", ".arrow", ".csv")
 _EVAL_SPLITS = ("test", "validation", "eval")
 
 
@@ -101,6 +103,14 @@ def _read_arrow(path: Path, source: str) -> list[Any]:
     raise DataError(f"{source}: not an Arrow IPC file (stream or file format); regenerate or replace it")
 
 
+def _read_csv(path: Path, source: str) -> list[Any]:
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            return [dict(row) for row in csv.DictReader(f)]
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise DataError(f"{source}: not a readable UTF-8 CSV file ({e}); fix or re-export it") from None
+
+
 def _split_hub_name(text: str) -> tuple[str, str | None]:
     name, sep, split = text.partition(":")
     return name, (split or None) if sep else None
@@ -124,6 +134,8 @@ def read_file(path: Path, source: str) -> list[Any]:
     suffix = path.suffix.lower()
     if suffix == ".arrow":
         return _read_arrow(path, source)
+    if suffix == ".csv":
+        return _read_csv(path, source)
     if suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
