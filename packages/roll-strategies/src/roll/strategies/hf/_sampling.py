@@ -33,6 +33,8 @@ __all__ = [
     "SeededRowSampler",
     "build_logits_processors",
     "cut_responses",
+    "seed_stream_keys",
+    "stream_uniforms",
 ]
 
 
@@ -90,15 +92,60 @@ class RepetitionPenalty(LogitsProcessor):
         return cast(torch.FloatTensor, torch.where(counts > 0, penalized, scores))
 
 
+# splitmix64's constants (Steele, Lea, Flood 2014) as signed int64: torch has no uint64 arithmetic.
+_GOLDEN = 0x9E3779B97F4A7C15 - 2**64
+_MIX_1 = 0xBF58476D1CE4E5B9 - 2**64
+_MIX_2 = 0x94D049BB133111EB - 2**64
+
+
+def _as_int64(value: int) -> int:
+    """``value`` modulo 2**64 as a signed int64 (the same 64 bits)."""
+    value &= 2**64 - 1
+    return value - 2**64 if value >= 2**63 else value
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 bits (torch's ``>>`` on int64 is arithmetic: it copies the sign bit)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _mix64(x: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finalizer on int64 tensors: a bijection of 64-bit words whose every output bit depends on every
+    input bit. Integer shifts, xors and wrapping multiplies only, so every device computes the same bits."""
+    x = (x ^ _shift_right(x, 30)) * _MIX_1
+    x = (x ^ _shift_right(x, 27)) * _MIX_2
+    return x ^ _shift_right(x, 31)
+
+
+def seed_stream_keys(seeds: Sequence[int]) -> torch.Tensor:
+    """The int64 key of every seed's stream (seeds are taken modulo 2**64)."""
+    return _mix64(torch.tensor([_as_int64(int(seed)) for seed in seeds], dtype=torch.int64))
+
+
+def stream_uniforms(keys: torch.Tensor, step: int) -> torch.Tensor:
+    """Draw ``step`` (0, 1, ...) of every stream of ``keys``: float64 uniforms in [0, 1), on ``keys``' device.
+
+    A counter-based generator: draw t of key k is the top 53 bits of ``mix64(k + (t + 1) * golden)``, i.e. splitmix64
+    started at the key, computed for all rows at once without any generator state.
+    """
+    bits = _mix64(keys + _as_int64((step + 1) * _GOLDEN))
+    return _shift_right(bits, 11).double() * 2.0**-53
+
+
 class SeededRowSampler(LogitsProcessor):
     """Draws every row's next token from the row's own random stream; the last processor, with greedy generate().
 
     transformers samples a whole batch from one generator, so a row's tokens would depend on which rows share its
-    batch and in what order. Here row i draws from a CPU ``torch.Generator`` seeded with ``seeds[i]``: one float64
-    uniform per step, inverted through the row's cumulative distribution (exact inverse-CDF sampling of the
-    processed distribution, the one multinomial sampling would draw from). The returned scores are 0 at the drawn
-    token and -inf elsewhere, so generate()'s argmax takes it and transformers draws nothing. A CPU generator gives
-    the same stream on every device.
+    batch and in what order. Here row i's draw at decode step t is a uniform computed from ``(seeds[i], t)`` alone
+    (:func:`stream_uniforms`: a splitmix64 hash in int64 tensor arithmetic, vectorized over the rows on the logits'
+    device, with no per-row generator and no host loop), inverted through the row's cumulative distribution:
+    exact inverse-CDF sampling of the processed distribution, the one multinomial sampling would draw from. The
+    weights are ``exp(score - max)`` in float32, each token's share as exact as the float32 logits it comes from
+    (a token 104 nats below the top weighs 0, as in transformers' float32 softmax); they are summed in float64,
+    because a float32 cdf holds values near 1 only to ~6e-8, coarser than a tail token's weight in a vocabulary of
+    150k: those tokens would be drawn with the wrong probability, or never. The returned scores are 0 at the drawn
+    token and -inf elsewhere, so generate()'s argmax takes it and transformers draws nothing. Integer hashing gives
+    the same stream on every device (the cumsum's float64 rounding may still differ between devices in the last bits).
 
     What stays batch-dependent is the arithmetic of the logits: a batched forward (other rows, left padding) differs
     from a single-row one in the last bits, which moves a draw only when its uniform falls that close to a boundary
@@ -106,26 +153,36 @@ class SeededRowSampler(LogitsProcessor):
     128 seeded requests of 64 tokens, each alone vs all in one batch vs in shuffled batches of 8): in float32 no
     draw of 49,152 moved (log-probs within 2.4e-5); in bfloat16, whose rounding of the logits is far coarser, 4-8%
     of draws moved (a request's tokens typically diverge after ~8 of them). So float32 rollouts repeat whatever
-    the batching; bfloat16 ones only where the batches repeat.
+    the batching; bfloat16 ones only where the batches repeat (docs/results/agentic.md sections 63-64).
     """
 
     def __init__(self, seeds: Sequence[int]) -> None:
-        self.generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
+        self.keys = seed_stream_keys(seeds)
+        self.step = 0
+        # Reused across decode steps: on a CPU a fresh (rows, vocab) float64 buffer costs a page fault per 4 KiB.
+        self._weights: torch.Tensor | None = None
+        self._cdf: torch.Tensor | None = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if scores.shape[0] != len(self.generators):
-            raise ValueError(f"SeededRowSampler has {len(self.generators)} seeds for {scores.shape[0]} rows")
-        probs = torch.softmax(scores.double(), dim=-1)  # float64: tail tokens keep their share of the cumsum
-        cdf = probs.cumsum(dim=-1)
-        uniforms = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in self.generators])
-        targets = uniforms.to(cdf.device).unsqueeze(-1) * cdf[:, -1:]
-        drawn = torch.searchsorted(cdf, targets, right=True).squeeze(-1)
-        # A target rounded up to the total lands past the end: the last token with any probability takes it.
-        positive = probs > 0
-        last = positive.shape[-1] - 1 - positive.flip(-1).int().argmax(dim=-1)
-        drawn = torch.minimum(drawn, last)
+        if scores.shape[0] != self.keys.shape[0]:
+            raise ValueError(f"SeededRowSampler has {self.keys.shape[0]} seeds for {scores.shape[0]} rows")
+        if self.keys.device != scores.device:
+            self.keys = self.keys.to(scores.device)
+        if self._weights is None or self._weights.shape != scores.shape or self._weights.device != scores.device:
+            self._weights = torch.empty(scores.shape, dtype=torch.float32, device=scores.device)
+            self._cdf = torch.empty(scores.shape, dtype=torch.float64, device=scores.device)
+        weights, cdf = self._weights, cast(torch.Tensor, self._cdf)
+        torch.sub(scores, scores.max(dim=-1, keepdim=True).values, out=weights).exp_()  # -inf scores weigh 0
+        torch.cumsum(weights, dim=-1, dtype=torch.float64, out=cdf)
+        total = cdf[:, -1:]
+        uniforms = stream_uniforms(self.keys, self.step).unsqueeze(-1)
+        self.step += 1
+        # u * total may round up to total itself; below it, the first cdf entry above the target always exists and
+        # belongs to a token of positive weight (its interval [cdf[i-1], cdf[i]) holds the target).
+        targets = torch.minimum(uniforms * total, torch.nextafter(total, torch.zeros_like(total)))
+        drawn = torch.searchsorted(cdf, targets, right=True)
         chosen = torch.full_like(scores, float("-inf"))
-        chosen.scatter_(1, drawn.unsqueeze(-1), 0.0)
+        chosen.scatter_(1, drawn, 0.0)
         return cast(torch.FloatTensor, chosen)
 
 

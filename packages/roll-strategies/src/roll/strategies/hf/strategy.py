@@ -13,9 +13,9 @@ keep steps x rows x vocab float32 logits alive until generate() returns.
 
 Rows with a seed of their own (the batch's ``sampling_seed`` column, see
 :func:`~roll.strategies.generation.sample_seeds`) are drawn by :class:`~roll.strategies.hf._sampling.SeededRowSampler`
-from per-row generators, so their tokens do not depend on the other rows of the batch; generate() then runs greedy
-over its one-hot choice. Without the column the batch samples from torch's generator, seeded by
-``generation_config.seed`` when set.
+from per-row random streams (a hash of the row's seed and the decode step), so their tokens do not depend on the
+other rows of the batch; generate() then runs greedy over its one-hot choice. Without the column the batch samples
+from torch's generator, seeded by ``generation_config.seed`` when set.
 """
 
 from __future__ import annotations
