@@ -235,6 +235,44 @@ def test_agentic_async_run_trains_on_bounded_stale_trajectories(ray_env, tmp_pat
     assert metrics[-1]["val/episodes"] == 2
 
 
+def _trained_rounds(folder: Path, step: int) -> set[tuple[int, int]]:
+    """The rounds ``(group_id, episode_id)`` step ``step`` trained on, from its rollout dump."""
+    rows = [json.loads(line) for line in (folder / "rollouts" / f"step-{step:06d}.jsonl").open()]
+    return {(int(r["traj_id"].split("_")[1]), int(r["traj_id"].split("_")[2])) for r in rows}
+
+
+def test_agentic_async_resume_plays_again_the_rounds_not_yet_trained_on(ray_env, tmp_path: Path):
+    """The checkpoint of an async run lists the rounds launched (playing, or played and waiting in the buffer) but
+    not trained on; they are in no step's batch so far, and the resumed run trains on nothing it trained before."""
+    register_pipelines()
+    data = {
+        "pipeline_cls": "agentic",
+        "output_dir": str(tmp_path),
+        "max_steps": 1,
+        "export_hf": False,
+        "plots": False,
+        "rollout_batch_size": 4,
+        "sequence_length": 256,
+        "async_generation_ratio": 1,
+        "rollout": {"env_workers": "local", "dump": True},
+        "custom_envs": {"Lake": _envs()["Lake"]},
+        "train_env_manager": {"num_env_groups": 4, "group_size": 2, "tags": ["Lake"]},
+        "actor_train": {**_role("agentic-train", "fsdp2_train"), "training_args": {"learning_rate": 1e-4}},
+        "actor_infer": {**_role("agentic-infer", "hf_infer"), "generating_args": {"max_new_tokens": 8}},
+    }
+    run_config(load_config(data))
+    state = json.loads((tmp_path / "checkpoints" / "step-00000001" / "pipeline_state.json").read_text())
+    saved = state["data_state"]
+    replay = [tuple(pair) for pair in saved["replay"]]
+    trained = _trained_rounds(tmp_path, 1)
+    assert len(trained) == 2 and 0 < len(replay) <= 4  # at most (1 + ratio) steps' groups run ahead
+    assert all(episode < saved["next_episode"][group] for group, episode in replay)  # launched before the save
+    assert not set(replay) & trained
+    run_config(load_config({**data, "max_steps": 2, "resume_from_checkpoint": "auto"}))
+    assert [m["step"] for m in read_metrics(tmp_path / "metrics.jsonl")] == [0, 1, 2]
+    assert not _trained_rounds(tmp_path, 2) & trained
+
+
 def test_agentic_rollout_mock_dump_then_replay_trains_identically(ray_env, tmp_path: Path):
     """ROLL's rollout_mock: a dump run writes each step's batch; a replay run (mode mock) trains on those batches
     instead of playing, so its losses equal the dump run's; a step that was never dumped is an error naming it."""

@@ -3,6 +3,8 @@ every trajectory used once, generation overlapping "training", and the synchrono
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -17,13 +19,16 @@ ACTIONS = ["Up", "Down", "Left", "Right"]
 ENVS = {"FL": CustomEnvConfig(env_type="frozen_lake", env_config={"size": 4}, max_steps=3)}
 
 
-def _rollouts(tokenizer, ratio: float) -> tuple[BackgroundRollouts, GatedPolicyClient]:
+def _rollouts(tokenizer, ratio: float, wrap=None) -> tuple[BackgroundRollouts, GatedPolicyClient]:
+    """4 groups of 2 envs, batches of 2 groups; ``wrap`` the executor (before anything plays)."""
     config = EnvManagerConfig(num_env_groups=4, group_size=2, tags=["FL"])
     mock = MockPolicyClient(tokenizer, RandomActionPolicy(ACTIONS), LatencyModel(per_token_median_s=1e-4))
     gate = GatedPolicyClient(mock)
     scheduler = RolloutScheduler.local(
         config, ENVS, tokenizer, gate, generation_config=GenerationConfig(max_new_tokens=16), sequence_length=1024
     )
+    if wrap is not None:
+        scheduler.executor = wrap(scheduler.executor)
     return BackgroundRollouts(scheduler, batch_size=4, ratio=ratio), gate
 
 
@@ -109,3 +114,136 @@ def test_gate_waits_for_running_requests_and_stamps_the_new_version(tokenizer) -
         return [(await first).policy_version, (await second).policy_version]
 
     assert asyncio.run(scenario()) == [0, 5]
+
+
+class _InOrder:
+    """Wraps an executor so that episodes finish in the order they started (so rounds finish in launch order and
+    timing does not pick which rounds a step takes); the rounds in ``faulty`` end with an env fault."""
+
+    def __init__(self, inner, faulty: set[tuple[int, int]]) -> None:
+        self.inner, self.faulty = inner, faulty
+        self._last: asyncio.Future | None = None
+
+    async def run(self, task):
+        before, mine = self._last, asyncio.get_running_loop().create_future()
+        self._last = mine
+        try:
+            result = await self.inner.run(task)
+            if before is not None:
+                await asyncio.shield(before)
+        finally:
+            if not mine.done():
+                mine.set_result(None)
+        if (task.group_id, task.episode_id) in self.faulty:
+            return dataclasses.replace(result, end_reason="env_error", batch=None, error="injected")
+        return result
+
+    def stats(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _DropEveryThird:
+    """A group filter that drops rounds by their place alone (the same in every run)."""
+
+    def filter(self, group_id: int, episode_id: int, episodes) -> bool:
+        return (group_id + episode_id) % 3 == 2
+
+
+def _ordered_rollouts(tokenizer, version: int = 0, state=None) -> tuple[BackgroundRollouts, GatedPolicyClient]:
+    config = EnvManagerConfig(num_env_groups=3, group_size=2, tags=["FL"])
+    mock = MockPolicyClient(tokenizer, RandomActionPolicy(ACTIONS), LatencyModel(per_token_median_s=1e-4))
+    gate = GatedPolicyClient(mock, policy_version=version)
+    scheduler = RolloutScheduler.local(
+        config, ENVS, tokenizer, gate, generation_config=GenerationConfig(max_new_tokens=16), sequence_length=1024
+    )
+    scheduler.executor = _InOrder(scheduler.executor, faulty={(1, 2), (0, 4)})
+    scheduler.group_filter = _DropEveryThird()
+    if state is not None:
+        scheduler.load_state(state)
+    return BackgroundRollouts(scheduler, batch_size=4, ratio=1, version=version), gate
+
+
+def _settle(background: BackgroundRollouts) -> None:
+    """Until generation has caught up: nothing running and no more rounds admitted (a long "training" step)."""
+    deadline = time.monotonic() + 120
+    limit = background.buffer.admit_limit(background.version - background.base)
+    while True:
+        account = background.accounting()
+        if account["generating"] == 0 and account["admitted"] - account["discarded"] >= limit:
+            return
+        assert time.monotonic() < deadline, account
+        time.sleep(0.01)
+
+
+def _train(background: BackgroundRollouts, gate: GatedPolicyClient, steps: range, save_at: int = -1):
+    """The pipeline's loop: take, "train" (generation catches up), sync; the rounds each step trained on, and
+    the checkpoint state after step ``save_at``."""
+    trained, saved = {}, None
+    try:
+        for step in steps:
+            batch = background.take(step, timeout_s=120).batch
+            trained[step] = list(dict.fromkeys(batch.non_tensor_batch["traj_group_id"].tolist()))
+            _settle(background)
+            _sync(background, gate, step)
+            if step == save_at:
+                _settle(background)  # rounds launched for the next steps are ready, not yet trained on
+                saved = background.state()
+    finally:
+        background.close()
+        background.scheduler.close()
+    return trained, saved
+
+
+def test_a_resumed_async_run_trains_on_the_rounds_an_uninterrupted_one_does(tokenizer) -> None:
+    """The checkpoint after step 3 records the rounds played (or playing) but not trained on; the resumed run
+    plays them again first, with the same seeds, so steps 4-6 train on the same rounds in the same order as an
+    uninterrupted run, including the replacements of filtered and faulted rounds."""
+    uninterrupted, _ = _train(*_ordered_rollouts(tokenizer), range(1, 7))
+    before, saved = _train(*_ordered_rollouts(tokenizer), range(1, 4), save_at=3)
+    assert saved is not None and before == {step: uninterrupted[step] for step in (1, 2, 3)}
+    resumed, _ = _train(*_ordered_rollouts(tokenizer, version=3, state=saved), range(4, 7))
+    assert resumed == {step: uninterrupted[step] for step in (4, 5, 6)}
+
+
+class _Held:
+    """Wraps an executor; the episodes of group ``held`` never finish (a round still playing at a checkpoint)."""
+
+    def __init__(self, inner, held: int) -> None:
+        self.inner, self.held = inner, held
+
+    async def run(self, task):
+        if task.group_id == self.held:
+            await asyncio.Event().wait()
+        return await self.inner.run(task)
+
+    def stats(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_checkpoint_keeps_the_rounds_still_playing_and_those_ready(tokenizer) -> None:
+    background, _ = _rollouts(tokenizer, 1, wrap=lambda inner: _Held(inner, held=3))  # 4 rounds before step 1
+    scheduler = background.scheduler
+    try:
+        batch = background.take(1, timeout_s=120).batch
+        trained = {tuple(int(x) for x in key.split("_")[1:3]) for key in batch.non_tensor_batch["traj_group_id"]}
+        deadline = time.monotonic() + 120
+        while background.accounting()["ready"] < 1:  # the 4th admitted round, played while step 1 "trains"
+            assert time.monotonic() < deadline, background.accounting()
+            time.sleep(0.01)
+        saved = background.state()
+    finally:
+        background.close()
+        scheduler.close()
+    launched = {(group, episode) for group, count in enumerate(saved["next_episode"]) for episode in range(count)}
+    replay = [tuple(pair) for pair in saved["replay"]]
+    assert len(launched) == 4 and len(trained) == 2
+    assert (3, 0) in replay and set(replay) == launched - trained  # none lost, none trained twice
+    for group in range(4):  # a group's rounds in their order
+        episodes = [episode for g, episode in replay if g == group]
+        assert episodes == sorted(episodes)

@@ -11,6 +11,7 @@ from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
 from roll.agentic.env_manager import EpisodeResult
 from roll.agentic.policy import LatencyModel, MockPolicyClient, RandomActionPolicy
 from roll.agentic.scheduler import RolloutScheduler
+from roll.agentic.scheduler.plan import episode_seed
 from roll.runtime import ConfigError
 from roll.strategies import GenerationConfig
 
@@ -179,8 +180,31 @@ def test_scheduler_state_resumes_the_training_rounds() -> None:
     saved = uninterrupted.state()
     resumed = RolloutScheduler(config, executor, pad_token_id=0, max_launch_factor=1)
     resumed.load_state(saved)
-    assert saved == {"next_episode": [1, 1, 1, 0], "cursor": 3}
+    assert saved == {"next_episode": [1, 1, 1, 0], "cursor": 3}  # a synchronous step leaves no round to replay
     assert _rounds(resumed.get_batch(6)) == _rounds(uninterrupted.get_batch(6))
+    assert resumed.state() == uninterrupted.state() == {"next_episode": [2, 2, 1, 1], "cursor": 2}
+
+
+def test_rounds_carried_over_by_an_async_checkpoint_are_played_first_in_order() -> None:
+    """An asynchronous run's checkpoint lists the rounds launched but not trained on (``replay``); a resumed run,
+    synchronous here, plays them first with their own seeds, then goes on from ``next_episode``; what a call
+    leaves of them stays in the next checkpoint."""
+    config = EnvManagerConfig(name="train_env", num_env_groups=4, group_size=2, tags=["FL"])
+    scheduler = RolloutScheduler(config, _TimedExecutor(lambda t: 0.0), pad_token_id=0, max_launch_factor=1)
+    scheduler.load_state({"next_episode": [3, 2, 2, 2], "cursor": 1, "replay": [[1, 1], [2, 1], [0, 2]]})
+    first = scheduler.get_batch(4)
+    assert _rounds(first) == sorted((g, e, episode_seed(0, g, e)) for g, e in [(1, 1), (2, 1)])
+    assert scheduler.state() == {"next_episode": [3, 2, 2, 2], "cursor": 1, "replay": [[0, 2]]}
+    assert [(g, e) for g, e, _ in _rounds(scheduler.get_batch(6))] == [(0, 2), (1, 2), (2, 2)]
+    assert scheduler.state() == {"next_episode": [3, 3, 3, 2], "cursor": 3}
+    capped = RolloutScheduler(
+        config.model_copy(update={"max_traj_per_env": 1}), _TimedExecutor(lambda t: 0.0), pad_token_id=0
+    )
+    capped.load_state({"next_episode": [5, 3, 0, 0], "cursor": 0, "replay": [[0, 3], [0, 4], [1, 2]]})
+    capped.max_launch_factor = 1
+    # group 0 may play one round a call: its second carried-over round waits, group 1's goes first
+    assert [(g, e) for g, e, _ in _rounds(capped.get_batch(4))] == [(0, 3), (1, 2)]
+    assert capped.state() == {"next_episode": [5, 3, 0, 0], "cursor": 0, "replay": [[0, 4]]}
 
 
 def test_a_checkpoint_of_another_group_count_and_a_filter_that_does_not_import_are_named() -> None:

@@ -122,7 +122,8 @@ class AgenticPipeline(BasePipeline):
 
     # --- state ------------------------------------------------------------------------------------------
     def data_state(self) -> dict[str, Any]:
-        return self.train_scheduler.state()
+        # async: with the rounds played or playing but not trained on, which a resumed run plays again
+        return self.background.state() if self.background is not None else self.train_scheduler.state()
 
     def load_data_state(self, state: dict[str, Any]) -> None:
         if state:

@@ -7,6 +7,10 @@ the RLVR pipeline's :class:`~roll.pipelines.rlvr.replay.ReplayBuffer`. Step ``k`
 (oldest first), training the policy of version ``k - 1``; a round's version is the oldest weights behind any of its
 turns (the ``policy_version`` column, stamped by a :class:`~roll.agentic.policy.gate.GatedPolicyClient`).
 
+A checkpoint is written while rounds are still playing or wait in the buffer: :meth:`BackgroundRollouts.state`
+lists them (launched, not trained on), and a resumed run plays them again first, with the same seeds, so it trains
+on the rounds an uninterrupted run would; only the policy that samples them is newer.
+
 ROLL's semantics (``GroupQueue.advance_step`` / ``GroupQueueManager.get_batch`` in ROLL's rollout_scheduler.py):
 generation runs at most ``ratio`` steps ahead of training, a group older than ``ratio`` versions is never trained
 on (dropped and replaced), and weights change only at step boundaries, where generation is paused.
@@ -58,7 +62,9 @@ class BackgroundRollouts:
         self._cond = threading.Condition()
         self._played: list[EpisodeResult] = []
         self._counts: Counter[str] = Counter()
-        self._running = 0
+        self._in_flight: dict[asyncio.Future[_Round], tuple[int, int, int]] = {}
+        """The rounds playing: ``(group_id, episode_id, launch)``, in launch order."""
+        self._launches = 0
         self._error: BaseException | None = None
         self._stop = False
         self.loop = asyncio.new_event_loop()
@@ -76,18 +82,18 @@ class BackgroundRollouts:
                 self._error = e
                 self._cond.notify_all()
 
-    def _launch(self, running: dict[asyncio.Future[_Round], int]) -> None:
-        sched = self.scheduler
+    def _launch(self) -> None:
+        running = self._in_flight
         while self.buffer.may_admit(self.version - self.base):
-            plan = sched._next_free(set(running.values()), Counter())
-            if plan is None:
+            picked = self.scheduler._next_round({group_id for group_id, _, _ in running.values()}, Counter())
+            if picked is None:
                 return
-            episode_id = sched._next_episode[plan.group_id]
-            sched._next_episode[plan.group_id] += 1
+            plan, episode_id = picked
             self.buffer.admit()
-            launch = self._counts["groups_launched"]
             self._counts["groups_launched"] += 1
-            running[asyncio.ensure_future(sched._play(plan, episode_id, launch))] = plan.group_id
+            launch, self._launches = self._launches, self._launches + 1
+            future = asyncio.ensure_future(self.scheduler._play(plan, episode_id, launch))
+            running[future] = (plan.group_id, episode_id, launch)
 
     def _finish(self, round_: _Round, dropped_in_a_row: int) -> int:
         verdict = self.scheduler._judge(round_)
@@ -110,23 +116,21 @@ class BackgroundRollouts:
         return dropped_in_a_row + 1
 
     async def _produce(self) -> None:
-        running: dict[asyncio.Future[_Round], int] = {}
+        running = self._in_flight
         dropped = 0
         try:
             while not self._stop:
                 with self._cond:
-                    self._launch(running)
-                    self._running = len(running)
+                    self._launch()
                 if not running:
                     await asyncio.sleep(_POLL_S)
                     continue
                 done, _ = await asyncio.wait(running, timeout=_POLL_S, return_when=asyncio.FIRST_COMPLETED)
-                for future in done:
-                    del running[future]
+                for future in [f for f in running if f in done]:  # in launch order: the buffer's order is no race
                     round_ = future.result()
-                    with self._cond:
+                    with self._cond:  # a round is always either playing or judged for state()
+                        del running[future]
                         dropped = self._finish(round_, dropped)
-                        self._running = len(running)
         finally:
             for future in running:
                 future.cancel()
@@ -165,7 +169,7 @@ class BackgroundRollouts:
         staleness = [version - g.version for g in groups]
         metrics["async/batch_staleness_max"] = float(max(staleness))
         metrics["async/batch_staleness_mean"] = sum(staleness) / len(staleness)
-        metrics["async/generating_groups"] = float(self._running)
+        metrics["async/generating_groups"] = float(len(self._in_flight))
         return metrics
 
     def set_version(self, version: int) -> None:
@@ -182,7 +186,7 @@ class BackgroundRollouts:
                 "consumed": buffer.consumed,
                 "discarded": buffer.discarded,
                 "ready": len(buffer),
-                "generating": self._running,
+                "generating": len(self._in_flight),
             }
 
     def close(self) -> None:
@@ -192,4 +196,10 @@ class BackgroundRollouts:
             self.loop.close()
 
     def state(self) -> dict[str, Any]:
-        return self.buffer.state_dict()
+        """The training scheduler's :meth:`~RolloutScheduler.state` for a checkpoint, taken while generation goes
+        on: the rounds launched but not trained on (playing, or ready in the buffer) are saved to be played again,
+        with the same seeds, when the run resumes; rounds dropped (faulted, filtered, stale) are not."""
+        with self._cond:
+            pending = [(g.payload.launch, g.payload.plan.group_id, g.payload.episode_id) for g in self.buffer.ready]
+            pending += [(launch, group_id, episode_id) for group_id, episode_id, launch in self._in_flight.values()]
+            return self.scheduler.state(pending=[(group_id, episode_id) for _, group_id, episode_id in sorted(pending)])

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
-from collections.abc import Collection
+from collections import Counter, deque
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -113,6 +113,8 @@ class RolloutScheduler:
         self.group_filter = import_target(config.group_filter_cls, f"{config.name}.group_filter_cls")(config, mode)
         self._next_episode = [0] * len(self.groups)
         self._cursor = 0
+        self._replay: deque[tuple[int, int]] = deque()
+        """Rounds ``(group_id, episode_id)`` a checkpoint carried over (launched, not trained on): played first."""
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # --- construction -----------------------------------------------------------------------------------
@@ -218,10 +220,18 @@ class RolloutScheduler:
         return RolloutBatch(batch, played, metrics)
 
     # --- state ------------------------------------------------------------------------------------------
-    def state(self) -> dict[str, Any]:
+    def state(self, pending: Iterable[tuple[int, int]] = ()) -> dict[str, Any]:
         """Where the training rounds stand (each group's next episode, the round-robin cursor): kept in a run's
-        checkpoint, so that a resumed run plays the seeds an uninterrupted one would."""
-        return {"next_episode": list(self._next_episode), "cursor": self._cursor}
+        checkpoint, so that a resumed run plays the seeds an uninterrupted one would.
+
+        ``pending``: rounds ``(group_id, episode_id)`` already launched but not trained on (asynchronous rollouts:
+        playing, or ready in the buffer), in launch order; saved with the carried-over rounds not yet replayed as
+        ``replay``, which a resumed run plays first, with the same seeds. A synchronous step leaves none pending."""
+        state: dict[str, Any] = {"next_episode": list(self._next_episode), "cursor": self._cursor}
+        replay = [[group_id, episode_id] for group_id, episode_id in (*pending, *self._replay)]
+        if replay:
+            state["replay"] = replay
+        return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state` (a checkpoint written before the cursor was kept starts it at 0)."""
@@ -233,6 +243,7 @@ class RolloutScheduler:
             )
         self._next_episode = saved
         self._cursor = int(state.get("cursor", 0))
+        self._replay = deque((int(group_id), int(episode_id)) for group_id, episode_id in state.get("replay", []))
 
     def _val_rounds(self, needed: int) -> list[tuple[GroupPlan, int]]:
         """Validation's rounds, fixed whatever the timing: every group's episode 0 in group order, then every
@@ -249,6 +260,28 @@ class RolloutScheduler:
             self._cursor = (self._cursor + offset + 1) % len(self.groups)
             return plan
         return None
+
+    def _next_round(self, busy: set[int], rounds: Counter[int]) -> tuple[GroupPlan, int] | None:
+        """The next training round: the rounds a checkpoint carried over first, in their launch order (the next
+        one waits while its group is busy; past one whose group reached ``max_traj_per_env`` in this call, the
+        first of another group), then the next free group's next episode."""
+        if self._replay:
+            if self._replay[0][0] in busy:
+                return None
+            cap = self.config.max_traj_per_env
+            waiting: set[int] = set()
+            for index, (group_id, episode_id) in enumerate(self._replay):
+                if group_id not in busy | waiting and not (cap > 0 and rounds[group_id] >= cap):
+                    del self._replay[index]
+                    return self.groups[group_id], episode_id
+                waiting.add(group_id)
+            busy = busy | waiting  # a group plays its carried-over rounds before new ones
+        plan = self._next_free(busy, rounds)
+        if plan is None:
+            return None
+        episode_id = self._next_episode[plan.group_id]
+        self._next_episode[plan.group_id] += 1
+        return plan, episode_id
 
     def _seed(self, plan: GroupPlan, episode_id: int) -> int:
         if self.mode == "val" and plan.tag in self.index_seeded_tags:
@@ -294,11 +327,10 @@ class RolloutScheduler:
                             break
                         plan, episode_id = planned.pop(pick)
                     else:
-                        free = self._next_free(busy, rounds)
-                        if free is None:
+                        picked = self._next_round(busy, rounds)
+                        if picked is None:
                             break
-                        plan, episode_id = free, self._next_episode[free.group_id]
-                        self._next_episode[plan.group_id] += 1
+                        plan, episode_id = picked
                     rounds[plan.group_id] += 1
                     launch = counts["groups_launched"]
                     counts["groups_launched"] += 1
