@@ -97,3 +97,24 @@ def test_grid_vocab_empty_means_no_legend_and_none_the_default_one() -> None:
     assert "The meaning of each symbol" not in FrozenLakeEnv(grid_vocab={}).instructions()
     assert "P: player" in FrozenLakeEnv().instructions()
     assert "P: you" in FrozenLakeEnv(grid_vocab={"P": "you"}).instructions()
+
+
+def test_random_actions_follow_the_seed_and_leave_the_episodes_slips_alone() -> None:
+    draws = [FrozenLakeEnv(size=4).sample_random_action(seed=s) for s in range(40)]
+    assert draws == [FrozenLakeEnv(size=4).sample_random_action(seed=s) for s in range(40)]
+    assert set(draws) == {_answer(a) for a in FrozenLakeEnv.ACTIONS}
+    # on slippery ice an episode with random actions drawn between its steps slips as one without
+    traces = []
+    for draw in (False, True):
+        env = FrozenLakeEnv(size=5, is_slippery=True)
+        trace = [env.reset(seed=9)[0]]
+        for turn, action in enumerate(["Right", "Down", "Down", "Left", "Up", "Right"] * 2):
+            if draw:
+                env.sample_random_action(seed=turn)
+                env.sample_random_action()
+            observation, reward, terminated, truncated, _ = env.step(_answer(action))
+            trace.append((observation, reward, terminated, truncated))
+            if terminated or truncated:
+                break
+        traces.append(trace)
+    assert traces[0] == traces[1]

@@ -27,3 +27,19 @@ def test_an_almost_right_gem_id_names_the_real_ones() -> None:
         make_env("gem:game:GuessTheNumber-v0")
     with pytest.raises(ConfigError, match=r"unknown env_type 'game:GuessTheNumber-v0'.*GEM ids like it: .*-v0-easy"):
         make_env("game:GuessTheNumber-v0")
+
+
+def test_gem_random_actions_follow_the_turns_seed_and_leave_the_episodes_draws_alone() -> None:
+    pytest.importorskip("gem")
+    import random
+
+    import numpy as np
+
+    env = make_env("game:GuessTheNumber-v0-hard")
+    env.reset(seed=0)
+    state = random.getstate(), np.random.get_state()[1].tolist()
+    draws = [env.sample_random_action(seed=s) for s in range(20)]
+    assert (random.getstate(), np.random.get_state()[1].tolist()) == state
+    again = make_env("game:GuessTheNumber-v0-hard")
+    again.reset(seed=1)
+    assert draws == [again.sample_random_action(seed=s) for s in range(20)] and len(set(draws)) > 5

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from roll.agentic.config import CustomEnvConfig
@@ -77,3 +79,15 @@ def test_tool_math_names_a_misspelled_key_before_building() -> None:
         check_env_spec("Math", bad_tool)
     good = CustomEnvConfig(env_type="tool_math", env_config={"digits": 2, "tool_configs": [{"tool_id": "python_code"}]})
     assert check_env_spec("Math", good) == "Math: env_type 'tool_math' (make_tool_math_env), tools ['python_code']"
+
+
+def test_random_answers_follow_the_seed_and_leave_the_global_random_alone() -> None:
+    random.seed(1)
+    state = random.getstate()
+    env = ArithmeticEnv(digits=2)
+    draws = [env.sample_random_action(seed=s) for s in range(20)]
+    env.sample_random_action()
+    assert random.getstate() == state  # code that seeded the process-global random draws as it would have
+    assert draws == [ArithmeticEnv(digits=2).sample_random_action(seed=s) for s in range(20)]
+    numbers = [int(d.removeprefix("<answer>").removesuffix("</answer>")) for d in draws]
+    assert len(set(numbers)) > 10 and all(-100 <= n <= 10_000 for n in numbers)

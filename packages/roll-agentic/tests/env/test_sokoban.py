@@ -108,3 +108,9 @@ def test_rooms_too_small_to_pull_a_box_are_refused_up_front(dim_room) -> None:
     with pytest.raises(ConfigError, match=r"too small.*use at least \[4, 5\]"):
         SokobanEnv(dim_room=dim_room).reset(seed=0)
     assert SokobanEnv(dim_room=(4, 5), search_depth=6).reset(seed=0)[0].count("\n") == 3
+
+
+def test_random_actions_follow_the_seed() -> None:
+    draws = [SokobanEnv().sample_random_action(seed=s) for s in range(40)]
+    assert draws == [SokobanEnv().sample_random_action(seed=s) for s in range(40)]
+    assert set(draws) == {_answer(a) for a in SokobanEnv.ACTIONS}

@@ -10,7 +10,7 @@ import pytest
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig, LLMProxyConfig
 from roll.agentic.env.frozen_lake import FrozenLakeEnv
 from roll.agentic.env_manager import EpisodeTask
-from roll.agentic.policy import MockPolicyClient
+from roll.agentic.policy import GenerateRequest, MockPolicyClient, RandomActionClient
 from roll.agentic.policy.expert import FrozenLakeExpert
 from roll.agentic.pool import EnvPool
 from roll.agentic.scheduler import RolloutScheduler
@@ -28,11 +28,12 @@ class Unused:
         raise AssertionError(f"the policy was asked for {request.request_id}")
 
 
-def rollout(tokenizer, client, proxy: str, groups: int = 16) -> dict:
-    config = EnvManagerConfig(num_env_groups=groups, group_size=4, tags=["Lake"], llm_proxy={"proxy_type": proxy})
+def rollout(tokenizer, client, proxy: str, groups: int = 16, seed: int = 5, envs: dict | None = None) -> dict:
+    envs = envs or LAKE
+    config = EnvManagerConfig(num_env_groups=groups, group_size=4, tags=list(envs), llm_proxy={"proxy_type": proxy})
     scheduler = RolloutScheduler.local(
-        config, LAKE, tokenizer, client, generation_config=GenerationConfig(max_new_tokens=16),
-        sequence_length=4096, mode="val", seed=5,
+        config, envs, tokenizer, client, generation_config=GenerationConfig(max_new_tokens=16),
+        sequence_length=4096, mode="val", seed=seed,
     )  # fmt: skip
     try:
         return scheduler.get_batch(groups * 4)
@@ -74,6 +75,68 @@ def test_random_proxy_plays_frozen_lake_with_a_random_movers_success_rate(tokeni
     assert all(planned.batch.non_tensor_batch["success"]) and rate < 1
 
 
+def played(out) -> list[tuple[str, str, float]]:
+    """Each sample row's episode, its decoded responses and its score."""
+    batch = out.batch
+    return [
+        (
+            str(batch.non_tensor_batch["traj_id"][i]),
+            str(batch.batch["responses"][i][batch.batch["response_mask"][i].bool()].tolist()),
+            float(batch.non_tensor_batch["episode_scores"][i]),
+        )
+        for i in range(len(batch))
+    ]
+
+
+def test_a_random_baseline_replays_run_to_run(tokenizer) -> None:
+    first, second = (played(rollout(tokenizer, Unused(), "random", groups=4)) for _ in range(2))
+    assert first == second and len(first) == 16
+    # the envs of a group share a board but each moves with its own turns' seeds; another run seed, other moves
+    by_group: dict[str, set[str]] = {}
+    for traj_id, actions, _ in first:
+        by_group.setdefault(traj_id.rsplit("_", 1)[0], set()).add(actions)
+    assert all(len(actions) > 1 for actions in by_group.values())
+    other = played(rollout(tokenizer, Unused(), "random", groups=4, seed=6))
+    assert [actions for _, actions, _ in other] != [actions for _, actions, _ in first]
+
+
+class SeedRecorder:
+    def __init__(self) -> None:
+        self.seeds: list[int | None] = []
+
+    async def sample_random_action(self, seed=None):
+        self.seeds.append(seed)
+        return "<answer>Up</answer>"
+
+
+def test_the_random_client_draws_with_each_requests_seed(tokenizer) -> None:
+    env = SeedRecorder()
+    client = RandomActionClient(env, tokenizer)
+    for seed in (11, None, 12):
+        request = GenerateRequest(f"t/{seed}", [1, 2], GenerationConfig(max_new_tokens=32), seed=seed)
+        result = asyncio.run(client.generate(request))
+    assert env.seeds == [11, None, 12] and result.finish_reason == "stop"
+    assert tokenizer.decode(result.token_ids, skip_special_tokens=True) == "<answer>Up</answer>"
+
+
+TOOL_MATH = {
+    "Calc": CustomEnvConfig(
+        env_type="tool_math", max_steps=2, env_config={"digits": 2, "operators": "*", "max_steps": 2}
+    )
+}
+
+
+def test_random_proxy_plays_a_tool_env_with_the_wrapped_envs_answers(tokenizer) -> None:
+    out = rollout(tokenizer, Unused(), "random", groups=2, envs=TOOL_MATH)
+    batch = out.batch
+    assert len(batch) == 8 and set(batch.non_tensor_batch["end_reason"]) <= {"terminated", "max_steps"}
+    for i in range(len(batch)):
+        text = tokenizer.decode(batch.batch["responses"][i][batch.batch["response_mask"][i].bool()].tolist())
+        assert "<answer>" in text and "<tool_call>" not in text
+    assert [e.metrics.get("tool_use_counter") for e in out.episodes] == [0.0] * 8
+    assert played(out) == played(rollout(tokenizer, Unused(), "random", groups=2, envs=TOOL_MATH))
+
+
 class NoRandomEnv:
     """A user's env with no sample_random_action()."""
 
@@ -88,6 +151,14 @@ def test_random_proxy_refuses_an_env_without_random_actions_by_tag(tokenizer) ->
     envs = {"Plain": CustomEnvConfig(env_type=f"{__name__}:NoRandomEnv")}
     config = EnvManagerConfig(num_env_groups=1, group_size=1, tags=["Plain"], llm_proxy={"proxy_type": "random"})
     with pytest.raises(ConfigError, match=r"custom_envs.Plain: env_type .* has no sample_random_action\(\)"):
+        RolloutScheduler.local(config, envs, tokenizer, Unused(), sequence_length=512)
+
+
+def test_random_proxy_refuses_a_tool_wrapped_env_without_random_actions(tokenizer) -> None:
+    wrapper = {"tool_configs": [{"tool_id": "python_code"}]}
+    envs = {"Plain": CustomEnvConfig(env_type=f"{__name__}:NoRandomEnv", tool_wrapper=wrapper)}
+    config = EnvManagerConfig(num_env_groups=1, group_size=1, tags=["Plain"], llm_proxy={"proxy_type": "random"})
+    with pytest.raises(ConfigError, match=r"custom_envs.Plain: env_type .* \(inside its tool wrapper\) has no samp"):
         RolloutScheduler.local(config, envs, tokenizer, Unused(), sequence_length=512)
 
 

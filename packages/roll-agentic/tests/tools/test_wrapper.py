@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from roll.agentic.env import ArithmeticEnv
+from roll.agentic.env.base import random_action_of
 from roll.agentic.tools import (
     Tool,
     ToolEnvWrapper,
@@ -138,3 +139,32 @@ def test_misspelled_wrapper_args_are_named() -> None:
     with pytest.raises(ValueError, match=r"unknown keys \['tool_rewrd'\]; accepted: \['tool_reward'"):
         ToolWrapperConfig(wrapper_args={"tool_rewrd": 1.0})
     assert ToolWrapperConfig(wrapper_args={"tool_reward": 0.1}).wrapper_args == {"tool_reward": 0.1}
+
+
+class NoRandomEnv:
+    def reset(self, seed=None):
+        return "start", {}
+
+    def step(self, action):
+        return "done", 1.0, True, False, {}
+
+
+class UnseededRandomEnv(NoRandomEnv):
+    """GEM's signature: sample_random_action() takes no seed."""
+
+    def sample_random_action(self):
+        return "<answer>7</answer>"
+
+
+def test_a_random_action_is_the_wrapped_envs_answer_and_never_a_tool_call() -> None:
+    env = _env()
+    draws = [env.sample_random_action(seed=s) for s in range(10)]
+    assert draws == [ArithmeticEnv(operators="+").sample_random_action(seed=s) for s in range(10)]
+    assert random_action_of(env)(3) == draws[3]
+    env.reset(seed=1)
+    *_, info = env.step(draws[0])
+    assert info["use_tool"] is False and info["action_is_valid"] is True and info["metrics"]["tool_use_counter"] == 0
+    # a wrapped env that takes no seed is asked bare; one without random actions leaves the wrapper without them
+    assert ToolEnvWrapper(UnseededRandomEnv(), [Calculator()]).sample_random_action(seed=5) == "<answer>7</answer>"
+    wrapped = ToolEnvWrapper(NoRandomEnv(), [Calculator()])
+    assert wrapped.sample_random_action is None and random_action_of(wrapped) is None

@@ -14,12 +14,12 @@ from typing import Any
 
 from roll.agentic.config import ROCK_ENV, CustomEnvConfig, LLMProxyConfig
 from roll.agentic.env import check_env, make_env
-from roll.agentic.env.base import EnvLike
+from roll.agentic.env.base import EnvLike, random_action_of
 from roll.agentic.env_manager import ENV_MANAGERS, ChatFormatter, EnvManager, EnvRunner, EpisodeResult, EpisodeTask
 from roll.agentic.policy.openai_proxy import OpenAIProxyClient
 from roll.agentic.policy.protocol import PolicyClient
 from roll.agentic.policy.random_actions import RandomActionClient
-from roll.agentic.tools import check_tool, tool_wrapper
+from roll.agentic.tools import ToolEnvWrapper, check_tool, tool_wrapper
 from roll.pipelines.data import DataError
 from roll.runtime import ConfigError, import_target
 from roll.strategies import GenerationConfig
@@ -134,11 +134,13 @@ class EnvPool:
             runner.lock = self._serial_lock
         client = self.client
         if self.proxy_type == "random":
-            if not callable(getattr(runner.env, "sample_random_action", None)):
+            if random_action_of(runner.env) is None:
+                wrapped = isinstance(runner.env, ToolEnvWrapper)
                 runner.close()
                 raise ConfigError(
-                    f"custom_envs.{slot.tag}: env_type {spec.env_type!r} has no sample_random_action(), which "
-                    "llm_proxy.proxy_type random plays; use proxy_type policy for this tag"
+                    f"custom_envs.{slot.tag}: env_type {spec.env_type!r}{' (inside its tool wrapper)' if wrapped else ''}"
+                    " has no sample_random_action(), which llm_proxy.proxy_type random plays; use proxy_type policy "
+                    "for this tag"
                 )
             client = RandomActionClient(runner, self.formatter.tokenizer)
         return cls(

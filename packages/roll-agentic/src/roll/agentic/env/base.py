@@ -18,11 +18,16 @@ every member starting from the same state.
 * ``env_instruction`` (str, on reset): rules of the game, shown once at the start of the conversation.
 * ``use_tool`` (bool, on step): the observation is a tool result (rendered as a ``tool`` message).
 * ``metrics`` (dict[str, float]): extra per-step numbers averaged into the episode's metrics.
+
+An env may also offer ``sample_random_action(seed: int | None = None) -> str``, the action ``llm_proxy.proxy_type:
+random`` plays (:func:`random_action_of`). With a seed it must be a pure function of the seed (and the env's state)
+and leave the episode's own RNG alone; GEM's envs take no seed (their adapter seeds them, :mod:`roll.agentic.env.gem`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 import numbers
 from abc import ABC, abstractmethod
@@ -42,6 +47,7 @@ __all__ = [
     "draw_in_split",
     "grid_lookup_of",
     "info_flag",
+    "random_action_of",
 ]
 
 ResetOutput = tuple[str, dict[str, Any]]
@@ -129,6 +135,21 @@ def info_flag(info: dict[str, Any], key: str) -> bool | None:
     if value is None and isinstance(info.get("metrics"), dict):
         value = info["metrics"].get(key)
     return None if value is None else bool(value)
+
+
+def random_action_of(env: object) -> Callable[[int | None], str] | None:
+    """``env.sample_random_action`` as a function of the turn's seed, or None when the env has none. A method with
+    a ``seed`` parameter gets it (by name); one without (GEM's signature) is called bare and draws as it draws."""
+    sample = getattr(env, "sample_random_action", None)
+    if not callable(sample):
+        return None
+    try:
+        takes_seed = "seed" in inspect.signature(sample).parameters
+    except (TypeError, ValueError):  # a builtin without a readable signature
+        takes_seed = False
+    if takes_seed:
+        return lambda seed: sample(seed=seed)
+    return lambda seed: sample()
 
 
 def _describe(value: Any) -> str:

@@ -207,6 +207,8 @@ class FrozenLakeEnv(Env):
         legend = f"\nThe meaning of each symbol in the state is:\n{vocab}" if vocab else ""  # grid_vocab {}: none
         return f"{self.env_instruction}{legend}\nYour available actions are:\n{', '.join(self.ACTIONS)}"
 
-    def sample_random_action(self) -> str:
-        # A separate generator: sampling must not shift the episode's own (seeded) slips.
-        return f"<answer>{_SAMPLER.choice(self.ACTIONS)}</answer>"
+    def sample_random_action(self, seed: int | None = None) -> str:
+        """A uniformly random move: a function of ``seed`` (the turn's), else drawn from an unseeded generator.
+        Never the episode's own generator: sampling must not shift its (seeded) slips."""
+        rng = random.Random(seed) if seed is not None else _SAMPLER
+        return f"<answer>{rng.choice(self.ACTIONS)}</answer>"

@@ -11,8 +11,11 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import random
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_reset_output, check_step_output
 from roll.runtime import ConfigError, MissingExtraError, import_target
@@ -91,8 +94,22 @@ class GemEnv(Env):
         if callable(close):
             close()
 
-    def sample_random_action(self) -> str:
-        return self.env.sample_random_action()
+    def sample_random_action(self, seed: int | None = None) -> str:
+        """GEM's random action. GEM's method takes no seed and draws from the process-global ``random`` (and
+        ``numpy.random``): with ``seed`` (the turn's) both are seeded with it for the call and put back after, so the
+        action is a function of the seed and the episode's own draws (2048's new tiles) do not move. Without one it
+        draws from where the episode's draws left them, as in GEM. A GEM env whose sampler keeps a generator of its
+        own stays unseeded either way (GEM's own envs have none)."""
+        if seed is None:
+            return self.env.sample_random_action()
+        saved = random.getstate(), np.random.get_state()
+        random.seed(seed)
+        np.random.seed(seed)
+        try:
+            return self.env.sample_random_action()
+        finally:
+            random.setstate(saved[0])
+            np.random.set_state(saved[1])
 
 
 def gem_dataset(factory: Any, env_config: Mapping[str, Any]) -> str | None:

@@ -24,6 +24,7 @@ __all__ = ["ArithmeticEnv", "make_tool_math_env"]
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 INSTRUCTION = "Answer the arithmetic question. Give the final result as an integer in <answer>...</answer>."
 _NUMBER = re.compile(r"^-?\d+$")
+_SAMPLER = random.Random()  # unseeded random actions (a request without a seed)
 
 
 def _evaluate(operands: list[int], ops: list[str]) -> int:
@@ -106,8 +107,11 @@ class ArithmeticEnv(Env):
         observation = "Correct." if correct else f"Incorrect: the answer is {self.answer}."
         return observation, 1.0 if correct else 0.0, True, False, info
 
-    def sample_random_action(self) -> str:
-        return f"<answer>{random.randint(-(10**self.digits), 10 ** (2 * self.digits))}</answer>"
+    def sample_random_action(self, seed: int | None = None) -> str:
+        """A random integer answer: a function of ``seed`` (the turn's), else drawn from an unseeded generator (never
+        the process-global ``random``, which other code may have seeded)."""
+        rng = random.Random(seed) if seed is not None else _SAMPLER
+        return f"<answer>{rng.randint(-(10**self.digits), 10 ** (2 * self.digits))}</answer>"
 
 
 def make_tool_math_env(

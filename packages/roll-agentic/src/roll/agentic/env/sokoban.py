@@ -174,5 +174,7 @@ class SokobanEnv(Env):
         legend = f"\nThe meaning of each symbol in the state is:\n{vocab}" if vocab else ""  # grid_vocab {}: none
         return f"{self.env_instruction}{legend}\nYour available actions are:\n{', '.join(self.ACTIONS)}"
 
-    def sample_random_action(self) -> str:
-        return f"<answer>{_SAMPLER.choice(self.ACTIONS)}</answer>"
+    def sample_random_action(self, seed: int | None = None) -> str:
+        """A uniformly random move: a function of ``seed`` (the turn's), else drawn from an unseeded generator."""
+        rng = random.Random(seed) if seed is not None else _SAMPLER
+        return f"<answer>{rng.choice(self.ACTIONS)}</answer>"

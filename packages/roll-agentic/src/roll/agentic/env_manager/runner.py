@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from roll.agentic.env.base import EnvLike, EnvOutputError, check_reset_output, check_step_output
+from roll.agentic.env.base import EnvLike, EnvOutputError, check_reset_output, check_step_output, random_action_of
 from roll.agentic.env.tool_calls import check_messages
 
 __all__ = ["FAULT_REASONS", "EnvFault", "EnvRunner"]
@@ -86,6 +86,13 @@ class _CallThread:
     def stop(self) -> None:
         """Let the thread end after its current call (a hung call keeps it alive; it is a daemon)."""
         self._queue.put(None)
+
+
+def _random_action(env: EnvLike) -> Callable[[int | None], str]:
+    sample = random_action_of(env)
+    if sample is None:  # the pool checks the env it builds; a rebuilt one is of the same kind
+        raise EnvFault("env_error", f"{type(env).__name__} has no sample_random_action()")
+    return sample
 
 
 def _close_quietly(close: Callable[[], Any]) -> None:
@@ -161,13 +168,14 @@ class EnvRunner:
             self.rebuilds += 1
         return self.env
 
-    async def _call(self, method: str, *args: Any) -> Any:
+    async def _call(self, method: str, *args: Any, bind: Callable[[EnvLike], Any] | None = None) -> Any:
+        """``env.<method>(*args)`` (or ``bind(env)(*args)``: ``method`` then only names the call in errors)."""
         env = self._ensure()
         loop = asyncio.get_running_loop()
         async with self.limiter or contextlib.nullcontext(), self.lock or contextlib.nullcontext():
             if self._thread is None:
                 self._thread = _CallThread()
-            fn = getattr(env, method)
+            fn = bind(env) if bind is not None else getattr(env, method)
             future = self._thread.submit(loop, self._rng.around(fn) if self._rng else fn, *args)
             try:
                 return await asyncio.wait_for(future, self.timeout_s)
@@ -194,9 +202,10 @@ class EnvRunner:
             self._discard()
             raise EnvFault("env_malformed", str(e)) from e
 
-    async def sample_random_action(self) -> str:
-        """The env's own random action (``llm_proxy.proxy_type: random``), run like the env's other calls."""
-        action = await self._call("sample_random_action")
+    async def sample_random_action(self, seed: int | None = None) -> str:
+        """The env's own random action (``llm_proxy.proxy_type: random``), run like the env's other calls; ``seed``
+        (the turn's) goes to an env whose method takes one (:func:`~roll.agentic.env.base.random_action_of`)."""
+        action = await self._call("sample_random_action", seed, bind=_random_action)
         if not isinstance(action, str):
             raise EnvFault("env_malformed", f"sample_random_action() returned {type(action).__name__}, not a str")
         return action

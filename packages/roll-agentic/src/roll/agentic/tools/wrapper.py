@@ -8,13 +8,26 @@ picks how calls are written and results worded (:mod:`roll.agentic.tools.formats
 ``<tool_call>`` JSON, every block runs) or ``gem`` (GEM's tags, ``<python>``/``<search>``/..., one call per turn).
 ``info["metrics"]`` carries ``tool_use_counter`` and ``tool_success_counter`` (calls and successful calls so far in
 the episode); ``tool_reward``/``tool_success_reward`` optionally reward calls.
+
+A random action (``llm_proxy.proxy_type: random``) of a wrapped env is the wrapped env's own: its answer, never a tool
+call, so a random baseline reads the chance score of the task itself. A wrapped env without one leaves the wrapper
+without one too, and ``random`` refuses the tag.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from roll.agentic.env.base import Env, EnvLike, ResetOutput, StepOutput, check_reset_output, check_step_output
+from roll.agentic.env.base import (
+    Env,
+    EnvLike,
+    ResetOutput,
+    StepOutput,
+    check_reset_output,
+    check_step_output,
+    random_action_of,
+)
 from roll.agentic.tools.base import Tool, ToolResult
 from roll.agentic.tools.formats import action_format
 from roll.agentic.tools.registry import make_tool
@@ -75,6 +88,19 @@ class ToolEnvWrapper(Env):
         info["use_tool"] = False
         instruction = self.instruction()
         return f"{observation}\n{instruction}" if instruction else observation, self._metrics(info)
+
+    @property
+    def sample_random_action(self) -> Callable[..., str] | None:
+        """The wrapped env's random action, seeded with the turn's seed where the wrapped env takes one; None when
+        the wrapped env has none (so the wrapper has none either)."""
+        sample = random_action_of(self.env)
+        if sample is None:
+            return None
+
+        def sample_random_action(seed: int | None = None) -> str:
+            return sample(seed)
+
+        return sample_random_action
 
     def _run(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         tool = self._by_name.get(name)
