@@ -4,7 +4,8 @@
   or returns malformed output depending on the seed. The run goes on; training replaces the faulted groups,
   validation counts faulted episodes as failures; every fault is in the metrics.
 * ``agentic`` with an env that always faults: it stops after ``rollout.max_faulted_steps`` steps, output kept.
-* ``agentic_rollout``: the trajectories are written, every episode (faulted ones too) listed with why it ended.
+* ``agentic_rollout``: the trajectories are written, every episode (faulted ones too) listed with why it ended; with
+  ``llm_proxy: random`` no model is started, and a second run writes the same rollouts.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from roll.agentic.pipeline import register_pipelines
+from roll.agentic.pipeline.rollout_only import AgenticRolloutPipeline
 from roll.agentic.scheduler import RolloutFaultsError
 from roll.pipelines.config import load_config
 from roll.pipelines.launcher import run_config
@@ -192,6 +194,86 @@ def test_agentic_rollout_writes_every_episode(ray_env, tmp_path: Path):
     assert all(r["response"] and r["prompt"] for r in rows)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["episodes"] == 6 and summary["env_faults"] == len(faulted)
+
+
+def test_agentic_rollout_with_a_random_proxy_starts_no_model_and_replays(ray_env, tmp_path: Path, monkeypatch):
+    register_pipelines()
+    started: list[str] = []
+    create_clusters = AgenticRolloutPipeline.create_clusters
+
+    def spy(self, roles):
+        started.extend(roles)
+        return create_clusters(self, roles)
+
+    monkeypatch.setattr(AgenticRolloutPipeline, "create_clusters", spy)
+    manager = {"num_env_groups": 3, "group_size": 2, "tags": ["Lake"], "llm_proxy": {"proxy_type": "random"}}
+    data = {
+        "pipeline_cls": "agentic_rollout",
+        "max_steps": 2,
+        "plots": False,
+        "rollout_batch_size": 6,
+        "sequence_length": 256,
+        "rollout": {"env_workers": "local"},
+        "custom_envs": {"Lake": {**_envs()["Lake"], "max_tokens_per_step": 32}},
+        "train_env_manager": manager,
+        "actor_infer": {**_role("rollout-infer", "hf_infer"), "generating_args": {"max_new_tokens": 32}},
+    }
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for out in runs:
+        run_config(load_config({**data, "output_dir": str(out)}))
+    assert started == []  # actor_infer's tokenizer renders the prompts; its model is never loaded
+    written = [sorted(p.name for p in (out / "rollouts").iterdir()) for out in runs]
+    names = [f"step-00000{s}{kind}.jsonl" for s in (1, 2) for kind in ("", "-episodes")]
+    assert written == [sorted(names)] * 2
+    for name in names:  # the same moves and scores (groups in the order they finished): seeded random actions
+        lines = [sorted((out / "rollouts" / name).read_text().splitlines()) for out in runs]
+        assert lines[0] == lines[1]
+    rows = [json.loads(line) for line in (runs[0] / "rollouts" / "step-000001.jsonl").open()]
+    moves = {f"<answer>{move}</answer>" for move in ("Left", "Down", "Right", "Up")}
+    assert len(rows) == 6 and all(r["response"].split("<|im_end|>")[0] in moves for r in rows)
+    summary = json.loads((runs[0] / "summary.json").read_text())
+    assert summary["episodes"] == 12 and summary["env_faults"] == 0
+    assert [m["step"] for m in read_metrics(runs[0] / "metrics.jsonl")] == [1, 2]
+
+
+def test_agentic_validation_by_a_random_proxy_gets_no_policy_endpoint(ray_env, tmp_path: Path, monkeypatch):
+    from roll.agentic.pipeline import pipeline as agentic
+
+    register_pipelines()
+    endpoints: list[bool] = []
+    endpoint_cls = agentic.PolicyEndpoint
+
+    def spy(*args, **kwargs):
+        endpoints.append(kwargs.get("gated", False))
+        return endpoint_cls(*args, **kwargs)
+
+    monkeypatch.setattr(agentic, "PolicyEndpoint", spy)
+    lake = {**_envs()["Lake"], "max_tokens_per_step": 32}
+    data = {
+        "pipeline_cls": "agentic",
+        "output_dir": str(tmp_path),
+        "max_steps": 1,
+        "eval_steps": 1,
+        "export_hf": False,
+        "plots": False,
+        "rollout_batch_size": 4,
+        "val_batch_size": 4,
+        "sequence_length": 256,
+        "rollout": {"env_workers": "local"},
+        "custom_envs": {"Lake": lake},
+        "train_env_manager": {"num_env_groups": 2, "group_size": 2, "tags": ["Lake"]},
+        "val_env_manager": {
+            "num_env_groups": 4, "group_size": 1, "tags": ["Lake"], "llm_proxy": {"proxy_type": "random"}
+        },
+        "actor_train": {**_role("agentic-train", "fsdp2_train"), "training_args": {"learning_rate": 1e-4}},
+        "actor_infer": {**_role("agentic-infer", "hf_infer"), "generating_args": {"max_new_tokens": 32}},
+    }  # fmt: skip
+    run_config(load_config(data))
+    assert endpoints == [False]  # the training rollouts' endpoint only
+    metrics = read_metrics(tmp_path / "metrics.jsonl")
+    validated = [m for m in metrics if "val/success" in m]
+    # every validation turn was a random move the env read as an action (the policy's would be the tiny model's)
+    assert [m["step"] for m in validated] == [0, 1] and all(m["val/Lake/format"] == 1.0 for m in validated)
 
 
 @pytest.mark.parametrize("env_workers", ["local", "ray"])

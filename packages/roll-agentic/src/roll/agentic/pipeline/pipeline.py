@@ -41,7 +41,7 @@ from roll.agentic.pipeline.lengths import run_length_checks
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
 from roll.agentic.pipeline.warmup_cache import WarmupCache
 from roll.agentic.pipeline.workers import AgenticActorWorker
-from roll.agentic.policy import MockPolicyClient
+from roll.agentic.policy import MockPolicyClient, NoPolicyClient
 from roll.agentic.pool import env_checks
 from roll.agentic.scheduler import RolloutBatch, RolloutScheduler
 from roll.agentic.scheduler.background import BackgroundRollouts
@@ -103,7 +103,8 @@ class AgenticPipeline(BasePipeline):
         self.train_scheduler = self._scheduler(cfg.train_env_manager, "train", cfg.seed)
         self.val_scheduler: RolloutScheduler | None = None
         if cfg.val_env_manager is not None:
-            self.endpoints["val"] = PolicyEndpoint(self.actor_infer, self.pad_token_id, remote=remote)
+            if cfg.val_env_manager.llm_proxy.proxy_type == "policy":  # a proxy (openai, random) needs no endpoint
+                self.endpoints["val"] = PolicyEndpoint(self.actor_infer, self.pad_token_id, remote=remote)
             self.val_scheduler = self._scheduler(cfg.val_env_manager, "val", cfg.seed + VAL_SEED_OFFSET)
 
     def _scheduler(self, manager: Any, mode: str, seed: int) -> RolloutScheduler:
@@ -112,7 +113,7 @@ class AgenticPipeline(BasePipeline):
             manager,
             cfg.custom_envs,
             self.tokenizer,
-            self.endpoints[mode].client,
+            self.endpoints[mode].client if mode in self.endpoints else NoPolicyClient(),
             generation_config=self.generation_config,
             sequence_length=cfg.rollout.sequence_length,
             mode=mode,

@@ -1,6 +1,8 @@
 """``agentic_rollout``: play env episodes with a policy and write the trajectories; nothing is trained.
 
-Roles: ``actor_infer`` only. Each step plays ``rollout.batch_size`` episodes of ``train_env_manager`` (ROLL's key;
+Roles: ``actor_infer`` only, and not even that when ``train_env_manager.llm_proxy`` acts every turn (``openai``,
+``random``): the run then starts no model workers; the tokenizer that renders prompts and writes the rollouts is
+loaded from ``actor_infer.model_args`` in the driver, as always. Each step plays ``rollout.batch_size`` episodes of ``train_env_manager`` (ROLL's key;
 ``mode: val`` replays the same seeds every step and keeps faulted episodes as failures) and writes
 ``rollouts/step-N.jsonl`` (sample rows, text decoded) and ``rollouts/step-N-episodes.jsonl`` (every episode, with
 why it ended). Totals over all steps go to ``summary.json``. ``rollout.max_faulted_steps`` steps in a row whose
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
@@ -20,6 +23,7 @@ from roll.agentic.config import PARSE_TOOL_CALL_DESCRIPTION, CustomEnvConfig, En
 from roll.agentic.pipeline.config import AgenticRolloutSection
 from roll.agentic.pipeline.lengths import length_checks, run_length_checks
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
+from roll.agentic.policy import NoPolicyClient
 from roll.agentic.pool import env_checks
 from roll.agentic.scheduler.faulted_steps import FaultedSteps
 from roll.pipelines.base import BasePipeline, Role
@@ -29,6 +33,8 @@ from roll.pipelines.tokenizers import load_tokenizer
 
 __all__ = ["AgenticRolloutConfig", "AgenticRolloutPipeline"]
 
+logger = logging.getLogger(__name__)
+
 
 class AgenticRolloutConfig(BaseConfig):
     flat_keys: ClassVar[Mapping[str, str]] = {
@@ -37,7 +43,10 @@ class AgenticRolloutConfig(BaseConfig):
     }
 
     pipeline_cls: str = "agentic_rollout"
-    actor_infer: RoleConfig = Field(description="The policy to roll out (hf_infer, vllm); generating_args per turn.")
+    actor_infer: RoleConfig = Field(
+        description="The policy to roll out (hf_infer, vllm); generating_args per turn. With a train_env_manager."
+        "llm_proxy of openai or random no worker starts: only model_args' tokenizer is read."
+    )
     custom_envs: dict[str, CustomEnvConfig]
     train_env_manager: EnvManagerConfig = Field(description="The env groups to play.")
     mode: Literal["train", "val"] = Field(default="train", description="val: the same seeds every step.")
@@ -91,14 +100,21 @@ class AgenticRolloutPipeline(BasePipeline):
         pad = self.tokenizer.pad_token_id
         pad_token_id = int(pad if pad is not None else self.tokenizer.eos_token_id)
         self.open_session()
-        clusters = self.create_clusters({"actor_infer": Role(InferWorker, cfg.actor_infer)})
         remote = cfg.rollout.env_workers == "ray"
-        self.endpoint = PolicyEndpoint(clusters["actor_infer"], pad_token_id, remote=remote)
+        proxy = cfg.train_env_manager.llm_proxy.proxy_type
+        self.endpoint: PolicyEndpoint | None = None
+        client: Any = NoPolicyClient()
+        if proxy == "policy":
+            clusters = self.create_clusters({"actor_infer": Role(InferWorker, cfg.actor_infer)})
+            self.endpoint = PolicyEndpoint(clusters["actor_infer"], pad_token_id, remote=remote)
+            client = self.endpoint.client
+        else:
+            logger.info("llm_proxy %s acts every turn: actor_infer is not started (only its tokenizer is used)", proxy)
         self.scheduler = make_scheduler(
             cfg.train_env_manager,
             cfg.custom_envs,
             self.tokenizer,
-            self.endpoint.client,
+            client,
             generation_config=cfg.actor_infer.generating_args.model_copy(update={"num_return_sequences": 1}),
             sequence_length=cfg.rollout.sequence_length,
             mode=cfg.mode,
@@ -139,6 +155,7 @@ class AgenticRolloutPipeline(BasePipeline):
         if getattr(self, "scheduler", None) is not None:
             with contextlib.suppress(Exception):  # workers may be gone after a failure; clusters go below
                 self.scheduler.close()
-        if getattr(self, "endpoint", None) is not None:
-            self.endpoint.close()
+        endpoint = getattr(self, "endpoint", None)
+        if endpoint is not None:
+            endpoint.close()
         super().shutdown(graceful)

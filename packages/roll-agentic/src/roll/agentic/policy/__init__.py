@@ -13,7 +13,7 @@ from roll.agentic.policy.mock import (
     TextPolicy,
 )
 from roll.agentic.policy.openai_proxy import OpenAIProxyClient
-from roll.agentic.policy.protocol import FinishReason, GenerateRequest, GenerateResult, PolicyClient
+from roll.agentic.policy.protocol import FinishReason, GenerateRequest, GenerateResult, NoPolicyClient, PolicyClient
 from roll.agentic.policy.random_actions import RandomActionClient
 from roll.agentic.policy.remote import PolicyServer, RemotePolicyClient, serve_policy
 
@@ -26,6 +26,7 @@ __all__ = [
     "LatencyModel",
     "MockPolicyClient",
     "MockStats",
+    "NoPolicyClient",
     "OpenAIProxyClient",
     "PolicyClient",
     "PolicyServer",

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from roll.runtime import RollError
 from roll.strategies import GenerationConfig
 
-__all__ = ["FinishReason", "GenerateRequest", "GenerateResult", "PolicyClient"]
+__all__ = ["FinishReason", "GenerateRequest", "GenerateResult", "NoPolicyClient", "PolicyClient"]
 
 FinishReason = Literal["stop", "length", "abort"]
 """``stop``: the model ended its turn (EOS or a stop condition); ``length``: ``max_new_tokens`` was reached;
@@ -56,3 +57,13 @@ class PolicyClient(Protocol):
     """Anything that answers one generation request at a time, concurrently with others."""
 
     async def generate(self, request: GenerateRequest) -> GenerateResult: ...
+
+
+class NoPolicyClient:
+    """The client of a manager whose ``llm_proxy`` acts for it (``openai``, ``random``) in a run that serves no
+    policy (``agentic_rollout`` starts no ``actor_infer`` then): a request reaching it is a bug, and says so."""
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        raise RollError(
+            f"request {request.request_id!r} reached the policy, but this run serves none (llm_proxy acts every turn)"
+        )
