@@ -155,3 +155,19 @@ def test_an_import_error_inside_a_user_env_module_names_where_it_was_raised(tmp_
 def test_a_path_that_names_no_module_is_still_a_path_error() -> None:
     with pytest.raises(ConfigError, match=r"env_type 'roll.agentic.no_such_module:Env' cannot be imported .*check"):
         make_env("roll.agentic.no_such_module:Env")
+
+
+def test_roll_validate_names_the_custom_envs_entry_of_a_module_that_does_not_import(tmp_path, monkeypatch) -> None:
+    from roll.agentic.config import CustomEnvConfig
+    from roll.agentic.pool import check_env_spec
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = _module(tmp_path, "roll_test_broken_spec_env", "def make(:\n    pass\n")
+    spec = CustomEnvConfig.model_validate({"env_type": "roll_test_broken_spec_env:make"})
+    with pytest.raises(ConfigError) as caught:
+        check_env_spec("Mine", spec)
+    assert str(caught.value).startswith(
+        f"custom_envs.Mine.env_type='roll_test_broken_spec_env:make': its module roll_test_broken_spec_env does not "
+        f"import ({path}, line 1: SyntaxError: "
+    )
+    assert isinstance(caught.value.__cause__, SyntaxError)

@@ -15,6 +15,7 @@ from typing import Any
 from roll.agentic.config import ROCK_ENV, CustomEnvConfig, LLMProxyConfig
 from roll.agentic.env import check_env, make_env
 from roll.agentic.env.base import EnvLike, random_action_of
+from roll.agentic.env.registry import EnvModuleError
 from roll.agentic.env_manager import ENV_MANAGERS, ChatFormatter, EnvManager, EnvRunner, EpisodeResult, EpisodeTask
 from roll.agentic.policy.openai_proxy import OpenAIProxyClient
 from roll.agentic.policy.protocol import PolicyClient
@@ -53,11 +54,13 @@ def check_env_spec(tag: str, spec: CustomEnvConfig) -> str:
     nested = spec.env_config.get("tool_configs")  # envs that wrap themselves (tool_math) take ROLL's tool_configs
     configs += [c for c in nested if isinstance(c, dict) and "tool_id" in c] if isinstance(nested, list) else []
     try:
-        factory = check_env(spec.env_type, spec.env_config)
+        factory = check_env(spec.env_type, spec.env_config, setting=f"custom_envs.{tag}.env_type")
         for config in configs:
             check_tool(config["tool_id"], config.get("tool_args") or {})
         check_args = getattr(factory, "check_args", None)
         note = check_args(**spec.env_config) if isinstance(factory, type) and callable(check_args) else None
+    except EnvModuleError:
+        raise  # it names custom_envs.<tag>.env_type itself, and keeps the module's own error as its cause
     except (ConfigError, DataError) as e:
         # the same type: roll validate --no-ray reports what is about this machine only (NotHereError) as a warning
         raise type(e)(f"custom_envs.{tag}: {e}") from e
