@@ -149,11 +149,12 @@ class SeededRowSampler(LogitsProcessor):
 
     What stays batch-dependent is the arithmetic of the logits: a batched forward (other rows, left padding) differs
     from a single-row one in the last bits, which moves a draw only when its uniform falls that close to a boundary
-    of the cumulative distribution. Measured on the tiny "nano" and "small" models on a CPU (temperature 1, 256 and
-    128 seeded requests of 64 tokens, each alone vs all in one batch vs in shuffled batches of 8): in float32 no
-    draw of 49,152 moved (log-probs within 2.4e-5); in bfloat16, whose rounding of the logits is far coarser, 4-8%
-    of draws moved (a request's tokens typically diverge after ~8 of them). So float32 rollouts repeat whatever
-    the batching; bfloat16 ones only where the batches repeat (docs/results/agentic.md sections 63-64).
+    of the cumulative distribution. Measured on the tiny "nano" and "small" models on a CPU (temperature 1, seeded
+    requests of 64 tokens, each alone vs all in one batch vs in shuffled batches of 8): in float32 about one draw in
+    10,000 moved (6 of 65,345 with these streams and the per-row generators before them, 0 of another 49,152;
+    log-probs within 2.4e-5); in bfloat16, whose rounding of the logits is far coarser, 4-9% of draws moved (a
+    request's tokens typically diverge after 4-8 of them). So float32 rollouts almost always repeat whatever the
+    batching; bfloat16 ones only where the batches repeat (docs/results/agentic.md sections 63-64).
     """
 
     def __init__(self, seeds: Sequence[int]) -> None:
