@@ -1,4 +1,4 @@
-"""What does seeded sampling cost on hf_infer? One decode step's sampling, and whole generate() calls (agentic.md 64).
+"""What does seeded sampling cost on hf_infer? One decode step's sampling, and whole generate() calls (agentic.md 65).
 
 Step: the time to turn one step's logits (``--rows`` x ``--vocabs``, float32, random with a spread like a model's)
 into tokens, with hf_infer's own processor chain for ``--temperature``/``--top-p`` (``build_logits_processors``) in

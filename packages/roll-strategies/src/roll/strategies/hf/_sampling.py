@@ -154,7 +154,7 @@ class SeededRowSampler(LogitsProcessor):
     10,000 moved (6 of 65,345 with these streams and the per-row generators before them, 0 of another 49,152;
     log-probs within 2.4e-5); in bfloat16, whose rounding of the logits is far coarser, 4-9% of draws moved (a
     request's tokens typically diverge after 4-8 of them). So float32 rollouts almost always repeat whatever the
-    batching; bfloat16 ones only where the batches repeat (docs/results/agentic.md sections 63-64).
+    batching; bfloat16 ones only where the batches repeat (docs/results/agentic.md sections 63 and 65).
     """
 
     def __init__(self, seeds: Sequence[int]) -> None:
