@@ -2,10 +2,10 @@
 
 Roles: ``actor_infer`` only, and not even that when ``train_env_manager.llm_proxy`` acts every turn (``openai``,
 ``random``): the run then starts no model workers; the tokenizer that renders prompts and writes the rollouts is
-loaded from ``actor_infer.model_args`` in the driver, as always. Each step plays ``rollout.batch_size`` episodes of ``train_env_manager`` (ROLL's key;
-``mode: val`` replays the same seeds every step and keeps faulted episodes as failures) and writes
-``rollouts/step-N.jsonl`` (sample rows, text decoded) and ``rollouts/step-N-episodes.jsonl`` (every episode, with
-why it ended). Totals over all steps go to ``summary.json``. ``rollout.max_faulted_steps`` steps in a row whose
+loaded from ``actor_infer.model_args`` in the driver, as always. Each step plays ``rollout.batch_size`` episodes of
+``train_env_manager`` (ROLL's key; ``mode: val`` replays the same seeds every step and keeps faulted episodes as
+failures) and writes ``rollouts/step-N.jsonl`` (sample rows, text decoded) and ``rollouts/step-N-episodes.jsonl``
+(every episode, with why it ended). Totals over all steps go to ``summary.json``. ``rollout.max_faulted_steps`` steps in a row whose
 episodes all faulted stop the run, as in ``agentic``.
 """
 
