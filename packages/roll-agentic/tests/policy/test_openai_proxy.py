@@ -61,9 +61,57 @@ def request(tokenizer, **config) -> GenerateRequest:
     return GenerateRequest("t/0", prompt, generation, meta={"tag": "Lake"}, seed=7)
 
 
-def test_sends_the_rendered_prompt_and_returns_the_text_tokenized(tokenizer, endpoint, monkeypatch) -> None:
+def vllm_choice(tokenizer, text: str, finish: str = "stop", stop: str | int | None = None, eos: bool = True) -> dict:
+    """A choice as vLLM's /v1/completions gives it with return_token_ids: the sampled ids (here one character per
+    token, as a model samples them, not as the text re-tokenizes), EOS among them, the text without it."""
+    ids = [i for char in text for i in tokenizer.encode(char, add_special_tokens=False)]
+    ids += [tokenizer.eos_token_id] if eos else []
+    return {"text": text, "token_ids": ids, "finish_reason": finish, "stop_reason": stop}
+
+
+def test_sends_the_prompt_ids_and_returns_the_sampled_ids(tokenizer, endpoint) -> None:
+    client = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="served")
+    choice = vllm_choice(tokenizer, "<answer>Up</answer>")
+    assert choice["token_ids"][:-1] != tokenizer.encode(choice["text"], add_special_tokens=False)
+    endpoint.replies = [(200, {"choices": [choice]})]
+    req = request(tokenizer, stop_strings=["</answer>"])
+    result = asyncio.run(client.generate(req))
+    body = endpoint.seen[0][1]
+    assert body == {
+        "model": "served",
+        "prompt": req.prompt_ids,
+        "max_tokens": 12,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "stop": ["</answer>"],
+        "seed": 7,
+        "return_token_ids": True,
+    }
+    # the ids vLLM sampled, EOS included (its text leaves EOS out), not the text tokenized again
+    assert (result.token_ids, result.finish_reason) == (choice["token_ids"], "stop")
+    # a stop string: vLLM's text leaves it out, its ids keep the tokens that completed it (and add no EOS)
+    cut = vllm_choice(tokenizer, "<answer>Up</answer>", stop="</answer>", eos=False)
+    endpoint.replies = [(200, {"choices": [{**cut, "text": "<answer>Up"}]})]
+    assert asyncio.run(client.generate(req)).token_ids == cut["token_ids"]
+    endpoint.replies = [(200, {"choices": [vllm_choice(tokenizer, "<answer>Left and", finish="length", eos=False)]})]
+    result = asyncio.run(client.generate(req))
+    assert result.finish_reason == "length" and tokenizer.eos_token_id not in result.token_ids
+
+
+def test_a_server_without_token_ids_names_the_switch(tokenizer, endpoint) -> None:
+    client = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="m", retry_delay=0.01)
+    with pytest.raises(ConfigError, match=r"env tag 'Lake': .* without choices\[0\]\.token_ids.*token_ids: false"):
+        asyncio.run(client.generate(request(tokenizer)))
+    endpoint.replies = [(400, {"error": {"message": "Unrecognized request argument supplied: return_token_ids"}})]
+    with pytest.raises(ConfigError, match=r"HTTP 400: .*return_token_ids.*needs proxy_config.token_ids: false"):
+        asyncio.run(client.generate(request(tokenizer)))
+
+
+def test_text_mode_sends_the_rendered_prompt_and_returns_the_text_tokenized(tokenizer, endpoint, monkeypatch) -> None:
     monkeypatch.setenv("HELPER_KEY", "sk-test")
-    client = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="served", api_key_env="HELPER_KEY")
+    client = OpenAIProxyClient(
+        tokenizer, base_url=endpoint.url, model_name="served", api_key_env="HELPER_KEY", token_ids=False
+    )
     result = asyncio.run(client.generate(request(tokenizer, stop_strings=["</answer>"])))
     path, body, auth = endpoint.seen[0]
     assert (path, auth) == ("/v1/completions", "Bearer sk-test")
@@ -92,7 +140,9 @@ def test_sends_the_rendered_prompt_and_returns_the_text_tokenized(tokenizer, end
 def test_transient_errors_are_retried_then_the_turn_aborts(tokenizer, endpoint) -> None:
     ok = {"choices": [{"text": "<answer>Up</answer>", "finish_reason": "stop"}]}
     endpoint.replies = [(503, {}), (429, {}), (200, ok)]
-    client = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="m", max_retries=2, retry_delay=0.01)
+    client = OpenAIProxyClient(
+        tokenizer, base_url=endpoint.url, model_name="m", max_retries=2, retry_delay=0.01, token_ids=False
+    )
     assert asyncio.run(client.generate(request(tokenizer))).finish_reason == "stop" and len(endpoint.seen) == 3
     endpoint.replies, endpoint.seen = [(502, {})], []
     result = asyncio.run(client.generate(request(tokenizer)))
@@ -103,7 +153,7 @@ def test_a_client_error_names_the_tag_and_the_fix(tokenizer, endpoint) -> None:
     endpoint.replies = [(404, {"error": {"message": "model 'nope' does not exist"}})]
     client = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="nope", max_retries=3, retry_delay=0.01)
     with pytest.raises(ConfigError, match=r"env tag 'Lake': .* answered HTTP 404: .*model 'nope' does not exist.*"
-                       r"check proxy_config"):  # fmt: skip
+                       r"check proxy_config \(base_url, model, api_key\); a server that takes no token ids"):  # fmt: skip
         asyncio.run(client.generate(request(tokenizer)))
     assert len(endpoint.seen) == 1  # not retried
     with pytest.raises(ConfigError, match="base_url 'localhost:8000' must start with http"):
@@ -113,6 +163,7 @@ def test_a_client_error_names_the_tag_and_the_fix(tokenizer, endpoint) -> None:
 
 
 def test_an_openai_manager_plays_frozen_lake_through_the_scheduler(tokenizer, endpoint) -> None:
+    endpoint.replies = [(200, {"choices": [vllm_choice(tokenizer, "<answer>Up</answer>")]})]
     envs = {"Lake": CustomEnvConfig(env_type="frozen_lake", max_steps=3, env_config={"size": 4})}
     proxy = {"proxy_type": "openai", "proxy_config": {"base_url": endpoint.url, "model_name": "m"}}
     config = EnvManagerConfig(num_env_groups=2, group_size=2, tags=["Lake"], llm_proxy=proxy)
@@ -127,5 +178,6 @@ def test_an_openai_manager_plays_frozen_lake_through_the_scheduler(tokenizer, en
     turns = int(sum(out.batch.non_tensor_batch["num_turns"]))
     assert len(out.batch) == 4 and len(endpoint.seen) == turns
     # the prompt sent is roll's rendered context: a later turn's carries the endpoint's earlier answer
-    later = [body["prompt"] for _, body, _ in endpoint.seen if "Turn 2:" in body["prompt"]]
+    prompts = [tokenizer.decode(body["prompt"], skip_special_tokens=False) for _, body, _ in endpoint.seen]
+    later = [prompt for prompt in prompts if "Turn 2:" in prompt]
     assert later and all("<answer>Up</answer>" in prompt.split("Turn 2:")[0] for prompt in later)

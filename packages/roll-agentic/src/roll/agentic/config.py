@@ -293,13 +293,23 @@ class CustomEnvConfig(RollModel):
         return self
 
 
-OPENAI_PROXY_KEYS = {"base_url", "model_name", "api_key", "api_key_env", "timeout", "max_retries", "retry_delay"}
+OPENAI_PROXY_KEYS = {
+    "base_url",
+    "model_name",
+    "api_key",
+    "api_key_env",
+    "timeout",
+    "max_retries",
+    "retry_delay",
+    "token_ids",
+}
 
 
 class LLMProxyConfig(RollModel):
     """Who acts in a manager's episodes (ROLL's ``llm_proxy``): ``policy``, the model served by actor_infer;
     ``openai``, an OpenAI-compatible endpoint (:class:`~roll.agentic.policy.OpenAIProxyClient`, ``proxy_config``:
-    ``base_url``, ``model_name``, ``api_key`` or ``api_key_env``, ``timeout``, ``max_retries``, ``retry_delay``); or
+    ``base_url``, ``model_name``, ``api_key`` or ``api_key_env``, ``timeout``, ``max_retries``, ``retry_delay``,
+    ``token_ids``); or
     ``random``, the env's own ``sample_random_action()``, drawn with each turn's sampling seed (a baseline to read
     scores against that repeats run to run, and an env smoke test that needs no model). Their episodes are not the
     trained policy's samples: a training manager refuses them."""

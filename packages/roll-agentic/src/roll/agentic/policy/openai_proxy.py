@@ -1,17 +1,25 @@
 """A PolicyClient that sends each turn to an OpenAI-compatible endpoint (``llm_proxy.proxy_type: openai``).
 
-It posts to ``/v1/completions``, not ``/v1/chat/completions``: the prompt is the text of exactly the tokens roll
-rendered for the turn (decoded with special tokens kept), so the server continues the same conversation roll lays
-out, and the answer's text, tokenized with the run's tokenizer, is the turn's response. A chat endpoint would render
-the messages with the server's own template; its prompt could differ from the sample's prompt tokens, and the
-trajectory layout (each turn's response appended to the rendered context) would no longer be what was played.
+It posts to ``/v1/completions``, not ``/v1/chat/completions``: the prompt is exactly the tokens roll rendered for the
+turn, so the server continues the same conversation roll lays out. A chat endpoint would render the messages with the
+server's own template; its prompt could differ from the sample's prompt tokens, and the trajectory layout (each turn's
+response appended to the rendered context) would no longer be what was played.
 
-Sampling comes from the manager's generation config (``max_new_tokens``, ``temperature``, ``top_p``, ``stop_strings``,
-the request's ``seed``). A completion cut at a stop string gets the string back when the server says which
-(``stop_reason``, as vLLM and SGLang do): roll's own engines keep it, and envs parse it (``</answer>``). Transient failures (HTTP 408/429/5xx, timeouts, refused connections) are retried
-``max_retries`` times with doubling waits, then the turn comes back ``abort``: the episode ends ``aborted``, counted
-by the scheduler like a dropped request. Any other HTTP error is a ConfigError naming the env tag and the fix.
-Log-probs are not asked for (the samples are not the trained policy's).
+With ``token_ids: true`` (the default, for a server that serves the run's tokenizer: vLLM, which answers
+``return_token_ids``) the prompt goes as its token ids and the answer's ``token_ids`` are the turn's response, as the
+server sampled them: EOS or a stop token kept, the tokens that completed a stop string kept, as roll's own engines
+return them. Re-tokenizing the answer's text does not give those tokens back (a byte-level token that is half a
+UTF-8 character decodes to U+FFFD), so text is only the fallback: ``token_ids: false`` sends the prompt as text
+(decoded with special tokens kept) and tokenizes the answer with the run's tokenizer, for a hosted model that rejects
+``return_token_ids``; a stop string the server cut is put back when it says which (``stop_reason``, as vLLM and SGLang
+do), and a stopped answer is ended with EOS.
+
+Sampling comes from the manager's generation config (``max_new_tokens``, ``temperature``, ``top_p``, ``stop_strings``)
+and the request's ``seed`` (the turn's sampling seed, sent as the API's ``seed``: vLLM then samples the turn as roll's
+in-process vLLM engine does with the same seed). Transient failures (HTTP 408/429/5xx, timeouts, refused connections)
+are retried ``max_retries`` times with doubling waits, then the turn comes back ``abort``: the episode ends
+``aborted``, counted by the scheduler like a dropped request. Any other HTTP error is a ConfigError naming the env tag
+and the fix. Log-probs are not asked for (the samples are not the trained policy's).
 """
 
 from __future__ import annotations
@@ -48,9 +56,11 @@ class OpenAIProxyClient:
         timeout: float = 60.0,
         max_retries: int = 3,
         retry_delay: float = 2.0,
+        token_ids: bool = True,
     ) -> None:
         """``proxy_config``'s keys (ROLL's names): ``api_key``, or ``api_key_env`` naming an environment variable
-        that holds it; ``timeout`` seconds per request; ``retry_delay`` seconds before the first retry (doubling)."""
+        that holds it; ``timeout`` seconds per request; ``retry_delay`` seconds before the first retry (doubling);
+        roll's ``token_ids``: send the prompt's and read the answer's token ids (false: text both ways)."""
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"llm_proxy.proxy_config.base_url {base_url!r} must start with http:// or https://")
         if api_key_env and not api_key:
@@ -64,6 +74,7 @@ class OpenAIProxyClient:
         root = base_url.rstrip("/")
         self.url = root + ("/completions" if root.endswith("/v1") else "/v1/completions")
         self.timeout_s, self.max_retries, self.backoff_s = timeout, max_retries, retry_delay
+        self.token_ids = token_ids
         self.eos_token_id = int(tokenizer.eos_token_id)
 
     def body(self, request: GenerateRequest) -> dict[str, Any]:
@@ -71,7 +82,11 @@ class OpenAIProxyClient:
         config = request.generation_config
         body: dict[str, Any] = {
             "model": self.model,
-            "prompt": self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False),
+            "prompt": (
+                list(request.prompt_ids)
+                if self.token_ids
+                else self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False)
+            ),
             "max_tokens": config.max_new_tokens,
             "temperature": config.temperature,
             "top_p": config.top_p,
@@ -80,6 +95,8 @@ class OpenAIProxyClient:
             body["stop"] = list(config.stop_strings)
         if request.seed is not None:
             body["seed"] = request.seed
+        if self.token_ids:
+            body["return_token_ids"] = True
         return body
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -100,9 +117,14 @@ class OpenAIProxyClient:
             except urllib.error.HTTPError as e:
                 if e.code not in _TRANSIENT:
                     detail = e.read().decode(errors="replace")[:300]
+                    hint = (
+                        "; a server that takes no token ids needs proxy_config.token_ids: false"
+                        if self.token_ids
+                        else ""
+                    )
                     raise ConfigError(
                         f"env tag {tag!r}: llm_proxy openai endpoint {self.url} answered HTTP {e.code}: {detail}; "
-                        "check proxy_config (base_url, model, api_key)"
+                        f"check proxy_config (base_url, model, api_key){hint}"
                     ) from None
                 error = f"HTTP {e.code}"
             except (TimeoutError, urllib.error.URLError, ConnectionError) as e:
@@ -122,6 +144,16 @@ class OpenAIProxyClient:
                 f"env tag {tag!r}: {self.url} answered without choices[0].text ({str(answer)[:200]}); base_url must "
                 "be an OpenAI-compatible completions endpoint"
             ) from None
+        if self.token_ids:
+            sampled = choice.get("token_ids")
+            if not isinstance(sampled, list):
+                raise ConfigError(
+                    f"env tag {tag!r}: {self.url} answered without choices[0].token_ids: the server does not honour "
+                    "return_token_ids (vLLM does); set llm_proxy.proxy_config.token_ids: false to send and read text"
+                )
+            sampled = [int(i) for i in sampled]  # as sampled: EOS or a stop token kept, no EOS after a stop string
+            # a finish other than the budget (vLLM's "abort", "repetition") ended the answer too, as in roll's engines
+            return GenerateResult(request.request_id, sampled, None, "length" if finish == "length" else "stop")
         stop = choice.get("stop_reason")  # vLLM/SGLang: the stop string matched, which the text leaves out
         if isinstance(stop, str) and stop in request.generation_config.stop_strings:
             text += stop
