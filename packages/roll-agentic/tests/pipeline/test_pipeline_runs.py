@@ -350,9 +350,13 @@ def test_agentic_async_resume_plays_again_the_rounds_not_yet_trained_on(ray_env,
     assert len(trained) == 2 and 0 < len(replay) <= 4  # at most (1 + ratio) steps' groups run ahead
     assert all(episode < saved["next_episode"][group] for group, episode in replay)  # launched before the save
     assert not set(replay) & trained
+    assert sum(saved["buffer"]["staleness_histogram"].values()) == 4  # step 1's 4 trajectories
     run_config(load_config({**data, "max_steps": 2, "resume_from_checkpoint": "auto"}))
     assert [m["step"] for m in read_metrics(tmp_path / "metrics.jsonl")] == [0, 1, 2]
     assert not _trained_rounds(tmp_path, 2) & trained
+    # the staleness counters go on across the resume: steps 1 and 2, not step 2 alone
+    state = json.loads((tmp_path / "checkpoints" / "step-00000002" / "pipeline_state.json").read_text())
+    assert sum(state["data_state"]["buffer"]["staleness_histogram"].values()) == 8
 
 
 def test_agentic_rollout_mock_dump_then_replay_trains_identically(ray_env, tmp_path: Path):

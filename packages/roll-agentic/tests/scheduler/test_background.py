@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections import Counter
 
 import pytest
 
@@ -163,7 +164,8 @@ def _ordered_rollouts(tokenizer, version: int = 0, state=None) -> tuple[Backgrou
     scheduler.group_filter = _DropEveryThird()
     if state is not None:
         scheduler.load_state(state)
-    return BackgroundRollouts(scheduler, batch_size=4, ratio=1, version=version), gate
+    buffer_state = state.get("buffer") if state is not None else None  # as the pipeline's load_data_state keeps it
+    return BackgroundRollouts(scheduler, batch_size=4, ratio=1, version=version, buffer_state=buffer_state), gate
 
 
 def _settle(background: BackgroundRollouts) -> None:
@@ -206,6 +208,27 @@ def test_a_resumed_async_run_trains_on_the_rounds_an_uninterrupted_one_does(toke
     assert saved is not None and before == {step: uninterrupted[step] for step in (1, 2, 3)}
     resumed, _ = _train(*_ordered_rollouts(tokenizer, version=3, state=saved), range(4, 7))
     assert resumed == {step: uninterrupted[step] for step in (4, 5, 6)}
+
+
+def test_the_staleness_counters_continue_across_a_resume(tokenizer) -> None:
+    """The checkpoint keeps the buffer's staleness histogram and stale-drop count under "buffer"; a resumed run's
+    async/staleness_* metrics after step 6 count steps 1-6, the checkpoint's counts plus its own steps' (not steps
+    4-6 alone). The replayed rounds are played again by the newer policy, so their staleness is the resumed run's."""
+    first = _ordered_rollouts(tokenizer)
+    _, saved = _train(*first, range(1, 4), save_at=3)
+    assert saved is not None and saved["buffer"] == first[0].buffer.state_dict()
+    before = Counter(saved["buffer"]["staleness_histogram"])
+    assert sum(before.values()) == 3 * 4 and before[1] > 0  # 3 steps of 4 trajectories, some a step old
+    fresh = _ordered_rollouts(tokenizer, version=3, state={k: v for k, v in saved.items() if k != "buffer"})
+    _train(*fresh, range(4, 7))
+    resumed = _ordered_rollouts(tokenizer, version=3, state=saved)
+    _train(*resumed, range(4, 7))
+    own, got = fresh[0].buffer, resumed[0].buffer
+    assert got.staleness_histogram == before + own.staleness_histogram
+    assert sum(got.staleness_histogram.values()) == 6 * 4
+    assert got.stale_dropped == saved["buffer"]["stale_dropped"] + own.stale_dropped
+    total = sum(k * v for k, v in (before + own.staleness_histogram).items())
+    assert got.metrics()["async/staleness_mean"] == pytest.approx(total / 24)
 
 
 class _Held:

@@ -1,10 +1,16 @@
-"""ReplayBuffer: async_generation_ratio admission, the staleness bound, top-ups after discards."""
+"""ReplayBuffer: async_generation_ratio admission, the staleness bound, top-ups after discards; its staleness counters
+in async RLVR's checkpoints."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 import pytest
 
 from roll.pipelines.rlvr.replay import FinishedGroup, ReplayBuffer, StalenessError
+from roll.pipelines.rlvr.scheduler import RequestScheduler
+from roll.strategies import GenerationConfig
 
 
 def _fill(buffer: ReplayBuffer[None], version: int) -> list[int]:
@@ -60,3 +66,65 @@ def test_simulation_keeps_the_bound_and_counts_every_sample() -> None:
         assert max(outcome.staleness) <= ratio
         assert sum(outcome.staleness.values()) == outcome.samples == 10 * 4 * 2
     assert run_sync(setup, steps=3, seed=0).staleness == {0: 24}
+
+
+def test_the_staleness_counters_survive_a_checkpoint_round_trip() -> None:
+    """state_dict -> load_state_dict (keys as a JSON file gives them back) keeps the staleness metrics' counters, and
+    the admission counters start over (a resumed run admits from its own start)."""
+    buffer: ReplayBuffer[str] = ReplayBuffer(groups_per_step=2, ratio=2)
+    buffer.admit(5)
+    for key, version in (("a", 0), ("b", 1), ("c", 0), ("d", 2), ("e", 3)):
+        buffer.put(FinishedGroup(key, version, key, size=2))
+    assert buffer.take(2) is not None and buffer.take(3) is not None  # "c" is dropped at step 3: staleness 3 > 2
+    saved = json.loads(json.dumps(buffer.state_dict()))
+    resumed: ReplayBuffer[str] = ReplayBuffer(groups_per_step=2, ratio=2)
+    resumed.load_state_dict(saved)
+    assert resumed.staleness_histogram == buffer.staleness_histogram == {2: 2, 1: 4, 0: 2}
+    assert resumed.stale_dropped == 1 and resumed.admitted == resumed.consumed == 0
+    keys = ("async/staleness_mean", "async/staleness_max", "async/stale_dropped")
+    assert {k: resumed.metrics()[k] for k in keys} == {k: buffer.metrics()[k] for k in keys}
+
+
+class _Source:
+    """The prompt source's checkpoint surface (the scheduler's other parts play no part in its state)."""
+
+    quotas = {"math": 2}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"cursor": 5}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loaded = state
+
+
+def _request_scheduler() -> RequestScheduler:
+    unused: Any = None
+    return RequestScheduler(
+        unused,
+        unused,
+        _Source(),  # type: ignore[arg-type]
+        unused,
+        GenerationConfig(num_return_sequences=2),
+        ratio=1,
+        segment_tokens=None,
+        requests_per_call=1,
+        dynamic_sampling=False,
+        seed=0,
+    )
+
+
+def test_async_rlvr_checkpoints_keep_the_staleness_counters() -> None:
+    """Async RLVR's data state (RequestScheduler.state_dict) carries the buffer's counters, and a resumed scheduler
+    starts from them; a checkpoint written before they were saved loads with empty counters."""
+    saving = _request_scheduler()
+    saving.buffer.staleness_histogram.update({0: 6, 1: 2})
+    saving.buffer.stale_dropped = 3
+    state = json.loads(json.dumps(saving.state_dict()))
+    assert state["buffer"] == {"staleness_histogram": {"0": 6, "1": 2}, "stale_dropped": 3}
+    resumed = _request_scheduler()
+    resumed.load_state_dict(state)
+    assert resumed.buffer.staleness_histogram == {0: 6, 1: 2} and resumed.buffer.stale_dropped == 3
+    assert resumed.buffer.metrics()["async/staleness_mean"] == pytest.approx(0.25)
+    old = _request_scheduler()
+    old.load_state_dict({"prompts": {"cursor": 5}, "carry": []})
+    assert not old.buffer.staleness_histogram and old.buffer.stale_dropped == 0

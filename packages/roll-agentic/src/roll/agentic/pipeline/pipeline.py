@@ -96,6 +96,7 @@ class AgenticPipeline(BasePipeline):
         self.set_checkpoint_clusters(*[c for c in (self.actor_train, self.critic) if c is not None])
         remote = cfg.rollout.env_workers == "ray"
         self.background: BackgroundRollouts | None = None  # async rollouts: started by run()
+        self.buffer_state: dict[str, Any] | None = None  # a resumed async run's buffer counters (load_data_state)
         self.rollout_mock = RolloutMock(cfg.rollout_mock, "agentic")
         self.val_mock = RolloutMock(cfg.rollout_mock, "agentic", scope="val")
         gated = cfg.asynchrony.enabled
@@ -129,6 +130,7 @@ class AgenticPipeline(BasePipeline):
     def load_data_state(self, state: dict[str, Any]) -> None:
         if state:
             self.train_scheduler.load_state(state)
+            self.buffer_state = state.get("buffer")  # async: the background rollouts' buffer starts from it
 
     def algorithm_state(self) -> dict[str, Any]:
         return {"kl_ctrl": self.kl_ctrl.state_dict()}
@@ -426,7 +428,11 @@ class AgenticPipeline(BasePipeline):
         ratio = self.config.asynchrony.generation_ratio
         if ratio:
             self.background = BackgroundRollouts(
-                self.train_scheduler, batch_size=self.config.rollout.batch_size, ratio=ratio, version=start
+                self.train_scheduler,
+                batch_size=self.config.rollout.batch_size,
+                ratio=ratio,
+                version=start,
+                buffer_state=self.buffer_state,
             )
         self.rl_started = time.perf_counter()
         limit = self.config.max_rl_time_s

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from roll.agentic.env_manager import EpisodeResult, concat_samples
@@ -53,10 +54,20 @@ class BackgroundRollouts:
     :meth:`set_version` after each weight sync, while generation is paused.
     """
 
-    def __init__(self, scheduler: RolloutScheduler, *, batch_size: int, ratio: float, version: int = 0) -> None:
+    def __init__(
+        self,
+        scheduler: RolloutScheduler,
+        *,
+        batch_size: int,
+        ratio: float,
+        version: int = 0,
+        buffer_state: Mapping[str, Any] | None = None,
+    ) -> None:
         self.scheduler = scheduler
         groups_per_step = scheduler.config.groups_for(batch_size)
         self.buffer: ReplayBuffer[_Round] = ReplayBuffer(groups_per_step, ratio)
+        if buffer_state:  # a resumed run: its staleness metrics go on from the checkpoint's (state()'s "buffer")
+            self.buffer.load_state_dict(buffer_state)
         self.base = self.version = version
         self.stall_limit = groups_per_step * scheduler.max_launch_factor
         self._cond = threading.Condition()
@@ -198,8 +209,10 @@ class BackgroundRollouts:
     def state(self) -> dict[str, Any]:
         """The training scheduler's :meth:`~RolloutScheduler.state` for a checkpoint, taken while generation goes
         on: the rounds launched but not trained on (playing, or ready in the buffer) are saved to be played again,
-        with the same seeds, when the run resumes; rounds dropped (faulted, filtered, stale) are not."""
+        with the same seeds, when the run resumes; rounds dropped (faulted, filtered, stale) are not. Under ``buffer``,
+        the replay buffer's staleness counters (pass them back as ``buffer_state`` on resume)."""
         with self._cond:
             pending = [(g.payload.launch, g.payload.plan.group_id, g.payload.episode_id) for g in self.buffer.ready]
             pending += [(launch, group_id, episode_id) for group_id, episode_id, launch in self._in_flight.values()]
-            return self.scheduler.state(pending=[(group_id, episode_id) for _, group_id, episode_id in sorted(pending)])
+            rounds = [(group_id, episode_id) for _, group_id, episode_id in sorted(pending)]
+            return {**self.scheduler.state(pending=rounds), "buffer": self.buffer.state_dict()}

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["FinishedGroup", "ReplayBuffer", "StalenessError"]
 
@@ -133,4 +133,13 @@ class ReplayBuffer(Generic[T]):
         return out
 
     def state_dict(self) -> dict[str, object]:
+        """The counters behind the run-long ``async/staleness_*`` and ``async/stale_dropped`` metrics, for a
+        checkpoint (admission's counters are not: a resumed run admits from its own start)."""
         return {"staleness_histogram": dict(self.staleness_histogram), "stale_dropped": self.stale_dropped}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue the counters of :meth:`state_dict` (a resumed run's staleness metrics go on from the checkpoint's;
+        histogram keys may come back as strings from a JSON file)."""
+        histogram = state.get("staleness_histogram") or {}
+        self.staleness_histogram = Counter({int(k): int(v) for k, v in histogram.items()})
+        self.stale_dropped = int(state.get("stale_dropped", 0))

@@ -260,11 +260,17 @@ class RequestScheduler:
 
     # --- checkpoints ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Prompt cursor, plus the prompts admitted but not trained on: a resumed run generates them again."""
+        """Prompt cursor, plus the prompts admitted but not trained on: a resumed run generates them again; and the
+        replay buffer's staleness counters, which a resumed run's ``async/staleness_*`` metrics continue."""
         carry = [g.example for g in self.groups.values()]
         carry += [int(g.key[1]) for g in self.buffer.ready]  # type: ignore[index]
-        return {"prompts": self.source.state_dict(), "carry": carry + list(self.supply)}
+        return {
+            "prompts": self.source.state_dict(),
+            "carry": carry + list(self.supply),
+            "buffer": self.buffer.state_dict(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.source.load_state_dict(state["prompts"])
         self.supply = deque(state.get("carry", []))
+        self.buffer.load_state_dict(state.get("buffer", {}))  # the staleness metrics go on
