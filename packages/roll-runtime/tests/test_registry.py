@@ -4,7 +4,7 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from roll.runtime import ConfigError, MissingExtraError, Registry, import_target
+from roll.runtime import ConfigError, MissingExtraError, ModuleImportError, Registry, import_target
 from roll.runtime import registry as registry_module
 
 
@@ -71,3 +71,34 @@ def test_import_target_names_the_setting_it_came_from():
         import_target("no_such_pkg_x:P", "policy")
     with pytest.raises(AttributeError):  # without a setting, the import's own error
         import_target("json:nope")
+
+
+def test_a_module_that_fails_while_importing_names_the_setting_file_and_line(tmp_path, monkeypatch):
+    """A SyntaxError (or anything the module's top level raises) is one ModuleImportError naming the setting, the file
+    and line, with the module's error as its cause; a registered target's names the registration too."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    broken = tmp_path / "roll_test_rt_broken.py"
+    broken.write_text("x = 1\ndef f(:\n    pass\n")
+    with pytest.raises(ModuleImportError) as caught:
+        import_target("roll_test_rt_broken:f", "reward_type")
+    assert str(caught.value) == (
+        f"reward_type='roll_test_rt_broken:f': its module roll_test_rt_broken does not import ({broken}, line 2: "
+        "SyntaxError: invalid syntax); fix the module"
+    )
+    assert isinstance(caught.value.__cause__, SyntaxError) and isinstance(caught.value, ConfigError)
+    raising = tmp_path / "roll_test_rt_raising.py"
+    raising.write_text("import os\nraise KeyError('API_KEY')\n")
+    reg: Registry = Registry("reward")
+    reg.register("judge", "roll_test_rt_raising:Judge")
+    with pytest.raises(
+        ModuleImportError, match=r"^reward 'judge' \(reward registered as 'roll_test_rt_raising:Judge'\)"
+    ):
+        reg.get("judge")
+    with pytest.raises(ModuleImportError) as caught:
+        reg.get("judge", "rewards.math.reward_type")
+    assert str(caught.value) == (
+        "rewards.math.reward_type='judge' (reward registered as 'roll_test_rt_raising:Judge'): its module "
+        f"roll_test_rt_raising does not import ({raising}, line 2: KeyError: 'API_KEY'); fix the module"
+    )
+    with pytest.raises(SyntaxError):  # without a setting, import_target lets the import's own error through
+        import_target("roll_test_rt_broken:f")

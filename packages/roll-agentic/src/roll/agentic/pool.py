@@ -15,14 +15,13 @@ from typing import Any
 from roll.agentic.config import ROCK_ENV, CustomEnvConfig, LLMProxyConfig
 from roll.agentic.env import check_env, make_env
 from roll.agentic.env.base import EnvLike, random_action_of
-from roll.agentic.env.registry import EnvModuleError
 from roll.agentic.env_manager import ENV_MANAGERS, ChatFormatter, EnvManager, EnvRunner, EpisodeResult, EpisodeTask
 from roll.agentic.policy.openai_proxy import OpenAIProxyClient
 from roll.agentic.policy.protocol import PolicyClient
 from roll.agentic.policy.random_actions import RandomActionClient
 from roll.agentic.tools import ToolEnvWrapper, check_tool, tool_wrapper
 from roll.pipelines.data import DataError
-from roll.runtime import ConfigError, import_target
+from roll.runtime import ConfigError, ModuleImportError, import_target
 from roll.strategies import GenerationConfig
 
 __all__ = ["EnvPool", "EnvSlot", "build_env", "check_env_spec", "env_checks"]
@@ -50,22 +49,28 @@ def check_env_spec(tag: str, spec: CustomEnvConfig) -> str:
     """``roll validate``: the entry's env type resolves to an env and takes its ``env_config``, and each tool of its
     ``tool_wrapper`` resolves and takes its ``tool_args``; nothing is built, but an env class's own ``check_args`` runs
     (dataset envs read a local dataset). A ConfigError (or DataError) names ``custom_envs.<tag>``."""
-    configs = [c.model_dump() for c in spec.tool_wrapper.tool_configs] if spec.tool_wrapper is not None else []
+    wrapped = [c.model_dump() for c in spec.tool_wrapper.tool_configs] if spec.tool_wrapper is not None else []
+    configs = [(f"custom_envs.{tag}.tool_wrapper.tool_configs[{i}].tool_id", c) for i, c in enumerate(wrapped)]
     nested = spec.env_config.get("tool_configs")  # envs that wrap themselves (tool_math) take ROLL's tool_configs
-    configs += [c for c in nested if isinstance(c, dict) and "tool_id" in c] if isinstance(nested, list) else []
+    if isinstance(nested, list):
+        configs += [
+            (f"custom_envs.{tag}.env_config.tool_configs[{i}].tool_id", c)
+            for i, c in enumerate(nested)
+            if isinstance(c, dict) and "tool_id" in c
+        ]
     try:
         factory = check_env(spec.env_type, spec.env_config, setting=f"custom_envs.{tag}.env_type")
-        for config in configs:
-            check_tool(config["tool_id"], config.get("tool_args") or {})
+        for setting, config in configs:
+            check_tool(config["tool_id"], config.get("tool_args") or {}, setting=setting)
         check_args = getattr(factory, "check_args", None)
         note = check_args(**spec.env_config) if isinstance(factory, type) and callable(check_args) else None
-    except EnvModuleError:
-        raise  # it names custom_envs.<tag>.env_type itself, and keeps the module's own error as its cause
+    except ModuleImportError:
+        raise  # it names the setting (custom_envs.<tag>.env_type, a tool_id) itself, and keeps the module's error
     except (ConfigError, DataError) as e:
         # the same type: roll validate --no-ray reports what is about this machine only (NotHereError) as a warning
         raise type(e)(f"custom_envs.{tag}: {e}") from e
     name = getattr(factory, "__name__", None) or getattr(getattr(factory, "func", None), "__name__", "a factory")
-    tools = f", tools {[c['tool_id'] for c in configs]}" if configs else ""
+    tools = f", tools {[c['tool_id'] for _, c in configs]}" if configs else ""
     return f"{tag}: env_type {spec.env_type!r} ({name}){tools}" + (f"; {note}" if note else "")
 
 

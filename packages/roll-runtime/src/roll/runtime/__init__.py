@@ -17,13 +17,14 @@ from roll.runtime.config import RollModel, WorkerConfig, parse_device_mapping
 from roll.runtime.errors import (
     ConfigError,
     MissingExtraError,
+    ModuleImportError,
     ProtocolError,
     RollError,
     RpcTimeoutError,
     WorkerError,
     WorkerLostError,
 )
-from roll.runtime.registry import Registry, import_target
+from roll.runtime.registry import Registry, import_module_of, import_target
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,7 @@ __all__ = [
     "Execute",
     "MethodProxy",
     "MissingExtraError",
+    "ModuleImportError",
     "NodeDevices",
     "NodeInfo",
     "NodeShare",
@@ -55,6 +57,7 @@ __all__ = [
     "WorkerConfig",
     "WorkerError",
     "WorkerLostError",
+    "import_module_of",
     "import_target",
     "init",
     "materialize_all",

@@ -14,6 +14,7 @@ from roll.protocol.errors import MissingExtraError, ProtocolError, RollError
 __all__ = [
     "ConfigError",
     "MissingExtraError",
+    "ModuleImportError",
     "ProtocolError",
     "RollError",
     "RpcTimeoutError",
@@ -26,6 +27,12 @@ class ConfigError(RollError, ValueError):
     """A configuration value is invalid. The message names the field, the bad value and how to fix it."""
 
     exit_code: ClassVar[int] = 2
+
+
+class ModuleImportError(ConfigError):
+    """The module of an import path a config names (a user's env, tool, reward...) fails while importing: a
+    SyntaxError, an ImportError of what it imports, or anything its top level raises. The message names the setting,
+    the file and line; the module's own error is the ``__cause__``."""
 
 
 class WorkerError(RollError):

@@ -7,22 +7,21 @@
 * ``"gem:<id>"`` or a bare GEM id such as ``game:GuessTheNumber-v0-easy`` (needs ``roll-agentic[gem]``);
 * a user's own class or factory by import path, ``"my_pkg.envs:MyEnv"`` or ``"my_pkg.envs.MyEnv"``. A module that
   fails while importing (a SyntaxError, an ImportError of something it imports, any error its top level raises) is an
-  :class:`EnvModuleError` naming the setting, the file and line, and the error (kept as its ``__cause__``).
+  :class:`EnvModuleError` (roll.runtime's ``ModuleImportError``) naming the setting, the file and line, and the error
+  (kept as its ``__cause__``).
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
 import importlib.util
 import inspect
 import sys
-import traceback
 from collections.abc import Mapping
 from typing import Any
 
 from roll.agentic.env.base import EnvLike
-from roll.runtime import ConfigError, Registry, import_target
+from roll.runtime import ConfigError, ModuleImportError, Registry, import_module_of, import_target
 
 __all__ = ["ENVS", "EnvModuleError", "check_env", "make_env", "register_env", "resolve_env_factory"]
 
@@ -72,58 +71,19 @@ def _gem_knows(env_id: str) -> bool:
         return False
 
 
-class EnvModuleError(ConfigError):
-    """The module of an env_type import path fails while importing; its ``__cause__`` is the module's own error."""
-
-
-def _failed_at(error: BaseException) -> str:
-    """Where importing a module failed: the file and line of a SyntaxError, else of the innermost frame that ran
-    (and, when that is another file, the line of the module's own top level that led there)."""
-    if isinstance(error, SyntaxError) and error.filename:
-        at = f"{error.filename}, line {error.lineno}"
-    else:
-        at = ""
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<frozen ")]
-    bodies = [f for f in frames if f.name == "<module>"]  # the top levels of the modules being imported
-    last = frames[-1] if frames and frames[-1].filename != __file__ else None
-    at = at or (f"{last.filename}, line {last.lineno}" if last is not None else "")
-    if bodies and not at.startswith(f"{bodies[0].filename}, line {bodies[0].lineno}"):
-        at += f" (imported from {bodies[0].filename}, line {bodies[0].lineno})"
-    return at
-
-
-def _import_module_of(env_type: str, setting: str) -> None:
-    """Import the module of import path ``env_type``, raising EnvModuleError when the module itself fails (a path
-    that names no module is left to :func:`import_target`'s error, or to a GEM id that looks like a path)."""
-    module = env_type.split(":", 1)[0] if ":" in env_type else env_type.rpartition(".")[0]
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name is not None and (module == e.name or module.startswith(f"{e.name}.")):
-            return  # the path names no module
-        raise _module_error(env_type, setting, module, e) from e
-    except Exception as e:  # a user's module may raise anything at import; SyntaxError is an Exception too
-        raise _module_error(env_type, setting, module, e) from e
-
-
-def _module_error(env_type: str, setting: str, module: str, error: Exception) -> EnvModuleError:
-    message = error.msg if isinstance(error, SyntaxError) else str(error)
-    fix = "install what it imports, or fix the module" if isinstance(error, ImportError) else "fix the module"
-    at = _failed_at(error)
-    return EnvModuleError(
-        f"{setting}={env_type!r}: its module {module} does not import ({f'{at}: ' if at else ''}"
-        f"{type(error).__name__}: {message}); {fix}"
-    )
+EnvModuleError = ModuleImportError
+"""The module of an env_type import path fails while importing (roll.runtime's :class:`ModuleImportError`, which
+tools, rewards and other import paths raise too); its ``__cause__`` is the module's own error."""
 
 
 def _resolve(env_type: str, setting: str = "env_type") -> tuple[Any, str | None]:
     """The factory of ``env_type`` and, for a GEM env, its GEM id (``setting``: the field, for the messages)."""
     if env_type in ENVS:
-        return ENVS.get(env_type), None
+        return ENVS.get(env_type, setting), None
     if env_type.startswith("gem:"):
         return _gem_factory(env_type[len("gem:") :]), env_type[len("gem:") :]
     if _importable(env_type):
-        _import_module_of(env_type, setting)
+        import_module_of(env_type, f"{setting}={env_type!r}")
         try:
             return import_target(env_type), None
         except (ImportError, AttributeError) as e:

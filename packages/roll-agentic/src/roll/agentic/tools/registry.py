@@ -1,6 +1,7 @@
 """Tools by id, resolved lazily: ``register_tool(id, "module:Class", **default_kwargs)``, ``make_tool(id, **kw)``.
 A config's ``tool_id`` may also be a Tool class's import path (``"my_pkg.tools:MyTool"``): a name registered in the
-driver is not known to the EnvironmentWorker processes, an import path is.
+driver is not known to the EnvironmentWorker processes, an import path is. A tool's module that fails while importing
+(by path or registered) is one ``ModuleImportError`` naming the setting, the file and line, and the error.
 
 Built in: ``python_code`` (roll's code sandbox), ``search`` (BM25 over a local document file, or a pluggable
 backend) and ``mcp`` (the tools of an MCP server over stdio; needs ``roll-agentic[mcp]``). Third-party packages
@@ -30,24 +31,26 @@ def register_tool(
     _DEFAULT_KWARGS[tool_id] = dict(kwargs)
 
 
-def _tool_class(tool_id: str) -> Any:
+def _tool_class(tool_id: str, setting: str) -> Any:
     if tool_id in TOOLS:
-        return TOOLS.get(tool_id)
+        return TOOLS.get(tool_id, setting)
     if ":" not in tool_id:
         raise ConfigError(
             f"unknown tool {tool_id!r}; known names: {', '.join(TOOLS.names())}, or a Tool class's import path "
             "'my_pkg.tools:MyTool'"
         )
-    cls = import_target(tool_id, "tool_id")
+    cls = import_target(tool_id, setting)
     if not (isinstance(cls, type) and issubclass(cls, Tool)):
         raise ConfigError(f"tool_id {tool_id!r} is not a roll.agentic.tools.Tool subclass")
     return cls
 
 
-def check_tool(tool_id: str, tool_args: Mapping[str, Any]) -> Any:
+def check_tool(tool_id: str, tool_args: Mapping[str, Any], *, setting: str = "tool_id") -> Any:
     """The Tool class of ``tool_id`` (a registered name or ``"module:Class"``), once ``tool_args`` (with the
-    registered defaults) are known to fit its constructor, without building it (``roll validate``)."""
-    cls = _tool_class(tool_id)
+    registered defaults) are known to fit its constructor, without building it (``roll validate``). A tool module that
+    fails while importing (a SyntaxError, an ImportError inside it, an error its top level raises) is a
+    ``ModuleImportError`` naming ``setting`` (the config field ``tool_id`` came from), the file and line."""
+    cls = _tool_class(tool_id, setting)
     arguments = {**_DEFAULT_KWARGS.get(tool_id, {}), **tool_args}
     arguments.pop("tool_instruction", None)
     try:
