@@ -12,7 +12,7 @@ from roll.agentic.env.frozen_lake import FrozenLakeEnv
 from roll.agentic.env_manager import EpisodeTask
 from roll.agentic.policy import GenerateRequest, MockPolicyClient, RandomActionClient
 from roll.agentic.policy.expert import FrozenLakeExpert
-from roll.agentic.pool import EnvPool
+from roll.agentic.pool import EnvPool, env_checks
 from roll.agentic.scheduler import RolloutScheduler
 from roll.runtime import ConfigError
 from roll.strategies import GenerationConfig
@@ -196,3 +196,97 @@ def test_proxy_config_is_checked() -> None:
     with pytest.raises(ConfigError, match=r"proxy_config \['base_url'\] is set but proxy_type random"):
         EnvManagerConfig(tags=["Lake"], llm_proxy={"proxy_type": "random", "proxy_config": {"base_url": "x"}})
     assert EnvManagerConfig(tags=["Lake"]).llm_proxy.proxy_type == "policy"
+
+
+def make_plain_env() -> NoRandomEnv:
+    """A factory function: only a built env tells whether it has random actions."""
+    return NoRandomEnv()
+
+
+NO_RANDOM = (
+    "custom_envs.Plain: env_type '{}' has no sample_random_action(), which llm_proxy.proxy_type random plays; use "
+    "proxy_type policy for this tag"
+)
+
+
+def _random_tags(envs: dict, proxy: str = "random") -> list[str | None]:
+    manager = EnvManagerConfig(num_env_groups=1, group_size=1, tags=list(envs), llm_proxy={"proxy_type": proxy})
+    return [check() for check in env_checks(envs, [manager])]
+
+
+def test_load_time_checks_refuse_a_random_proxy_tag_whose_env_has_no_random_actions() -> None:
+    """The same refusal as EnvPool's, before any worker starts: from the env class where it tells (a tool wrapper
+    passes its wrapped env's), else from one env built in the driver (a factory function)."""
+    for env_type in (f"{__name__}:NoRandomEnv", f"{__name__}:make_plain_env"):
+        with pytest.raises(ConfigError) as caught:
+            _random_tags({"Plain": CustomEnvConfig(env_type=env_type)})
+        assert str(caught.value) == NO_RANDOM.format(env_type)
+    wrapper = {"tool_configs": [{"tool_id": "python_code"}]}
+    with pytest.raises(ConfigError, match=r"^custom_envs.Plain: env_type .* \(inside its tool wrapper\) has no samp"):
+        _random_tags({"Plain": CustomEnvConfig(env_type=f"{__name__}:NoRandomEnv", tool_wrapper=wrapper)})
+    plain = {"Plain": CustomEnvConfig(env_type=f"{__name__}:NoRandomEnv")}
+    assert len(_random_tags(plain, proxy="policy")) == 1  # the entry's own check only: the policy plays it
+
+
+def test_load_time_checks_pass_random_proxy_tags_whose_envs_have_random_actions() -> None:
+    envs = {**LAKE, "Math": CustomEnvConfig(env_type="tool_math"), **TOOL_MATH}  # a class; a factory's tool wrapper
+    lines = _random_tags(envs)
+    assert [line for line in lines if line and "sample_random_action" in line] == [
+        f"{tag}: env_type {envs[tag].env_type!r} has sample_random_action() for llm_proxy random" for tag in envs
+    ]
+
+
+def test_roll_validate_and_the_pipeline_setup_refuse_it_before_any_worker_starts(tmp_path) -> None:
+    """A val manager playing a tag with llm_proxy random: roll validate fails with EnvPool's message, and so does the
+    pipeline's setup, before its session or any cluster starts."""
+    from roll.agentic.pipeline import AgenticConfig, AgenticPipeline
+    from roll.pipelines.validate import validate_deployment
+
+    role = {"model_args": {"model_name_or_path": str(tmp_path / "no-model")}}
+    config = AgenticConfig.model_validate(
+        {
+            "actor_train": role,
+            "actor_infer": {**role, "generating_args": {"max_new_tokens": 16}},
+            "custom_envs": {
+                "Lake": {"env_type": "frozen_lake", "env_config": {"size": 3}},
+                "Plain": {"env_type": f"{__name__}:NoRandomEnv"},
+            },
+            "train_env_manager": {"num_env_groups": 1, "group_size": 1, "tags": ["Lake"]},
+            "val_env_manager": {
+                "num_env_groups": 1, "group_size": 1, "tags": ["Plain"], "llm_proxy": {"proxy_type": "random"}
+            },
+            "rollout_batch_size": 1,
+            "advantage": {"estimator": "reinforce"},
+            "output_dir": str(tmp_path / "out"),
+        }
+    )  # fmt: skip
+    message = NO_RANDOM.format(f"{__name__}:NoRandomEnv")
+    with pytest.raises(ConfigError) as caught:
+        validate_deployment(config, check_ray=False)
+    assert str(caught.value) == message
+    pipeline = AgenticPipeline(config)
+    with pytest.raises(ConfigError) as caught:
+        pipeline.setup()
+    assert str(caught.value) == message
+    assert not pipeline.clusters and pipeline._session is None
+
+
+def test_agentic_rollout_setup_refuses_it_before_any_worker_starts(tmp_path) -> None:
+    from roll.agentic.pipeline.rollout_only import AgenticRolloutConfig, AgenticRolloutPipeline
+
+    manager = {"num_env_groups": 1, "group_size": 1, "tags": ["Plain"], "llm_proxy": {"proxy_type": "random"}}
+    config = AgenticRolloutConfig.model_validate(
+        {
+            "actor_infer": {"model_args": {"model_name_or_path": str(tmp_path / "no-model")}},
+            "custom_envs": {"Plain": {"env_type": f"{__name__}:NoRandomEnv"}},
+            "train_env_manager": manager,
+            "rollout_batch_size": 1,
+            "output_dir": str(tmp_path / "out"),
+        }
+    )
+    assert any("check_random_actions" in repr(check) for check in config.deployment_checks())
+    pipeline = AgenticRolloutPipeline(config)
+    with pytest.raises(ConfigError) as caught:
+        pipeline.setup()
+    assert str(caught.value) == NO_RANDOM.format(f"{__name__}:NoRandomEnv")
+    assert not pipeline.clusters and pipeline._session is None

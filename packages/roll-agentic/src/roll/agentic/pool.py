@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from roll.agentic.config import ROCK_ENV, CustomEnvConfig, LLMProxyConfig
-from roll.agentic.env import check_env, make_env
+from roll.agentic.config import ROCK_ENV, CustomEnvConfig, EnvManagerConfig, LLMProxyConfig
+from roll.agentic.env import check_env, make_env, resolve_env_factory
 from roll.agentic.env.base import EnvLike, random_action_of
 from roll.agentic.env_manager import ENV_MANAGERS, ChatFormatter, EnvManager, EnvRunner, EpisodeResult, EpisodeTask
 from roll.agentic.policy.openai_proxy import OpenAIProxyClient
@@ -21,10 +22,10 @@ from roll.agentic.policy.protocol import PolicyClient
 from roll.agentic.policy.random_actions import RandomActionClient
 from roll.agentic.tools import ToolEnvWrapper, check_tool, tool_wrapper
 from roll.pipelines.data import DataError
-from roll.runtime import ConfigError, ModuleImportError, import_target
+from roll.runtime import ConfigError, ModuleImportError, RollError, import_target
 from roll.strategies import GenerationConfig
 
-__all__ = ["EnvPool", "EnvSlot", "build_env", "check_env_spec", "env_checks"]
+__all__ = ["EnvPool", "EnvSlot", "build_env", "check_env_spec", "check_random_actions", "env_checks"]
 
 
 @dataclass(frozen=True)
@@ -74,11 +75,63 @@ def check_env_spec(tag: str, spec: CustomEnvConfig) -> str:
     return f"{tag}: env_type {spec.env_type!r} ({name}){tools}" + (f"; {note}" if note else "")
 
 
-def env_checks(custom_envs: Mapping[str, CustomEnvConfig]) -> list[Callable[[], str | None]]:
-    """:func:`check_env_spec` for every entry but ROCK's (checked by roll.agentic.env.rock.checks)."""
-    return [
+def env_checks(
+    custom_envs: Mapping[str, CustomEnvConfig], managers: Sequence[EnvManagerConfig] = ()
+) -> list[Callable[[], str | None]]:
+    """:func:`check_env_spec` for every entry but ROCK's (checked by roll.agentic.env.rock.checks), and
+    :func:`check_random_actions` for each tag of the ``managers`` whose ``llm_proxy`` is ``random``."""
+    checks: list[Callable[[], str | None]] = [
         functools.partial(check_env_spec, tag, spec) for tag, spec in custom_envs.items() if spec.env_type != ROCK_ENV
     ]
+    randoms = [m for m in managers if m.llm_proxy.proxy_type == "random"]
+    tags = dict.fromkeys(tag for manager in randoms for tag in manager.tags if tag in custom_envs)
+    return checks + [functools.partial(check_random_actions, tag, custom_envs[tag]) for tag in tags]
+
+
+def _no_random_action(tag: str, spec: CustomEnvConfig, wrapped: bool) -> ConfigError:
+    return ConfigError(
+        f"custom_envs.{tag}: env_type {spec.env_type!r}{' (inside its tool wrapper)' if wrapped else ''} has no "
+        "sample_random_action(), which llm_proxy.proxy_type random plays; use proxy_type policy for this tag"
+    )
+
+
+def _class_has_random_action(factory: Any) -> bool | None:
+    """Whether the envs ``factory`` builds have ``sample_random_action``, as their class says; None where only an
+    env can tell (a factory function, a class that computes it: a property, ``__getattr__``)."""
+    cls = factory.func if isinstance(factory, functools.partial) else factory
+    if not isinstance(cls, type) or hasattr(cls, "__getattr__"):
+        return None
+    method = inspect.getattr_static(cls, "sample_random_action", None)
+    if method is None:
+        return False
+    return True if callable(method) or isinstance(method, staticmethod | classmethod) else None
+
+
+def check_random_actions(tag: str, spec: CustomEnvConfig) -> str | None:
+    """``llm_proxy.proxy_type: random`` plays each turn with the env's ``sample_random_action()`` (a tool wrapper
+    passes its wrapped env's): a tag whose env has none is refused here, by ``roll validate`` and the pipelines'
+    setup, with the message :class:`EnvPool` would give once the workers had started. The env class answers where it
+    can; else one env is built in the driver (a failing build is left to :func:`check_env_spec` and the run)."""
+    try:
+        known = _class_has_random_action(resolve_env_factory(spec.env_type))
+    except RollError:  # an unknown env type or a missing extra: check_env_spec reports it
+        return None
+    wrapped = spec.tool_wrapper is not None
+    if known is None:
+        try:
+            env = make_env(spec.env_type, **spec.env_config)
+        except Exception as e:  # whatever the env raises when built; the run's workers would meet it first
+            return f"{tag}: random actions not checked here (building its env failed: {type(e).__name__}: {e})"
+        try:
+            known = random_action_of(env) is not None
+            wrapped = wrapped or isinstance(env, ToolEnvWrapper)
+        finally:
+            close = getattr(env, "close", None)
+            if callable(close):
+                close()
+    if not known:
+        raise _no_random_action(tag, spec, wrapped)
+    return f"{tag}: env_type {spec.env_type!r} has sample_random_action() for llm_proxy random"
 
 
 def manager_class(name: str) -> type[EnvManager]:
@@ -143,13 +196,9 @@ class EnvPool:
         client = self.client
         if self.proxy_type == "random":
             if random_action_of(runner.env) is None:
-                wrapped = isinstance(runner.env, ToolEnvWrapper)
+                error = _no_random_action(slot.tag, spec, isinstance(runner.env, ToolEnvWrapper))
                 runner.close()
-                raise ConfigError(
-                    f"custom_envs.{slot.tag}: env_type {spec.env_type!r}{' (inside its tool wrapper)' if wrapped else ''}"
-                    " has no sample_random_action(), which llm_proxy.proxy_type random plays; use proxy_type policy "
-                    "for this tag"
-                )
+                raise error
             client = RandomActionClient(runner, self.formatter.tokenizer)
         return cls(
             tag=slot.tag,

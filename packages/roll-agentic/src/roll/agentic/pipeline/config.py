@@ -335,13 +335,22 @@ class AgenticConfig(BaseConfig):
     parse_tool_call_parameter_to_dict: bool = Field(default=False, description=PARSE_TOOL_CALL_DESCRIPTION)
 
     def deployment_checks(self) -> list[Callable[[], str | None]]:
-        """``roll validate``: each env entry's type, env_config and tools (nothing built); the ROCK envs' SDK, agent
-        config, task file and service; ``rollout.sequence_length`` against each env tag's first prompt and the
-        models' positions (:meth:`length_checks`)."""
+        """``roll validate``: each env entry's type, env_config and tools (nothing built), and a random-action env for
+        each tag of a manager with ``llm_proxy.proxy_type: random``; the ROCK envs' SDK, agent config, task file and
+        service; ``rollout.sequence_length`` against each env tag's first prompt and the models' positions
+        (:meth:`length_checks`)."""
         from roll.agentic.env.rock.checks import rock_checks
         from roll.agentic.pool import env_checks
 
-        return [*env_checks(self.custom_envs), *rock_checks(self.custom_envs), *self.length_checks()]
+        return [
+            *env_checks(self.custom_envs, self.env_managers()),
+            *rock_checks(self.custom_envs),
+            *self.length_checks(),
+        ]
+
+    def env_managers(self) -> list[EnvManagerConfig]:
+        """The train env manager, and the val one where set."""
+        return [m for m in (self.train_env_manager, self.val_env_manager) if m is not None]
 
     def length_checks(self, tokenizer: Any = None) -> list[Callable[[], str | None]]:
         """``rollout.sequence_length`` against the first prompt of each train and val env tag and against the models'

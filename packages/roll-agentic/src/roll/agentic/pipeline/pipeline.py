@@ -68,7 +68,7 @@ class AgenticPipeline(BasePipeline):
         cfg = self.config
         # 1. tokenizer and envs first: a bad env config, or a sequence_length that does not fit an env's first prompt
         # or the model, fails before anything starts
-        for check in env_checks(cfg.custom_envs):
+        for check in env_checks(cfg.custom_envs, cfg.env_managers()):  # an llm_proxy random tag's envs too
             check()
         self.tokenizer = load_tokenizer(cfg.actor_train.model_args)
         run_length_checks(cfg.length_checks(self.tokenizer))

@@ -61,7 +61,8 @@ class AgenticRolloutConfig(BaseConfig):
         model's positions."""
         from roll.agentic.env.rock.checks import rock_checks
 
-        return [*env_checks(self.custom_envs), *rock_checks(self.custom_envs), *self.length_checks()]
+        checks = env_checks(self.custom_envs, [self.train_env_manager])  # with its llm_proxy random's envs
+        return [*checks, *rock_checks(self.custom_envs), *self.length_checks()]
 
     def length_checks(self, tokenizer: Any = None) -> list[Callable[[], str | None]]:
         """``rollout.sequence_length`` against each env tag's first prompt and the model's positions
@@ -92,7 +93,7 @@ class AgenticRolloutPipeline(BasePipeline):
 
     def setup(self) -> None:
         cfg = self.config
-        for check in env_checks(cfg.custom_envs):  # a bad env config fails before anything starts
+        for check in env_checks(cfg.custom_envs, [cfg.train_env_manager]):  # a bad env config fails before anything
             check()
         self.tokenizer = load_tokenizer(cfg.actor_infer.model_args)
         run_length_checks(cfg.length_checks(self.tokenizer))
