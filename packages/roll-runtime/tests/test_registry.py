@@ -102,3 +102,15 @@ def test_a_module_that_fails_while_importing_names_the_setting_file_and_line(tmp
     )
     with pytest.raises(SyntaxError):  # without a setting, import_target lets the import's own error through
         import_target("roll_test_rt_broken:f")
+
+
+def test_a_roll_error_raised_while_importing_passes_through_unwrapped(tmp_path, monkeypatch):
+    """A module whose import raises one of roll's own errors (a MissingExtraError with its pip command) keeps it."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "roll_test_rt_needs_extra.py").write_text(
+        "from roll.runtime import MissingExtraError\nraise MissingExtraError('judge', 'roll-pipelines', 'judge')\n"
+    )
+    with pytest.raises(MissingExtraError) as caught:
+        import_target("roll_test_rt_needs_extra:Judge", "rewards.math.reward_type")
+    assert not isinstance(caught.value, ModuleImportError)
+    assert "pip install" in str(caught.value)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar, cast
 
-from roll.runtime.errors import ConfigError, MissingExtraError, ModuleImportError
+from roll.runtime.errors import ConfigError, MissingExtraError, ModuleImportError, RollError
 
 T = TypeVar("T")
 
@@ -57,6 +57,8 @@ def import_module_of(target: str, where: str) -> None:
         if e.name is not None and (module == e.name or module.startswith(f"{e.name}.")):
             return  # the path names no module
         raise _module_error(where, module, e) from e
+    except RollError:  # roll's own errors (a MissingExtraError's pip command, a ConfigError) already say the fix
+        raise
     except Exception as e:  # a user's module may raise anything at import; SyntaxError is an Exception too
         raise _module_error(where, module, e) from e
 
