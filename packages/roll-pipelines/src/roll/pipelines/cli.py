@@ -58,7 +58,7 @@ def _cmd_recipes(args: argparse.Namespace) -> int:
     # Descriptions wrap under their own column, so a long one does not run into the next recipe's name.
     text_width = max(shutil.get_terminal_size((100, 24)).columns - width - 2, 40)
     for name, description in recipes.items():
-        lines = textwrap.wrap(description, text_width) or [""]
+        lines = textwrap.wrap(description, text_width, break_on_hyphens=False) or [""]
         print(f"{name:<{width}}  {lines[0]}")
         for line in lines[1:]:
             print(f"{'':<{width}}  {line}")
