@@ -142,16 +142,25 @@ def test_rolls_random_proxy_plays_validation_and_is_refused_for_training(tmp_pat
     text = AGENTIC.replace("  group_size: 4\n", "  group_size: 4\n  llm_proxy: {proxy_type: random}\n")
     with pytest.raises(ConfigError, match="train_env_manager.llm_proxy.proxy_type is random"):
         load_config(_write(tmp_path, text))
-    # ROLL's openai proxy settings are roll's too
+    # ROLL's openai proxy settings are roll's too; ROLL's proxy talks chat with thinking off: both written in
     served = "{proxy_type: openai, proxy_config: {base_url: 'http://localhost:8000/v1', model_name: m, timeout: 5}}"
-    config = load_config(
-        _write(tmp_path, AGENTIC + val.replace("{proxy_type: random, proxy_config: {unused: 1}}", served))
-    )
+    path = _write(tmp_path, AGENTIC + val.replace("{proxy_type: random, proxy_config: {unused: 1}}", served))
+    config = load_config(path)
     assert config.val_env_manager.llm_proxy.proxy_config == {
         "base_url": "http://localhost:8000/v1",
         "model_name": "m",
         "timeout": 5,
+        "api": "chat",
+        "enable_thinking": False,
     }
+    rows = {row.key: row for row in translate(*compose_file(path)).rows}
+    assert "'api': 'chat'" in rows["(val_env_manager.llm_proxy.proxy_config)"].note
+    # a file that names its api keeps it (and is given only what it leaves out)
+    path = _write(tmp_path, AGENTIC + val.replace(
+        "{proxy_type: random, proxy_config: {unused: 1}}", served.replace("timeout: 5", "api: completions")
+    ))  # fmt: skip
+    proxy_config = load_config(path).val_env_manager.llm_proxy.proxy_config
+    assert (proxy_config["api"], proxy_config["enable_thinking"]) == ("completions", False)
 
 
 def test_rolls_precedence_between_manager_and_actor_infer_sampling(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
-"""``llm_proxy.proxy_type: openai``: each turn posted to a local server that mimics an OpenAI completions endpoint."""
+"""``llm_proxy.proxy_type: openai``: each turn posted to a local server that mimics an OpenAI completions (or chat)
+endpoint."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator
@@ -10,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.config import CustomEnvConfig, EnvManagerConfig, LLMProxyConfig
 from roll.agentic.policy import GenerateRequest, OpenAIProxyClient
 from roll.agentic.scheduler import RolloutScheduler
 from roll.runtime import ConfigError
@@ -18,7 +20,7 @@ from roll.strategies import GenerationConfig
 
 
 class Endpoint:
-    """Answers POST /v1/completions from ``replies`` (status, body), the last one repeated; records the requests."""
+    """Answers POST /v1/completions (or chat/completions) from ``replies`` (status, body), the last one repeated; records the requests."""
 
     def __init__(self) -> None:
         self.replies: list[tuple[int, dict]] = [
@@ -153,7 +155,8 @@ def test_a_client_error_names_the_tag_and_the_fix(tokenizer, endpoint) -> None:
     endpoint.replies = [(404, {"error": {"message": "model 'nope' does not exist"}})]
     client = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="nope", max_retries=3, retry_delay=0.01)
     with pytest.raises(ConfigError, match=r"env tag 'Lake': .* answered HTTP 404: .*model 'nope' does not exist.*"
-                       r"check proxy_config \(base_url, model, api_key\); a server that takes no token ids"):  # fmt: skip
+                       r"check proxy_config \(base_url, model, api_key\); a chat-only endpoint needs "
+                       r"proxy_config.api: chat"):  # fmt: skip
         asyncio.run(client.generate(request(tokenizer)))
     assert len(endpoint.seen) == 1  # not retried
     with pytest.raises(ConfigError, match="base_url 'localhost:8000' must start with http"):
@@ -181,3 +184,90 @@ def test_an_openai_manager_plays_frozen_lake_through_the_scheduler(tokenizer, en
     prompts = [tokenizer.decode(body["prompt"], skip_special_tokens=False) for _, body, _ in endpoint.seen]
     later = [prompt for prompt in prompts if "Turn 2:" in prompt]
     assert later and all("<answer>Up</answer>" in prompt.split("Turn 2:")[0] for prompt in later)
+
+
+def chat_reply(content: str | None, finish: str = "stop") -> dict:
+    return {"choices": [{"message": {"role": "assistant", "content": content}, "finish_reason": finish}]}
+
+
+def test_chat_sends_the_messages_and_tokenizes_the_answer(tokenizer, endpoint) -> None:
+    endpoint.replies = [(200, chat_reply("<answer>Up</answer>"))]
+    client = OpenAIProxyClient(
+        tokenizer, base_url=endpoint.url, model_name="hosted", api="chat", enable_thinking=False, max_retries=0
+    )
+    assert client.wants_messages and client.url.endswith("/v1/chat/completions")
+    messages = [{"role": "system", "content": "Play."}, {"role": "user", "content": "Observation: P_G"}]
+    req = dataclasses.replace(request(tokenizer, stop_strings=["</answer>"]), messages=messages)
+    result = asyncio.run(client.generate(req))
+    path, body, _ = endpoint.seen[0]
+    assert path == "/v1/chat/completions"
+    assert body == {
+        "model": "hosted",
+        "messages": messages,
+        "max_tokens": 12,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "stop": ["</answer>"],
+        "seed": 7,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    expected = [*tokenizer.encode("<answer>Up</answer>", add_special_tokens=False), tokenizer.eos_token_id]
+    assert (result.token_ids, result.finish_reason, result.log_probs) == (expected, "stop", None)
+    endpoint.replies = [(200, chat_reply("<answer>Left and on and on", finish="length"))]
+    cut = asyncio.run(client.generate(req))
+    assert cut.finish_reason == "length" and tokenizer.eos_token_id not in cut.token_ids and len(cut.token_ids) <= 12
+    endpoint.replies = [(200, chat_reply(None))]  # only tool calls: an empty turn that still ended
+    assert asyncio.run(client.generate(req)).token_ids == [tokenizer.eos_token_id]
+    endpoint.replies = [(200, {"choices": [{"text": "completion-shaped"}]})]
+    with pytest.raises(ConfigError, match=r"without choices\[0\]\.message\.content.*serves api: chat"):
+        asyncio.run(client.generate(req))
+    with pytest.raises(ConfigError, match="api chat needs the turn's messages"):
+        asyncio.run(client.generate(request(tokenizer)))
+    with pytest.raises(ConfigError, match=r"api 'chats' is not one of \['completions', 'chat'\]"):
+        OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="m", api="chats")
+    with pytest.raises(ValueError, match="proxy_config.api 'chats' is not completions"):
+        LLMProxyConfig(proxy_type="openai", proxy_config={"base_url": "http://x", "model_name": "m", "api": "chats"})
+
+
+def test_a_chat_only_endpoint_hints_at_api_chat(tokenizer, endpoint) -> None:
+    endpoint.replies = [(404, {"error": {"message": "Not Found"}})]
+    for token_ids in (True, False):
+        client = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="m", token_ids=token_ids)
+        with pytest.raises(ConfigError, match=r"HTTP 404: .*Not Found.*needs proxy_config.api: chat$"):
+            asyncio.run(client.generate(request(tokenizer)))
+    chat = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="m", api="chat")
+    req = dataclasses.replace(request(tokenizer), messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(ConfigError, match=r"HTTP 404: .*check proxy_config \(base_url, model, api_key\)$"):
+        asyncio.run(chat.generate(req))
+    assert [path for path, _, _ in endpoint.seen] == ["/v1/completions"] * 2 + ["/v1/chat/completions"]
+
+
+def test_a_chat_episode_sends_the_answer_and_the_observation_as_messages(tokenizer, endpoint) -> None:
+    endpoint.replies = [(200, chat_reply("<answer>Up</answer>"))]
+    envs = {"Lake": CustomEnvConfig(env_type="frozen_lake", max_steps=2, env_config={"size": 4})}
+    config = {"base_url": endpoint.url, "model_name": "hosted", "api": "chat"}
+    manager = EnvManagerConfig(
+        num_env_groups=2, group_size=2, tags=["Lake"], llm_proxy={"proxy_type": "openai", "proxy_config": config}
+    )
+    scheduler = RolloutScheduler.local(
+        manager, envs, tokenizer, None, generation_config=GenerationConfig(max_new_tokens=16),
+        sequence_length=2048, mode="val",
+    )  # fmt: skip
+    try:
+        out = scheduler.get_batch(4)
+    finally:
+        scheduler.close()
+    assert len(endpoint.seen) == int(sum(out.batch.non_tensor_batch["num_turns"]))
+    sent = [body["messages"] for _, body, _ in endpoint.seen]
+    firsts = [m for m in sent if "Turn 2:" not in m[-1]["content"]]
+    seconds = [m for m in sent if "Turn 2:" in m[-1]["content"]]
+    assert seconds and all(m[-1]["role"] == "user" and "Turn 1:" in m[-1]["content"] for m in firsts)
+    for second in seconds:
+        # the second turn: a first request's messages, the endpoint's answer, the env's next observation
+        assert second[:-2] in firsts
+        assert second[-2] == {"role": "assistant", "content": "<answer>Up</answer>"}
+        assert second[-1]["role"] == "user"
+    # the samples are roll's layout: the answer tokenized and ended with EOS, in the rendered conversation
+    answer = [*tokenizer.encode("<answer>Up</answer>", add_special_tokens=False), tokenizer.eos_token_id]
+    for row in out.batch.batch["responses"]:
+        assert [int(i) for i in row[: len(answer)]] == answer

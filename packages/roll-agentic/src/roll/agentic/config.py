@@ -302,6 +302,8 @@ OPENAI_PROXY_KEYS = {
     "max_retries",
     "retry_delay",
     "token_ids",
+    "api",
+    "enable_thinking",
 }
 
 
@@ -309,7 +311,8 @@ class LLMProxyConfig(RollModel):
     """Who acts in a manager's episodes (ROLL's ``llm_proxy``): ``policy``, the model served by actor_infer;
     ``openai``, an OpenAI-compatible endpoint (:class:`~roll.agentic.policy.OpenAIProxyClient`, ``proxy_config``:
     ``base_url``, ``model_name``, ``api_key`` or ``api_key_env``, ``timeout``, ``max_retries``, ``retry_delay``,
-    ``token_ids``); or
+    ``token_ids``, ``api`` (``completions``: the rendered prompt; ``chat``: the turn's messages, for chat-only
+    hosted models), ``enable_thinking`` (chat)); or
     ``random``, the env's own ``sample_random_action()``, drawn with each turn's sampling seed (a baseline to read
     scores against that repeats run to run, and an env smoke test that needs no model). Their episodes are not the
     trained policy's samples: a training manager refuses them."""
@@ -335,6 +338,11 @@ class LLMProxyConfig(RollModel):
                     f"proxy_type openai: proxy_config {'has unknown keys ' + str(unknown) if unknown else ''}"
                     f"{'; ' if unknown and missing else ''}{'lacks ' + str(missing) if missing else ''}; it takes "
                     f"{sorted(OPENAI_PROXY_KEYS)} (base_url and model_name required)"
+                )
+            if self.proxy_config.get("api", "completions") not in ("completions", "chat"):
+                raise ValueError(
+                    f"proxy_config.api {self.proxy_config['api']!r} is not completions (the rendered prompt, "
+                    "vLLM-like servers) or chat (the turn's messages, chat-only hosted models)"
                 )
         return self
 

@@ -76,6 +76,8 @@ class EpisodeState:
     turns: list[Turn] = field(default_factory=list)
     context: list[int] = field(default_factory=list)
     """Trajectory-wise: every token of the conversation so far."""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """The next turn's prompt as chat messages, kept by :meth:`EnvManager.build_prompt` (sent to a chat proxy)."""
     generated: int = 0
 
 
@@ -140,11 +142,14 @@ class EnvManager(ABC):
         self.tag, self.spec, self.runner, self.formatter = tag, spec, runner, formatter
         self.client, self.generation_config = client, generation_config
         self.sequence_length, self.pad_token_id = sequence_length, pad_token_id
+        # a chat endpoint (llm_proxy openai, api: chat) reads the messages; other clients never get a copy
+        self.send_messages = bool(getattr(client, "wants_messages", False))
 
     # --- subclass hooks ---------------------------------------------------------------------------------
     @abstractmethod
     def build_prompt(self, state: EpisodeState) -> tuple[list[int], list[int]]:
-        """``(turn_prompt_ids, model_input_ids)`` for the next turn (see :attr:`Turn.prompt_ids`)."""
+        """``(turn_prompt_ids, model_input_ids)`` for the next turn (see :attr:`Turn.prompt_ids`); called once per
+        turn, it also leaves the conversation those ids render, as chat messages, in ``state.messages``."""
 
     @abstractmethod
     def formulate(self, state: EpisodeState, result: EpisodeResult) -> DataProto:
@@ -199,6 +204,7 @@ class EnvManager(ABC):
                 seed=None
                 if task.sampling_seed is None
                 else turn_seed(task.sampling_seed, len(state.turns), self.generation_config.seed),
+                messages=list(state.messages) if self.send_messages else None,
             )
             try:
                 result = await self.client.generate(request)

@@ -62,6 +62,7 @@ class StepEnvManager(EnvManager):
             messages.append({"role": "system", "content": self.spec.agent_system_template})
         messages.append({"role": "user", "content": content})
         prompt = self.formatter.first_turn(messages)
+        state.messages = messages
         return prompt, prompt
 
     def observe(self, state: EpisodeState, turn: Turn) -> None:

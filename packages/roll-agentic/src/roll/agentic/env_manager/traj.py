@@ -41,6 +41,7 @@ class TrajEnvManager(EnvManager):
                 messages.append({"role": "system", "content": system})
             messages.append({"role": "user", "content": opening + self._user_message(state)})
             prompt = self.formatter.first_turn(messages)
+            state.messages = messages
             return prompt, prompt
         last = state.turns[-1]
         if last.next_is_tool_result:
@@ -48,6 +49,7 @@ class TrajEnvManager(EnvManager):
         else:
             message = {"role": "user", "content": self._user_message(state)}
         prompt = self.formatter.next_turn([message], last.response_ids)
+        state.messages += [{"role": "assistant", "content": last.response_text}, message]
         return prompt, state.context + prompt
 
     def observe(self, state: EpisodeState, turn: Turn) -> None:

@@ -1,11 +1,14 @@
 """A PolicyClient that sends each turn to an OpenAI-compatible endpoint (``llm_proxy.proxy_type: openai``).
 
-It posts to ``/v1/completions``, not ``/v1/chat/completions``: the prompt is exactly the tokens roll rendered for the
-turn, so the server continues the same conversation roll lays out. A chat endpoint would render the messages with the
-server's own template; its prompt could differ from the sample's prompt tokens, and the trajectory layout (each turn's
-response appended to the rendered context) would no longer be what was played.
+``api: completions`` (roll's default) posts to ``/v1/completions``: the prompt is exactly the tokens roll rendered
+for the turn, so the server continues the same conversation roll lays out. ``api: chat`` (the default of a
+translated ROLL file, as ROLL's proxy only talks chat) posts the turn's chat messages to ``/v1/chat/completions``,
+for hosted chat-only models: the server renders them with its own template, so its prompt may differ from the
+sample's prompt tokens; the answer's text is tokenized with the run's tokenizer (EOS added when the model stopped),
+so the sample layout stays roll's. ``enable_thinking`` (true/false) goes as ``chat_template_kwargs``, as ROLL
+sends it; unset, nothing is sent.
 
-With ``token_ids: true`` (the default, for a server that serves the run's tokenizer: vLLM, which answers
+Completions only: with ``token_ids: true`` (the default, for a server that serves the run's tokenizer: vLLM, which answers
 ``return_token_ids``) the prompt goes as its token ids and the answer's ``token_ids`` are the turn's response, as the
 server sampled them: EOS or a stop token kept, the tokens that completed a stop string kept, as roll's own engines
 return them. Re-tokenizing the answer's text does not give those tokens back (a byte-level token that is half a
@@ -40,6 +43,7 @@ __all__ = ["OpenAIProxyClient"]
 logger = logging.getLogger(__name__)
 
 _TRANSIENT = {408, 429, 500, 502, 503, 504}
+APIS = ("completions", "chat")
 
 
 class OpenAIProxyClient:
@@ -57,10 +61,17 @@ class OpenAIProxyClient:
         max_retries: int = 3,
         retry_delay: float = 2.0,
         token_ids: bool = True,
+        api: str = "completions",
+        enable_thinking: bool | None = None,
     ) -> None:
         """``proxy_config``'s keys (ROLL's names): ``api_key``, or ``api_key_env`` naming an environment variable
         that holds it; ``timeout`` seconds per request; ``retry_delay`` seconds before the first retry (doubling);
-        roll's ``token_ids``: send the prompt's and read the answer's token ids (false: text both ways)."""
+        roll's ``token_ids``: send the prompt's and read the answer's token ids (false: text both ways); roll's
+        ``api``: ``completions`` (rendered prompt) or ``chat`` (messages); ``enable_thinking``: chat only."""
+        if api not in APIS:
+            raise ConfigError(f"llm_proxy.proxy_config.api {api!r} is not one of {list(APIS)}")
+        if enable_thinking is not None and not isinstance(enable_thinking, bool):
+            raise ConfigError(f"llm_proxy.proxy_config.enable_thinking {enable_thinking!r} must be true, false or null")
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"llm_proxy.proxy_config.base_url {base_url!r} must start with http:// or https://")
         if api_key_env and not api_key:
@@ -72,21 +83,34 @@ class OpenAIProxyClient:
                 )
         self.tokenizer, self.model, self.api_key = tokenizer, model_name, api_key
         root = base_url.rstrip("/")
-        self.url = root + ("/completions" if root.endswith("/v1") else "/v1/completions")
+        path = "/chat/completions" if api == "chat" else "/completions"
+        self.url = root + (path if root.endswith("/v1") else "/v1" + path)
         self.timeout_s, self.max_retries, self.backoff_s = timeout, max_retries, retry_delay
-        self.token_ids = token_ids
+        self.api, self.enable_thinking = api, enable_thinking
+        self.token_ids = token_ids and api == "completions"
         self.eos_token_id = int(tokenizer.eos_token_id)
+
+    @property
+    def wants_messages(self) -> bool:
+        """Env managers put the turn's chat messages in each request (``GenerateRequest.messages``)."""
+        return self.api == "chat"
 
     def body(self, request: GenerateRequest) -> dict[str, Any]:
         """The JSON sent for ``request``."""
         config = request.generation_config
-        body: dict[str, Any] = {
-            "model": self.model,
-            "prompt": (
-                list(request.prompt_ids)
-                if self.token_ids
-                else self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False)
-            ),
+        body: dict[str, Any] = {"model": self.model}
+        if self.api == "chat":
+            if not request.messages:
+                raise ConfigError(
+                    f"env tag {request.meta.get('tag', '?')!r}: llm_proxy api chat needs the turn's messages, but "
+                    "the env manager gave none (its build_prompt must fill state.messages); use api: completions"
+                )
+            body["messages"] = request.messages
+        elif self.token_ids:
+            body["prompt"] = list(request.prompt_ids)
+        else:
+            body["prompt"] = self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False)
+        body |= {
             "max_tokens": config.max_new_tokens,
             "temperature": config.temperature,
             "top_p": config.top_p,
@@ -97,6 +121,8 @@ class OpenAIProxyClient:
             body["seed"] = request.seed
         if self.token_ids:
             body["return_token_ids"] = True
+        if self.api == "chat" and self.enable_thinking is not None:
+            body["chat_template_kwargs"] = {"enable_thinking": self.enable_thinking}
         return body
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -106,6 +132,14 @@ class OpenAIProxyClient:
         req = urllib.request.Request(self.url, json.dumps(body).encode(), headers, method="POST")
         with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
             return dict(json.loads(response.read()))
+
+    def _hint(self, code: int) -> str:
+        """What to change in proxy_config for an HTTP error other than a transient one."""
+        if self.api == "completions" and code in (404, 405):
+            return "; a chat-only endpoint needs proxy_config.api: chat"
+        if self.api == "chat" and self.enable_thinking is not None and code == 400:
+            return "; an endpoint that takes no chat_template_kwargs needs proxy_config.enable_thinking: null"
+        return "; a server that takes no token ids needs proxy_config.token_ids: false" if self.token_ids else ""
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         tag = request.meta.get("tag", "?")
@@ -117,11 +151,7 @@ class OpenAIProxyClient:
             except urllib.error.HTTPError as e:
                 if e.code not in _TRANSIENT:
                     detail = e.read().decode(errors="replace")[:300]
-                    hint = (
-                        "; a server that takes no token ids needs proxy_config.token_ids: false"
-                        if self.token_ids
-                        else ""
-                    )
+                    hint = self._hint(e.code)
                     raise ConfigError(
                         f"env tag {tag!r}: llm_proxy openai endpoint {self.url} answered HTTP {e.code}: {detail}; "
                         f"check proxy_config (base_url, model, api_key){hint}"
@@ -136,13 +166,16 @@ class OpenAIProxyClient:
                 "env tag %r: %s failed %d times (%s); the episode ends aborted", tag, self.url, attempt + 1, error
             )
             return GenerateResult(request.request_id, [], None, "abort")
+        field = "message.content" if self.api == "chat" else "text"
         try:
             choice = answer["choices"][0]
-            text, finish = str(choice["text"]), choice.get("finish_reason")
+            # a chat answer that is only tool calls has no content: an empty turn, which the env judges
+            text = str(choice["message"]["content"] or "") if self.api == "chat" else str(choice["text"])
+            finish = choice.get("finish_reason")
         except (KeyError, IndexError, TypeError):
             raise ConfigError(
-                f"env tag {tag!r}: {self.url} answered without choices[0].text ({str(answer)[:200]}); base_url must "
-                "be an OpenAI-compatible completions endpoint"
+                f"env tag {tag!r}: {self.url} answered without choices[0].{field} ({str(answer)[:200]}); base_url "
+                f"must be an OpenAI-compatible endpoint that serves api: {self.api}"
             ) from None
         if self.token_ids:
             sampled = choice.get("token_ids")

@@ -36,6 +36,10 @@ class GenerateRequest:
     """This request's own sampling seed (env managers derive it from the episode and the turn), or ``None``: the
     engine's generator. Engines that honour it (hf_infer, vllm, sglang) sample the same tokens for the same seed
     whatever other requests share the batch, so a run does not depend on when its requests arrived."""
+    messages: list[dict[str, Any]] | None = None
+    """The conversation ``prompt_ids`` renders, as chat messages (the last one the env's), for a client that sends
+    messages rather than tokens (``llm_proxy`` openai with ``api: chat``); filled only when the client's
+    ``wants_messages`` is true, ``None`` otherwise."""
 
 
 @dataclass(frozen=True)

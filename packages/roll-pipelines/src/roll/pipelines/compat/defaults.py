@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ROLL_AGENTIC_DEFAULTS",
     "ROLL_ENV_DEFAULTS",
+    "ROLL_OPENAI_PROXY_DEFAULTS",
     "ROLL_REWARD_NORMALIZATION",
     "ROLL_RLVR_DEFAULTS",
     "ROLL_TOOL_FORMAT",
@@ -51,6 +52,10 @@ ROLL_ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 # ROLL's tools are GEM's: the model calls them with GEM's tags (<code>/<python>, <search>, ...), not roll's default
 # Hermes <tool_call> JSON; a ROLL file's tool_wrapper gets tool_format gem unless it sets one.
 ROLL_TOOL_FORMAT = "gem"
+# ROLL's openai llm_proxy posts the conversation's messages to chat.completions (roll's default, api: completions,
+# posts the rendered prompt: a hosted chat-only model answers 404) and asks the server's chat template for no thinking
+# unless generating_args enable it: a ROLL file's openai proxy_config gets these unless it sets them.
+ROLL_OPENAI_PROXY_DEFAULTS: dict[str, Any] = {"api": "chat", "enable_thinking": False}
 
 
 def _derive_num_nodes(top: _Translator, data: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from pydantic.fields import PydanticUndefined
 from roll.pipelines.compat.defaults import (
     ROLL_AGENTIC_DEFAULTS,
     ROLL_ENV_DEFAULTS,
+    ROLL_OPENAI_PROXY_DEFAULTS,
     ROLL_REWARD_NORMALIZATION,
     ROLL_RLVR_DEFAULTS,
     ROLL_TOOL_FORMAT,
@@ -135,13 +136,22 @@ def roll_compat() -> str:
         for env_type, defaults in ROLL_ENV_DEFAULTS.items()
         for key, value in defaults.items()
     )
+    agentic_defaults += f"\n| `custom_envs.<tag>.tool_wrapper.wrapper_args.tool_format` | `{ROLL_TOOL_FORMAT!r}` |"
+    agentic_defaults += "".join(
+        f"\n| `<env manager>.llm_proxy.proxy_config.{key}` (proxy_type openai) | `{value!r}` |"
+        for key, value in ROLL_OPENAI_PROXY_DEFAULTS.items()
+    )
     agentic_defaults += (
-        f"\n| `custom_envs.<tag>.tool_wrapper.wrapper_args.tool_format` | `{ROLL_TOOL_FORMAT!r}` |\n\n"
-        "ROLL's tools are GEM's: its model calls python with `<code>`/`<python>` tags or a fenced python block and "
+        "\n\nROLL's tools are GEM's: its model calls python with `<code>`/`<python>` tags or a fenced python block and "
         "search with `<search>`, and reads results in GEM's wording (`Code execution result:`, `<information>`). "
         "roll's tool wrapper takes that form with `tool_format: gem`, written into each `tool_wrapper` of a ROLL file "
         "that does not set it (roll files default to `hermes`, `<tool_call>` JSON), so a ROLL tool example's prompts "
-        "and `stop_strings` keep working."
+        "and `stop_strings` keep working.\n\n"
+        "ROLL's openai proxy sends each turn's chat messages to the endpoint's chat completions (thinking off "
+        "through `chat_template_kwargs` unless asked for); roll's `api: completions`, its default, sends the rendered "
+        "prompt to `/v1/completions`, which a hosted chat-only model answers with 404. `api: chat` and "
+        "`enable_thinking: false` are written into the `proxy_config` of a ROLL file's openai proxy that does not set "
+        "them."
     )
     strategies = "\n".join(f"| `{k}` | `{v[0]}` | {_cell(v[1])} |" for k, v in STRATEGY_NAMES.items())
     rewards = "\n".join(f"| `{k}` | `{v[0]}` |" for k, v in REWARD_CLASSES.items())

@@ -238,7 +238,8 @@ ENV_MANAGER_KEYS: dict[str, Rule] = {
     "llm_proxy": Rule(
         "kept",
         "llm_proxy",
-        "proxy_type policy, openai (an OpenAI-compatible completions endpoint, proxy_config as ROLL's) or random "
+        "proxy_type policy, openai (an OpenAI-compatible endpoint, proxy_config as ROLL's; a ROLL file's talks chat, "
+        "api: chat written in) or random "
         "(the env's random actions); openai and random in agentic_rollout or a val_env_manager only. policy's and "
         "random's proxy_config is dropped (ROLL reads none)",
     ),

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from roll.pipelines.compat.defaults import fill_roll_defaults
+from roll.pipelines.compat.defaults import ROLL_OPENAI_PROXY_DEFAULTS, fill_roll_defaults
 from roll.pipelines.compat.hydra import deep_merge
 from roll.pipelines.compat.judge import fold_judges
 from roll.pipelines.compat.keys import (
@@ -224,11 +224,26 @@ class _Translator:
             return
         if not isinstance(value, dict) or value.get("proxy_type", "policy") == "openai":
             self.row(f"{key}.llm_proxy", "kept", f"{key}.llm_proxy")  # roll's config names what is wrong, if anything
+            given = value.get("proxy_config") if isinstance(value, dict) else None
+            if isinstance(given, dict):
+                self.openai_chat_defaults(key, manager, value, given)
             return
         dropped = bool(value.get("proxy_config"))
         manager["llm_proxy"] = {k: v for k, v in value.items() if k != "proxy_config"}
         note = "proxy_config dropped: ROLL's policy and random proxies read none" if dropped else ""
         self.row(f"{key}.llm_proxy", "kept", f"{key}.llm_proxy", note)
+
+    def openai_chat_defaults(
+        self, key: str, manager: dict[str, Any], proxy: dict[str, Any], given: dict[str, Any]
+    ) -> None:
+        """ROLL's openai proxy talks chat only, with thinking off unless asked: ``ROLL_OPENAI_PROXY_DEFAULTS``
+        written into the ``proxy_config`` where the file leaves them out, so a hosted baseline still answers."""
+        missing = {k: v for k, v in ROLL_OPENAI_PROXY_DEFAULTS.items() if k not in given}
+        if not missing:
+            return
+        manager["llm_proxy"] = {**proxy, "proxy_config": {**given, **missing}}
+        where = f"{key}.llm_proxy.proxy_config"
+        self.row(f"({where})", "implemented-as", where, f"ROLL's openai proxy: {missing} written in")
 
     def manager_sampling(self, key: str, manager: dict[str, Any]) -> None:
         """ROLL's precedence between an env manager's ``generating_args`` and actor_infer's: a file that sets
