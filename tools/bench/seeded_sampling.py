@@ -37,10 +37,11 @@ import torch
 from transformers.generation.logits_process import LogitsProcessor
 
 from roll.protocol import DataProto
-from roll.strategies import GenerationConfig, ModelArgs, StrategyArgs, StrategyWorker, StrategyWorkerConfig
+from roll.strategies import GenerationConfig
 from roll.strategies.hf import strategy as hf_strategy
 from roll.strategies.hf._sampling import SeededRowSampler, build_logits_processors
 from roll.strategies.testing import make_tiny_causal_lm
+from roll.strategies.testing.train import tiny_strategy
 from tools.bench._measure import environment, freeze_heap, measure
 from tools.bench._report import add_report_arguments, emit_result, fmt_seconds, table
 
@@ -137,16 +138,9 @@ def tiny_engine(preset: str, vocab: int | None, device: str) -> Any:
         seed=0,
         overrides=None if vocab is None else {"vocab_size": vocab},
     )
-    config = StrategyWorkerConfig(
-        name="hf",
-        model_args=ModelArgs.model_validate({"model_name_or_path": str(path), "dtype": "float32"}),
-        strategy_args=StrategyArgs(
-            strategy_name="hf_infer", strategy_config={"generate_batch_size": 1024, "device": device}
-        ),
+    return tiny_strategy(
+        path, "hf", strategy="hf_infer", strategy_config={"generate_batch_size": 1024, "device": device}
     )
-    worker = StrategyWorker(config)
-    worker.initialize()
-    return worker.strategy
 
 
 def measure_generate(args: argparse.Namespace, device: str) -> dict[str, Any]:

@@ -18,8 +18,9 @@ from typing import Any
 import torch
 
 from roll.protocol import DataProto
-from roll.strategies import GenerationConfig, ModelArgs, StrategyArgs, StrategyWorker, StrategyWorkerConfig
-from roll.strategies.testing import make_tiny_causal_lm
+from roll.strategies import GenerationConfig
+from roll.strategies.testing import make_tiny_causal_lm, spread_weights
+from roll.strategies.testing.train import tiny_strategy
 from tools.bench._report import add_report_arguments, emit_result, table
 
 VOCAB = 500
@@ -27,34 +28,18 @@ VOCAB = 500
 
 def model_path(preset: str) -> Path:
     path = make_tiny_causal_lm(Path(tempfile.gettempdir()) / "roll-seeded-flips" / preset, preset=preset, seed=0)
-    if preset != "nano":
-        return path
-    # spread the nano weights as test_hf_infer's peaked_model does, so draws are not all near-uniform
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.add_(torch.randn(p.shape, generator=g) * 0.15)
-    peaked = path.parent / "nano-peaked"
-    model.save_pretrained(peaked)
-    AutoTokenizer.from_pretrained(path).save_pretrained(peaked)
-    return peaked
+    # nano's fresh init is near-uniform: spread its weights as test_hf_infer's peaked_model does
+    return spread_weights(path, path.parent / "nano-peaked") if preset == "nano" else path
 
 
 def engine(path: Path, dtype: str, batch_size: int) -> Any:
-    config = StrategyWorkerConfig(
-        name="hf",
-        model_args=ModelArgs.model_validate({"model_name_or_path": str(path), "dtype": dtype}),
-        strategy_args=StrategyArgs(
-            strategy_name="hf_infer", strategy_config={"generate_batch_size": batch_size, "cpu_bfloat16": True}
-        ),
+    return tiny_strategy(
+        path,
+        "hf",
+        strategy="hf_infer",
+        model_args={"dtype": dtype},
+        strategy_config={"generate_batch_size": batch_size, "cpu_bfloat16": True},
     )
-    worker = StrategyWorker(config)
-    worker.initialize()
-    return worker.strategy
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:

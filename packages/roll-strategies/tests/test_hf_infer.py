@@ -22,6 +22,7 @@ from roll.strategies.generation import SAMPLING_SEED_KEY
 from roll.strategies.hf._loading import choose_dtype
 from roll.strategies.hf.config import HfInferConfig
 from roll.strategies.ops import log_probs_from_logits, response_logits
+from roll.strategies.testing import spread_weights
 
 PROMPTS = ["What is 12 + 7?", "the answer", "policy model token worker batch step"]
 
@@ -29,18 +30,7 @@ PROMPTS = ["What is 12 + 7?", "the answer", "policy model token worker batch ste
 @pytest.fixture(scope="module")
 def peaked_model(tiny_model: Path, tmp_path_factory) -> Path:
     """The tiny model with its weights spread out: a fresh init is nearly uniform and repeats one token."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() == 2:
-                param.add_(torch.randn(param.shape, generator=generator) * 0.15)
-    path = tmp_path_factory.mktemp("hf_infer") / "peaked"
-    model.save_pretrained(path)
-    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(path)
-    return path
+    return spread_weights(tiny_model, tmp_path_factory.mktemp("hf_infer") / "peaked")
 
 
 def make_strategy(path: Path | str | None, *, infer_batch_size: int = 8, **strategy_config):

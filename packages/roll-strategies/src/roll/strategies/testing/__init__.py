@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
-from roll.strategies.testing._tiny import TINY_PRESETS, default_corpus, make_tiny_causal_lm, make_tokenizer
+from roll.strategies.testing._tiny import (
+    TINY_PRESETS,
+    default_corpus,
+    make_tiny_causal_lm,
+    make_tokenizer,
+    spread_weights,
+)
 
-__all__ = ["TINY_PRESETS", "default_corpus", "make_tiny_causal_lm", "make_tokenizer"]
+__all__ = ["TINY_PRESETS", "default_corpus", "make_tiny_causal_lm", "make_tokenizer", "spread_weights"]

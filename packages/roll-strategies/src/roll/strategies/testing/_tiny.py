@@ -217,3 +217,24 @@ def make_tiny_causal_lm(
         json.dumps({"fingerprint": _fingerprint(settings), "num_parameters": num_params, **settings}, indent=1)
     )
     return path
+
+
+def spread_weights(model: Path | str, out: Path | str, *, scale: float = 0.15, seed: int = 0) -> Path:
+    """Write ``model`` with Gaussian noise (std ``scale``, seeded) added to its matrices to ``out`` and return it.
+
+    A fresh tiny init predicts a near-uniform distribution and repeats one token greedily; spread weights give the
+    peaked, varied distributions that sampling tests and benchmarks need. The tokenizer is copied alongside.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    network = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in network.parameters():
+            if param.dim() == 2:
+                param.add_(torch.randn(param.shape, generator=generator) * scale)
+    out = Path(out)
+    network.save_pretrained(out)
+    AutoTokenizer.from_pretrained(model).save_pretrained(out)
+    return out
