@@ -165,19 +165,24 @@ def test_a_client_error_names_the_tag_and_the_fix(tokenizer, endpoint) -> None:
         OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="m", api_key_env="ROLL_NO_SUCH_KEY")
 
 
-def test_an_openai_manager_plays_frozen_lake_through_the_scheduler(tokenizer, endpoint) -> None:
-    endpoint.replies = [(200, {"choices": [vllm_choice(tokenizer, "<answer>Up</answer>")]})]
-    envs = {"Lake": CustomEnvConfig(env_type="frozen_lake", max_steps=3, env_config={"size": 4})}
-    proxy = {"proxy_type": "openai", "proxy_config": {"base_url": endpoint.url, "model_name": "m"}}
+def play_lake(tokenizer, proxy_config: dict, *, max_steps: int):
+    """Four 4x4 FrozenLake val episodes (2 groups of 2) played by an openai proxy with ``proxy_config``."""
+    envs = {"Lake": CustomEnvConfig(env_type="frozen_lake", max_steps=max_steps, env_config={"size": 4})}
+    proxy = {"proxy_type": "openai", "proxy_config": proxy_config}
     config = EnvManagerConfig(num_env_groups=2, group_size=2, tags=["Lake"], llm_proxy=proxy)
     scheduler = RolloutScheduler.local(
         config, envs, tokenizer, None, generation_config=GenerationConfig(max_new_tokens=16),
         sequence_length=2048, mode="val",
     )  # fmt: skip
     try:
-        out = scheduler.get_batch(4)
+        return scheduler.get_batch(4)
     finally:
         scheduler.close()
+
+
+def test_an_openai_manager_plays_frozen_lake_through_the_scheduler(tokenizer, endpoint) -> None:
+    endpoint.replies = [(200, {"choices": [vllm_choice(tokenizer, "<answer>Up</answer>")]})]
+    out = play_lake(tokenizer, {"base_url": endpoint.url, "model_name": "m"}, max_steps=3)
     turns = int(sum(out.batch.non_tensor_batch["num_turns"]))
     assert len(out.batch) == 4 and len(endpoint.seen) == turns
     # the prompt sent is roll's rendered context: a later turn's carries the endpoint's earlier answer
@@ -244,19 +249,7 @@ def test_a_chat_only_endpoint_hints_at_api_chat(tokenizer, endpoint) -> None:
 
 def test_a_chat_episode_sends_the_answer_and_the_observation_as_messages(tokenizer, endpoint) -> None:
     endpoint.replies = [(200, chat_reply("<answer>Up</answer>"))]
-    envs = {"Lake": CustomEnvConfig(env_type="frozen_lake", max_steps=2, env_config={"size": 4})}
-    config = {"base_url": endpoint.url, "model_name": "hosted", "api": "chat"}
-    manager = EnvManagerConfig(
-        num_env_groups=2, group_size=2, tags=["Lake"], llm_proxy={"proxy_type": "openai", "proxy_config": config}
-    )
-    scheduler = RolloutScheduler.local(
-        manager, envs, tokenizer, None, generation_config=GenerationConfig(max_new_tokens=16),
-        sequence_length=2048, mode="val",
-    )  # fmt: skip
-    try:
-        out = scheduler.get_batch(4)
-    finally:
-        scheduler.close()
+    out = play_lake(tokenizer, {"base_url": endpoint.url, "model_name": "hosted", "api": "chat"}, max_steps=2)
     assert len(endpoint.seen) == int(sum(out.batch.non_tensor_batch["num_turns"]))
     sent = [body["messages"] for _, body, _ in endpoint.seen]
     firsts = [m for m in sent if "Turn 2:" not in m[-1]["content"]]
