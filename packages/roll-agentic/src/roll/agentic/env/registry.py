@@ -7,7 +7,7 @@
 * ``"gem:<id>"`` or a bare GEM id such as ``game:GuessTheNumber-v0-easy`` (needs ``roll-agentic[gem]``);
 * a user's own class or factory by import path, ``"my_pkg.envs:MyEnv"`` or ``"my_pkg.envs.MyEnv"``. A module that
   fails while importing (a SyntaxError, an ImportError of something it imports, any error its top level raises) is an
-  :class:`EnvModuleError` (roll.runtime's ``ModuleImportError``) naming the setting, the file and line, and the error
+  roll.runtime's :class:`~roll.runtime.ModuleImportError` naming the setting, the file and line, and the error
   (kept as its ``__cause__``).
 """
 
@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from roll.agentic.env.base import EnvLike
-from roll.runtime import ConfigError, ModuleImportError, Registry, import_module_of, import_target
+from roll.runtime import ConfigError, Registry, import_module_of, import_target
 
-__all__ = ["ENVS", "EnvModuleError", "check_env", "make_env", "register_env", "resolve_env_factory"]
+__all__ = ["ENVS", "check_env", "make_env", "register_env", "resolve_env_factory"]
 
 ENVS: Registry[Any] = Registry("environment", entry_point_group="roll.agentic.envs")
 ENVS.register("frozen_lake", "roll.agentic.env.frozen_lake:FrozenLakeEnv")
@@ -71,11 +71,6 @@ def _gem_knows(env_id: str) -> bool:
         return False
 
 
-EnvModuleError = ModuleImportError
-"""The module of an env_type import path fails while importing (roll.runtime's :class:`ModuleImportError`, which
-tools, rewards and other import paths raise too); its ``__cause__`` is the module's own error."""
-
-
 def _resolve(env_type: str, setting: str = "env_type") -> tuple[Any, str | None]:
     """The factory of ``env_type`` and, for a GEM env, its GEM id (``setting``: the field, for the messages)."""
     if env_type in ENVS:
@@ -119,7 +114,7 @@ def resolve_env_factory(env_type: str) -> Any:
 def check_env(env_type: str, env_config: Mapping[str, Any], *, setting: str = "env_type") -> Any:
     """The class or factory :func:`make_env` calls for ``env_type``, once ``env_config`` is known to fit it, without
     building an env (``roll validate``); ConfigError naming the env type and the accepted keys otherwise
-    (``setting``: the config field ``env_type`` came from, named by an :class:`EnvModuleError`)."""
+    (``setting``: the config field ``env_type`` came from, named by a :class:`~roll.runtime.ModuleImportError`)."""
     factory, gem_id = _resolve(env_type, setting)
     if gem_id is not None:
         from roll.agentic.env.gem import check_gem_env
