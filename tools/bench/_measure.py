@@ -56,7 +56,7 @@ def summarize(times: Sequence[float]) -> dict[str, Any]:
 
 
 def measure(
-    fn: Callable[[], Any],
+    fn: Callable[..., Any],
     *,
     reps: int = 5,
     warmup: int = 1,

@@ -13,7 +13,7 @@ from roll.pipelines.rlvr.scheduler import RequestScheduler
 from roll.strategies import GenerationConfig
 
 
-def _fill(buffer: ReplayBuffer[None], version: int) -> list[int]:
+def _fill(buffer: ReplayBuffer[Any], version: int) -> list[int]:
     admitted = []
     while buffer.may_admit(version):
         admitted.append(buffer.admitted)
