@@ -190,6 +190,23 @@ def test_a_tool_math_episode_calls_the_tool_natively_and_scores(tokenizer, endpo
     assert sorted(json.dumps(body, sort_keys=True) for _, body, _ in endpoint.seen) == first_run
 
 
+def test_a_step_wise_manager_offers_the_tools_and_keeps_the_written_call_in_its_history(tokenizer, endpoint) -> None:
+    endpoint.answer = solve  # it never sees a tool message here: it calls the tool every turn
+    spec = CustomEnvConfig(
+        **TOOL_MATH.model_dump(include={"env_type", "max_steps", "env_config"}), env_manager_cls="step"
+    )
+    out = play(tokenizer, spec, {"base_url": endpoint.url, "model_name": "hosted"}, 1)
+    assert list(out.batch.non_tensor_batch["step"]) == [0, 1, 2]
+    bodies = [body for _, body, _ in endpoint.seen]
+    assert len(bodies) == 3 and all(body["tools"] == python_tools().schemas for body in bodies)
+    assert all([m["role"] for m in body["messages"]] == ["system", "user"] for body in bodies)
+    question = re.search(r"What is ([\d *]+)\?", bodies[0]["messages"][1]["content"]).group(1)
+    assert (
+        f"action: {format_tool_call('python_code', {'code': f'print({question})'})}"
+        in bodies[1]["messages"][1]["content"]
+    )
+
+
 def test_native_tools_false_sends_the_calls_and_results_as_text(tokenizer, endpoint) -> None:
     endpoint.answer = solve
     out = play(tokenizer, TOOL_MATH, {"base_url": endpoint.url, "model_name": "m", "native_tools": False}, 1)
