@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -17,44 +13,6 @@ from roll.agentic.policy import GenerateRequest, OpenAIProxyClient
 from roll.agentic.scheduler import RolloutScheduler
 from roll.runtime import ConfigError
 from roll.strategies import GenerationConfig
-
-
-class Endpoint:
-    """Answers POST /v1/completions (or chat/completions) from ``replies`` (status, body), the last one repeated; records the requests."""
-
-    def __init__(self) -> None:
-        self.replies: list[tuple[int, dict]] = [
-            (200, {"choices": [{"text": "<answer>Up</answer>", "finish_reason": "stop"}]})
-        ]
-        self.seen: list[tuple[str, dict, str]] = []
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                endpoint.seen.append((self.path, body, self.headers.get("Authorization", "")))
-                status, reply = endpoint.replies.pop(0) if len(endpoint.replies) > 1 else endpoint.replies[0]
-                data = json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-
-@pytest.fixture
-def endpoint() -> Iterator[Endpoint]:
-    served = Endpoint()
-    thread = threading.Thread(target=served.server.serve_forever, daemon=True)
-    thread.start()
-    yield served
-    served.server.shutdown()
-    served.server.server_close()
 
 
 def request(tokenizer, **config) -> GenerateRequest:
@@ -221,7 +179,7 @@ def test_chat_sends_the_messages_and_tokenizes_the_answer(tokenizer, endpoint) -
     endpoint.replies = [(200, chat_reply("<answer>Left and on and on", finish="length"))]
     cut = asyncio.run(client.generate(req))
     assert cut.finish_reason == "length" and tokenizer.eos_token_id not in cut.token_ids and len(cut.token_ids) <= 12
-    endpoint.replies = [(200, chat_reply(None))]  # only tool calls: an empty turn that still ended
+    endpoint.replies = [(200, chat_reply(None))]  # no content and no tool calls: an empty turn that still ended
     assert asyncio.run(client.generate(req)).token_ids == [tokenizer.eos_token_id]
     endpoint.replies = [(200, {"choices": [{"text": "completion-shaped"}]})]
     with pytest.raises(ConfigError, match=r"without choices\[0\]\.message\.content.*serves api: chat"):

@@ -73,6 +73,24 @@ def test_search_and_function_forms(tmp_path: Path) -> None:
     )
 
 
+def test_a_structured_call_is_written_as_the_format_reads_it(tmp_path: Path) -> None:
+    """A hosted chat model's tool_calls (llm_proxy openai, api: chat) come back as the call the wrapper runs."""
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("\n".join(json.dumps(d) for d in DOCS))
+    tools = [make_tool("python_code"), SearchTool(corpus_path=str(corpus)), Calculator()]
+    gem, hermes = action_format("gem", tools), action_format("hermes", tools)
+    for name, arguments in [("python_code", {"code": "print(2)"}), ("search", {"query": "ray"}), ("calc", {"a": 1})]:
+        assert gem.parse(gem.write(name, arguments)).blocks == [ToolCall(name, arguments)]
+        assert hermes.parse(hermes.write(name, arguments)).blocks == [ToolCall(name, arguments)]
+    assert gem.write("python_code", {"code": "print(2)"}) == "<python>print(2)</python>"
+    assert gem.write("search", "ray") == "<search>ray</search>"  # a bare string is the one argument
+    # arguments that are not a JSON object reach the wrapper as written, and read as a failed call
+    (error,) = gem.parse(gem.write("calc", "{oops")).blocks
+    assert isinstance(error, str) and "not valid JSON" in error
+    (error,) = hermes.parse(hermes.write("calc", "{oops")).blocks
+    assert isinstance(error, str) and "calc" in error
+
+
 def test_python_episode_in_gem_format() -> None:
     env = ToolEnvWrapper(
         ArithmeticEnv(operators="+"),

@@ -74,6 +74,8 @@ def test_calls_run_in_the_order_written_and_every_block_spends_the_budget() -> N
     assert lines[:2] == ["calc result:", "2"] and lines[2].startswith("Tool call failed")
     assert lines[3] == "Tool budget used up: give your final answer." and len(lines) == 4
     assert info["metrics"] == {"tool_use_counter": 2, "tool_success_counter": 1}
+    # one result per block run, the closing notice on the last (a chat proxy answers each call on its own)
+    assert info["tool_outputs"] == ["calc result:\n2", lines[2] + "\n" + lines[3]]
 
 
 def test_unknown_tool_is_a_failed_call() -> None:

@@ -304,6 +304,7 @@ OPENAI_PROXY_KEYS = {
     "token_ids",
     "api",
     "enable_thinking",
+    "native_tools",
 }
 
 
@@ -312,7 +313,8 @@ class LLMProxyConfig(RollModel):
     ``openai``, an OpenAI-compatible endpoint (:class:`~roll.agentic.policy.OpenAIProxyClient`, ``proxy_config``:
     ``base_url``, ``model_name``, ``api_key`` or ``api_key_env``, ``timeout``, ``max_retries``, ``retry_delay``,
     ``token_ids``, ``api`` (``completions``: the rendered prompt; ``chat``: the turn's messages, for chat-only
-    hosted models), ``enable_thinking`` (chat)); or
+    hosted models), ``enable_thinking`` (chat), ``native_tools`` (chat: the env's tools offered as ``tools``, tool
+    calls structured in the history; default true)); or
     ``random``, the env's own ``sample_random_action()``, drawn with each turn's sampling seed (a baseline to read
     scores against that repeats run to run, and an env smoke test that needs no model). Their episodes are not the
     trained policy's samples: a training manager refuses them."""

@@ -26,7 +26,7 @@ from roll.agentic.config import CustomEnvConfig
 from roll.agentic.env.base import info_flag
 from roll.agentic.env_manager.chat import ChatFormatter
 from roll.agentic.env_manager.runner import FAULT_REASONS, EnvFault, EnvRunner
-from roll.agentic.policy.protocol import GenerateRequest, PolicyClient
+from roll.agentic.policy.protocol import ChatTools, GenerateRequest, PolicyClient
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
 from roll.strategies import GenerationConfig
@@ -63,6 +63,10 @@ class Turn:
     reward: float = 0.0
     action_valid: bool | None = None
     next_is_tool_result: bool = False
+    tool_calls: list[dict[str, Any]] | None = None
+    """A chat endpoint's structured calls of this turn (``response_text`` holds them written in the env's format)."""
+    content: str = ""
+    """With ``tool_calls``: the answer's own text before them."""
     metrics: dict[str, float] = field(default_factory=dict)
     state_hash: str = ""
 
@@ -155,6 +159,12 @@ class EnvManager(ABC):
     def formulate(self, state: EpisodeState, result: EpisodeResult) -> DataProto:
         """The samples of a finished episode."""
 
+    def chat_tools(self, state: EpisodeState) -> ChatTools | None:
+        """The env's tools for a chat endpoint (sent with the messages): its ``chat_tools()`` (a tool wrapper has
+        one), or None for an env without tools."""
+        method = getattr(self.runner.env, "chat_tools", None)
+        return method() if callable(method) else None
+
     def observe(self, state: EpisodeState, turn: Turn) -> None:  # noqa: B027 - optional hook
         """Called after each turn is recorded (trajectory-wise managers extend the context)."""
 
@@ -205,6 +215,7 @@ class EnvManager(ABC):
                 if task.sampling_seed is None
                 else turn_seed(task.sampling_seed, len(state.turns), self.generation_config.seed),
                 messages=list(state.messages) if self.send_messages else None,
+                tools=self.chat_tools(state) if self.send_messages else None,
             )
             try:
                 result = await self.client.generate(request)
@@ -222,6 +233,8 @@ class EnvManager(ABC):
                 result.policy_version,
                 state.observation,
                 self.formatter.decode(result.token_ids),
+                tool_calls=result.tool_calls,
+                content=result.content,
             )
             state.generated += len(turn.response_ids)
             try:

@@ -23,6 +23,8 @@ from typing import Any
 from roll.agentic.env.tool_calls import normalize_messages
 from roll.agentic.env_manager.base import EpisodeState
 from roll.agentic.env_manager.step import StepEnvManager
+from roll.agentic.policy.protocol import ChatTools
+from roll.agentic.tools.parsing import format_tool_call
 from roll.runtime import ConfigError
 
 __all__ = ["AgentNativeStepEnvManager", "render_messages"]
@@ -61,3 +63,8 @@ class AgentNativeStepEnvManager(StepEnvManager):
         prompt = render_messages(self.formatter.tokenizer, messages, self._tools, self.spec.parse_tool_call_arguments)
         state.messages = messages
         return prompt, prompt
+
+    def chat_tools(self, state: EpisodeState) -> ChatTools:
+        """The reset's tools; a structured call is written as Hermes ``<tool_call>`` JSON, which
+        :func:`~roll.agentic.env.tool_calls.assistant_message` reads back (the env's messages then carry it)."""
+        return ChatTools(self._tools, format_tool_call)

@@ -8,6 +8,8 @@ kept in the non-tensor column ``step_scores``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from roll.agentic.env_manager.base import EnvManager, EpisodeResult, EpisodeState, Turn
 from roll.agentic.env_manager.chat import render_template
 from roll.agentic.env_manager.samples import SampleRow, rows_to_batch
@@ -49,8 +51,29 @@ class TrajEnvManager(EnvManager):
         else:
             message = {"role": "user", "content": self._user_message(state)}
         prompt = self.formatter.next_turn([message], last.response_ids)
-        state.messages += [{"role": "assistant", "content": last.response_text}, message]
+        state.messages += self._chat_messages(state, last, message)
         return prompt, state.context + prompt
+
+    def _chat_messages(self, state: EpisodeState, last: Turn, message: dict[str, str]) -> list[dict[str, Any]]:
+        """The last answer and the env's ``message`` as chat messages. An answer whose structured calls the env ran
+        goes back with its ``tool_calls`` (ids ``call_<turn>_<index>``: the same episode sends the same ids), each
+        answered by its own result when the env reports one per call (``info["tool_outputs"]``); else the one
+        result follows, and the proxy sends that turn as text (calls written out, result as a user message)."""
+        if not last.tool_calls or not last.next_is_tool_result:
+            return [{"role": "assistant", "content": last.response_text}, message]
+        turn = len(state.turns) - 1
+        calls = [
+            {"id": f"call_{turn}_{i}", "type": "function", "function": dict(call)}
+            for i, call in enumerate(last.tool_calls)
+        ]
+        assistant = {"role": "assistant", "content": last.content, "tool_calls": calls}
+        outputs = state.info.get("tool_outputs")
+        if not isinstance(outputs, list) or len(outputs) != len(calls):
+            return [assistant, message]
+        results = [
+            {"role": "tool", "tool_call_id": call["id"], "content": str(output)} for call, output in zip(calls, outputs)
+        ]
+        return [assistant, *results]
 
     def observe(self, state: EpisodeState, turn: Turn) -> None:
         state.context.extend(turn.prompt_ids)

@@ -6,7 +6,11 @@ translated ROLL file, as ROLL's proxy only talks chat) posts the turn's chat mes
 for hosted chat-only models: the server renders them with its own template, so its prompt may differ from the
 sample's prompt tokens; the answer's text is tokenized with the run's tokenizer (EOS added when the model stopped),
 so the sample layout stays roll's. ``enable_thinking`` (true/false) goes as ``chat_template_kwargs``, as ROLL
-sends it; unset, nothing is sent.
+sends it; unset, nothing is sent. Chat and tools (:mod:`roll.agentic.policy.chat_messages`): the env's tools
+(``GenerateRequest.tools``) go as ``tools``; an answer's structured ``tool_calls`` are written after its content in
+the env's own tool-call format, the text the env reads and the sample holds; the history's calls go back as
+``tool_calls`` answered by ``tool`` messages where they fit OpenAI's rules, else as text. ``native_tools: false`` sends
+no ``tools`` and the history as text (an endpoint that refuses ``tools``).
 
 Completions only: with ``token_ids: true`` (the default, for a server that serves the run's tokenizer: vLLM, which answers
 ``return_token_ids``) the prompt goes as its token ids and the answer's ``token_ids`` are the turn's response, as the
@@ -35,6 +39,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from roll.agentic.policy.chat_messages import answer_calls, answer_text, openai_messages
 from roll.agentic.policy.protocol import GenerateRequest, GenerateResult
 from roll.runtime import ConfigError
 
@@ -63,13 +68,18 @@ class OpenAIProxyClient:
         token_ids: bool = True,
         api: str = "completions",
         enable_thinking: bool | None = None,
+        native_tools: bool = True,
     ) -> None:
         """``proxy_config``'s keys (ROLL's names): ``api_key``, or ``api_key_env`` naming an environment variable
         that holds it; ``timeout`` seconds per request; ``retry_delay`` seconds before the first retry (doubling);
         roll's ``token_ids``: send the prompt's and read the answer's token ids (false: text both ways); roll's
-        ``api``: ``completions`` (rendered prompt) or ``chat`` (messages); ``enable_thinking``: chat only."""
+        ``api``: ``completions`` (rendered prompt) or ``chat`` (messages); ``enable_thinking``: chat only; roll's
+        ``native_tools`` (chat): offer the env's tools as ``tools`` and keep tool calls structured in the history
+        (false: no ``tools``, calls and results as text, for an endpoint that refuses ``tools``)."""
         if api not in APIS:
             raise ConfigError(f"llm_proxy.proxy_config.api {api!r} is not one of {list(APIS)}")
+        if not isinstance(native_tools, bool):
+            raise ConfigError(f"llm_proxy.proxy_config.native_tools {native_tools!r} must be true or false")
         if enable_thinking is not None and not isinstance(enable_thinking, bool):
             raise ConfigError(f"llm_proxy.proxy_config.enable_thinking {enable_thinking!r} must be true, false or null")
         if not base_url.startswith(("http://", "https://")):
@@ -86,7 +96,7 @@ class OpenAIProxyClient:
         path = "/chat/completions" if api == "chat" else "/completions"
         self.url = root + (path if root.endswith("/v1") else "/v1" + path)
         self.timeout_s, self.max_retries, self.backoff_s = timeout, max_retries, retry_delay
-        self.api, self.enable_thinking = api, enable_thinking
+        self.api, self.enable_thinking, self.native_tools = api, enable_thinking, native_tools
         self.token_ids = token_ids and api == "completions"
         self.eos_token_id = int(tokenizer.eos_token_id)
 
@@ -105,7 +115,9 @@ class OpenAIProxyClient:
                     f"env tag {request.meta.get('tag', '?')!r}: llm_proxy api chat needs the turn's messages, but "
                     "the env manager gave none (its build_prompt must fill state.messages); use api: completions"
                 )
-            body["messages"] = request.messages
+            body["messages"] = openai_messages(request.messages, request.tools, self.native_tools)
+            if self.native_tools and request.tools is not None and request.tools.schemas:
+                body["tools"] = list(request.tools.schemas)
         elif self.token_ids:
             body["prompt"] = list(request.prompt_ids)
         else:
@@ -133,12 +145,20 @@ class OpenAIProxyClient:
         with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
             return dict(json.loads(response.read()))
 
-    def _hint(self, code: int) -> str:
+    def _hint(self, code: int, body: dict[str, Any]) -> str:
         """What to change in proxy_config for an HTTP error other than a transient one."""
         if self.api == "completions" and code in (404, 405):
             return "; a chat-only endpoint needs proxy_config.api: chat"
-        if self.api == "chat" and self.enable_thinking is not None and code == 400:
-            return "; an endpoint that takes no chat_template_kwargs needs proxy_config.enable_thinking: null"
+        if self.api == "chat" and code == 400:
+            hints = []
+            if self.enable_thinking is not None:
+                hints.append("an endpoint that takes no chat_template_kwargs needs proxy_config.enable_thinking: null")
+            if "tools" in body:
+                hints.append(
+                    "one that refuses tools (vLLM without --enable-auto-tool-choice) needs proxy_config.native_tools: "
+                    "false"
+                )
+            return "".join(f"; {hint}" for hint in hints)
         return "; a server that takes no token ids needs proxy_config.token_ids: false" if self.token_ids else ""
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
@@ -151,7 +171,7 @@ class OpenAIProxyClient:
             except urllib.error.HTTPError as e:
                 if e.code not in _TRANSIENT:
                     detail = e.read().decode(errors="replace")[:300]
-                    hint = self._hint(e.code)
+                    hint = self._hint(e.code, body)
                     raise ConfigError(
                         f"env tag {tag!r}: llm_proxy openai endpoint {self.url} answered HTTP {e.code}: {detail}; "
                         f"check proxy_config (base_url, model, api_key){hint}"
@@ -167,16 +187,26 @@ class OpenAIProxyClient:
             )
             return GenerateResult(request.request_id, [], None, "abort")
         field = "message.content" if self.api == "chat" else "text"
+        calls: list[dict[str, Any]] = []
         try:
             choice = answer["choices"][0]
-            # a chat answer that is only tool calls has no content: an empty turn, which the env judges
             text = str(choice["message"]["content"] or "") if self.api == "chat" else str(choice["text"])
             finish = choice.get("finish_reason")
+            if self.api == "chat":
+                calls = answer_calls(choice["message"], f"env tag {tag!r}: {self.url}")
         except (KeyError, IndexError, TypeError):
             raise ConfigError(
                 f"env tag {tag!r}: {self.url} answered without choices[0].{field} ({str(answer)[:200]}); base_url "
                 f"must be an OpenAI-compatible endpoint that serves api: {self.api}"
             ) from None
+        if calls:  # the env reads calls from the text: they are written in its format, the sample is that text
+            content, text = text, answer_text(text, calls, request.tools)
+            ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+            if len(ids) >= body["max_tokens"]:  # the written calls outgrow the turn's budget: cut, as a long answer
+                return GenerateResult(request.request_id, ids[: body["max_tokens"]], None, "length")
+            return GenerateResult(
+                request.request_id, [*ids, self.eos_token_id], None, "stop", tool_calls=calls, content=content
+            )
         if self.token_ids:
             sampled = choice.get("token_ids")
             if not isinstance(sampled, list):

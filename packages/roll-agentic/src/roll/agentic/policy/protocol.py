@@ -7,17 +7,30 @@ adapter over an inference Cluster, a per-request engine client) implements :clas
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from roll.runtime import RollError
 from roll.strategies import GenerationConfig
 
-__all__ = ["FinishReason", "GenerateRequest", "GenerateResult", "NoPolicyClient", "PolicyClient"]
+__all__ = ["ChatTools", "FinishReason", "GenerateRequest", "GenerateResult", "NoPolicyClient", "PolicyClient"]
 
 FinishReason = Literal["stop", "length", "abort"]
 """``stop``: the model ended its turn (EOS or a stop condition); ``length``: ``max_new_tokens`` was reached;
 ``abort``: the server gave up on the request (e.g. a weight sync interrupted it); its tokens must not be used."""
+
+
+@dataclass(frozen=True)
+class ChatTools:
+    """An env's tools as a chat endpoint sees them (``llm_proxy`` openai with ``api: chat``)."""
+
+    schemas: list[dict[str, Any]]
+    """OpenAI function schemas (``{"type": "function", "function": {"name", "description", "parameters"}}``), sent
+    as the request's ``tools``."""
+    write_call: Callable[[str, Any], str]
+    """``write_call(name, arguments)``: one call as the text the env reads (its tool-call format); ``arguments`` is
+    the parsed JSON object, or the endpoint's string when it is not one (the env then reports a failed call)."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +52,11 @@ class GenerateRequest:
     messages: list[dict[str, Any]] | None = None
     """The conversation ``prompt_ids`` renders, as chat messages (the last one the env's), for a client that sends
     messages rather than tokens (``llm_proxy`` openai with ``api: chat``); filled only when the client's
-    ``wants_messages`` is true, ``None`` otherwise."""
+    ``wants_messages`` is true, ``None`` otherwise. An assistant message that called tools carries OpenAI
+    ``tool_calls`` (ids stable within the episode) and is followed by one ``tool`` message per call."""
+    tools: ChatTools | None = None
+    """The env's tools, filled with ``messages`` when the env has any (a tool wrapper, an agent-native env's reset
+    ``info["tools"]``, any env with a ``chat_tools()`` method)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,11 @@ class GenerateResult:
     finish_reason: FinishReason
     policy_version: int = 0
     """Version of the weights that generated it (the count of weight syncs), for staleness accounting."""
+    tool_calls: list[dict[str, Any]] | None = None
+    """A chat endpoint's structured tool calls (``{"name", "arguments"}``, arguments a JSON string), which
+    ``token_ids`` hold written in the env's format after ``content``; ``None``: the answer called none natively."""
+    content: str = ""
+    """With ``tool_calls``: the answer's own text, before the calls."""
 
 
 @runtime_checkable

@@ -27,10 +27,10 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from roll.agentic.tools.base import ToolResult, describe_tools
-from roll.agentic.tools.parsing import ParsedToolCalls, ToolCall, parse_tool_calls
+from roll.agentic.tools.parsing import ParsedToolCalls, ToolCall, format_tool_call, parse_tool_calls
 from roll.runtime import ConfigError
 
 if TYPE_CHECKING:
@@ -73,6 +73,11 @@ class ActionFormat(ABC):
         """A call's observation; ``call`` a message (and ``result`` None) for a call that could not be read."""
 
     @abstractmethod
+    def write(self, name: str, arguments: Any) -> str:
+        """A structured call (a hosted chat model's ``tool_calls``) as the text :meth:`parse` reads back; ``arguments``
+        the JSON object, or the endpoint's string where it is not one."""
+
+    @abstractmethod
     def closing(self, cut_short: bool, budget_used_up: bool) -> str:
         """Appended to the observation: ``cut_short`` when calls were left unrun for the budget, ``budget_used_up``
         when the last call used up ``max_tool_uses``."""
@@ -91,6 +96,9 @@ class HermesFormat(ActionFormat):
         if isinstance(call, str) or result is None:
             return f"Tool call failed: {call}"
         return f"{call.name} result:\n{result.output}" if result.ok else f"{call.name} failed: {result.output}"
+
+    def write(self, name: str, arguments: Any) -> str:
+        return format_tool_call(name, arguments)
 
     def closing(self, cut_short: bool, budget_used_up: bool) -> str:
         return "\nTool budget used up: give your final answer." if cut_short else ""
@@ -179,6 +187,16 @@ class GemFormat(ActionFormat):
                 if match is not None:
                     return ParsedToolCalls([_function_call(match.group(1))])
         return ParsedToolCalls()
+
+    def write(self, name: str, arguments: Any) -> str:
+        # python and search tools take their one argument inside their tag; a bare string is that argument
+        forms = {tool.specs()[0].name: tool.gem_form for tool in self.tools if tool.gem_form != "function"}
+        form, key = forms.get(name), {"python": "code", "search": "query"}.get(forms.get(name, ""), "")
+        if form is not None:
+            value = arguments.get(key, "") if isinstance(arguments, dict) else arguments
+            return f"<{form}>{value}</{form}>"
+        raw = json.dumps(arguments, ensure_ascii=False) if isinstance(arguments, dict) else str(arguments)
+        return f"<tool_call><tool_name>{name}</tool_name><arguments>{raw}</arguments></tool_call>"
 
     def result(self, tool: Tool | None, call: ToolCall | str, result: ToolResult | None) -> str:
         form = tool.gem_form if tool is not None else "function"

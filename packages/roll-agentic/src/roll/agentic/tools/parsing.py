@@ -68,6 +68,7 @@ def parse_tool_calls(text: str) -> ParsedToolCalls:
     return ParsedToolCalls([_parse_block(match.group(1)) for match in _BLOCK.finditer(text)])
 
 
-def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
-    """The text of one call, as a model should write it."""
+def format_tool_call(name: str, arguments: Any) -> str:
+    """The text of one call, as a model should write it (``arguments`` a JSON object; a chat endpoint's unparsable
+    string is written as given, and reads back as a failed call)."""
     return f"{_OPEN}{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}{_CLOSE}"

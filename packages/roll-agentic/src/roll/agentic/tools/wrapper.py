@@ -6,6 +6,9 @@ answered by the tools (the episode goes on; the observation is the results, and 
 env manager renders it as a ``tool`` message); any other response goes to the wrapped environment. ``tool_format``
 picks how calls are written and results worded (:mod:`roll.agentic.tools.formats`): ``hermes`` (default, Hermes/Qwen
 ``<tool_call>`` JSON, every block runs) or ``gem`` (GEM's tags, ``<python>``/``<search>``/..., one call per turn).
+A tool turn's ``info["tool_outputs"]`` lists each call's own result (the observation joins them), and
+:meth:`ToolEnvWrapper.chat_tools` gives the tools' schemas and a writer of structured calls in ``tool_format``, for a
+hosted chat model (``llm_proxy`` openai, ``api: chat``) that calls tools natively.
 ``info["metrics"]`` carries ``tool_use_counter`` and ``tool_success_counter`` (calls and successful calls so far in
 the episode); ``tool_reward``/``tool_success_reward`` optionally reward calls.
 
@@ -17,7 +20,7 @@ without one too, and ``random`` refuses the tag.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roll.agentic.env.base import (
     Env,
@@ -32,6 +35,9 @@ from roll.agentic.tools.base import Tool, ToolResult
 from roll.agentic.tools.formats import action_format
 from roll.agentic.tools.registry import make_tool
 from roll.runtime import ConfigError
+
+if TYPE_CHECKING:
+    from roll.agentic.policy.protocol import ChatTools
 
 __all__ = ["WRAPPER_ARGS", "ToolEnvWrapper", "tool_wrapper"]
 
@@ -67,6 +73,13 @@ class ToolEnvWrapper(Env):
         self.uses_global_rng = bool(getattr(env, "uses_global_rng", False))
         self.tool_use_counter = 0
         self.tool_success_counter = 0
+
+    def chat_tools(self) -> ChatTools:
+        """The tools as a chat endpoint takes them (``llm_proxy`` openai, ``api: chat``): every function's schema,
+        and a structured call written in this wrapper's ``tool_format``, as :meth:`step` reads it."""
+        from roll.agentic.policy.protocol import ChatTools  # the policy package imports tools: not at import time
+
+        return ChatTools([spec.as_json() for tool in self.tools for spec in tool.specs()], self.format.write)
 
     def instruction(self) -> str:
         """The generated description of the tools without a ``tool_instruction``, then the others' own texts."""
@@ -131,8 +144,14 @@ class ToolEnvWrapper(Env):
                 reward += self.tool_success_reward
             outputs.append(self.format.result(self._by_name.get(call.name), call, result))
         used_up = self.max_tool_uses is not None and self.tool_use_counter >= self.max_tool_uses
-        observation = "\n".join(outputs) + self.format.closing(cut_short, used_up)
-        tool_info: dict[str, Any] = {"use_tool": True, "success": False}
+        closing = self.format.closing(cut_short, used_up)
+        observation = "\n".join(outputs) + closing
+        # one result per call run, the closing notice on the last: a chat proxy answers each call on its own
+        tool_info: dict[str, Any] = {
+            "use_tool": True,
+            "success": False,
+            "tool_outputs": [*outputs[:-1], outputs[-1] + closing],
+        }
         return observation, reward, False, False, self._metrics(tool_info)
 
     def close(self) -> None:
