@@ -151,7 +151,13 @@ def roll_compat() -> str:
         "through `chat_template_kwargs` unless asked for); roll's `api: completions`, its default, sends the rendered "
         "prompt to `/v1/completions`, which a hosted chat-only model answers with 404. `api: chat` and "
         "`enable_thinking: false` are written into the `proxy_config` of a ROLL file's openai proxy that does not set "
-        "them."
+        "them.\n\n"
+        "ROLL's openai proxy sends the agent-native env's tools with `tool_choice: \"none\"` and turns an answer that is "
+        "only native tool calls into Hermes `<tool_call>` JSON. roll's (`api: chat`) sends every tool env's tools with "
+        "the endpoint's default tool choice, so a hosted model calls them natively; it writes the calls in the env's "
+        "own format (GEM's tags under `tool_format: gem`) after the answer's content, and sends the history's calls "
+        "back as `tool_calls` answered by `tool` messages with their ids (`native_tools: false`: as text). See the "
+        "llm_proxy section of the roll-agentic README."
     )
     strategies = "\n".join(f"| `{k}` | `{v[0]}` | {_cell(v[1])} |" for k, v in STRATEGY_NAMES.items())
     rewards = "\n".join(f"| `{k}` | `{v[0]}` |" for k, v in REWARD_CLASSES.items())
