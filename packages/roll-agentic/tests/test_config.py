@@ -105,6 +105,9 @@ def test_mistakes_are_reported() -> None:
     assert CustomEnvConfig(env_type="sokoban_native_env", env_manager_cls=native).env_manager_cls == "agent_native"
     with pytest.raises(ConfigError, match=r"env_config.agent_config: Field required"):
         CustomEnvConfig(env_type="rock_tb_native_env", env_manager_cls=native)
+    with pytest.raises(ConfigError, match=r"'atropos_env' answers with chat message lists, .* traj manager cannot"):
+        CustomEnvConfig(env_type="atropos_env", env_config={"atropos_env_path": "m:E"})
+    assert CustomEnvConfig(env_type="atropos_env", env_manager_cls=native).env_manager_cls == "agent_native"
     with pytest.raises(ConfigError, match=r"fields \['turn_idx'\] that the step manager does not fill"):
         CustomEnvConfig(env_type="sokoban", env_manager_cls="step", agent_template="Turn {turn_idx}")
     with pytest.raises(ConfigError, match="show_env_instruction is false but agent_template names"):

@@ -93,6 +93,8 @@ ROLL_MANAGERS_WITHOUT_COUNTERPART = {
 ROLL_ENVS_WITHOUT_COUNTERPART: dict[str, str] = {}
 # Env types whose env_config is checked when the config loads (their settings models need no optional package).
 ROCK_ENV = "rock_tb_native_env"
+# Answers with chat message lists, which only the agent_native manager renders.
+ATROPOS_ENV = "atropos_env"
 ROLL_GROUP_FILTER = "roll.pipeline.agentic.agentic_pipeline.GroupFilter"
 ROLL_ENV_WORKER = "roll.pipeline.agentic.environment_worker.EnvironmentWorker"
 
@@ -220,6 +222,15 @@ class CustomEnvConfig(RollModel):
             from roll.agentic.env.rock.env import check_env_config
 
             check_env_config(self.env_config)
+        return self
+
+    @model_validator(mode="after")
+    def _atropos_manager(self) -> CustomEnvConfig:
+        if self.env_type == ATROPOS_ENV and self.env_manager_cls in ("traj", "step", "step_concat"):
+            raise ValueError(
+                f"env_type {self.env_type!r} answers with chat message lists, which the {self.env_manager_cls} manager "
+                "cannot render: set env_manager_cls: agent_native (ROLL's AgentNativeStepEnvManager)"
+            )
         return self
 
     @field_validator("env_manager_cls")

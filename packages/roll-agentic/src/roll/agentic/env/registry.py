@@ -3,7 +3,7 @@
 ``make_env(env_type, **env_config)`` accepts:
 
 * a registered name: ``frozen_lake``, ``sokoban``, ``arithmetic``, ``tool_math``, ROLL's dataset envs ``roll_math``,
-  ``roll_qa``, ``roll_code``, or one added with :func:`register_env` (or the ``roll.agentic.envs`` entry-point group);
+  ``roll_qa``, ``roll_code``, ``atropos_env`` (an Atropos env class; needs ``roll-agentic[atropos]``), or one added with :func:`register_env` (or the ``roll.agentic.envs`` entry-point group);
 * ``"gem:<id>"`` or a bare GEM id such as ``game:GuessTheNumber-v0-easy`` (needs ``roll-agentic[gem]``);
 * a user's own class or factory by import path, ``"my_pkg.envs:MyEnv"`` or ``"my_pkg.envs.MyEnv"``. A module that
   fails while importing (a SyntaxError, an ImportError of something it imports, any error its top level raises) is an
@@ -35,6 +35,7 @@ ENVS.register("rock_tb_native_env", "roll.agentic.env.rock.env:RockTBNativeEnv")
 ENVS.register("roll_math", "roll.agentic.env.dataset_envs:RollMathEnv")
 ENVS.register("roll_qa", "roll.agentic.env.dataset_envs:RollQaEnv")
 ENVS.register("roll_code", "roll.agentic.env.dataset_envs:RollCodeEnv")
+ENVS.register("atropos_env", "roll.agentic.env.atropos:AtroposEnv")
 
 
 def register_env(name: str, target: str | Any, *, package: str | None = None, extra: str | None = None) -> None:
