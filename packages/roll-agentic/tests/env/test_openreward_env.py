@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from roll.agentic.config import CustomEnvConfig
 from roll.agentic.env import check_env, make_env
 from roll.agentic.env.openreward_env import BAD_CALL, NO_CALL, OpenRewardEnv, check_env_config
 from roll.agentic.env.openreward_testing import FAKE_API_KEY
@@ -201,3 +202,9 @@ def test_rolls_example_settings_and_the_missing_extra(monkeypatch) -> None:
         OpenRewardEnv.check_args(**roll_example)
     with pytest.raises(MissingExtraError, match=r"roll-agentic\[openreward\]"):
         OpenRewardEnv(**roll_example)
+
+
+def test_openreward_calls_get_a_long_timeout_unless_set() -> None:
+    assert CustomEnvConfig(env_type="openreward_env").step_timeout_s == 900.0  # a session may start a container
+    assert CustomEnvConfig(env_type="openreward_env", step_timeout_s=30).step_timeout_s == 30.0
+    assert CustomEnvConfig(env_type="frozen_lake").step_timeout_s == 60.0

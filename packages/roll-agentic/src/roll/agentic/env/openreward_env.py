@@ -17,13 +17,16 @@ Faults: a session that does not open (nor list its tools and prompt) after ``ret
 ``retry_backoff_seconds`` doubled each time, makes ``reset`` raise (the runner fails the episode: ``env_error``);
 a tool call that fails on the server's side (the tool raised, the session died, the connection or its time ran
 out) ends the episode at once, truncated, with ``info["failure_mode"]`` saying why. A call that hangs past the
-manager's ``step_timeout_s`` is the runner's ``env_timeout``. The session is closed when the episode ends, when a
+entry's ``step_timeout_s`` (900 s unless set: a session may start a container) is the runner's ``env_timeout``. The session is closed when the episode ends, when a
 call raises, at the next ``reset`` and on ``close()`` (which also closes the client).
 
 Follows ROLL's ``roll/pipeline/agentic/env/openreward/openreward_env.py``; differences: a reply may hold several
 calls (each runs; ROLL runs the first), the turn that reaches ``max_steps`` ends the episode (ROLL asks the model
 once more and drops that reply), ``system_prompt_template`` is used (ROLL accepts it and never reads it), and a
-server-side tool failure ends the episode (ROLL shows the error and plays on against the dead session). The SDK
+server-side tool failure ends the episode (ROLL shows the error and plays on against the dead session), the reply
+is an assistant message with its ``tool_calls`` and each result a ``tool`` message (ROLL keeps the raw reply and
+sends results as user messages in ``<tool_response>``), and a refused key or unknown environment is a ConfigError
+naming the setting. The SDK
 reads ``OPENREWARD_URL`` (and ``OPENREWARD_SESSION_URL``) for a server other than openreward.ai.
 """
 
