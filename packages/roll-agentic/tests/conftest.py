@@ -52,3 +52,17 @@ def _runs_of_ones(mask: list[int]) -> list[tuple[int, int]]:
 def mask_runs():
     """``[start, end)`` of each maximal run of 1s in a 0/1 list (e.g. the assistant turns of a loss mask)."""
     return _runs_of_ones
+
+
+@pytest.fixture
+def openreward_server(monkeypatch):
+    """A :class:`~roll.agentic.env.openreward_testing.FakeOpenRewardServer` (environment ``test/Echo``, 5 tasks) that
+    the ``openreward`` SDK of this process talks to, with its API key set."""
+    pytest.importorskip("openreward")  # per test: a module skipped whole collects nothing, a failure under Pants
+    from roll.agentic.env.openreward_testing import FAKE_API_KEY, FakeOpenRewardServer
+
+    with FakeOpenRewardServer({"test/Echo": 5}) as fake:
+        for name, value in fake.env().items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("OPENREWARD_API_KEY", FAKE_API_KEY)
+        yield fake

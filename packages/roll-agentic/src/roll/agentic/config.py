@@ -95,6 +95,9 @@ ROLL_ENVS_WITHOUT_COUNTERPART: dict[str, str] = {}
 ROCK_ENV = "rock_tb_native_env"
 # Answers with chat message lists, which only the agent_native manager renders.
 ATROPOS_ENV = "atropos_env"
+# An OpenReward session may start a container: the SDK waits up to 600 s for a backend that is starting, and
+# openreward_env retries a session that fails to open; a tool call (a shell command) may be slow too.
+OPENREWARD_ENV, OPENREWARD_STEP_TIMEOUT_S = "openreward_env", 900.0
 ROLL_GROUP_FILTER = "roll.pipeline.agentic.agentic_pipeline.GroupFilter"
 ROLL_ENV_WORKER = "roll.pipeline.agentic.environment_worker.EnvironmentWorker"
 
@@ -209,11 +212,13 @@ class CustomEnvConfig(RollModel):
     @classmethod
     def _rock_timeout(cls, data: Any) -> Any:
         """A ROCK episode's reset starts a sandbox and installs an agent: unless set, a call may take as long as the
-        episode's ``max_env_time`` (default 3000 s), not the 60 s of other envs."""
+        episode's ``max_env_time`` (default 3000 s), not the 60 s of other envs; an OpenReward one's, 900 s."""
         if isinstance(data, dict) and data.get("env_type") == ROCK_ENV and "step_timeout_s" not in data:
             env_config = data.get("env_config") or {}
             limit = env_config.get("max_env_time", 3000) if isinstance(env_config, dict) else 3000
             return {**data, "step_timeout_s": limit}
+        if isinstance(data, dict) and data.get("env_type") == OPENREWARD_ENV and "step_timeout_s" not in data:
+            return {**data, "step_timeout_s": OPENREWARD_STEP_TIMEOUT_S}
         return data
 
     @model_validator(mode="after")
