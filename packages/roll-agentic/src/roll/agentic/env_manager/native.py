@@ -59,5 +59,6 @@ class AgentNativeStepEnvManager(StepEnvManager):
             self._tools: list[dict[str, Any]] = tools
         messages = json.loads(state.observation)
         prompt = render_messages(self.formatter.tokenizer, messages, self._tools, self.spec.parse_tool_call_arguments)
-        state.messages = messages
+        if self.send_messages:
+            state.messages = messages
         return prompt, prompt
