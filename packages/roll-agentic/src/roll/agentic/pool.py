@@ -169,7 +169,8 @@ class EnvPool:
             client = OpenAIProxyClient(tokenizer, **llm_proxy.proxy_config)
         self.custom_envs, self.client = custom_envs, client
         self.generation_config, self.sequence_length = generation_config, sequence_length
-        self.formatter = ChatFormatter(tokenizer)
+        self.formatter = ChatFormatter(tokenizer)  # the template's own default; each tag renders with its own setting
+        self._formatters: dict[bool | None, ChatFormatter] = {None: self.formatter}
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad if pad is not None else tokenizer.eos_token_id)
         self.managers: dict[int, EnvManager] = {}
@@ -183,6 +184,11 @@ class EnvPool:
         if tag not in self.custom_envs:
             raise ConfigError(f"env tag {tag!r} is not in custom_envs ({sorted(self.custom_envs)})")
         return self.custom_envs[tag]
+
+    def _formatter(self, enable_thinking: bool | None) -> ChatFormatter:
+        if enable_thinking not in self._formatters:
+            self._formatters[enable_thinking] = ChatFormatter(self.formatter.tokenizer, enable_thinking)
+        return self._formatters[enable_thinking]
 
     def make_manager(self, slot: EnvSlot, env: EnvLike | None = None) -> EnvManager:
         """The env manager of ``slot``, its env built, or ``env`` when given (one the driver built: a rebuild after
@@ -216,7 +222,7 @@ class EnvPool:
             tag=slot.tag,
             spec=spec,
             runner=runner,
-            formatter=self.formatter,
+            formatter=self._formatter(spec.enable_thinking),
             client=client,
             generation_config=self.generation_config,
             sequence_length=self.sequence_length,

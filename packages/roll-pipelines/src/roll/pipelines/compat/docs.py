@@ -151,7 +151,12 @@ def roll_compat() -> str:
         "through `chat_template_kwargs` unless asked for); roll's `api: completions`, its default, sends the rendered "
         "prompt to `/v1/completions`, which a hosted chat-only model answers with 404. `api: chat` and "
         "`enable_thinking: false` are written into the `proxy_config` of a ROLL file's openai proxy that does not set "
-        "them."
+        "them.\n\n"
+        "ROLL renders agentic prompts with the chat template's `enable_thinking` false (an empty think block in a "
+        "Qwen3-style generation prompt), and its proxy env manager reads the setting from "
+        "`custom_envs.<tag>.env_config.enable_thinking`; roll's is `custom_envs.<tag>.enable_thinking` (default "
+        "false, `null`: the template's own default), where a ROLL file's `env_config.enable_thinking` moves. It is "
+        "passed only to a template that reads it."
     )
     strategies = "\n".join(f"| `{k}` | `{v[0]}` | {_cell(v[1])} |" for k, v in STRATEGY_NAMES.items())
     rewards = "\n".join(f"| `{k}` | `{v[0]}` |" for k, v in REWARD_CLASSES.items())

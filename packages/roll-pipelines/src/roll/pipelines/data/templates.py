@@ -20,6 +20,7 @@ __all__ = [
     "has_chat_template",
     "pieces_to_ids",
     "render_chat",
+    "thinking_kwargs",
     "tokenize_text",
     "uses_chat_template",
     "with_system",
@@ -32,6 +33,18 @@ Message = dict[str, Any]
 def has_chat_template(tokenizer: Any) -> bool:
     """Whether the tokenizer carries a chat template."""
     return bool(getattr(tokenizer, "chat_template", None))
+
+
+def thinking_kwargs(tokenizer: Any, enable_thinking: bool | None) -> dict[str, bool]:
+    """``{"enable_thinking": enable_thinking}`` for ``apply_chat_template`` when it is set and the tokenizer's chat
+    template reads it (Qwen3-style templates think unless told not to), else ``{}``: a template that does not read
+    it, or an unset value, renders exactly as without the setting."""
+    if enable_thinking is None:
+        return {}
+    template = getattr(tokenizer, "chat_template", None)
+    texts = template.values() if isinstance(template, dict) else [template]
+    reads = any(isinstance(text, str) and "enable_thinking" in text for text in texts)
+    return {"enable_thinking": enable_thinking} if reads else {}
 
 
 def uses_chat_template(tokenizer: Any, args: DataArgs) -> bool:
