@@ -98,3 +98,12 @@ def test_rolls_qwen3_template_renders_with_enable_thinking_true() -> None:
     )
     assert "enable_thinking" not in native.data["sft_train"]["data_args"]
     assert qwen3.problems == native.problems == []
+
+
+def test_qwen3_templates_of_untrained_roles_leave_no_data_args() -> None:
+    data = _rlvr({})
+    data["actor_train"] = {**data["actor_train"], "data_args": {"file_name": ["d.jsonl"], "template": "qwen3"}}
+    data["actor_infer"] = {**data["actor_infer"], "data_args": {"template": "qwen3"}}
+    translation = translate(data)
+    assert translation.data["actor_train"]["data_args"]["enable_thinking"] is True
+    assert "data_args" not in translation.data["actor_infer"]  # ROLL gives every role a template; roll's data is one
