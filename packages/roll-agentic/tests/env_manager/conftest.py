@@ -14,10 +14,10 @@ from roll.strategies import GenerationConfig
 
 
 class RecordingClient:
-    """Wraps a client and keeps every request it served."""
+    """Wraps a client and keeps every request it served; ``wants_messages`` plays a chat proxy's flag."""
 
-    def __init__(self, inner) -> None:
-        self.inner = inner
+    def __init__(self, inner, wants_messages: bool = False) -> None:
+        self.inner, self.wants_messages = inner, wants_messages
         self.requests: list[GenerateRequest] = []
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
@@ -27,10 +27,11 @@ class RecordingClient:
 
 @pytest.fixture
 def scripted(tokenizer):
-    """``scripted(responses) -> RecordingClient``: responses from a list (in order) or a function of the prompt."""
+    """``scripted(responses, wants_messages=False) -> RecordingClient``: responses from a list (in order) or a
+    function of the prompt."""
 
-    def make(responses) -> RecordingClient:
-        return RecordingClient(MockPolicyClient(tokenizer, ScriptedPolicy(responses)))
+    def make(responses, wants_messages: bool = False) -> RecordingClient:
+        return RecordingClient(MockPolicyClient(tokenizer, ScriptedPolicy(responses)), wants_messages)
 
     return make
 
@@ -71,3 +72,22 @@ def play(tokenizer):
             pool.close()
 
     return run
+
+
+@pytest.fixture
+def kept_messages(monkeypatch):
+    """``kept_messages(manager_cls) -> sizes``: ``len(state.messages)`` after every turn of ``manager_cls``'s
+    episodes, appended as they are played."""
+
+    def spy_on(manager_cls) -> list[int]:
+        sizes: list[int] = []
+        observe = manager_cls.observe
+
+        def spy(self, state, turn) -> None:
+            sizes.append(len(state.messages))
+            observe(self, state, turn)
+
+        monkeypatch.setattr(manager_cls, "observe", spy)
+        return sizes
+
+    return spy_on

@@ -8,6 +8,7 @@ import torch
 
 from roll.agentic.config import CustomEnvConfig
 from roll.agentic.env import FrozenLakeEnv
+from roll.agentic.env_manager import StepEnvManager
 
 SPEC = dict(env_type="frozen_lake", env_config={"size": 4}, max_steps=6, env_manager_cls="step", history_length=2)
 
@@ -79,3 +80,18 @@ def test_step_concat_shows_past_observations_without_actions(play, scripted, tok
     grid = env.render()
     assert prompts[0].count(grid) == 1 and prompts[1].count(grid) == 2  # invalid moves: the same observation
     assert prompts[5].count(grid) == 3  # two past observations + the current one: a window of history_length
+
+
+def test_messages_are_kept_only_for_a_client_that_sends_them(play, scripted, kept_messages) -> None:
+    responses = ["<answer>Jump</answer>", "<answer>Up</answer>"]
+    spec = CustomEnvConfig(**{**SPEC, "max_steps": 2})
+    sizes = kept_messages(StepEnvManager)
+    chat = scripted(responses, wants_messages=True)
+    (with_messages,) = play(spec, chat, seed=5)
+    chat_sizes, sizes[:] = list(sizes), []
+    tokens = scripted(responses)
+    (without,) = play(spec, tokens, seed=5)
+    assert chat_sizes == [2, 2] and [len(r.messages) for r in chat.requests] == [2, 2]
+    assert sizes == [0, 0] and all(r.messages is None for r in tokens.requests)
+    for key in with_messages.batch.batch.keys():
+        assert torch.equal(with_messages.batch.batch[key], without.batch.batch[key]), key

@@ -6,6 +6,7 @@ import torch
 
 from roll.agentic.config import CustomEnvConfig
 from roll.agentic.env import FrozenLakeEnv
+from roll.agentic.env_manager import TrajEnvManager
 from roll.pipelines.algorithms import token_level_rewards_from_scores
 from roll.strategies.ops import position_ids_from_attention_mask
 
@@ -183,3 +184,27 @@ def test_turns_append_what_the_template_appends_when_it_rewrites_earlier_message
     assert tokenizer.decode(after_stop) == "\n<|im_start|>user\nobs<|im_end|>\n<|im_start|>assistant\n"
     cut = formatter.next_turn([{"role": "tool", "content": "42"}], answered[:-1])  # no EOS: the turn is closed
     assert tokenizer.decode(cut) == "<|im_end|>\n<|im_start|>tool\n42<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_messages_are_kept_only_for_a_client_that_sends_them(play, scripted, kept_messages) -> None:
+    responses = ["<answer>Up</answer>", "no idea", "<answer>Left</answer>"]
+    spec = CustomEnvConfig(**{**SPEC, "max_steps": 3})
+    sizes = kept_messages(TrajEnvManager)
+    chat = scripted(responses, wants_messages=True)
+    (with_messages,) = play(spec, chat, seed=11)
+    chat_sizes, sizes[:] = list(sizes), []
+    tokens = scripted(responses)
+    (without,) = play(spec, tokens, seed=11)
+    # a chat proxy gets the whole conversation: system + user, then an assistant answer and a user turn per turn
+    assert chat_sizes == [2, 4, 6]
+    assert [len(r.messages) for r in chat.requests] == [2, 4, 6]
+    assert chat.requests[1].messages[2] == {"role": "assistant", "content": responses[0]}
+    # any other client: nothing is kept, nothing is sent
+    assert sizes == [0, 0, 0] and all(r.messages is None for r in tokens.requests)
+    # and the samples are the same, tensor for tensor and column for column
+    assert with_messages.batch.batch.keys() == without.batch.batch.keys()
+    for key in with_messages.batch.batch.keys():
+        assert torch.equal(with_messages.batch.batch[key], without.batch.batch[key]), key
+    assert [r.prompt_ids for r in chat.requests] == [r.prompt_ids for r in tokens.requests]
+    for key, column in with_messages.batch.non_tensor_batch.items():
+        assert column.tolist() == without.batch.non_tensor_batch[key].tolist(), key

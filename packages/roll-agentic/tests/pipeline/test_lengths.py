@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from roll.agentic.pipeline import AgenticConfig, AgenticPipeline, lengths
+from roll.agentic import driver_envs
+from roll.agentic.pipeline import AgenticConfig, AgenticPipeline
 from roll.agentic.pipeline.config import VAL_SEED_OFFSET
 from roll.agentic.pipeline.lengths import max_positions
 from roll.agentic.policy import GenerateRequest, GenerateResult, MockPolicyClient, ScriptedPolicy
@@ -169,9 +170,9 @@ def test_envs_not_built_here_are_skipped_with_a_note(tokenizer, monkeypatch) -> 
         "Env: first prompt not checked here (building its env failed: OSError: no route to the env service); "
         "its first turn checks it"
     )
-    monkeypatch.setattr(lengths, "BUILD_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(driver_envs, "BUILD_TIMEOUT_S", 0.2)
     slow = _config({"env_type": f"{__name__}:_SlowEnv"})
-    assert "(building and resetting its env took over 0.2 s)" in _lines(slow, tokenizer)[-1]
+    assert "(building its env took over 0.2 s)" in _lines(slow, tokenizer)[-1]
 
 
 def test_a_gem_env_that_loads_a_hub_dataset_is_not_built() -> None:

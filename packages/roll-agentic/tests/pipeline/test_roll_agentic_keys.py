@@ -208,3 +208,20 @@ def test_rolls_tool_wrappers_read_gems_tags(tmp_path: Path) -> None:
     rows = {row.key: row for row in translate(*compose_file(path)).rows}
     assert "gem" in rows["(custom_envs.Calc.tool_wrapper.wrapper_args.tool_format)"].note
     assert "(custom_envs.Plain.tool_wrapper.wrapper_args.tool_format)" not in rows
+
+
+def test_rolls_env_config_enable_thinking_is_the_tags_setting(tmp_path: Path) -> None:
+    # ROLL's proxy env manager reads enable_thinking from the tag's env_config (default false); roll's envs take no
+    # such argument, so it moves to custom_envs.<tag>.enable_thinking.
+    think = "  Think: {env_type: frozen_lake, env_config: {enable_thinking: true, is_slippery: false}}\n"
+    path = _write(tmp_path, AGENTIC + think)
+    config = load_config(path)
+    assert config.custom_envs["Think"].enable_thinking is True
+    assert config.custom_envs["Think"].env_config == {"is_slippery": False}
+    assert config.custom_envs["Lake"].enable_thinking is False  # ROLL's default and roll's
+    rows = {row.key: row for row in translate(*compose_file(path)).rows}
+    row = rows["custom_envs.Think.env_config.enable_thinking"]
+    assert (row.status, row.target) == ("implemented-as", "custom_envs.Think.enable_thinking")
+    both = "  Think: {env_type: frozen_lake, enable_thinking: false, env_config: {enable_thinking: true}}\n"
+    with pytest.raises(ConfigError, match=r"custom_envs.Think.env_config.enable_thinking.*contradicts"):
+        load_config(_write(tmp_path, AGENTIC + both))

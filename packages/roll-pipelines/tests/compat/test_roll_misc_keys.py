@@ -84,3 +84,26 @@ def test_sampling_settings_a_file_leaves_out_get_rolls_defaults() -> None:
     assert "(actor_infer.generating_args.top_p)" not in rows
     greedy = translate(_rlvr({"do_sample": False})).data["actor_infer"]["generating_args"]
     assert greedy["temperature"] == 0.0 and "top_p" not in greedy and "top_k" not in greedy
+
+
+def test_rolls_qwen3_template_renders_with_enable_thinking_true() -> None:
+    # ROLL's chat_template 'qwen3' calls the tokenizer's template with enable_thinking=True; 'native'/'qwen2_5' with
+    # the template's default (roll's enable_thinking null)
+    qwen3 = translate({"sft_train": {**SFT["sft_train"], "data_args": {"file_name": ["d.jsonl"], "template": "qwen3"}}})
+    assert qwen3.data["sft_train"]["data_args"]["enable_thinking"] is True
+    [row] = [row for row in qwen3.rows if row.key == "sft_train.data_args.template"]
+    assert (row.status, row.target) == ("implemented-as", "sft_train.data_args.enable_thinking")
+    native = translate(
+        {"sft_train": {**SFT["sft_train"], "data_args": {"file_name": ["d.jsonl"], "template": "native"}}}
+    )
+    assert "enable_thinking" not in native.data["sft_train"]["data_args"]
+    assert qwen3.problems == native.problems == []
+
+
+def test_qwen3_templates_of_untrained_roles_leave_no_data_args() -> None:
+    data = _rlvr({})
+    data["actor_train"] = {**data["actor_train"], "data_args": {"file_name": ["d.jsonl"], "template": "qwen3"}}
+    data["actor_infer"] = {**data["actor_infer"], "data_args": {"template": "qwen3"}}
+    translation = translate(data)
+    assert translation.data["actor_train"]["data_args"]["enable_thinking"] is True
+    assert "data_args" not in translation.data["actor_infer"]  # ROLL gives every role a template; roll's data is one

@@ -190,6 +190,13 @@ class CustomEnvConfig(RollModel):
         "observation; agent_native envs write their own messages). A tiny model with no English reads the board "
         "better without it (docs/results/agentic.md, 15).",
     )
+    enable_thinking: bool | None = Field(
+        default=False,
+        description="Chat templates that read enable_thinking (Qwen3-style): false (ROLL's default for agentic "
+        "prompts) ends each generation prompt with an empty think block, true lets the model think, null leaves the "
+        "template's own default. Templates that do not read it render the same either way. ROLL files' "
+        "env_config.enable_thinking moves here.",
+    )
     parse_tool_call_arguments: bool = Field(
         default=False,
         description="agent_native: JSON-string tool-call arguments of assistant messages are rendered as dicts "

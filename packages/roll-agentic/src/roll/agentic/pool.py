@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roll.agentic.config import ROCK_ENV, CustomEnvConfig, EnvManagerConfig, LLMProxyConfig
+from roll.agentic.driver_envs import DriverEnvs, NotBuiltHere
 from roll.agentic.env import check_env, make_env, resolve_env_factory
 from roll.agentic.env.base import EnvLike, random_action_of
 from roll.agentic.env_manager import ENV_MANAGERS, ChatFormatter, EnvManager, EnvRunner, EpisodeResult, EpisodeTask
@@ -76,16 +77,19 @@ def check_env_spec(tag: str, spec: CustomEnvConfig) -> str:
 
 
 def env_checks(
-    custom_envs: Mapping[str, CustomEnvConfig], managers: Sequence[EnvManagerConfig] = ()
+    custom_envs: Mapping[str, CustomEnvConfig],
+    managers: Sequence[EnvManagerConfig] = (),
+    envs: DriverEnvs | None = None,
 ) -> list[Callable[[], str | None]]:
     """:func:`check_env_spec` for every entry but ROCK's (checked by roll.agentic.env.rock.checks), and
-    :func:`check_random_actions` for each tag of the ``managers`` whose ``llm_proxy`` is ``random``."""
+    :func:`check_random_actions` for each tag of the ``managers`` whose ``llm_proxy`` is ``random`` (with ``envs``,
+    the driver's envs it shares with the length checks; the caller closes them)."""
     checks: list[Callable[[], str | None]] = [
         functools.partial(check_env_spec, tag, spec) for tag, spec in custom_envs.items() if spec.env_type != ROCK_ENV
     ]
     randoms = [m for m in managers if m.llm_proxy.proxy_type == "random"]
     tags = dict.fromkeys(tag for manager in randoms for tag in manager.tags if tag in custom_envs)
-    return checks + [functools.partial(check_random_actions, tag, custom_envs[tag]) for tag in tags]
+    return checks + [functools.partial(check_random_actions, tag, custom_envs[tag], envs) for tag in tags]
 
 
 def _no_random_action(tag: str, spec: CustomEnvConfig, wrapped: bool) -> ConfigError:
@@ -107,28 +111,29 @@ def _class_has_random_action(factory: Any) -> bool | None:
     return True if callable(method) or isinstance(method, staticmethod | classmethod) else None
 
 
-def check_random_actions(tag: str, spec: CustomEnvConfig) -> str | None:
+def check_random_actions(tag: str, spec: CustomEnvConfig, envs: DriverEnvs | None = None) -> str | None:
     """``llm_proxy.proxy_type: random`` plays each turn with the env's ``sample_random_action()`` (a tool wrapper
     passes its wrapped env's): a tag whose env has none is refused here, by ``roll validate`` and the pipelines'
     setup, with the message :class:`EnvPool` would give once the workers had started. The env class answers where it
-    can; else one env is built in the driver (a failing build is left to :func:`check_env_spec` and the run)."""
+    can; else the tag's env is built in the driver by ``envs`` (shared with the first-prompt length check, so it is
+    built once; a build that fails or takes over its timeout is left to :func:`check_env_spec` and the run)."""
     try:
         known = _class_has_random_action(resolve_env_factory(spec.env_type))
     except RollError:  # an unknown env type or a missing extra: check_env_spec reports it
         return None
     wrapped = spec.tool_wrapper is not None
     if known is None:
+        own = envs is None
+        driver = DriverEnvs() if envs is None else envs
         try:
-            env = make_env(spec.env_type, **spec.env_config)
-        except Exception as e:  # whatever the env raises when built; the run's workers would meet it first
-            return f"{tag}: random actions not checked here (building its env failed: {type(e).__name__}: {e})"
-        try:
+            env = driver.get(tag, spec)
             known = random_action_of(env) is not None
             wrapped = wrapped or isinstance(env, ToolEnvWrapper)
+        except NotBuiltHere as e:
+            return f"{tag}: random actions not checked here ({e})"
         finally:
-            close = getattr(env, "close", None)
-            if callable(close):
-                close()
+            if own:
+                driver.close()
     if not known:
         raise _no_random_action(tag, spec, wrapped)
     return f"{tag}: env_type {spec.env_type!r} has sample_random_action() for llm_proxy random"
@@ -164,7 +169,8 @@ class EnvPool:
             client = OpenAIProxyClient(tokenizer, **llm_proxy.proxy_config)
         self.custom_envs, self.client = custom_envs, client
         self.generation_config, self.sequence_length = generation_config, sequence_length
-        self.formatter = ChatFormatter(tokenizer)
+        self.formatter = ChatFormatter(tokenizer)  # the template's own default; each tag renders with its own setting
+        self._formatters: dict[bool | None, ChatFormatter] = {None: self.formatter}
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad if pad is not None else tokenizer.eos_token_id)
         self.managers: dict[int, EnvManager] = {}
@@ -179,16 +185,28 @@ class EnvPool:
             raise ConfigError(f"env tag {tag!r} is not in custom_envs ({sorted(self.custom_envs)})")
         return self.custom_envs[tag]
 
-    def make_manager(self, slot: EnvSlot) -> EnvManager:
-        """The env manager of ``slot``, its env built (not added to the pool: :meth:`add_slots` does that)."""
+    def _formatter(self, enable_thinking: bool | None) -> ChatFormatter:
+        if enable_thinking not in self._formatters:
+            self._formatters[enable_thinking] = ChatFormatter(self.formatter.tokenizer, enable_thinking)
+        return self._formatters[enable_thinking]
+
+    def make_manager(self, slot: EnvSlot, env: EnvLike | None = None) -> EnvManager:
+        """The env manager of ``slot``, its env built, or ``env`` when given (one the driver built: a rebuild after
+        a fault builds afresh); not added to the pool: :meth:`add_slots` does that."""
         spec = self._spec(slot.tag)
+        built = [env] if env is not None else []
         limiter = None
         if spec.max_env_step_concurrent > 0:
             limiter = self._limiters.setdefault(slot.tag, asyncio.Semaphore(spec.max_env_step_concurrent))
         cls = manager_class(spec.env_manager_cls)
         messages = bool(getattr(cls, "message_observations", False))
         try:
-            runner = EnvRunner(lambda: build_env(spec), spec.step_timeout_s, limiter=limiter, messages=messages)
+            runner = EnvRunner(
+                lambda: built.pop() if built else build_env(spec),
+                spec.step_timeout_s,
+                limiter=limiter,
+                messages=messages,
+            )
         except (ConfigError, DataError) as e:  # e.g. a dataset that cannot be read: say which entry
             raise type(e)(f"custom_envs.{slot.tag}: {e}") from e
         if spec.use_thread_lock or getattr(runner.env, "uses_global_rng", False):
@@ -204,7 +222,7 @@ class EnvPool:
             tag=slot.tag,
             spec=spec,
             runner=runner,
-            formatter=self.formatter,
+            formatter=self._formatter(spec.enable_thinking),
             client=client,
             generation_config=self.generation_config,
             sequence_length=self.sequence_length,

@@ -81,7 +81,8 @@ class EpisodeState:
     context: list[int] = field(default_factory=list)
     """Trajectory-wise: every token of the conversation so far."""
     messages: list[dict[str, Any]] = field(default_factory=list)
-    """The next turn's prompt as chat messages, kept by :meth:`EnvManager.build_prompt` (sent to a chat proxy)."""
+    """The next turn's prompt as chat messages, kept by :meth:`EnvManager.build_prompt` only for a client that
+    sends messages (``wants_messages``: a chat proxy); empty otherwise."""
     generated: int = 0
 
 
@@ -153,7 +154,8 @@ class EnvManager(ABC):
     @abstractmethod
     def build_prompt(self, state: EpisodeState) -> tuple[list[int], list[int]]:
         """``(turn_prompt_ids, model_input_ids)`` for the next turn (see :attr:`Turn.prompt_ids`); called once per
-        turn, it also leaves the conversation those ids render, as chat messages, in ``state.messages``."""
+        turn; when :attr:`send_messages` (a chat proxy), it also leaves the conversation those ids render, as chat
+        messages, in ``state.messages``."""
 
     @abstractmethod
     def formulate(self, state: EpisodeState, result: EpisodeResult) -> DataProto:

@@ -9,12 +9,18 @@ an assistant message (e.g. ``<|im_end|>\\n``) is added as a bridge, minus the EO
 Only the text after the anchor assistant's content is compared, not the whole rendering: templates may render
 earlier messages differently once more follow (Qwen3 writes an empty think block into the last assistant message
 only) or stamp the date into the system header (Llama 3.x), and neither changes what is appended.
+
+``enable_thinking`` (the env tag's, ROLL's name; ROLL renders agentic prompts with it false) goes to
+``apply_chat_template`` only when it is set and the template reads it: a Qwen3-style template then ends the
+generation prompt with an empty think block (false) or lets the model open one (true); any other template renders
+exactly as without it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from roll.pipelines.data.templates import thinking_kwargs
 from roll.runtime import ConfigError
 
 __all__ = ["ChatFormatter", "render_template"]
@@ -36,12 +42,14 @@ def render_template(template: str, **values: Any) -> str:
 
 
 class ChatFormatter:
-    """Renders chat messages to token ids with ``tokenizer``'s chat template, incrementally."""
+    """Renders chat messages to token ids with ``tokenizer``'s chat template, incrementally; ``enable_thinking``
+    (None: the template's own default) is passed to a template that reads it."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, enable_thinking: bool | None = None) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ConfigError("the tokenizer has no chat_template; agentic rollouts need a chat model's tokenizer")
-        self.tokenizer = tokenizer
+        self.tokenizer, self.enable_thinking = tokenizer, enable_thinking
+        self._template_kwargs = thinking_kwargs(tokenizer, enable_thinking)
         eos = tokenizer.eos_token_id
         if eos is None:
             raise ConfigError("the tokenizer has no eos_token_id")
@@ -59,7 +67,9 @@ class ChatFormatter:
         self._appended([{"role": "user", "content": "roll-anchor-next"}])  # a template that cannot work fails here
 
     def _render(self, messages: list[Message], generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt, **self._template_kwargs
+        )
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []

@@ -4,7 +4,8 @@ An agent-native env (see :mod:`roll.agentic.env.tool_calls`) answers ``reset`` a
 messages so far (system / user / assistant / tool, assistant ``tool_calls`` included) and gives its tools in the
 reset ``info["tools"]``. Every turn the manager renders that list afresh with the tokenizer's chat template,
 tools included and with the generation prompt (``apply_chat_template(messages, tools=tools,
-add_generation_prompt=True, enable_thinking=False)``, after ROLL's ``convert_list_content_str``), samples a reply
+add_generation_prompt=True)``, after ROLL's ``convert_list_content_str``; the tag's ``enable_thinking``, false unless
+set as in ROLL, goes to a template that reads it), samples a reply
 and hands the decoded reply to the env, which reads it (tool calls, an ``<answer>``, ...) and answers with the
 next message list. Each turn is one sample row (prompt = that turn's rendering, response = the sampled tokens,
 score = that turn's reward), laid out as :class:`~roll.agentic.env_manager.step.StepEnvManager`'s rows
@@ -25,22 +26,28 @@ from roll.agentic.env_manager.base import EpisodeState
 from roll.agentic.env_manager.step import StepEnvManager
 from roll.agentic.policy.protocol import ChatTools
 from roll.agentic.tools.parsing import format_tool_call
+from roll.pipelines.data.templates import thinking_kwargs
 from roll.runtime import ConfigError
 
 __all__ = ["AgentNativeStepEnvManager", "render_messages"]
 
 
 def render_messages(
-    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]], parse_tool_call_arguments: bool
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    parse_tool_call_arguments: bool,
+    enable_thinking: bool | None = False,
 ) -> list[int]:
-    """Token ids of ``messages`` (with ``tools``) ending with the assistant generation prompt."""
+    """Token ids of ``messages`` (with ``tools``) ending with the assistant generation prompt; ``enable_thinking``
+    (None: the template's default) goes to a template that reads it."""
     ids = tokenizer.apply_chat_template(
         normalize_messages(messages, parse_tool_call_arguments),
         tools=tools,
         tokenize=True,
         add_generation_prompt=True,
-        enable_thinking=False,
         return_dict=False,
+        **thinking_kwargs(tokenizer, enable_thinking),
     )
     if isinstance(ids, dict) or (ids and isinstance(ids[0], list)):
         raise ConfigError("apply_chat_template returned a batch or a dict; expected one list of token ids")
@@ -60,8 +67,10 @@ class AgentNativeStepEnvManager(StepEnvManager):
                 raise ConfigError(f"env {self.spec.env_type!r}: reset info['tools'] must be a list, got {tools!r:.80}")
             self._tools: list[dict[str, Any]] = tools
         messages = json.loads(state.observation)
-        prompt = render_messages(self.formatter.tokenizer, messages, self._tools, self.spec.parse_tool_call_arguments)
-        state.messages = messages
+        tokenizer, spec = self.formatter.tokenizer, self.spec
+        prompt = render_messages(tokenizer, messages, self._tools, spec.parse_tool_call_arguments, spec.enable_thinking)
+        if self.send_messages:
+            state.messages = messages
         return prompt, prompt
 
     def chat_tools(self, state: EpisodeState) -> ChatTools:

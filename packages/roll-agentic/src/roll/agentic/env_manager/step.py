@@ -62,7 +62,8 @@ class StepEnvManager(EnvManager):
             messages.append({"role": "system", "content": self.spec.agent_system_template})
         messages.append({"role": "user", "content": content})
         prompt = self.formatter.first_turn(messages)
-        state.messages = messages
+        if self.send_messages:
+            state.messages = messages
         return prompt, prompt
 
     def observe(self, state: EpisodeState, turn: Turn) -> None:

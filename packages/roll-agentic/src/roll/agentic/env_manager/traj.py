@@ -43,7 +43,8 @@ class TrajEnvManager(EnvManager):
                 messages.append({"role": "system", "content": system})
             messages.append({"role": "user", "content": opening + self._user_message(state)})
             prompt = self.formatter.first_turn(messages)
-            state.messages = messages
+            if self.send_messages:  # only a chat proxy reads them; kept otherwise they grow every turn for nothing
+                state.messages = messages
             return prompt, prompt
         last = state.turns[-1]
         if last.next_is_tool_result:
@@ -51,7 +52,8 @@ class TrajEnvManager(EnvManager):
         else:
             message = {"role": "user", "content": self._user_message(state)}
         prompt = self.formatter.next_turn([message], last.response_ids)
-        state.messages += self._chat_messages(state, last, message)
+        if self.send_messages:
+            state.messages += self._chat_messages(state, last, message)
         return prompt, state.context + prompt
 
     def _chat_messages(self, state: EpisodeState, last: Turn, message: dict[str, str]) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -41,6 +41,9 @@ from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supporte
 from roll.runtime import RollModel
 from roll.strategies import TrainingArgs
 from roll.strategies.registry import STRATEGIES, sets_learning_rate_mid_run, strategies_with
+
+if TYPE_CHECKING:
+    from roll.agentic.driver_envs import DriverEnvs
 
 logger = logging.getLogger(__name__)
 
@@ -339,29 +342,32 @@ class AgenticConfig(BaseConfig):
         each tag of a manager with ``llm_proxy.proxy_type: random``; the ROCK envs' SDK, agent config, task file and
         service; ``rollout.sequence_length`` against each env tag's first prompt and the models' positions
         (:meth:`length_checks`)."""
+        from roll.agentic.driver_envs import DriverEnvs
         from roll.agentic.env.rock.checks import rock_checks
         from roll.agentic.pool import env_checks
 
+        envs = DriverEnvs()  # a tag's env is built once for the random-action and first-prompt checks
         return [
-            *env_checks(self.custom_envs, self.env_managers()),
+            *env_checks(self.custom_envs, self.env_managers(), envs),
             *rock_checks(self.custom_envs),
-            *self.length_checks(),
+            *self.length_checks(envs=envs),
+            envs.close,
         ]
 
     def env_managers(self) -> list[EnvManagerConfig]:
         """The train env manager, and the val one where set."""
         return [m for m in (self.train_env_manager, self.val_env_manager) if m is not None]
 
-    def length_checks(self, tokenizer: Any = None) -> list[Callable[[], str | None]]:
+    def length_checks(self, tokenizer: Any = None, envs: DriverEnvs | None = None) -> list[Callable[[], str | None]]:
         """``rollout.sequence_length`` against the first prompt of each train and val env tag and against the models'
         positions (:mod:`roll.agentic.pipeline.lengths`); ``tokenizer``: the pipeline's (else actor_train's is
-        loaded where it can be read here)."""
+        loaded where it can be read here); ``envs``: the driver's envs, shared with the random-action checks."""
         from roll.agentic.pipeline.lengths import length_checks
 
         managers = [("train_env_manager", self.train_env_manager, self.seed, "train")]
         if self.val_env_manager is not None:
             managers.append(("val_env_manager", self.val_env_manager, self.seed + VAL_SEED_OFFSET, "val"))
-        return length_checks(self, managers, tokenizer_role="actor_train", tokenizer=tokenizer)
+        return length_checks(self, managers, tokenizer_role="actor_train", tokenizer=tokenizer, envs=envs)
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:

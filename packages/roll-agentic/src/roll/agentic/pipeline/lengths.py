@@ -5,7 +5,8 @@ Both would otherwise surface late: a first prompt that does not fit at the first
 or a model reading positions it never learned. ``roll validate`` and the agentic pipelines' setup (before any worker
 starts) run these checks:
 
-* Each env tag of the env managers is built once in the driver and reset with the seed its first episode plays; its
+* Each env tag of the env managers is built once in the driver (:class:`~roll.agentic.driver_envs.DriverEnvs`, shared
+  with the ``llm_proxy`` random-action check) and reset with the seed its first episode plays; its
   own env manager builds the first prompt (system and agent templates, the env's instruction, the chat template, a
   tool wrapper's tool prompt) and the tokenizer counts it. That prompt plus one turn's tokens (``max_tokens_per_step``,
   capped by ``actor_infer.generating_args.max_new_tokens``) must fit in ``rollout.sequence_length``. An env whose
@@ -27,16 +28,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import random
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
-
-import numpy as np
+from typing import Any
 
 from roll.agentic.config import ROCK_ENV, CustomEnvConfig, EnvManagerConfig
+from roll.agentic.driver_envs import BUILD_TIMEOUT_S, DriverEnvs, NotBuiltHere, in_thread
+from roll.agentic.env.base import EnvLike
 from roll.agentic.env.dataset import LongestRows
 from roll.agentic.env.registry import ENVS, resolve_env_factory
 from roll.agentic.env_manager import EnvFault, EpisodeTask
@@ -52,17 +51,10 @@ __all__ = ["BUILD_TIMEOUT_S", "RENDERED_ROWS", "length_checks", "max_positions",
 
 logger = logging.getLogger(__name__)
 
-BUILD_TIMEOUT_S = 30.0
-"""Longest the driver waits for one env tag to be built and reset before it skips that tag's check."""
 RENDERED_ROWS = 4
 """How many of a dataset env's longest questions (in tokens) get their first prompt rendered: the longest question
 need not make the longest prompt, by the token or two where it meets the template."""
 ROLL_KEY = "rollout.sequence_length (ROLL's sequence_length)"
-T = TypeVar("T")
-
-
-class _NotBuiltHere(Exception):
-    """The env of a tag is not built (or not reset) in the driver: its check is skipped with this reason."""
 
 
 class _NoPolicy:
@@ -74,15 +66,25 @@ class _NoPolicy:
 
 # --- the first prompt --------------------------------------------------------------------------------------------
 def _prompt_lengths(
-    tag: str, spec: CustomEnvConfig, tokenizer: Any, *, seeds: Sequence[int], generation_config: GenerationConfig
+    tag: str,
+    spec: CustomEnvConfig,
+    tokenizer: Any,
+    env: EnvLike,
+    *,
+    seeds: Sequence[int],
+    generation_config: GenerationConfig,
 ) -> list[int]:
-    """The lengths of the first turn's model input of episodes of ``tag`` played with each of ``seeds``, built by the
-    tag's own env manager from its env's reset (raises ``_NotBuiltHere`` where the env cannot be built or reset)."""
+    """The lengths of the first turn's model input of episodes of ``tag`` played with each of ``seeds`` on ``env``
+    (the tag's env, built by the driver; closed here), built by the tag's own env manager from the env's reset
+    (raises ``NotBuiltHere`` where the env cannot be reset)."""
     pool = EnvPool({tag: spec}, tokenizer, _NoPolicy(), generation_config=generation_config, sequence_length=1)
     try:
-        manager = pool.make_manager(EnvSlot(0, 0, tag))
-    except Exception as e:  # whatever the env raises when built; the run would meet it at its workers' start
-        raise _NotBuiltHere(f"building its env failed: {type(e).__name__}: {e}") from e
+        manager = pool.make_manager(EnvSlot(0, 0, tag), env)
+    except Exception as e:  # whatever the manager raises when set up; the run would meet it at its workers' start
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+        raise NotBuiltHere(f"setting up its env manager failed: {type(e).__name__}: {e}") from e
 
     async def render() -> list[int]:
         lengths = []
@@ -91,7 +93,7 @@ def _prompt_lengths(
             try:
                 state = await manager.start(task)
             except EnvFault as fault:
-                raise _NotBuiltHere(f"its reset failed ({fault.reason}: {fault})") from fault
+                raise NotBuiltHere(f"its reset failed ({fault.reason}: {fault})") from fault
             lengths.append(len(manager.build_prompt(state)[1]))
         return lengths
 
@@ -101,42 +103,12 @@ def _prompt_lengths(
         manager.close()
 
 
-def _longest_prompts(
-    tag: str, spec: CustomEnvConfig, longest: Callable[..., LongestRows], tokenizer: Any, generation: GenerationConfig
-) -> tuple[LongestRows, list[tuple[int, int, int]]]:
-    """The rows of the tag's dataset with the longest questions, and ``(row, question tokens, first prompt tokens)``
-    of the :data:`RENDERED_ROWS` longest (the seed that plays a row is its index)."""
+def _longest_rows(spec: CustomEnvConfig, longest: Callable[..., LongestRows], tokenizer: Any) -> LongestRows:
+    """The rows of the tag's dataset with the longest questions."""
     try:
-        rows = longest(tokenizer, **spec.env_config)
+        return longest(tokenizer, **spec.env_config)
     except Exception as e:  # as building the env: the env entry's own check reports an unreadable dataset
-        raise _NotBuiltHere(f"reading its dataset failed: {type(e).__name__}: {e}") from e
-    picked = rows.tokens[:RENDERED_ROWS]
-    lengths = _prompt_lengths(tag, spec, tokenizer, seeds=[row for row, _ in picked], generation_config=generation)
-    return rows, [(row, question, prompt) for (row, question), prompt in zip(picked, lengths, strict=True)]
-
-
-def _in_thread(fn: Callable[[], T], timeout_s: float) -> T:
-    """``fn()`` on a daemon thread, given up on after ``timeout_s`` (an env that hangs in its constructor must not
-    hold the driver); the process-global RNGs are left as they were (GEM's envs draw from them)."""
-    saved = random.getstate(), np.random.get_state()
-    out: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            out["value"] = fn()
-        except BaseException as e:  # re-raised on the caller's thread
-            out["error"] = e
-
-    thread = threading.Thread(target=target, name="roll-prompt-check", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    random.setstate(saved[0])
-    np.random.set_state(saved[1])
-    if thread.is_alive():
-        raise _NotBuiltHere(f"building and resetting its env took over {timeout_s:g} s")
-    if "error" in out:
-        raise out["error"]
-    return out["value"]  # type: ignore[no-any-return]
+        raise NotBuiltHere(f"reading its dataset failed: {type(e).__name__}: {e}") from e
 
 
 def _skip_reason(spec: CustomEnvConfig) -> str | None:
@@ -197,6 +169,7 @@ def _check_first_prompt(
     seed: Callable[[], int],
     tokenizer: Callable[[], Any],
     sequence_length: int,
+    envs: DriverEnvs,
 ) -> str:
     reason = _skip_reason(spec)
     generation_config, where = scheduler.generation, scheduler.key
@@ -206,15 +179,23 @@ def _check_first_prompt(
             loaded = tokenizer()
             longest = getattr(resolve_env_factory(spec.env_type), "longest_questions", None)
             if callable(longest):
-                build_rows = functools.partial(_longest_prompts, tag, spec, longest, loaded, generation_config)
-                rows, prompts = _in_thread(build_rows, BUILD_TIMEOUT_S)
-                return _check_longest_rows(tag, where, rows, prompts, (turn, limit), sequence_length)
-            first = seed()
+                read = functools.partial(_longest_rows, spec, longest, loaded)
+                rows = in_thread(read, envs.timeout_s, "reading its dataset")
+                picked = rows.tokens[:RENDERED_ROWS]  # the seed that plays a row is its index
+                seeds = [row for row, _ in picked]
+            else:
+                first = seed()
+                seeds = [first]
+            env = envs.take(tag, spec)  # built once for every check that needs it, within envs.timeout_s
             build = functools.partial(
-                _prompt_lengths, tag, spec, loaded, seeds=[first], generation_config=generation_config
+                _prompt_lengths, tag, spec, loaded, env, seeds=seeds, generation_config=generation_config
             )
-            prompt = _in_thread(build, BUILD_TIMEOUT_S)[0]
-        except _NotBuiltHere as e:
+            lengths = in_thread(build, envs.timeout_s, "resetting its env")
+            if callable(longest):
+                prompts = [(row, question, prompt) for (row, question), prompt in zip(picked, lengths, strict=True)]
+                return _check_longest_rows(tag, where, rows, prompts, (turn, limit), sequence_length)
+            prompt = lengths[0]
+        except NotBuiltHere as e:
             reason = str(e)
     if reason is not None:
         return f"{tag}: first prompt not checked here ({reason}); its first turn checks it"
@@ -294,7 +275,7 @@ def _check_positions(where: str, folder: Callable[[], Path], trust_remote_code: 
 
     try:
         path = folder()
-    except _NotBuiltHere as e:
+    except NotBuiltHere as e:
         return f"{where}: sequence_length not checked against the model's positions ({e})"
     try:
         hf_config = AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
@@ -342,15 +323,15 @@ def _check_engine_context(name: str, role: RoleConfig, sequence_length: int) -> 
 # --- the checks of a config ---------------------------------------------------------------------------------------
 def _model_folder(where: str, value: str, revision: str | None) -> Path:
     """The local folder of a model reference as it can be read here (``tiny://`` presets built into the asset cache,
-    as ``roll run`` builds them); ``_NotBuiltHere`` where it cannot (the model checks report a bad reference)."""
+    as ``roll run`` builds them); ``NotBuiltHere`` where it cannot (the model checks report a bad reference)."""
     from roll.pipelines.validate import readable_model_folder
 
     try:
         folder = readable_model_folder(where, value, revision)
     except RollError as e:
-        raise _NotBuiltHere(str(e)) from None
+        raise NotBuiltHere(str(e)) from None
     if folder is None:
-        raise _NotBuiltHere(f"{where}={value!r} is only downloaded or built at run time")
+        raise NotBuiltHere(f"{where}={value!r} is only downloaded or built at run time")
     return folder
 
 
@@ -368,7 +349,7 @@ def _tokenizer_loader(role_name: str, role: RoleConfig, tokenizer: Any) -> Calla
         try:
             return load_tokenizer(args.model_copy(update={"tokenizer_name_or_path": str(folder)}))
         except Exception as e:  # transformers has no common error type; the model checks report an unusable folder
-            raise _NotBuiltHere(f"the tokenizer in {folder} does not load: {type(e).__name__}: {e}") from None
+            raise NotBuiltHere(f"the tokenizer in {folder} does not load: {type(e).__name__}: {e}") from None
 
     return load
 
@@ -379,14 +360,17 @@ def length_checks(
     *,
     tokenizer_role: str,
     tokenizer: Any = None,
+    envs: DriverEnvs | None = None,
 ) -> list[Callable[[], str | None]]:
     """The checks of ``config.rollout.sequence_length``: one per model reference of ``config``'s roles, one per env
     tag of ``managers`` (``(yaml key, manager, its scheduler's base seed, its mode)``; a tag listed twice is checked
     once). A manager's turns are sampled with its own ``generating_args``, else actor_infer's.
 
     ``tokenizer`` is the pipeline's own (setup); without it, ``tokenizer_role``'s is loaded where it can be read here
-    (``roll validate``). Each check returns a summary line, or raises a ConfigError naming the fix.
+    (``roll validate``). ``envs``: the driver's envs, shared with the random-action checks (a tag is built once).
+    Each check returns a summary line, or raises a ConfigError naming the fix.
     """
+    envs = DriverEnvs() if envs is None else envs
     sequence_length = config.rollout.sequence_length
     roles: dict[str, RoleConfig] = config.roles()
     default = roles["actor_infer"].generating_args
@@ -415,7 +399,7 @@ def length_checks(
             first = functools.partial(_first_seed, scheduler, config.custom_envs, plan)
             spec = config.custom_envs[plan.tag]
             checks.append(
-                functools.partial(_check_first_prompt, plan.tag, spec, scheduler, first, load, sequence_length)
+                functools.partial(_check_first_prompt, plan.tag, spec, scheduler, first, load, sequence_length, envs)
             )
     return checks
 

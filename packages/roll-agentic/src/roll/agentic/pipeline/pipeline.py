@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from roll.agentic.driver_envs import DriverEnvs
 from roll.agentic.pipeline.adjust import adjust_batch, batch_unit
 from roll.agentic.pipeline.advantage import attach_step_returns, compute_agentic_targets
 from roll.agentic.pipeline.config import VAL_SEED_OFFSET, AgenticConfig
@@ -68,10 +69,14 @@ class AgenticPipeline(BasePipeline):
         cfg = self.config
         # 1. tokenizer and envs first: a bad env config, or a sequence_length that does not fit an env's first prompt
         # or the model, fails before anything starts
-        for check in env_checks(cfg.custom_envs, cfg.env_managers()):  # an llm_proxy random tag's envs too
-            check()
-        self.tokenizer = load_tokenizer(cfg.actor_train.model_args)
-        run_length_checks(cfg.length_checks(self.tokenizer))
+        envs = DriverEnvs()  # a tag's env is built once for the random-action and first-prompt checks
+        try:
+            for check in env_checks(cfg.custom_envs, cfg.env_managers(), envs):  # an llm_proxy random tag's envs too
+                check()
+            self.tokenizer = load_tokenizer(cfg.actor_train.model_args)
+            run_length_checks(cfg.length_checks(self.tokenizer, envs))
+        finally:
+            envs.close()
         self.faulted_steps = FaultedSteps(cfg.rollout.max_faulted_steps, cfg.train_env_manager.name, self.output_dir)
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else self.tokenizer.eos_token_id)

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from roll.agentic.config import PARSE_TOOL_CALL_DESCRIPTION, CustomEnvConfig, EnvManagerConfig, spread_parse_tool_call
+from roll.agentic.driver_envs import DriverEnvs
 from roll.agentic.pipeline.config import AgenticRolloutSection
 from roll.agentic.pipeline.lengths import length_checks, run_length_checks
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
@@ -61,14 +62,16 @@ class AgenticRolloutConfig(BaseConfig):
         model's positions."""
         from roll.agentic.env.rock.checks import rock_checks
 
-        checks = env_checks(self.custom_envs, [self.train_env_manager])  # with its llm_proxy random's envs
-        return [*checks, *rock_checks(self.custom_envs), *self.length_checks()]
+        envs = DriverEnvs()  # a tag's env is built once for the random-action and first-prompt checks
+        checks = env_checks(self.custom_envs, [self.train_env_manager], envs)  # with its llm_proxy random's envs
+        return [*checks, *rock_checks(self.custom_envs), *self.length_checks(envs=envs), envs.close]
 
-    def length_checks(self, tokenizer: Any = None) -> list[Callable[[], str | None]]:
+    def length_checks(self, tokenizer: Any = None, envs: DriverEnvs | None = None) -> list[Callable[[], str | None]]:
         """``rollout.sequence_length`` against each env tag's first prompt and the model's positions
-        (:mod:`roll.agentic.pipeline.lengths`); ``tokenizer``: the pipeline's (else actor_infer's, where readable)."""
+        (:mod:`roll.agentic.pipeline.lengths`); ``tokenizer``: the pipeline's (else actor_infer's, where readable);
+        ``envs``: the driver's envs, shared with the random-action checks."""
         managers = [("train_env_manager", self.train_env_manager, self.seed, self.mode)]
-        return length_checks(self, managers, tokenizer_role="actor_infer", tokenizer=tokenizer)
+        return length_checks(self, managers, tokenizer_role="actor_infer", tokenizer=tokenizer, envs=envs)
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -93,10 +96,14 @@ class AgenticRolloutPipeline(BasePipeline):
 
     def setup(self) -> None:
         cfg = self.config
-        for check in env_checks(cfg.custom_envs, [cfg.train_env_manager]):  # a bad env config fails before anything
-            check()
-        self.tokenizer = load_tokenizer(cfg.actor_infer.model_args)
-        run_length_checks(cfg.length_checks(self.tokenizer))
+        envs = DriverEnvs()  # a tag's env is built once for the random-action and first-prompt checks
+        try:
+            for check in env_checks(cfg.custom_envs, [cfg.train_env_manager], envs):  # a bad env config fails first
+                check()
+            self.tokenizer = load_tokenizer(cfg.actor_infer.model_args)
+            run_length_checks(cfg.length_checks(self.tokenizer, envs))
+        finally:
+            envs.close()
         self.faulted_steps = FaultedSteps(cfg.rollout.max_faulted_steps, cfg.train_env_manager.name, self.output_dir)
         pad = self.tokenizer.pad_token_id
         pad_token_id = int(pad if pad is not None else self.tokenizer.eos_token_id)

@@ -137,8 +137,24 @@ def _fill_env_defaults(top: _Translator) -> None:
         if missing:
             where = f"custom_envs.{tag}.env_config"
             top.row(f"({where})", "implemented-as", where, f"ROLL's {spec['env_type']} defaults {missing} written in")
-        filled[tag] = _fill_tool_format(top, tag, filled[tag])
+        filled[tag] = _move_enable_thinking(top, tag, _fill_tool_format(top, tag, filled[tag]))
     top.out["custom_envs"] = filled
+
+
+def _move_enable_thinking(top: _Translator, tag: str, spec: Any) -> Any:
+    """ROLL's env managers read ``enable_thinking`` from the tag's ``env_config`` (its default false, as roll's);
+    roll's is the tag's own key (an env constructor is not given it)."""
+    env_config = spec.get("env_config") if isinstance(spec, dict) else None
+    if not isinstance(env_config, dict) or "enable_thinking" not in env_config:
+        return spec
+    key, target = f"custom_envs.{tag}.env_config.enable_thinking", f"custom_envs.{tag}.enable_thinking"
+    value = env_config["enable_thinking"]
+    if "enable_thinking" in spec and spec["enable_thinking"] != value:
+        top.row(key, "unsupported", target, f"contradicts {target}={spec['enable_thinking']!r}; keep one")
+        return spec
+    top.row(key, "implemented-as", target, "the chat template's enable_thinking for the tag's prompts")
+    rest = {k: v for k, v in env_config.items() if k != "enable_thinking"}
+    return {**spec, "env_config": rest, "enable_thinking": value}
 
 
 def _fill_tool_format(top: _Translator, tag: str, spec: Any) -> Any:

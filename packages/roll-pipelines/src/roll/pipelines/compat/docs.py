@@ -157,7 +157,12 @@ def roll_compat() -> str:
         "the endpoint's default tool choice, so a hosted model calls them natively; it writes the calls in the env's "
         "own format (GEM's tags under `tool_format: gem`) after the answer's content, and sends the history's calls "
         "back as `tool_calls` answered by `tool` messages with their ids (`native_tools: false`: as text). See the "
-        "llm_proxy section of the roll-agentic README."
+        "llm_proxy section of the roll-agentic README.\n\n"
+        "ROLL renders agentic prompts with the chat template's `enable_thinking` false (an empty think block in a "
+        "Qwen3-style generation prompt), and its proxy env manager reads the setting from "
+        "`custom_envs.<tag>.env_config.enable_thinking`; roll's is `custom_envs.<tag>.enable_thinking` (default "
+        "false, `null`: the template's own default), where a ROLL file's `env_config.enable_thinking` moves. It is "
+        "passed only to a template that reads it."
     )
     strategies = "\n".join(f"| `{k}` | `{v[0]}` | {_cell(v[1])} |" for k, v in STRATEGY_NAMES.items())
     rewards = "\n".join(f"| `{k}` | `{v[0]}` |" for k, v in REWARD_CLASSES.items())

@@ -344,7 +344,11 @@ GENERATING_ARGS: dict[str, Rule] = {
 }
 
 DATA_ARGS: dict[str, Rule] = {
-    "template": Rule("implemented-as", "apply_chat_template", "the tokenizer's own chat template"),
+    "template": Rule(
+        "implemented-as",
+        "apply_chat_template",
+        "the tokenizer's own chat template; qwen3 (ROLL renders it with enable_thinking true): enable_thinking: true",
+    ),
     "dataset_dir": _ignored("file_name paths are used as written (relative to the working directory)"),
     "interleave_probs": _ignored("several files are concatenated; per-domain shares: domain_interleave_probs"),
     "preprocessing_num_workers": _ignored("encoding runs in the driver"),

@@ -214,6 +214,10 @@ class RoleTranslator:
             elif key == "domain_interleave_probs":
                 top.out["domain_interleave_probs"] = value
                 top.row(here, "renamed", "rollout.domain_interleave_probs")
+            elif key == "template" and value == "qwen3" and where == f"{top.trained}.data_args":
+                # ROLL's qwen3 template renders with enable_thinking true (other roles' data_args are dropped)
+                out["enable_thinking"] = True
+                top.row(here, "implemented-as", f"{where}.enable_thinking", "true: the tokenizer's own chat template")
             elif key == "template":
                 top.row(here, "implemented-as", f"{where}.apply_chat_template", "the tokenizer's own chat template")
             elif key == "ulysses_size" and name == "model_args":

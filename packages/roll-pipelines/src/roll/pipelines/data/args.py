@@ -83,6 +83,12 @@ class DataArgs(RollModel):
     )
     system_prompt: str | None = Field(default=None, description="System message prepended to every conversation.")
     apply_chat_template: bool = Field(default=True, description="Format with the tokenizer's chat template.")
+    enable_thinking: bool | None = Field(
+        default=None,
+        description="Passed to a chat template that reads it (Qwen3-style): false renders prompts with an empty "
+        "think block (no thinking), true asks for thinking; null: the template's own default. Other templates "
+        "render the same either way.",
+    )
     max_length: int | None = Field(default=None, ge=2, description="Longest prompt + response (SFT, preference).")
     max_prompt_length: int | None = Field(default=None, ge=1, description="Longest prompt in tokens.")
     max_response_length: int | None = Field(default=None, ge=1, description="Longest response in tokens.")

@@ -93,9 +93,12 @@ def _with_bos(tokenizer: Any, ids: list[int]) -> list[int]:
     return [bos, *ids] if bos is not None and (not ids or ids[0] != bos) else ids
 
 
-def _response_target(tokenizer: Any, prompt_messages: list[dict[str, Any]], response: str, where: str) -> str:
+def _response_target(
+    tokenizer: Any, prompt_messages: list[dict[str, Any]], response: str, where: str, enable_thinking: bool | None
+) -> str:
     """The text a model must generate after the templated prompt to answer ``response`` (ends with EOS)."""
-    pieces = chat_pieces(tokenizer, [*prompt_messages, {"role": "assistant", "content": response}], where=where)
+    messages = [*prompt_messages, {"role": "assistant", "content": response}]
+    pieces = chat_pieces(tokenizer, messages, where=where, enable_thinking=enable_thinking)
     return next(text for text, is_target in reversed(pieces) if is_target)
 
 
@@ -112,7 +115,7 @@ def encode_sft(row: Mapping[str, Any], tokenizer: Any, args: DataArgs, *, where:
         else:
             response = _column(row, args.response_key, where, "response_key")
             messages = [*_prompt_messages(row, args, where), {"role": "assistant", "content": response}]
-        pieces = chat_pieces(tokenizer, messages, where=where)
+        pieces = chat_pieces(tokenizer, messages, where=where, enable_thinking=args.enable_thinking)
     else:
         response = _column(row, args.response_key, where, "response_key")
         pieces = [(_raw_prompt(row, args, where), False), (response + (tokenizer.eos_token or ""), True)]
@@ -137,9 +140,12 @@ def encode_preference(
     rejected = _column(row, args.rejected_key, where, "rejected_key")
     if uses_chat_template(tokenizer, args):
         messages = _prompt_messages(row, args, where)
-        prompt_ids = tokenize_text(tokenizer, render_chat(tokenizer, messages, add_generation_prompt=True))
-        chosen_text = _response_target(tokenizer, messages, chosen, where)
-        rejected_text = _response_target(tokenizer, messages, rejected, where)
+        prompt_ids = tokenize_text(
+            tokenizer,
+            render_chat(tokenizer, messages, add_generation_prompt=True, enable_thinking=args.enable_thinking),
+        )
+        chosen_text = _response_target(tokenizer, messages, chosen, where, args.enable_thinking)
+        rejected_text = _response_target(tokenizer, messages, rejected, where, args.enable_thinking)
     else:
         prompt_ids = _with_bos(tokenizer, tokenize_text(tokenizer, _raw_prompt(row, args, where)))
         eos = tokenizer.eos_token or ""
@@ -160,7 +166,10 @@ def encode_prompt(row: Mapping[str, Any], tokenizer: Any, args: DataArgs, *, whe
     out: dict[str, Any] = {}
     if uses_chat_template(tokenizer, args):
         messages = _prompt_messages(row, args, where)
-        out["prompt_ids"] = tokenize_text(tokenizer, render_chat(tokenizer, messages, add_generation_prompt=True))
+        out["prompt_ids"] = tokenize_text(
+            tokenizer,
+            render_chat(tokenizer, messages, add_generation_prompt=True, enable_thinking=args.enable_thinking),
+        )
         if args.messages_key is not None:
             out["messages"] = messages
             users = [m["content"] for m in messages if m.get("role") == "user"]

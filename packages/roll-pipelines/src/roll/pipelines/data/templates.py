@@ -20,6 +20,7 @@ __all__ = [
     "has_chat_template",
     "pieces_to_ids",
     "render_chat",
+    "thinking_kwargs",
     "tokenize_text",
     "uses_chat_template",
     "with_system",
@@ -32,6 +33,18 @@ Message = dict[str, Any]
 def has_chat_template(tokenizer: Any) -> bool:
     """Whether the tokenizer carries a chat template."""
     return bool(getattr(tokenizer, "chat_template", None))
+
+
+def thinking_kwargs(tokenizer: Any, enable_thinking: bool | None) -> dict[str, bool]:
+    """``{"enable_thinking": enable_thinking}`` for ``apply_chat_template`` when it is set and the tokenizer's chat
+    template reads it (Qwen3-style templates think unless told not to), else ``{}``: a template that does not read
+    it, or an unset value, renders exactly as without the setting."""
+    if enable_thinking is None:
+        return {}
+    template = getattr(tokenizer, "chat_template", None)
+    texts = template.values() if isinstance(template, dict) else [template]
+    reads = any(isinstance(text, str) and "enable_thinking" in text for text in texts)
+    return {"enable_thinking": enable_thinking} if reads else {}
 
 
 def uses_chat_template(tokenizer: Any, args: DataArgs) -> bool:
@@ -58,11 +71,23 @@ def with_system(messages: Sequence[Message], system_prompt: str | None) -> list[
     return [{"role": "system", "content": system_prompt}, *messages]
 
 
-def render_chat(tokenizer: Any, messages: Sequence[Message], *, add_generation_prompt: bool = False) -> str:
-    """The chat template applied to ``messages`` as text ("" for no messages)."""
+def render_chat(
+    tokenizer: Any,
+    messages: Sequence[Message],
+    *,
+    add_generation_prompt: bool = False,
+    enable_thinking: bool | None = None,
+) -> str:
+    """The chat template applied to ``messages`` as text ("" for no messages); ``enable_thinking`` as in
+    :func:`thinking_kwargs`."""
     if not messages:
         return ""
-    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt)
+    return tokenizer.apply_chat_template(
+        list(messages),
+        tokenize=False,
+        add_generation_prompt=add_generation_prompt,
+        **thinking_kwargs(tokenizer, enable_thinking),
+    )
 
 
 def _suffix(longer: str, prefix: str, where: str, turn: int) -> str:
@@ -85,7 +110,9 @@ def _split_after_eos(text: str, eos: str | None) -> tuple[str, str]:
     return text[:end], text[end:]
 
 
-def chat_pieces(tokenizer: Any, messages: Sequence[Message], *, where: str = "row") -> list[Piece]:
+def chat_pieces(
+    tokenizer: Any, messages: Sequence[Message], *, where: str = "row", enable_thinking: bool | None = None
+) -> list[Piece]:
     """Pieces of a conversation where exactly the assistant turns are targets.
 
     An assistant turn's target is what the template adds after the generation prompt, up to and including
@@ -95,13 +122,13 @@ def chat_pieces(tokenizer: Any, messages: Sequence[Message], *, where: str = "ro
     pieces: list[Piece] = []
     rendered = ""
     for k, message in enumerate(messages):
-        full = render_chat(tokenizer, messages[: k + 1])
+        full = render_chat(tokenizer, messages[: k + 1], enable_thinking=enable_thinking)
         if message["role"] != "assistant":
             pieces.append((_suffix(full, rendered, where, k), False))
         elif k == 0:
             raise DataError(f"{where}: the conversation starts with an assistant turn; it needs a prompt before it")
         else:
-            prefix = render_chat(tokenizer, messages[:k], add_generation_prompt=True)
+            prefix = render_chat(tokenizer, messages[:k], add_generation_prompt=True, enable_thinking=enable_thinking)
             pieces.append((_suffix(prefix, rendered, where, k), False))
             target, rest = _split_after_eos(_suffix(full, prefix, where, k), tokenizer.eos_token)
             pieces.extend([(target, True), (rest, False)])
