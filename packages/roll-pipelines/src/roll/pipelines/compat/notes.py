@@ -137,7 +137,20 @@ ROLL_ENV_TYPES: list[tuple[str, str]] = [
         "not built: unknown env_type (an error naming roll's types)",
     ),
     (
-        "`deepeyes`, `webshop`, `openreward_env`, `atropos_env`",
+        "`openreward_env`",
+        "built in (roll.agentic.env.openreward_env; `roll-agentic[openreward]` and `OPENREWARD_API_KEY`): ROLL's "
+        "env_config keys, played under the agent-native manager; every call of a reply runs, tool results are `tool` "
+        "messages (differences in the module's docstring)",
+    ),
+    (
+        "`atropos_env`",
+        "built in (roll.agentic.env.atropos; `roll-agentic[atropos]`): an Atropos (atroposlib BaseEnv) class by "
+        "`atropos_env_path`, played under agent_native; ROLL's env_config, max_steps, reward_config "
+        "(format_markers, length_bounty_max); each turn replays the episode's earlier answers to the env; its "
+        "`group_size` must be 1 (differences in the module's docstring)",
+    ),
+    (
+        "`deepeyes`, `webshop`",
         "not built: unknown env_type (an error naming roll's types)",
     ),
 ]
