@@ -1,9 +1,10 @@
 """ReplayBuffer: async_generation_ratio admission, the staleness bound, top-ups after discards; its staleness counters
-in async RLVR's checkpoints."""
+in async RLVR's checkpoints, and the groups a resumed async RLVR run admits again."""
 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -128,3 +129,82 @@ def test_async_rlvr_checkpoints_keep_the_staleness_counters() -> None:
     old = _request_scheduler()
     old.load_state_dict({"prompts": {"cursor": 5}, "carry": []})
     assert not old.buffer.staleness_histogram and old.buffer.stale_dropped == 0
+
+
+class _Prompts:
+    """A prompt source over 40 prompts, 2 a step, in order (its checkpoint is its cursor)."""
+
+    quotas = {"math": 2}
+    examples = [{"prompt_ids": [100 + i, i]} for i in range(40)]
+
+    def __init__(self) -> None:
+        self.cursor = 0
+
+    def next_indices(self) -> list[int]:
+        self.cursor += 2
+        return [self.cursor - 2, self.cursor - 1]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"cursor": self.cursor}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.cursor = state["cursor"]
+
+
+def _admitting_scheduler() -> RequestScheduler:
+    """A scheduler whose admission is driven by hand: engines at version ``pool.version``, groups finished by
+    :func:`_finish` (nothing is generated)."""
+    unused: Any = None
+    return RequestScheduler(
+        SimpleNamespace(version=0),  # type: ignore[arg-type]
+        unused,
+        _Prompts(),  # type: ignore[arg-type]
+        unused,
+        GenerationConfig(num_return_sequences=2),
+        ratio=1,
+        segment_tokens=None,
+        requests_per_call=1,
+        dynamic_sampling=False,
+        seed=3,
+    )
+
+
+def _admitted(scheduler: RequestScheduler) -> list[tuple[str, tuple[int, ...], int | None]]:
+    """The requests admitted since the last call: id, prompt and sampling seed, in admission order."""
+    scheduler._admit()
+    requests = [(r.request_id, tuple(r.prompt_ids), r.seed) for r in scheduler.queue]
+    scheduler.queue.clear()
+    return requests
+
+
+def _finish(scheduler: RequestScheduler, *keys: int) -> None:
+    for key in keys:  # finished (in this order), ready for training
+        group = scheduler.groups.pop(key)
+        scheduler.buffer.put(FinishedGroup((group.key, group.example), scheduler.pool.version, None, 2))
+
+
+def test_a_resumed_async_rlvr_run_admits_the_prompts_and_seeds_of_an_uninterrupted_one() -> None:
+    """Checkpointed after step 1 with groups finished out of order (one ready, one still generating): the resumed
+    run admits the groups not trained on again, in their admission order, with their ids and sampling seeds, then
+    the same new groups as the uninterrupted run."""
+    first = _admitting_scheduler()
+    assert [r[0] for r in _admitted(first)] == ["0/0", "0/1", "1/0", "1/1", "2/0", "2/1", "3/0", "3/1"]
+    _finish(first, 1, 0)
+    assert first.buffer.take(0) is not None  # step 1 trains groups 1 and 0
+    first.pool.version = 1
+    admitted = _admitted(first)  # groups 4 and 5
+    _finish(first, 3)  # group 2 still generating
+    state = json.loads(json.dumps(first.state_dict()))
+    first.pool.version = 2
+    uninterrupted = _admitted(first)  # groups 6 and 7
+
+    resumed = _admitting_scheduler()
+    resumed.load_state_dict(state)
+    resumed.restart_at(1)
+    replayed = _admitted(resumed)
+    assert [r[0] for r in replayed] == ["2/0", "2/1", "3/0", "3/1", "4/0", "4/1", "5/0", "5/1"]
+    assert replayed[4:] == admitted
+    seeds = {key: [(3 * 1_000_003 + key * 257 + j) % 2**31 for j in (0, 1)] for key in (2, 3)}
+    assert replayed[:4] == [(f"{key}/{j}", (100 + key, key), seeds[key][j]) for key in (2, 3) for j in (0, 1)]
+    resumed.pool.version = 2
+    assert _admitted(resumed) == uninterrupted

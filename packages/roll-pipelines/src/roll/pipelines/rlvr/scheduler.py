@@ -91,6 +91,8 @@ class RequestScheduler:
         self.queue: deque[GenerateRequest] = deque()
         self.groups: dict[int, _Group] = {}
         self.supply: deque[int] = deque()  # example indices drawn from the source, not yet admitted
+        self.replay: deque[tuple[int, int]] = deque()
+        """Groups ``(key, example)`` a checkpoint carried over (admitted, not trained on): admitted again first."""
         self.paused = False
         self.next_group = 0
         self.finished_samples = 0
@@ -102,10 +104,13 @@ class RequestScheduler:
     # --- admission and dispatch ----------------------------------------------------------------------------
     def _admit(self) -> None:
         while self.buffer.may_admit(self.pool.version):
-            if not self.supply:
-                self.supply.extend(self.source.next_indices())
-            example = self.supply.popleft()
-            key, self.next_group = self.next_group, self.next_group + 1
+            if self.replay:  # a resumed run: the same group again, so the same request ids and sampling seeds
+                key, example = self.replay.popleft()
+            else:
+                if not self.supply:
+                    self.supply.extend(self.source.next_indices())
+                example = self.supply.popleft()
+                key, self.next_group = self.next_group, self.next_group + 1
             self.groups[key] = _Group(key, example, [_Sample() for _ in range(self.n)])
             prompt = list(self.source.examples[example]["prompt_ids"])
             for j in range(self.n):
@@ -260,17 +265,27 @@ class RequestScheduler:
 
     # --- checkpoints ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Prompt cursor, plus the prompts admitted but not trained on: a resumed run generates them again; and the
-        replay buffer's staleness counters, which a resumed run's ``async/staleness_*`` metrics continue."""
-        carry = [g.example for g in self.groups.values()]
-        carry += [int(g.key[1]) for g in self.buffer.ready]  # type: ignore[index]
+        """Prompt cursor; the groups admitted but not trained on (generating, or ready in the buffer) as ``replay``,
+        ``[key, example]`` in admission order, which a resumed run admits again first with the same keys (so the same
+        request ids and sampling seeds), then goes on from ``next_group``; the prompts drawn but not admitted
+        (``carry``); and the replay buffer's staleness counters, which a resumed run's ``async/staleness_*`` metrics
+        continue. The resumed run admits the groups an uninterrupted run would, in the same order."""
+        admitted = dict(self.replay)  # carried over by the checkpoint this run resumed from, not yet admitted again
+        admitted.update({group.key: group.example for group in self.groups.values()})
+        admitted.update({int(g.key[0]): int(g.key[1]) for g in self.buffer.ready})  # type: ignore[index]
         return {
             "prompts": self.source.state_dict(),
-            "carry": carry + list(self.supply),
+            "replay": [[key, admitted[key]] for key in sorted(admitted)],
+            "next_group": self.next_group,
+            "carry": list(self.supply),
             "buffer": self.buffer.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (a checkpoint written before ``replay`` was kept lists those groups'
+        prompts under ``carry``: they are admitted again first, under new keys)."""
         self.source.load_state_dict(state["prompts"])
+        self.replay = deque((int(key), int(example)) for key, example in state.get("replay", []))
+        self.next_group = int(state.get("next_group", 0))
         self.supply = deque(state.get("carry", []))
         self.buffer.load_state_dict(state.get("buffer", {}))  # the staleness metrics go on
