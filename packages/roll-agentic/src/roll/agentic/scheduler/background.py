@@ -172,6 +172,7 @@ class BackgroundRollouts:
         self, played: list[EpisodeResult], counts: Counter[str], groups: list[FinishedGroup[_Round]], version: int
     ) -> dict[str, float]:
         metrics = summarize_episodes(played, "rollout")
+        self.scheduler.warn_context_limits(played)
         counts["episodes"] = len(played)
         counts["env_faults"] = sum(r.faulted for r in played)
         metrics.update({f"rollout/{key}": float(value) for key, value in counts.items()})
