@@ -155,12 +155,13 @@ def test_rolls_random_proxy_plays_validation_and_is_refused_for_training(tmp_pat
     }
     rows = {row.key: row for row in translate(*compose_file(path)).rows}
     assert "'api': 'chat'" in rows["(val_env_manager.llm_proxy.proxy_config)"].note
-    # a file that names its api keeps it (and is given only what it leaves out)
+    # a file that names its api keeps it, and one on roll's completions api is given no chat-only key (roll refuses
+    # enable_thinking there: it would not be read)
     path = _write(tmp_path, AGENTIC + val.replace(
         "{proxy_type: random, proxy_config: {unused: 1}}", served.replace("timeout: 5", "api: completions")
     ))  # fmt: skip
     proxy_config = load_config(path).val_env_manager.llm_proxy.proxy_config
-    assert (proxy_config["api"], proxy_config["enable_thinking"]) == ("completions", False)
+    assert proxy_config == {"base_url": "http://localhost:8000/v1", "model_name": "m", "api": "completions"}
 
 
 def test_rolls_precedence_between_manager_and_actor_infer_sampling(tmp_path: Path) -> None:

@@ -205,6 +205,23 @@ def test_a_chat_only_endpoint_hints_at_api_chat(tokenizer, endpoint) -> None:
     assert [path for path, _, _ in endpoint.seen] == ["/v1/completions"] * 2 + ["/v1/chat/completions"]
 
 
+def test_api_chat_on_a_model_without_a_chat_template_names_both_fixes(tokenizer, endpoint) -> None:
+    # vLLM serving a model dir without a chat template answers chat requests with HTTP 400 (its message, below)
+    message = (
+        "As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat template "
+        "if the tokenizer does not define one."
+    )
+    endpoint.replies = [(400, {"error": {"message": message, "type": "BadRequestError", "code": 400}})]
+    chat = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="m", api="chat")
+    req = dataclasses.replace(request(tokenizer), messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(
+        ConfigError,
+        match=r"HTTP 400: .*no longer allowed.*; the served model has no chat template: serve one \(vllm serve "
+        r"--chat-template\) or render the prompts with roll, proxy_config.api: completions$",
+    ):
+        asyncio.run(chat.generate(req))
+
+
 def test_a_chat_episode_sends_the_answer_and_the_observation_as_messages(tokenizer, endpoint) -> None:
     endpoint.replies = [(200, chat_reply("<answer>Up</answer>"))]
     out = play_lake(tokenizer, {"base_url": endpoint.url, "model_name": "hosted", "api": "chat"}, max_steps=2)

@@ -193,6 +193,10 @@ def test_proxy_config_is_checked() -> None:
         EnvManagerConfig(
             tags=["Lake"], llm_proxy={"proxy_type": "openai", "proxy_config": {"base_url": "x", "model": "m"}}
         )
+    with pytest.raises(ConfigError, match=r"unknown keys \['base_ur'\].*; did you mean 'base_ur' -> 'base_url'\?"):
+        EnvManagerConfig(
+            tags=["Lake"], llm_proxy={"proxy_type": "openai", "proxy_config": {"base_ur": "x", "model_name": "m"}}
+        )
     with pytest.raises(ConfigError, match=r"proxy_config \['base_url'\] is set but proxy_type random"):
         EnvManagerConfig(tags=["Lake"], llm_proxy={"proxy_type": "random", "proxy_config": {"base_url": "x"}})
     assert EnvManagerConfig(tags=["Lake"]).llm_proxy.proxy_type == "policy"
@@ -290,3 +294,32 @@ def test_agentic_rollout_setup_refuses_it_before_any_worker_starts(tmp_path) -> 
         pipeline.setup()
     assert str(caught.value) == NO_RANDOM.format(f"{__name__}:NoRandomEnv")
     assert not pipeline.clusters and pipeline._session is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        # token ids are a completions feature: api chat would send and read text whatever the key says
+        (
+            {"api": "chat", "token_ids": True},
+            r"\['token_ids'\] only apply to api: completions, and this proxy's api is "
+            r"chat: remove them, or set proxy_config.api: completions",
+        ),
+        # chat-only keys on the default api (completions) would never reach the server
+        (
+            {"enable_thinking": False, "native_tools": False},
+            r"\['enable_thinking', 'native_tools'\] only apply to api: "
+            r"chat, and this proxy's api is completions \(the default\): remove them, or set proxy_config.api: chat",
+        ),
+    ],
+)
+def test_a_proxy_key_its_api_does_not_read_is_refused(settings, message) -> None:
+    proxy_config = {"base_url": "http://x/v1", "model_name": "m", **settings}
+    with pytest.raises(ConfigError, match=message):
+        EnvManagerConfig(tags=["Lake"], llm_proxy={"proxy_type": "openai", "proxy_config": proxy_config})
+    base = {"base_url": "http://x/v1", "model_name": "m"}
+    chat = {**base, "api": "chat", "enable_thinking": True, "native_tools": False}
+    completions = {**base, "api": "completions", "token_ids": False}
+    for accepted in (chat, completions):
+        manager = EnvManagerConfig(tags=["Lake"], llm_proxy={"proxy_type": "openai", "proxy_config": accepted})
+        assert manager.llm_proxy.proxy_config == accepted

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import time
 from collections import Counter
 
@@ -270,3 +271,27 @@ def test_a_checkpoint_keeps_the_rounds_still_playing_and_those_ready(tokenizer) 
     for group in range(4):  # a group's rounds in their order
         episodes = [episode for g, episode in replay if g == group]
         assert episodes == sorted(episodes)
+
+
+def test_close_cancels_the_loops_pending_tasks(tokenizer, caplog) -> None:
+    # A run stopped by SIGTERM closes the background loop while a policy client's serving task (ClusterPolicyClient's
+    # batcher loops forever) still waits on it: closing must cancel it, not log asyncio's "Task was destroyed but it
+    # is pending!" as an ERROR after a clean stop.
+    background, _ = _rollouts(tokenizer, 1)
+
+    async def serve_forever() -> None:
+        await asyncio.Event().wait()
+
+    started = asyncio.run_coroutine_threadsafe(_spawn(serve_forever), background.loop).result(timeout=30)
+    try:
+        background.take(1, timeout_s=120)
+    finally:
+        background.close()
+        background.scheduler.close()
+    gc.collect()
+    assert started.cancelled() and background.loop.is_closed()
+    assert not [r for r in caplog.records if r.name == "asyncio" and "destroyed" in r.getMessage()]
+
+
+async def _spawn(make) -> asyncio.Task[None]:
+    return asyncio.get_running_loop().create_task(make())

@@ -237,3 +237,34 @@ def test_episodes_get_sampling_seeds_of_the_run_seed_round_and_env_slot() -> Non
     val_0, val_3 = play(1, "val", 0), play(1, "val", 3)
     assert play(1, "val", 0) == val_0 and val_3.keys() == val_0.keys()
     assert set(val_3.values()).isdisjoint(val_0.values())
+
+
+def test_episodes_cut_by_the_context_are_warned_about_once_per_tag(tokenizer, caplog) -> None:
+    # The start-up check proves only that the first turn fits: FrozenLake's ~360-token first prompt fits in 400, its
+    # second turn does not, and without a warning the user saw nothing but rollout/end_reason/context_limit.
+    envs = {"FL": CustomEnvConfig(env_type="frozen_lake", env_config={"size": 4}, max_steps=4)}
+    client = MockPolicyClient(
+        tokenizer, RandomActionPolicy(ACTIONS, invalid_prob=0.0), LatencyModel(per_token_median_s=1e-4)
+    )
+    scheduler = RolloutScheduler.local(
+        EnvManagerConfig(num_env_groups=2, group_size=2, tags=["FL"]),
+        envs,
+        tokenizer,
+        client,
+        generation_config=GenerationConfig(max_new_tokens=16),
+        sequence_length=400,
+    )
+    try:
+        with caplog.at_level("WARNING", logger="roll.agentic.scheduler.metrics"):
+            first = scheduler.get_batch(4)
+            scheduler.get_batch(4)
+    finally:
+        scheduler.close()
+    cut = [e for e in first.episodes if e.end_reason == "context_limit"]
+    assert cut and {e.num_turns for e in cut} == {1}
+    warnings = [r.getMessage() for r in caplog.records if "context_limit" in r.getMessage()]
+    assert warnings == [
+        f"train_env: env tag 'FL': {len(cut)} of 4 episodes ended context_limit after 1.0 turns on average (the next "
+        "turn did not fit in rollout.sequence_length, ROLL's sequence_length); raise it, or lower the tag's "
+        "max_steps, max_tokens_per_step or history; shown once per tag"
+    ]

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import difflib
 import string
 from typing import Any, Literal
 
@@ -362,14 +363,37 @@ class LLMProxyConfig(RollModel):
                 raise ValueError(
                     f"proxy_type openai: proxy_config {'has unknown keys ' + str(unknown) if unknown else ''}"
                     f"{'; ' if unknown and missing else ''}{'lacks ' + str(missing) if missing else ''}; it takes "
-                    f"{sorted(OPENAI_PROXY_KEYS)} (base_url and model_name required)"
+                    f"{sorted(OPENAI_PROXY_KEYS)} (base_url and model_name required){_closest(unknown)}"
                 )
-            if self.proxy_config.get("api", "completions") not in ("completions", "chat"):
+            api = self.proxy_config.get("api", "completions")
+            if api not in ("completions", "chat"):
                 raise ValueError(
-                    f"proxy_config.api {self.proxy_config['api']!r} is not completions (the rendered prompt, "
+                    f"proxy_config.api {api!r} is not completions (the rendered prompt, "
                     "vLLM-like servers) or chat (the turn's messages, chat-only hosted models)"
                 )
+            # A key the chosen api never reads would be dropped without a word: the user meant the other api.
+            unread = sorted(keys & (_CHAT_ONLY_KEYS if api == "completions" else _COMPLETIONS_ONLY_KEYS))
+            if unread:
+                other = "chat" if api == "completions" else "completions"
+                raise ValueError(
+                    f"proxy_config {unread} only apply to api: {other}, and this proxy's api is {api}"
+                    f"{' (the default)' if 'api' not in keys else ''}: remove them, or set proxy_config.api: {other}"
+                )
         return self
+
+
+_CHAT_ONLY_KEYS = {"enable_thinking", "native_tools"}
+_COMPLETIONS_ONLY_KEYS = {"token_ids"}
+
+
+def _closest(unknown: list[str]) -> str:
+    """'; did you mean ...' for misspelt proxy_config keys (empty when none is close to a known key)."""
+    hints = [
+        f"{key!r} -> {close[0]!r}"
+        for key in unknown
+        if (close := difflib.get_close_matches(key, sorted(OPENAI_PROXY_KEYS), n=1, cutoff=0.6))
+    ]
+    return f"; did you mean {', '.join(hints)}?" if hints else ""
 
 
 class EnvManagerConfig(WorkerConfig):

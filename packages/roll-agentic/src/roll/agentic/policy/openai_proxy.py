@@ -145,12 +145,17 @@ class OpenAIProxyClient:
         with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
             return dict(json.loads(response.read()))
 
-    def _hint(self, code: int, body: dict[str, Any]) -> str:
+    def _hint(self, code: int, body: dict[str, Any], detail: str) -> str:
         """What to change in proxy_config for an HTTP error other than a transient one."""
         if self.api == "completions" and code in (404, 405):
             return "; a chat-only endpoint needs proxy_config.api: chat"
         if self.api == "chat" and code == 400:
             hints = []
+            if "chat template" in detail.lower():  # vLLM: "... you must provide a chat template if the tokenizer ..."
+                hints.append(
+                    "the served model has no chat template: serve one (vllm serve --chat-template) or render the "
+                    "prompts with roll, proxy_config.api: completions"
+                )
             if self.enable_thinking is not None:
                 hints.append("an endpoint that takes no chat_template_kwargs needs proxy_config.enable_thinking: null")
             if "tools" in body:
@@ -171,7 +176,7 @@ class OpenAIProxyClient:
             except urllib.error.HTTPError as e:
                 if e.code not in _TRANSIENT:
                     detail = e.read().decode(errors="replace")[:300]
-                    hint = self._hint(e.code, body)
+                    hint = self._hint(e.code, body, detail)
                     raise ConfigError(
                         f"env tag {tag!r}: llm_proxy openai endpoint {self.url} answered HTTP {e.code}: {detail}; "
                         f"check proxy_config (base_url, model, api_key){hint}"

@@ -28,7 +28,7 @@ from typing import Any
 from roll.agentic.env_manager import EpisodeResult, concat_samples
 from roll.agentic.scheduler.faulted_steps import describe_faults
 from roll.agentic.scheduler.metrics import summarize_episodes
-from roll.agentic.scheduler.scheduler import RolloutBatch, RolloutScheduler, _Round
+from roll.agentic.scheduler.scheduler import RolloutBatch, RolloutScheduler, _cancel_pending, _Round
 from roll.pipelines.rlvr.replay import FinishedGroup, ReplayBuffer
 from roll.runtime import RollError
 
@@ -172,6 +172,7 @@ class BackgroundRollouts:
         self, played: list[EpisodeResult], counts: Counter[str], groups: list[FinishedGroup[_Round]], version: int
     ) -> dict[str, float]:
         metrics = summarize_episodes(played, "rollout")
+        self.scheduler.warn_context_limits(played)
         counts["episodes"] = len(played)
         counts["env_faults"] = sum(r.faulted for r in played)
         metrics.update({f"rollout/{key}": float(value) for key, value in counts.items()})
@@ -204,6 +205,8 @@ class BackgroundRollouts:
         self._stop = True
         self._thread.join(timeout=60)
         if not self._thread.is_alive():
+            # the policy client's tasks (ClusterPolicyClient's batcher never returns), as the synchronous scheduler does
+            _cancel_pending(self.loop)
             self.loop.close()
 
     def state(self) -> dict[str, Any]:

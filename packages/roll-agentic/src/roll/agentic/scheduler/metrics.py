@@ -6,11 +6,14 @@ failures; ``{prefix}/format`` (the share of turns whose action parsed) is report
 
 from __future__ import annotations
 
-from collections import defaultdict
+import logging
+from collections import Counter, defaultdict
 
 from roll.agentic.env_manager import EpisodeResult
 
-__all__ = ["summarize_episodes"]
+__all__ = ["summarize_episodes", "warn_context_limits"]
+
+logger = logging.getLogger(__name__)
 
 
 def _mean(values: list[float]) -> float:
@@ -39,3 +42,24 @@ def summarize_episodes(episodes: list[EpisodeResult], prefix: str) -> dict[str, 
     for reason in sorted({e.end_reason for e in episodes}):
         metrics[f"{prefix}/end_reason/{reason}"] = float(sum(e.end_reason == reason for e in episodes))
     return metrics
+
+
+def warn_context_limits(episodes: list[EpisodeResult], *, where: str, warned: set[str]) -> None:
+    """Warn, once per tag (``warned`` holds the tags already named), when episodes ended ``context_limit``: the next
+    turn no longer fit in ``sequence_length``. The start-up length check only proves the first turn fits, so a config
+    whose history outgrows the context cuts every episode short with nothing but an ``end_reason`` metric to show."""
+    cut = Counter(e.task.tag for e in episodes if e.end_reason == "context_limit")
+    for tag in sorted(set(cut) - warned):
+        warned.add(tag)
+        of_tag = [e for e in episodes if e.task.tag == tag]
+        turns = _mean([float(e.num_turns) for e in of_tag if e.end_reason == "context_limit"])
+        logger.warning(
+            "%s: env tag %r: %d of %d episodes ended context_limit after %.1f turns on average (the next turn did not "
+            "fit in rollout.sequence_length, ROLL's sequence_length); raise it, or lower the tag's max_steps, "
+            "max_tokens_per_step or history; shown once per tag",
+            where,
+            tag,
+            cut[tag],
+            len(of_tag),
+            turns,
+        )

@@ -30,7 +30,7 @@ from roll.agentic.env_manager import EpisodeResult, EpisodeTask, concat_samples
 from roll.agentic.policy.protocol import PolicyClient
 from roll.agentic.pool import EnvPool
 from roll.agentic.scheduler.executors import EpisodeExecutor, LocalExecutor, RayExecutor
-from roll.agentic.scheduler.metrics import summarize_episodes
+from roll.agentic.scheduler.metrics import summarize_episodes, warn_context_limits
 from roll.agentic.scheduler.plan import (
     GroupPlan,
     episode_ids,
@@ -113,6 +113,7 @@ class RolloutScheduler:
         self.group_filter = import_target(config.group_filter_cls, f"{config.name}.group_filter_cls")(config, mode)
         self._next_episode = [0] * len(self.groups)
         self._cursor = 0
+        self._context_warned: set[str] = set()
         self._replay: deque[tuple[int, int]] = deque()
         """Rounds ``(group_id, episode_id)`` a checkpoint carried over (launched, not trained on): played first."""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -202,6 +203,7 @@ class RolloutScheduler:
         batch = concat_samples(batches, self.pad_token_id) if batches else None
         prefix = "val" if self.mode == "val" else "rollout"
         metrics = summarize_episodes(played, prefix)
+        self.warn_context_limits(played)
         metrics.update({f"{prefix}/{key}": float(value) for key, value in counts.items()})
         metrics.update({f"{prefix}/{key}": value for key, value in self.executor.stats().items()})
         faults = [r for r in played if r.faulted]
@@ -218,6 +220,10 @@ class RolloutScheduler:
                 "%s: kept %d of %d groups (%s)%s", self.config.name, len(kept), needed, dict(counts), example
             )
         return RolloutBatch(batch, played, metrics)
+
+    def warn_context_limits(self, played: list[EpisodeResult]) -> None:
+        """A warning, once per tag and run, when the played episodes were cut by the context (``context_limit``)."""
+        warn_context_limits(played, where=self.config.name, warned=self._context_warned)
 
     # --- state ------------------------------------------------------------------------------------------
     def state(self, pending: Iterable[tuple[int, int]] = ()) -> dict[str, Any]:

@@ -151,7 +151,7 @@ def roll_compat() -> str:
         "through `chat_template_kwargs` unless asked for); roll's `api: completions`, its default, sends the rendered "
         "prompt to `/v1/completions`, which a hosted chat-only model answers with 404. `api: chat` and "
         "`enable_thinking: false` are written into the `proxy_config` of a ROLL file's openai proxy that does not set "
-        "them.\n\n"
+        "them (`enable_thinking` only where the api is chat: roll refuses a key the api does not read).\n\n"
         "ROLL's openai proxy sends the agent-native env's tools with `tool_choice: \"none\"` and turns an answer that is "
         "only native tool calls into Hermes `<tool_call>` JSON. roll's (`api: chat`) sends every tool env's tools with "
         "the endpoint's default tool choice, so a hosted model calls them natively; it writes the calls in the env's "

@@ -239,6 +239,9 @@ class _Translator:
         """ROLL's openai proxy talks chat only, with thinking off unless asked: ``ROLL_OPENAI_PROXY_DEFAULTS``
         written into the ``proxy_config`` where the file leaves them out, so a hosted baseline still answers."""
         missing = {k: v for k, v in ROLL_OPENAI_PROXY_DEFAULTS.items() if k not in given}
+        if given.get("api", "chat") != "chat":
+            # a file that asks for roll's completions api gets no chat-only key (roll refuses one it would not read)
+            missing.pop("enable_thinking", None)
         if not missing:
             return
         manager["llm_proxy"] = {**proxy, "proxy_config": {**given, **missing}}
