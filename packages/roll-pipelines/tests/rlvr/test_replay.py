@@ -98,19 +98,20 @@ class _Source:
         self.loaded = state
 
 
-def _request_scheduler() -> RequestScheduler:
+def _request_scheduler(pool: Any = None, prompts: Any = None, seed: int = 0) -> RequestScheduler:
+    """A scheduler of two samples per group at ratio 1 over ``prompts`` (a ``_Source`` by default); nothing generates."""
     unused: Any = None
     return RequestScheduler(
+        pool,
         unused,
-        unused,
-        _Source(),  # type: ignore[arg-type]
+        _Source() if prompts is None else prompts,  # type: ignore[arg-type]
         unused,
         GenerationConfig(num_return_sequences=2),
         ratio=1,
         segment_tokens=None,
         requests_per_call=1,
         dynamic_sampling=False,
-        seed=0,
+        seed=seed,
     )
 
 
@@ -154,19 +155,7 @@ class _Prompts:
 def _admitting_scheduler() -> RequestScheduler:
     """A scheduler whose admission is driven by hand: engines at version ``pool.version``, groups finished by
     :func:`_finish` (nothing is generated)."""
-    unused: Any = None
-    return RequestScheduler(
-        SimpleNamespace(version=0),  # type: ignore[arg-type]
-        unused,
-        _Prompts(),  # type: ignore[arg-type]
-        unused,
-        GenerationConfig(num_return_sequences=2),
-        ratio=1,
-        segment_tokens=None,
-        requests_per_call=1,
-        dynamic_sampling=False,
-        seed=3,
-    )
+    return _request_scheduler(SimpleNamespace(version=0), _Prompts(), seed=3)
 
 
 def _admitted(scheduler: RequestScheduler) -> list[tuple[str, tuple[int, ...], int | None]]:
@@ -180,7 +169,7 @@ def _admitted(scheduler: RequestScheduler) -> list[tuple[str, tuple[int, ...], i
 def _finish(scheduler: RequestScheduler, *keys: int) -> None:
     for key in keys:  # finished (in this order), ready for training
         group = scheduler.groups.pop(key)
-        scheduler.buffer.put(FinishedGroup((group.key, group.example), scheduler.pool.version, None, 2))
+        scheduler.buffer.put(FinishedGroup((group.key, group.example), scheduler.pool.version, None, 2))  # type: ignore[arg-type]
 
 
 def test_a_resumed_async_rlvr_run_admits_the_prompts_and_seeds_of_an_uninterrupted_one() -> None:
