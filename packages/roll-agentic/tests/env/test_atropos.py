@@ -196,6 +196,10 @@ def test_check_env_reads_rolls_keys_and_names_what_is_wrong(tokenizer_dir: str) 
         factory.check_args(atropos_env_path=path, env_config={"max_tokens": 8})
     with pytest.raises(ConfigError, match=r"group_size=8: roll samples one response per episode"):
         factory.check_args(atropos_env_path=path, env_config={"group_size": 8})
+    with pytest.raises(
+        ConfigError, match=r"^env_config\.env_config\.max_token_length: Input should be a valid integer"
+    ):
+        factory.check_args(atropos_env_path=path, env_config={"max_token_length": "many"})
     with pytest.raises(ConfigError, match=r"reward_config: (?s:.*)length_bounty: unknown field"):
         factory.check_args(atropos_env_path=path, reward_config={"length_bounty": 0.1})
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from roll.agentic.config import CustomEnvConfig
-from roll.agentic.env.base import EnvLike
+from roll.agentic.env.base import EnvLike, close_env
 
 __all__ = ["BUILD_TIMEOUT_S", "DriverEnvs", "NotBuiltHere", "in_thread"]
 
@@ -93,6 +93,4 @@ class DriverEnvs:
         """Close the envs still held (a check that ends the list of checks: it returns no line)."""
         envs, self._envs = list(self._envs.values()), {}
         for env in envs:
-            close = getattr(env, "close", None)
-            if callable(close):
-                close()
+            close_env(env)

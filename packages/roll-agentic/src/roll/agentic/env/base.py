@@ -44,6 +44,7 @@ __all__ = [
     "StepOutput",
     "check_reset_output",
     "check_step_output",
+    "close_env",
     "draw_in_split",
     "grid_lookup_of",
     "info_flag",
@@ -135,6 +136,13 @@ def info_flag(info: dict[str, Any], key: str) -> bool | None:
     if value is None and isinstance(info.get("metrics"), dict):
         value = info["metrics"].get(key)
     return None if value is None else bool(value)
+
+
+def close_env(env: object) -> None:
+    """``env.close()`` where the env has one (GEM's API makes it optional)."""
+    close = getattr(env, "close", None)
+    if callable(close):
+        close()
 
 
 def random_action_of(env: object) -> Callable[[int | None], str] | None:

@@ -35,19 +35,26 @@ from typing import Any
 
 from roll.agentic.config import ROCK_ENV, CustomEnvConfig, EnvManagerConfig
 from roll.agentic.driver_envs import BUILD_TIMEOUT_S, DriverEnvs, NotBuiltHere, in_thread
-from roll.agentic.env.base import EnvLike
+from roll.agentic.env.base import EnvLike, close_env
 from roll.agentic.env.dataset import LongestRows
 from roll.agentic.env.registry import ENVS, resolve_env_factory
 from roll.agentic.env_manager import EnvFault, EpisodeTask
 from roll.agentic.policy.protocol import GenerateRequest, GenerateResult
-from roll.agentic.pool import EnvPool, EnvSlot
+from roll.agentic.pool import EnvPool, EnvSlot, env_checks
 from roll.agentic.scheduler.plan import GroupPlan, episode_seed, plan_groups
 from roll.agentic.scheduler.scheduler import index_seeded_tags
 from roll.pipelines.config import RoleConfig
 from roll.runtime import ConfigError, RollError
 from roll.strategies import GenerationConfig
 
-__all__ = ["BUILD_TIMEOUT_S", "RENDERED_ROWS", "length_checks", "max_positions", "run_length_checks"]
+__all__ = [
+    "BUILD_TIMEOUT_S",
+    "RENDERED_ROWS",
+    "length_checks",
+    "max_positions",
+    "run_length_checks",
+    "setup_checks",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +88,7 @@ def _prompt_lengths(
     try:
         manager = pool.make_manager(EnvSlot(0, 0, tag), env)
     except Exception as e:  # whatever the manager raises when set up; the run would meet it at its workers' start
-        close = getattr(env, "close", None)
-        if callable(close):
-            close()
+        close_env(env)
         raise NotBuiltHere(f"setting up its env manager failed: {type(e).__name__}: {e}") from e
 
     async def render() -> list[int]:
@@ -402,6 +407,23 @@ def length_checks(
                 functools.partial(_check_first_prompt, plan.tag, spec, scheduler, first, load, sequence_length, envs)
             )
     return checks
+
+
+def setup_checks(config: Any, managers: Sequence[EnvManagerConfig], model_args: Any) -> Any:
+    """An agentic pipeline's checks at setup, before any worker starts: the env entries of ``managers`` (an
+    ``llm_proxy`` random tag's random actions included), then ``rollout.sequence_length`` (``config.length_checks``)
+    with the tokenizer of ``model_args``, which is returned. A tag's env is built once in the driver for both."""
+    from roll.pipelines.tokenizers import load_tokenizer
+
+    envs = DriverEnvs()
+    try:
+        for check in env_checks(config.custom_envs, managers, envs):
+            check()
+        tokenizer = load_tokenizer(model_args)
+        run_length_checks(config.length_checks(tokenizer, envs))
+    finally:
+        envs.close()
+    return tokenizer
 
 
 def run_length_checks(checks: Sequence[Callable[[], str | None]]) -> None:

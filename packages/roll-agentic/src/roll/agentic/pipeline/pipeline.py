@@ -34,16 +34,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from roll.agentic.driver_envs import DriverEnvs
 from roll.agentic.pipeline.adjust import adjust_batch, batch_unit
 from roll.agentic.pipeline.advantage import attach_step_returns, compute_agentic_targets
 from roll.agentic.pipeline.config import VAL_SEED_OFFSET, AgenticConfig
-from roll.agentic.pipeline.lengths import run_length_checks
+from roll.agentic.pipeline.lengths import setup_checks
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
 from roll.agentic.pipeline.warmup_cache import WarmupCache
 from roll.agentic.pipeline.workers import AgenticActorWorker
 from roll.agentic.policy import MockPolicyClient, NoPolicyClient
-from roll.agentic.pool import env_checks
 from roll.agentic.scheduler import RolloutBatch, RolloutScheduler
 from roll.agentic.scheduler.background import BackgroundRollouts
 from roll.agentic.scheduler.faulted_steps import FaultedSteps
@@ -52,7 +50,6 @@ from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.rlvr.workers import CriticWorker, InferWorker, PolicyWorker
 from roll.pipelines.rollout_mock import RolloutMock
 from roll.pipelines.stages import StepTimer, UpdatePlan, is_eval_step
-from roll.pipelines.tokenizers import load_tokenizer
 from roll.protocol import DataProto
 from roll.runtime import import_target, materialize_all
 
@@ -69,14 +66,7 @@ class AgenticPipeline(BasePipeline):
         cfg = self.config
         # 1. tokenizer and envs first: a bad env config, or a sequence_length that does not fit an env's first prompt
         # or the model, fails before anything starts
-        envs = DriverEnvs()  # a tag's env is built once for the random-action and first-prompt checks
-        try:
-            for check in env_checks(cfg.custom_envs, cfg.env_managers(), envs):  # an llm_proxy random tag's envs too
-                check()
-            self.tokenizer = load_tokenizer(cfg.actor_train.model_args)
-            run_length_checks(cfg.length_checks(self.tokenizer, envs))
-        finally:
-            envs.close()
+        self.tokenizer = setup_checks(cfg, cfg.env_managers(), cfg.actor_train.model_args)
         self.faulted_steps = FaultedSteps(cfg.rollout.max_faulted_steps, cfg.train_env_manager.name, self.output_dir)
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else self.tokenizer.eos_token_id)

@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 from roll.agentic.config import PARSE_TOOL_CALL_DESCRIPTION, CustomEnvConfig, EnvManagerConfig, spread_parse_tool_call
 from roll.agentic.driver_envs import DriverEnvs
 from roll.agentic.pipeline.config import AgenticRolloutSection
-from roll.agentic.pipeline.lengths import length_checks, run_length_checks
+from roll.agentic.pipeline.lengths import length_checks, setup_checks
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
 from roll.agentic.policy import NoPolicyClient
 from roll.agentic.pool import env_checks
@@ -30,7 +30,6 @@ from roll.agentic.scheduler.faulted_steps import FaultedSteps
 from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.config import BaseConfig, RoleConfig
 from roll.pipelines.rlvr.workers import InferWorker
-from roll.pipelines.tokenizers import load_tokenizer
 
 __all__ = ["AgenticRolloutConfig", "AgenticRolloutPipeline"]
 
@@ -96,14 +95,7 @@ class AgenticRolloutPipeline(BasePipeline):
 
     def setup(self) -> None:
         cfg = self.config
-        envs = DriverEnvs()  # a tag's env is built once for the random-action and first-prompt checks
-        try:
-            for check in env_checks(cfg.custom_envs, [cfg.train_env_manager], envs):  # a bad env config fails first
-                check()
-            self.tokenizer = load_tokenizer(cfg.actor_infer.model_args)
-            run_length_checks(cfg.length_checks(self.tokenizer, envs))
-        finally:
-            envs.close()
+        self.tokenizer = setup_checks(cfg, [cfg.train_env_manager], cfg.actor_infer.model_args)
         self.faulted_steps = FaultedSteps(cfg.rollout.max_faulted_steps, cfg.train_env_manager.name, self.output_dir)
         pad = self.tokenizer.pad_token_id
         pad_token_id = int(pad if pad is not None else self.tokenizer.eos_token_id)

@@ -73,13 +73,18 @@ class ToolEnvWrapper(Env):
         self.uses_global_rng = bool(getattr(env, "uses_global_rng", False))
         self.tool_use_counter = 0
         self.tool_success_counter = 0
+        self._chat_tools: ChatTools | None = None
 
     def chat_tools(self) -> ChatTools:
         """The tools as a chat endpoint takes them (``llm_proxy`` openai, ``api: chat``): every function's schema,
-        and a structured call written in this wrapper's ``tool_format``, as :meth:`step` reads it."""
-        from roll.agentic.policy.protocol import ChatTools  # the policy package imports tools: not at import time
+        and a structured call written in this wrapper's ``tool_format``, as :meth:`step` reads it (built on the
+        first call: the tools do not change)."""
+        if self._chat_tools is None:
+            from roll.agentic.policy.protocol import ChatTools  # the policy package imports tools: not at import time
 
-        return ChatTools([spec.as_json() for tool in self.tools for spec in tool.specs()], self.format.write)
+            schemas = [spec.as_json() for tool in self.tools for spec in tool.specs()]
+            self._chat_tools = ChatTools(schemas, self.format.write)
+        return self._chat_tools
 
     def instruction(self) -> str:
         """The generated description of the tools without a ``tool_instruction``, then the others' own texts."""

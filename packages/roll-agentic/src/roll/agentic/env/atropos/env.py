@@ -55,6 +55,7 @@ import numpy as np
 from pydantic import Field
 
 from roll.runtime import ConfigError, MissingExtraError, RollError, RollModel, import_target
+from roll.runtime.config import validation_error_lines
 
 __all__ = ["AtroposEnv", "AtroposRewardConfig", "FormatMarker", "episode_reward", "first_score", "import_atropos"]
 
@@ -145,7 +146,8 @@ def _atropos_config(cls: Any, env_config: Mapping[str, Any] | None) -> tuple[Any
     try:
         config = config_cls.model_validate({**base.model_dump(), "group_size": 1, **settings})
     except ValidationError as e:
-        raise ConfigError(f"env_config.env_config does not fit {config_cls.__name__}: {e}") from None
+        lines = "; ".join(validation_error_lines(e, root="env_config.env_config"))
+        raise ConfigError(f"{lines} ({config_cls.__name__}, the config of {cls.__name__})") from None
     return config, servers
 
 
