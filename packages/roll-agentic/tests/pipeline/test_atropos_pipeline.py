@@ -50,6 +50,7 @@ class TinyMathEnv(BaseEnv):
         return ScoredDataGroup(tokens=[node.tokens], masks=[node.masked_tokens], scores=[score]), []
 
 
+@pytest.mark.pipeline_run
 def test_agentic_rollout_plays_an_atropos_env(ray_env: None, tmp_path: Path) -> None:
     from roll.pipelines.assets import resolve_model_uri
 

@@ -26,6 +26,7 @@ def _role(name: str, strategy: str) -> dict:
     }
 
 
+@pytest.mark.pipeline_run
 def test_agentic_run_on_a_local_math_dataset(ray_env, tmp_path: Path) -> None:
     register_pipelines()
     data_file = tmp_path / "arith.jsonl"

@@ -130,6 +130,7 @@ class DownEnv:
         raise ConnectionError("env service is down")
 
 
+@pytest.mark.pipeline_run
 def test_agentic_run_stops_when_env_faults_leave_nothing_to_train(ray_env, tmp_path: Path):
     """Every group faults at every step: after rollout.max_faulted_steps such steps the run stops with one error naming
     the tag, the reason with its count and an example; what was written before (metrics, checkpoints) stays."""
@@ -167,6 +168,7 @@ def test_agentic_run_stops_when_env_faults_leave_nothing_to_train(ray_env, tmp_p
     assert saved == ["00000001"]  # step 2 stopped before its own
 
 
+@pytest.mark.pipeline_run
 def test_agentic_rollout_writes_every_episode(ray_env, tmp_path: Path):
     register_pipelines()
     data = {
@@ -196,6 +198,7 @@ def test_agentic_rollout_writes_every_episode(ray_env, tmp_path: Path):
     assert summary["episodes"] == 6 and summary["env_faults"] == len(faulted)
 
 
+@pytest.mark.pipeline_run
 def test_agentic_rollout_with_a_random_proxy_starts_no_model_and_replays(ray_env, tmp_path: Path, monkeypatch):
     register_pipelines()
     started: list[str] = []
@@ -236,6 +239,7 @@ def test_agentic_rollout_with_a_random_proxy_starts_no_model_and_replays(ray_env
     assert [m["step"] for m in read_metrics(runs[0] / "metrics.jsonl")] == [1, 2]
 
 
+@pytest.mark.pipeline_run
 def test_agentic_validation_by_a_random_proxy_gets_no_policy_endpoint(ray_env, tmp_path: Path, monkeypatch):
     from roll.agentic.pipeline import pipeline as agentic
 
@@ -276,6 +280,7 @@ def test_agentic_validation_by_a_random_proxy_gets_no_policy_endpoint(ray_env, t
     assert [m["step"] for m in validated] == [0, 1] and all(m["val/Lake/format"] == 1.0 for m in validated)
 
 
+@pytest.mark.pipeline_run
 @pytest.mark.parametrize("env_workers", ["local", "ray"])
 def test_agentic_async_run_trains_on_bounded_stale_trajectories(ray_env, tmp_path: Path, env_workers: str):
     """async_generation_ratio 1 (ROLL's key): envs keep playing while the actor trains; every step's trajectories
@@ -323,6 +328,7 @@ def _trained_rounds(folder: Path, step: int) -> set[tuple[int, int]]:
     return {(int(r["traj_id"].split("_")[1]), int(r["traj_id"].split("_")[2])) for r in rows}
 
 
+@pytest.mark.pipeline_run
 def test_agentic_async_resume_plays_again_the_rounds_not_yet_trained_on(ray_env, tmp_path: Path):
     """The checkpoint of an async run lists the rounds launched (playing, or played and waiting in the buffer) but
     not trained on; they are in no step's batch so far, and the resumed run trains on nothing it trained before."""
@@ -359,6 +365,7 @@ def test_agentic_async_resume_plays_again_the_rounds_not_yet_trained_on(ray_env,
     assert sum(state["data_state"]["buffer"]["staleness_histogram"].values()) == 8
 
 
+@pytest.mark.pipeline_run
 def test_agentic_rollout_mock_dump_then_replay_trains_identically(ray_env, tmp_path: Path):
     """ROLL's rollout_mock: a dump run writes each step's batch; a replay run (mode mock) trains on those batches
     instead of playing, so its losses equal the dump run's; a step that was never dumped is an error naming it."""

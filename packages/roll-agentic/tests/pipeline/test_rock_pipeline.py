@@ -18,6 +18,7 @@ MODEL = "tiny://nano?seed=0"
 NATIVE = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
 
 
+@pytest.mark.pipeline_run
 def test_agentic_rollout_plays_rock_tasks(ray_env, tmp_path: Path):
     register_pipelines()
     ScriptedRockSandbox.made.clear()

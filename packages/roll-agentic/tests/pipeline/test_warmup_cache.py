@@ -162,6 +162,7 @@ def test_key_follows_the_code_no_version_pins(tmp_path: Path, monkeypatch: pytes
     assert _key(model, custom_envs=envs) == edited
 
 
+@pytest.mark.pipeline_run
 @pytest.mark.integration
 def test_cached_warm_up_starts_rl_from_the_same_state(ray_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("ROLL_CACHE_DIR", str(tmp_path / "cache"))
@@ -234,6 +235,7 @@ def test_a_save_removes_the_folders_of_saves_that_died_on_this_host(tmp_path: Pa
     assert not died.exists() and running.exists() and elsewhere.exists()
 
 
+@pytest.mark.pipeline_run
 @pytest.mark.integration
 def test_reference_is_anchored_on_the_warmed_up_policy_also_after_resume(ray_env, tmp_path: Path, monkeypatch, caplog):
     """``warmup.reference: warmed`` (the default): RL's first step measures KL 0 to the reference (it holds the
@@ -333,6 +335,7 @@ def _state(out: Path, step: int) -> dict[str, Any]:
     return json.loads((out / "checkpoints" / f"step-{step:08d}" / "pipeline_state.json").read_text())
 
 
+@pytest.mark.pipeline_run
 @pytest.mark.integration
 def test_a_resumed_run_continues_the_uninterrupted_one(ray_env, tmp_path: Path):
     """Resuming from a checkpoint continues the uninterrupted run exactly (greedy rollouts): the same env seeds (the

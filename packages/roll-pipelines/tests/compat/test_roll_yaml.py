@@ -216,6 +216,7 @@ def test_tiny_roll_format_file_translates_knobs(tmp_path: Path) -> None:
     assert config.rollout.batch_size == 2 and config.group_size == 2
 
 
+@pytest.mark.pipeline_run
 @pytest.mark.slow
 def test_roll_format_file_runs_one_step(tmp_path: Path, ray_env: None) -> None:
     from roll.pipelines.launcher import run_config

@@ -153,6 +153,7 @@ def _check_accounting(metrics: list[dict[str, Any]], dumps: list[list[dict[str, 
     assert metrics[-1]["async/consumed_groups"] == steps * GROUPS
 
 
+@pytest.mark.pipeline_run
 def test_engine_killed_mid_step_is_restarted_and_its_requests_reissued(tmp_path: Path, ray_env: None) -> None:
     metrics, dumps, signalled = _async_run(tmp_path / "killed", signal.SIGKILL, 1, steps=3)
     assert signalled == 1
@@ -164,6 +165,7 @@ def test_engine_killed_mid_step_is_restarted_and_its_requests_reissued(tmp_path:
     assert max(m["async/batch_staleness_max"] for m in metrics[1:]) == 1.0  # the bound was used, never passed
 
 
+@pytest.mark.pipeline_run
 def test_hung_engine_is_timed_out_replaced_and_the_run_completes(tmp_path: Path, ray_env: None) -> None:
     metrics, dumps, signalled = _async_run(
         tmp_path / "hung", signal.SIGSTOP, 0, steps=2, **{"asynchrony.request_timeout_s": 20}

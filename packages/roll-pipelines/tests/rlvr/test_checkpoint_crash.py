@@ -76,6 +76,7 @@ def _wait_until_gone(names: list[str], timeout_s: float = 120.0) -> None:
             time.sleep(0.5)
 
 
+@pytest.mark.pipeline_run
 def test_driver_sigkilled_during_a_checkpoint_save_resumes_to_identical_metrics(tmp_path: Path, ray_env: None) -> None:
     run_config(load_config("rlvr-tiny", _overrides(tmp_path / "uninterrupted", "ckref")))
     expected = _comparable(read_metrics(tmp_path / "uninterrupted" / "metrics.jsonl"))

@@ -39,6 +39,7 @@ def _role(model: str, strategy: str, name: str, **extra: object) -> dict[str, ob
     }
 
 
+@pytest.mark.pipeline_run
 def test_two_teachers_each_score_their_own_domain(tmp_path: Path, ray_env: None) -> None:
     data = {
         "pipeline_cls": "rlvr",

@@ -76,6 +76,7 @@ def test_grpo_on_policy_steps_skip_the_recompute_pass(tmp_path: Path, ray_env: N
         assert m["actor/grad_norm"] >= 0 and m["time/weight_sync_s"] >= 0
 
 
+@pytest.mark.pipeline_run
 def test_ppo_with_critic_reference_and_several_updates(tmp_path: Path, ray_env: None) -> None:
     run = next(_RUNS)
     role = {"world_size": 1, "model_args": ROLE, "strategy_args": {"strategy_name": "fsdp2_train"}}
@@ -101,6 +102,7 @@ def test_ppo_with_critic_reference_and_several_updates(tmp_path: Path, ray_env: 
         assert m["actor/ppo_kl"] != 0.0
 
 
+@pytest.mark.pipeline_run
 def test_full_vocabulary_kl_with_rolls_keys(tmp_path: Path, ray_env: None) -> None:
     """kl_penalty full (ROLL's): the reference and the recompute pass send whole distributions; KL in the reward
     and as a loss; with rl_loss_coef, the TOPR negative term and a ratio filter on top."""
@@ -127,6 +129,7 @@ def test_full_vocabulary_kl_with_rolls_keys(tmp_path: Path, ray_env: None) -> No
         assert 0 <= m["actor/train_infer_final_mask_mean"] <= 1
 
 
+@pytest.mark.pipeline_run
 def test_an_interrupted_pipeline_stops_its_workers_without_calling_them(
     tmp_path: Path, ray_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -144,6 +147,7 @@ def test_an_interrupted_pipeline_stops_its_workers_without_calling_them(
     assert all(cluster.workers == [] for cluster in clusters)
 
 
+@pytest.mark.pipeline_run
 def test_rollout_mock_dump_then_replay_trains_identically(tmp_path: Path, ray_env: None) -> None:
     """ROLL's rollout_mock in RLVR: the replay run trains on the dumped (generated and scored) batches, so its
     losses and rollout metrics equal the dump run's."""

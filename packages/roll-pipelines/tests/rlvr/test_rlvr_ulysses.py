@@ -44,6 +44,7 @@ def _run(out: Path, name: str, **changes: Any) -> list[dict[str, Any]]:
     return read_metrics(out / "metrics.jsonl")
 
 
+@pytest.mark.pipeline_run
 @pytest.mark.slow
 def test_a_ulysses_actor_trains_like_one_worker(tmp_path: Path, ray_env: None) -> None:
     # An untrained model earns no reward, so the advantages are 0; the entropy bonus gives the update a gradient.

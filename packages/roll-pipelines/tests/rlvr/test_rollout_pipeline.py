@@ -172,6 +172,7 @@ def _check_groups(rows: list[dict[str, Any]], n: int) -> None:
         assert len({(m["prompt"], m["prompt_index"], m["step"]) for m in members}) == 1
 
 
+@pytest.mark.pipeline_run
 def test_tiny_recipe_rolls_out_every_prompt_once(tmp_path: Path, ray_env: None) -> None:
     out = tmp_path / "run"
     pipeline, summary = _run(out)
@@ -219,6 +220,7 @@ def test_tiny_recipe_rolls_out_every_prompt_once(tmp_path: Path, ray_env: None) 
         assert f"----- {role.name}-0 (pid" in workers_log
 
 
+@pytest.mark.pipeline_run
 def test_crash_and_resume_continues_without_duplicates(tmp_path: Path, ray_env: None) -> None:
     out = tmp_path / "run"
     _run(out, "max_steps=2")  # "crashes" after two checkpointed batches...
@@ -235,6 +237,7 @@ def test_crash_and_resume_continues_without_duplicates(tmp_path: Path, ray_env: 
     _check_groups(rows, N)
 
 
+@pytest.mark.pipeline_run
 def test_llm_judge_domain_with_a_tiny_reference(tmp_path: Path, ray_env: None) -> None:
     out = tmp_path / "judge"
     judge = {

@@ -17,6 +17,8 @@ MARKERS = {
     "gpu": "needs a CUDA device; skipped without one",
     "slow": "takes more than ~30 s",
     "integration": "cross-package end-to-end run",
+    "pipeline_run": "starts a whole pipeline (Ray actors that import torch and train or roll out; the slowest tests); "
+    "`./tools/dev test` runs these once, with plain pytest, and leaves them out of its Pants pass",
     "learning": "runs a recipe for minutes and asserts a learning result; `./tools/dev test` leaves these out (run them "
     "with `pytest -m learning`)",
     "extra(name)": "needs an optional package left out of the Pants resolve (vLLM, trackers); skips without it, and "
