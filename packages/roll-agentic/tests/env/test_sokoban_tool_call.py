@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from roll.agentic.env import make_env
+from roll.agentic.env import check_env, make_env
 from roll.agentic.env.sokoban_tool_call import BAD_CALL, MOVE_PLAYER, NO_CALL
 from roll.runtime import ConfigError
 
@@ -169,6 +169,12 @@ def test_bad_settings_are_config_errors() -> None:
         make_env("sokoban_tool_call", full_history="yes")
     with pytest.raises(ConfigError, match="action_pattern=.*remove action_pattern"):
         make_env("sokoban_tool_call", action_pattern="<move>(.*)</move>")
+    # a misspelt key is named when the config is checked (roll validate), with every key the env takes
+    with pytest.raises(ConfigError, match=r"sokoban_tool_call.*'full_histroy'.*accepted keys: \['full_history'") as e:
+        check_env("sokoban_tool_call", {"full_histroy": True})
+    for key in ("system_template", "observation_suffix", "dim_room", "format_penalty", "grid_vocab", "max_steps"):
+        assert repr(key) in str(e.value)
+    assert check_env("sokoban_tool_call", {"full_history": True, "dim_room": [5, 5], "system_template": "Hi"})
 
 
 def test_observation_suffix_and_env_instruction_are_used() -> None:
