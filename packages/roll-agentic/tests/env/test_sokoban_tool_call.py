@@ -59,10 +59,16 @@ def test_calls_play_the_solution_with_sokoban_native_rewards() -> None:
     assert "solved" in messages[-1]["content"] and reward > 10
 
 
-def test_arguments_written_as_a_json_string_are_read() -> None:
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '<tool_call>{"name": "move_player", "arguments": "{\\"direction\\": \\"up\\"}"}</tool_call>',  # a JSON string
+        "<tool_call><function=move_player><parameter=direction>up</parameter></function></tool_call>",  # Qwen3-Coder
+    ],
+)
+def test_other_ways_of_writing_the_call_are_read(reply: str) -> None:
     env = make_env("sokoban_tool_call", **CONFIG)
     env.reset(seed=3)
-    reply = '<tool_call>{"name": "move_player", "arguments": "{\\"direction\\": \\"up\\"}"}</tool_call>'
     messages, reward, _, _, info = env.step(reply)
     assert info["action_is_valid"] and reward == pytest.approx(-0.1) and messages[-1]["content"].startswith("Moved up.")
 
