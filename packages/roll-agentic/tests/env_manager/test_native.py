@@ -229,6 +229,33 @@ def test_manager_renders_the_env_messages_each_turn(play, scripted, tokenizer) -
     assert result.format_ratio == pytest.approx(2 / 3)
 
 
+def test_sokoban_tool_call_offers_move_player_and_renders_the_answered_calls(play, scripted, tokenizer) -> None:
+    from roll.agentic.env.sokoban_tool_call import MOVE_PLAYER
+
+    config = {"max_steps": 3, "format_penalty": -0.15, "search_depth": 30}
+    spec = CustomEnvConfig(env_type="sokoban_tool_call", env_config=config, max_steps=3, env_manager_cls="agent_native")
+    responses = [
+        '<tool_call>{"name": "move_player", "arguments": {"direction": "up"}}</tool_call>',
+        "up",
+        '<tool_call>{"name": "move_player", "arguments": {"direction": "down"}}</tool_call>',
+    ]
+    client = scripted(responses)
+    (result,) = play(spec, client, seed=7)
+    env = make_env("sokoban_tool_call", **config)
+    messages, _ = env.reset(seed=7)
+    rewards = []
+    for request, response in zip(client.requests, responses, strict=True):
+        assert request.prompt_ids == render_messages(tokenizer, messages, [MOVE_PLAYER], False)
+        messages, reward, *_ = env.step(response)
+        rewards.append(reward)
+    assert result.batch.batch["scores"].tolist() == pytest.approx(rewards) and rewards[1] == pytest.approx(-0.25)
+    third = tokenizer.decode(client.requests[2].prompt_ids)
+    assert third.startswith('<|im_start|>tools\n{"type": "function", "function": {"name": "move_player"')
+    assert '<tool_call>{"name": "move_player", "arguments": {"direction": "up"}}</tool_call><|im_end|>' in third
+    assert "<|im_start|>tool\nMoved up" in third and "<|im_start|>user\nNo move_player call found" in third
+    assert result.format_ratio == pytest.approx(2 / 3)
+
+
 def test_malformed_observation_is_an_env_fault(play, scripted) -> None:
     spec = NATIVE.model_copy(update={"env_type": "sokoban"})  # text observations under the native manager
     (result,) = play(spec, scripted(["<answer>Up</answer>"]))

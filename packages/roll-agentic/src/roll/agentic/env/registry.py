@@ -4,7 +4,7 @@
 
 * a registered name: ``frozen_lake``, ``sokoban``, ``arithmetic``, ``tool_math``, ROLL's dataset envs ``roll_math``,
   ``roll_qa``, ``roll_code``, ``atropos_env`` (an Atropos env class; needs ``roll-agentic[atropos]``), ROLL's
-  agent-native ``sokoban_native_env``, ``rock_tb_native_env`` and ``openreward_env`` (needs
+  agent-native ``sokoban_native_env``, ``sokoban_tool_call``, ``rock_tb_native_env`` and ``openreward_env`` (needs
   ``roll-agentic[openreward]``), or one added with :func:`register_env` (or the ``roll.agentic.envs`` entry-point group);
 * ``"gem:<id>"`` or a bare GEM id such as ``game:GuessTheNumber-v0-easy`` (needs ``roll-agentic[gem]``);
 * a user's own class or factory by import path, ``"my_pkg.envs:MyEnv"`` or ``"my_pkg.envs.MyEnv"``. A module that
@@ -33,6 +33,7 @@ ENVS.register("sokoban", "roll.agentic.env.sokoban:SokobanEnv")
 ENVS.register("arithmetic", "roll.agentic.env.math_tool:ArithmeticEnv")
 ENVS.register("tool_math", "roll.agentic.env.math_tool:make_tool_math_env")
 ENVS.register("sokoban_native_env", "roll.agentic.env.sokoban_native:SokobanNativeEnv")
+ENVS.register("sokoban_tool_call", "roll.agentic.env.sokoban_tool_call:SokobanToolCallEnv")
 ENVS.register("rock_tb_native_env", "roll.agentic.env.rock.env:RockTBNativeEnv")
 ENVS.register("openreward_env", "roll.agentic.env.openreward_env:OpenRewardEnv")
 ENVS.register("roll_math", "roll.agentic.env.dataset_envs:RollMathEnv")

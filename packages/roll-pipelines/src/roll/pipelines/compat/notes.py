@@ -123,6 +123,12 @@ ROLL_ENV_TYPES: list[tuple[str, str]] = [
     ("`frozen_lake`", "built in (roll.agentic.env.frozen_lake); ROLL's defaults written in"),
     ("`sokoban`", "built in (roll.agentic.env.sokoban); ROLL's defaults written in"),
     ("`sokoban_native_env`", "built in (roll.agentic.env.sokoban_native)"),
+    (
+        "`sokoban_tool_call`",
+        "built in (roll.agentic.env.sokoban_tool_call): sokoban_native_env's game with moves as `move_player` tool "
+        "calls (tool in the reset `info['tools']`, Hermes `<tool_call>` replies, results as `tool` messages), "
+        "`full_history`; the first call of a reply is played (differences in the module's docstring)",
+    ),
     ("`rock_tb_native_env`", "built in (roll.agentic.env.rock; the ROCK service and `roll-agentic[rock]`)"),
     (
         "`roll_math`",
@@ -133,7 +139,7 @@ ROLL_ENV_TYPES: list[tuple[str, str]] = [
     ("`roll_code`", "built in: the last code block against the row's tests in roll's sandbox; validated as roll_math"),
     ("GEM ids (`math:...`, `game:...`, `qa:...`)", "GEM's own envs through `roll-agentic[gem]`"),
     (
-        "`sokoban_mcp`, `sokoban_sandbox`, `sokoban_tool_call`",
+        "`sokoban_mcp`, `sokoban_sandbox`",
         "not built: unknown env_type (an error naming roll's types)",
     ),
     (
