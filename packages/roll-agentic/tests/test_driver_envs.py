@@ -14,6 +14,7 @@ from roll.agentic.driver_envs import DriverEnvs
 from roll.agentic.env import FrozenLakeEnv
 from roll.agentic.pipeline import AgenticConfig
 from roll.agentic.pool import check_random_actions, env_checks
+from roll.runtime import ConfigError
 
 RELEASE = threading.Event()  # lets the hung constructors' threads finish when the module's tests are done
 BUILT: list[str] = []
@@ -106,11 +107,30 @@ def test_deployment_checks_share_one_build_and_close_what_is_left(tokenizer, mon
     assert closed == ["closed"]
 
 
+def make_unreachable_lake() -> FrozenLakeEnv:
+    BUILT.append("unreachable")
+    raise ConnectionError("no route to the env's service")
+
+
 def test_a_failed_build_is_remembered_not_retried() -> None:
     envs = DriverEnvs()
-    spec = CustomEnvConfig(env_type="frozen_lake", env_config={"size": -3})
-    with pytest.raises(driver_envs.NotBuiltHere, match=r"^building its env failed: "):
-        envs.get("Bad", spec)
+    spec = CustomEnvConfig(env_type=f"{__name__}:make_unreachable_lake")
+    for _ in range(2):
+        with pytest.raises(driver_envs.NotBuiltHere, match=r"^building its env failed: ConnectionError: no route"):
+            envs.get("Bad", spec)
     with pytest.raises(driver_envs.NotBuiltHere, match=r"^building its env failed: "):
         envs.get("Bad", CustomEnvConfig(env_type=f"{__name__}:make_counted_lake"))
+    assert BUILT == ["unreachable"]
+
+
+def test_an_env_refusing_its_settings_fails_the_check_by_tag_not_skips_it(tokenizer) -> None:
+    """``roll validate`` said OK for ``frozen_lake`` with ``size: -3`` (the build's ConfigError was only "not checked
+    here"); every worker would refuse it the same way, so the check fails, naming the tag, once."""
+    config = _config("frozen_lake")
+    config.custom_envs["Env"].env_config = {"size": -3}
+    envs = DriverEnvs()
+    with pytest.raises(ConfigError, match=r"^env tag 'Env' \(frozen_lake\): frozen_lake size=-3 is too small"):
+        _run(config, tokenizer, envs)
+    with pytest.raises(ConfigError, match=r"^env tag 'Env'"):  # remembered: not built again
+        envs.get("Env", CustomEnvConfig(env_type=f"{__name__}:make_counted_lake"))
     assert BUILT == []

@@ -4,7 +4,10 @@ Two start-up checks need a built env: ``llm_proxy.proxy_type: random`` asks one 
 ``sample_random_action()`` where its class cannot tell (:func:`roll.agentic.pool.check_random_actions`), and the
 first-prompt length check renders its first prompt (:mod:`roll.agentic.pipeline.lengths`). Sharing one
 :class:`DriverEnvs` builds each tag once for both, and no build holds ``roll validate`` or a pipeline's setup longer
-than :data:`BUILD_TIMEOUT_S`: an env whose constructor hangs is reported, by tag, as not built here.
+than :data:`BUILD_TIMEOUT_S`: an env whose constructor hangs is reported, by tag, as not built here. An env that
+refuses its settings (a ``ConfigError`` from its constructor, e.g. ``frozen_lake`` with ``size: -3``) fails the check
+with the tag named; any other build error is reported as not built here (the driver may lack a service or file that
+the workers have).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 
 from roll.agentic.config import CustomEnvConfig
 from roll.agentic.env.base import EnvLike, close_env
+from roll.runtime import ConfigError
 
 __all__ = ["BUILD_TIMEOUT_S", "DriverEnvs", "NotBuiltHere", "in_thread"]
 
@@ -58,18 +62,23 @@ def in_thread(fn: Callable[[], T], timeout_s: float, doing: str) -> T:
 
 class DriverEnvs:
     """Each tag's env built once in the driver (as :func:`~roll.agentic.pool.build_env` builds it, tool wrapper
-    included), within ``timeout_s``; a failed or timed-out build is remembered, not retried. :meth:`close` closes
+    included), within ``timeout_s``; a failed, refused or timed-out build is remembered, not retried. :meth:`close` closes
     the envs no check took."""
 
     def __init__(self, timeout_s: float | None = None) -> None:
         self.timeout_s = BUILD_TIMEOUT_S if timeout_s is None else timeout_s
         self._envs: dict[str, EnvLike] = {}
         self._failed: dict[str, str] = {}
+        self._refused: dict[str, ConfigError] = {}
 
     def get(self, tag: str, spec: CustomEnvConfig) -> EnvLike:
-        """The env of ``tag``, built now if not yet (raises ``NotBuiltHere`` with the reason it is not)."""
+        """The env of ``tag``, built now if not yet. Raises the env's ``ConfigError`` (its settings are refused:
+        ``roll validate`` and the run's setup fail on it, naming the tag) or ``NotBuiltHere`` with the reason it is
+        not built here (a timeout, or any other error: the driver may lack what the workers have)."""
         from roll.agentic.pool import build_env
 
+        if tag in self._refused:
+            raise self._refused[tag]
         if tag in self._failed:
             raise NotBuiltHere(self._failed[tag])
         if tag not in self._envs:
@@ -78,7 +87,10 @@ class DriverEnvs:
             except NotBuiltHere as e:
                 self._failed[tag] = str(e)
                 raise
-            except Exception as e:  # whatever the env raises when built; the run's workers would meet it first
+            except ConfigError as e:  # the env refuses its settings: every worker would too, so the check fails
+                self._refused[tag] = ConfigError(f"env tag {tag!r} ({spec.env_type}): {e}")
+                raise self._refused[tag] from e
+            except Exception as e:  # e.g. a service or file the driver cannot reach; the workers may
                 self._failed[tag] = f"building its env failed: {type(e).__name__}: {e}"
                 raise NotBuiltHere(self._failed[tag]) from e
         return self._envs[tag]
