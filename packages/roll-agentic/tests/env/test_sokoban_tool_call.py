@@ -189,3 +189,12 @@ def test_observation_suffix_and_env_instruction_are_used() -> None:
     assert "Push boxes." in messages[0]["content"] and messages[1]["content"].endswith("\n\nYour move:")
     messages, *_ = env.step(call("up"))
     assert messages[-1]["content"].endswith("\n\nYour move:")
+
+
+def test_sokoban_native_env_names_a_misspelt_key_too() -> None:
+    """The parent env passes its ``**sokoban`` on to SokobanEnv; its signature says which keys that takes."""
+    with pytest.raises(ConfigError, match=r"sokoban_native_env.*'dim_rooms'.*accepted keys"):
+        check_env("sokoban_native_env", {"dim_rooms": [5, 5]})
+    assert check_env("sokoban_native_env", {"dim_room": [5, 5], "grid_vocab": None, "observation_suffix": ""})
+    with pytest.raises(ConfigError, match=r"'full_history'"):  # the subclass's key is not the parent's
+        check_env("sokoban_native_env", {"full_history": True})

@@ -48,6 +48,7 @@ __all__ = [
     "draw_in_split",
     "grid_lookup_of",
     "info_flag",
+    "keys_passed_on",
     "random_action_of",
 ]
 
@@ -143,6 +144,19 @@ def close_env(env: object) -> None:
     close = getattr(env, "close", None)
     if callable(close):
         close()
+
+
+def keys_passed_on(*classes: type) -> inspect.Signature:
+    """The keyword arguments ``classes[0]`` takes, those its ``**kwargs`` passes on to ``classes[1:]`` (in order)
+    included: set it as the first class's ``__signature__`` so that ``check_env`` (``roll validate``, the env pool's
+    setup) names a misspelt ``env_config`` key instead of the first env build failing with a TypeError. Read from
+    each class's own ``__init__``, so a parent's ``__signature__`` does not hide a subclass's keys."""
+    params: dict[str, inspect.Parameter] = {}
+    for cls in classes:
+        for name, param in list(inspect.signature(cls.__init__).parameters.items())[1:]:  # [1:]: self
+            if param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL) and name not in params:
+                params[name] = param.replace(kind=param.KEYWORD_ONLY)
+    return inspect.Signature(list(params.values()))
 
 
 def random_action_of(env: object) -> Callable[[int | None], str] | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from roll.agentic.env.base import keys_passed_on
 from roll.agentic.env.sokoban import SokobanEnv
 
 __all__ = ["SokobanNativeEnv"]
@@ -94,3 +95,7 @@ class SokobanNativeEnv:
 
     def close(self) -> None:
         self.game.close()
+
+
+# Its keys are its own and SokobanEnv's (the ``**sokoban`` above passes them on).
+SokobanNativeEnv.__signature__ = keys_passed_on(SokobanNativeEnv, SokobanEnv)  # type: ignore[attr-defined]

@@ -33,10 +33,10 @@ turn); ``observation_suffix`` (default none) and ``env_instruction`` are honoure
 
 from __future__ import annotations
 
-import inspect
 import json
 from typing import Any
 
+from roll.agentic.env.base import keys_passed_on
 from roll.agentic.env.sokoban import SokobanEnv
 from roll.agentic.env.sokoban_native import SokobanNativeEnv
 from roll.agentic.env.tool_calls import assistant_message
@@ -181,16 +181,5 @@ class SokobanToolCallEnv(SokobanNativeEnv):
         return list(self.messages), reward, terminated, truncated, info
 
 
-def _env_config_signature() -> inspect.Signature:
-    """The keys :class:`SokobanToolCallEnv` takes, those its ``**native`` passes on (to :class:`SokobanNativeEnv`,
-    then :class:`SokobanEnv`) included, so that ``check_env`` (``roll validate``, the env pool's setup) names a
-    misspelt ``env_config`` key instead of the first env build failing with a TypeError."""
-    params: dict[str, inspect.Parameter] = {}
-    for cls in (SokobanToolCallEnv, SokobanNativeEnv, SokobanEnv):
-        for name, param in inspect.signature(cls).parameters.items():
-            if param.kind is not param.VAR_KEYWORD and name not in params:
-                params[name] = param.replace(kind=param.KEYWORD_ONLY)
-    return inspect.Signature(list(params.values()))
-
-
-SokobanToolCallEnv.__signature__ = _env_config_signature()  # type: ignore[attr-defined]
+# Its keys are its own, SokobanNativeEnv's and SokobanEnv's (the ``**native`` above passes them on).
+SokobanToolCallEnv.__signature__ = keys_passed_on(SokobanToolCallEnv, SokobanNativeEnv, SokobanEnv)  # type: ignore[attr-defined]
