@@ -150,10 +150,11 @@ def keys_passed_on(*classes: type) -> inspect.Signature:
     """The keyword arguments ``classes[0]`` takes, those its ``**kwargs`` passes on to ``classes[1:]`` (in order)
     included: set it as the first class's ``__signature__`` so that ``check_env`` (``roll validate``, the env pool's
     setup) names a misspelt ``env_config`` key instead of the first env build failing with a TypeError. Read from
-    each class's own ``__init__``, so a parent's ``__signature__`` does not hide a subclass's keys."""
+    each class's own ``__init__`` (each must define one), so a parent's ``__signature__`` does not hide a subclass's
+    keys."""
     params: dict[str, inspect.Parameter] = {}
     for cls in classes:
-        for name, param in list(inspect.signature(cls.__init__).parameters.items())[1:]:  # [1:]: self
+        for name, param in list(inspect.signature(vars(cls)["__init__"]).parameters.items())[1:]:  # [1:]: self
             if param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL) and name not in params:
                 params[name] = param.replace(kind=param.KEYWORD_ONLY)
     return inspect.Signature(list(params.values()))
