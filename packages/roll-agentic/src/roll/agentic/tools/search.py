@@ -5,16 +5,24 @@ default) reads ``corpus_path``: a ``.jsonl`` file of objects with ``text`` (or `
 and ``id``, or any other text file with one document per non-empty line. Any other ``backend`` value is an import
 path (``"my_pkg.search:Engine"``) of a class built with ``backend_kwargs``.
 
-``search_url`` (ROLL's key) asks a retrieval server over HTTP instead (:class:`HttpSearchBackend`): the JSON protocol
-of the Search-R1 retrieval server that ROLL's search examples start (``POST {"queries": [q], "topk": k,
-"return_scores": true}`` -> ``{"result": [[{"document": {"contents": ...}, "score": s}, ...]]}``, each document's
-``contents`` its title line, then its text).
+``search_url`` (ROLL's key; GEM's ``SEARCH_URL`` variable when neither it nor a corpus is set; ``topk`` and
+``timeout`` are read as ``top_k`` and ``timeout_s``) asks a retrieval server over HTTP instead (:class:`HttpSearchBackend`), in one of two
+protocols (``protocol``):
+
+* ``msgpack`` (the default, as ROLL's search tool, GEM's ``SearchTool``): GEM's retrieval server, the one ROLL's
+  search examples start (``python -m gem.tools.search_engine.retrieval_server``): MessagePack ``{"query": q,
+  "topk": k, "return_scores": true}`` -> ``{"result": [{"document": {"contents": ...}, "score": s}, ...]}``;
+* ``json``: the Search-R1 retrieval server: JSON ``{"queries": [q], "topk": k, "return_scores": true}`` ->
+  ``{"result": [[...]]}`` (one list per query).
+
+Either way each document's ``contents`` is its title line, then its text (wiki-18).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import urllib.error
 import urllib.request
@@ -24,9 +32,10 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from roll.agentic.tools.base import Tool, ToolResult, ToolSpec
+from roll.agentic.tools.msgpack_codec import pack, unpack
 from roll.runtime import ConfigError, import_target
 
-__all__ = ["BM25Index", "HttpSearchBackend", "SearchBackend", "SearchHit", "SearchTool", "load_documents"]
+__all__ = ["PROTOCOLS", "BM25Index", "HttpSearchBackend", "SearchBackend", "SearchHit", "SearchTool", "load_documents"]
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 
@@ -113,18 +122,45 @@ class BM25Index:
         ]
 
 
-class HttpSearchBackend:
-    """A retrieval server at ``url`` (Search-R1's protocol, see the module docstring); a server that answers one
-    query's list (``{"result": [{...}, ...]}``) is read too. Failures raise OSError or ValueError."""
+PROTOCOLS = ("msgpack", "json")
+_OTHER_HINT = {
+    "msgpack": "if it is a Search-R1 server (JSON), set tool_args.protocol: json",
+    "json": "if it is GEM's retrieval server (MessagePack), set tool_args.protocol: msgpack",
+}
 
-    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
-        self.url, self.timeout_s = url, timeout_s
+
+class HttpSearchBackend:
+    """A retrieval server at ``url`` speaking ``protocol`` (see the module docstring); an answer with one list per
+    query (``{"result": [[...]]}``) or one query's list (``{"result": [...]}``) is read either way. Failures raise
+    OSError or ValueError (naming the other protocol where the server refused or garbled this one)."""
+
+    def __init__(self, url: str, timeout_s: float = 5.0, protocol: str = "msgpack") -> None:
+        if protocol not in PROTOCOLS:
+            raise ConfigError(f"search tool_args.protocol={protocol!r}: use one of {list(PROTOCOLS)}")
+        self.url, self.timeout_s, self.protocol = url, timeout_s, protocol
 
     def search(self, query: str, top_k: int) -> list[SearchHit]:
-        body = json.dumps({"queries": [query], "topk": top_k, "return_scores": True}).encode()
-        request = urllib.request.Request(self.url, body, {"Content-Type": "application/json"}, method="POST")
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            answer = json.loads(response.read())
+        if self.protocol == "msgpack":
+            body, kind = pack({"query": query, "topk": top_k, "return_scores": True}), "application/msgpack"
+        else:
+            body = json.dumps({"queries": [query], "topk": top_k, "return_scores": True}).encode()
+            kind = "application/json"
+        request = urllib.request.Request(self.url, body, {"Content-Type": kind}, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as e:
+            if 400 <= e.code < 500:
+                raise ValueError(
+                    f"the retrieval server refused the request (HTTP {e.code}); {_OTHER_HINT[self.protocol]}"
+                ) from None
+            raise
+        try:
+            answer = unpack(raw) if self.protocol == "msgpack" else json.loads(raw)
+        except ValueError as e:  # MsgpackError and JSONDecodeError are ValueErrors
+            raise ValueError(
+                f"the retrieval server's answer is not {self.protocol} ({e}); {_OTHER_HINT[self.protocol]}"
+            ) from None
         result = answer.get("result") if isinstance(answer, dict) else None
         if not isinstance(result, list):
             raise ValueError(f"the retrieval server's answer has no 'result' list: {str(answer)[:120]}")
@@ -170,14 +206,27 @@ class SearchTool(Tool):
         name: str = "search",
         search_url: str | None = None,
         timeout_s: float = 5.0,
+        protocol: str = "msgpack",
+        topk: int | None = None,
+        timeout: float | None = None,
+        num_workers: int | None = None,
     ) -> None:
+        # ROLL's search tool is GEM's SearchTool: its spellings, and its SEARCH_URL fallback. num_workers sizes GEM's
+        # thread pool; roll's tool calls run on the env's own worker, so it has no use here.
+        del num_workers
+        top_k = top_k if topk is None else topk
+        timeout_s = timeout_s if timeout is None else timeout
+        if search_url is None and corpus_path is None and backend == "bm25" and os.environ.get("SEARCH_URL"):
+            search_url = os.environ["SEARCH_URL"]
         if top_k < 1:
             raise ConfigError(f"search top_k={top_k} must be >= 1")
         self.name, self.top_k, self.max_chars_per_hit = name, top_k, max_chars_per_hit
+        if search_url is None and protocol != "msgpack":
+            raise ConfigError(f"search tool_args.protocol={protocol!r}: the protocol applies to search_url only")
         if search_url is not None:
             if corpus_path is not None or backend != "bm25":
                 raise ConfigError("the search tool takes search_url or corpus_path/backend, not both")
-            self.backend: SearchBackend = HttpSearchBackend(search_url, timeout_s)
+            self.backend: SearchBackend = HttpSearchBackend(search_url, timeout_s, protocol)
         elif backend == "bm25":
             if corpus_path is None:
                 raise ConfigError("the search tool's bm25 backend needs corpus_path (a .jsonl or text file)")
