@@ -20,7 +20,7 @@ from roll.agentic.env.sokoban_gen import solve
 from roll.agentic.policy import MockPolicyClient, ScriptedPolicy
 from roll.agentic.scheduler import RolloutScheduler
 from roll.agentic.tools.base import ToolResult
-from roll.runtime import ConfigError
+from roll.runtime import ConfigError, MissingExtraError
 from roll.strategies import GenerationConfig
 
 pytestmark = pytest.mark.extra("mcp")
@@ -188,6 +188,12 @@ def test_validate_names_server_url_and_bad_settings(url: str) -> None:
     down = f"http://127.0.0.1:{_free_port()}/mcp"
     with pytest.raises(ServiceUnreachableError, match=rf"server_url '{down}' does not answer"):
         check_env_spec("Box", CustomEnvConfig(env_type="sokoban_mcp", env_config={"server_url": down}))
+
+
+def test_without_the_mcp_extra_it_says_what_to_install(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)  # as if the SDK were not installed
+    with pytest.raises(MissingExtraError, match=r"sokoban_mcp env.*pip install 'roll-agentic\[mcp\]'"):
+        make_env("sokoban_mcp", server_url="http://127.0.0.1:8000/sse")
 
 
 def _solver(prompt: str) -> str:

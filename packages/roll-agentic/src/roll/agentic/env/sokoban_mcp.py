@@ -101,10 +101,10 @@ class SokobanMCPEnv(Env):
         transport: str | None = None,
         timeout_s: float = 30.0,
     ) -> None:
-        from roll.agentic.tools.mcp import _import_mcp
+        from roll.agentic.tools.mcp import import_mcp
 
         self.server_url = _check_settings(server_url, action_pattern, special_token_list, transport)[0]
-        _import_mcp()
+        import_mcp("the sokoban_mcp env")
         self.max_steps, self.format_penalty, self.action_pattern = max_steps, format_penalty, action_pattern
         self.action_lookup = _action_lookup(ROLL_ACTION_LOOKUP if action_lookup is None else action_lookup)
         self.special_token_list = tuple(special_token_list)
@@ -125,11 +125,11 @@ class SokobanMCPEnv(Env):
     ) -> str:
         """``roll validate``: ``server_url`` is set (and answers: a warning away from the run's machine), the action
         settings fit, the mcp extra is installed."""
-        from roll.agentic.tools.mcp import _import_mcp
+        from roll.agentic.tools.mcp import import_mcp
         from roll.pipelines.validate import ping_service
 
         url, transport = _check_settings(server_url, action_pattern, special_token_list, transport)
-        _import_mcp()
+        import_mcp("the sokoban_mcp env")
         ping_service(url, f"sokoban_mcp's server_url {url!r}", START_SERVER, method="HEAD")
         return f"Sokoban MCP server {url} ({transport})"
 

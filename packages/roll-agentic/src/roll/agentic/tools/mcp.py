@@ -19,16 +19,17 @@ from typing import Any
 from roll.agentic.tools.base import Tool, ToolResult, ToolSpec
 from roll.runtime import ConfigError, MissingExtraError
 
-__all__ = ["MCP_TRANSPORTS", "MCPTool", "mcp_transport_of"]
+__all__ = ["MCP_TRANSPORTS", "MCPTool", "import_mcp", "mcp_transport_of"]
 
 MCP_TRANSPORTS = ("sse", "streamable_http")
 
 
-def _import_mcp() -> Any:
+def import_mcp(what: str = "the mcp tool") -> Any:
+    """The ``mcp`` SDK, or MissingExtraError naming ``what`` needs it and the pip command."""
     try:
         import mcp
     except ModuleNotFoundError as e:
-        raise MissingExtraError("the mcp tool", "roll-agentic", "mcp", cause=str(e)) from e
+        raise MissingExtraError(what, "roll-agentic", "mcp", cause=str(e)) from e
     return mcp
 
 
@@ -99,7 +100,7 @@ class MCPTool(Tool):
         server_url: str | None = None,
         transport: str | None = None,
     ) -> None:
-        mcp = _import_mcp()
+        mcp = import_mcp()
         if (command is None) == (server_url is None):
             raise ConfigError("the mcp tool needs tool_args.command (a server to start) or server_url, one of them")
         self._url = server_url
@@ -135,7 +136,7 @@ class MCPTool(Tool):
 
     async def _serve(self, ready: concurrent.futures.Future[list[ToolSpec]]) -> None:
         """Open the session, publish the tool list, and hold the session open until close()."""
-        mcp = _import_mcp()
+        mcp = import_mcp()
         self._stop = asyncio.Event()
         try:
             async with self._transport(mcp) as (read, write), mcp.ClientSession(read, write) as session:
