@@ -50,11 +50,18 @@ def _answer(observation: str, reward: float, game_end: bool, info: dict[str, Any
 
 def _session_key(ctx: Context) -> str:
     """The MCP session a call belongs to: its streamable-HTTP session id or its SSE connection's id (the SDK makes a
-    new ServerSession object per request, so the object cannot be the key); one key for a stdio server's client."""
+    new ServerSession object per request, so the object cannot be the key); one key for an in-process client."""
     request = ctx.request_context.request
+    if request is None:
+        return "local"
     headers = getattr(request, "headers", None) or {}
     query = getattr(request, "query_params", None) or {}
-    return str(headers.get("mcp-session-id") or query.get("session_id") or "stdio")
+    key = headers.get("mcp-session-id") or query.get("session_id")
+    if not key:  # a sessionless request would share one game with every other: refuse it
+        raise ToolError(
+            "this server keeps one game per MCP session: connect over SSE or streamable HTTP with a session"
+        )
+    return str(key)
 
 
 def build_server(
