@@ -121,7 +121,7 @@ def build_server(
 
 def build_app(server: MCPServer, *, host: str = "127.0.0.1") -> Any:
     """One Starlette app serving ``server`` over SSE (``/sse``, ``/messages/``) and streamable HTTP (``/mcp``)."""
-    from starlette.applications import Starlette
+    from starlette.applications import Starlette  # pants: no-infer-dep (the mcp extra brings it)
 
     sse = server.sse_app(host=host)
     http = server.streamable_http_app(host=host)
@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if min(args.max_steps, args.num_boxes, args.max_games) < 1 or min(args.dim_room) < 3:
         parser.error("--max-steps, --num-boxes and --max-games must be >= 1, and --dim-room at least 3 3")
-    import uvicorn
+    import uvicorn  # pants: no-infer-dep (the mcp extra brings it)
 
     server = build_server(
         dim_room=args.dim_room,
