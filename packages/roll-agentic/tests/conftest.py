@@ -66,3 +66,39 @@ def openreward_server(monkeypatch):
             monkeypatch.setenv(name, value)
         monkeypatch.setenv("OPENREWARD_API_KEY", FAKE_API_KEY)
         yield fake
+
+
+@pytest.fixture(scope="module")
+def sokoban_mcp_server(tmp_path_factory):
+    """``python -m roll.agentic.env.sokoban_mcp_server`` on a free localhost port for a module's tests: its base URL
+    (SSE at ``/sse``, streamable HTTP at ``/mcp``). Stopped after the module."""
+    pytest.importorskip("mcp")  # per test: a module skipped whole collects nothing, a failure under Pants
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path_factory.mktemp("sokoban-mcp") / "server.log"
+    # the child imports roll from where this process does (an editable checkout, a worktree, Pants' sandbox)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    command = [sys.executable, "-m", "roll.agentic.env.sokoban_mcp_server", "--port", str(port)]
+    with log.open("w") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=out, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the Sokoban MCP server did not start:\n{log.read_text()}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -130,3 +130,15 @@ def test_mcp_tool_over_sse_at_server_url() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_server_url_transport_is_sse_unless_the_path_ends_in_mcp() -> None:
+    from roll.agentic.tools.mcp import mcp_transport_of
+
+    assert mcp_transport_of("http://host:8000/sse") == "sse"
+    assert mcp_transport_of("https://host/sokoban/sse?token=1") == "sse"
+    assert mcp_transport_of("http://host:8000/mcp") == "streamable_http"
+    assert mcp_transport_of("http://host:8000/mcp/") == "streamable_http"
+    assert mcp_transport_of("http://host:8000/mcp", "sse") == "sse"
+    with pytest.raises(ConfigError, match=r"transport 'websocket' is not one of \['sse', 'streamable_http'\]"):
+        mcp_transport_of("http://host:8000/mcp", "websocket")

@@ -91,3 +91,20 @@ def test_help_names_every_kind_of_pipeline():
 
     description = build_parser().description or ""
     assert all(kind in description for kind in ("SFT", "DPO", "RLVR", "distillation", "agentic", "diffusion"))
+
+
+def test_http_clients_log_warnings_only_unless_verbose(monkeypatch):
+    """The mcp SDK's client (httpx2) logs each request at INFO: an MCP env would fill a run's log with them."""
+    import logging
+
+    from roll.pipelines.cli import QUIET_LOGGERS, main
+
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    for logger in loggers:
+        monkeypatch.setattr(logger, "level", logging.NOTSET)
+    assert main(["recipes"]) == 0
+    assert [logger.level for logger in loggers] == [logging.WARNING] * len(loggers)
+    for logger in loggers:
+        logger.setLevel(logging.NOTSET)
+    assert main(["--verbose", "recipes"]) == 0
+    assert [logger.level for logger in loggers] == [logging.NOTSET] * len(loggers)

@@ -179,11 +179,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Third-party loggers that log every request at INFO: warnings only, unless ``--verbose``.
+QUIET_LOGGERS = ("httpx", "httpx2")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if not args.verbose:  # a line per HTTP request (MCP sessions, search tools) would drown the run's own lines
+        for chatty in QUIET_LOGGERS:
+            logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         return args.handler(args)
     except KeyboardInterrupt as e:

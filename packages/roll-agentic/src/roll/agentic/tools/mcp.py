@@ -1,5 +1,6 @@
 """``mcp``: the tools of a Model Context Protocol server, started as a subprocess and spoken to over stdio, or
-(``server_url``, ROLL's key) a running server spoken to over HTTP with server-sent events (SSE).
+(``server_url``, ROLL's key) a running server spoken to over HTTP: with server-sent events (SSE, ROLL's transport), or
+with streamable HTTP when the URL's path ends in ``/mcp`` (the SDK's default endpoint) or ``transport`` says so.
 
 Needs ``pip install 'roll-agentic[mcp]'`` (the ``mcp`` SDK). The session lives on a private event loop in a
 background thread, so the synchronous :meth:`MCPTool.call` (made from an env's ``step``) can use it; one server
@@ -18,15 +19,29 @@ from typing import Any
 from roll.agentic.tools.base import Tool, ToolResult, ToolSpec
 from roll.runtime import ConfigError, MissingExtraError
 
-__all__ = ["MCPTool"]
+__all__ = ["MCP_TRANSPORTS", "MCPTool", "import_mcp", "mcp_transport_of"]
+
+MCP_TRANSPORTS = ("sse", "streamable_http")
 
 
-def _import_mcp() -> Any:
+def import_mcp(what: str = "the mcp tool") -> Any:
+    """The ``mcp`` SDK, or MissingExtraError naming ``what`` needs it and the pip command."""
     try:
         import mcp
     except ModuleNotFoundError as e:
-        raise MissingExtraError("the mcp tool", "roll-agentic", "mcp", cause=str(e)) from e
+        raise MissingExtraError(what, "roll-agentic", "mcp", cause=str(e)) from e
     return mcp
+
+
+def mcp_transport_of(server_url: str, transport: str | None = None) -> str:
+    """How to speak to the server at ``server_url``: ``transport`` when given, else streamable HTTP for a URL whose
+    path ends in ``/mcp`` and SSE for any other."""
+    if transport is None:
+        path = server_url.split("?", 1)[0].rstrip("/")
+        return "streamable_http" if path.endswith("/mcp") else "sse"
+    if transport not in MCP_TRANSPORTS:
+        raise ConfigError(f"the mcp transport {transport!r} is not one of {list(MCP_TRANSPORTS)}")
+    return transport
 
 
 def _text_of(result: Any) -> str:
@@ -48,12 +63,19 @@ class MCPTool(Tool):
     """Every tool the server lists (or only ``tool_names``), each callable by its MCP name."""
 
     @staticmethod
-    def check_args(command: str | None = None, cwd: str | None = None, server_url: str | None = None, **_: Any) -> None:
+    def check_args(
+        command: str | None = None,
+        cwd: str | None = None,
+        server_url: str | None = None,
+        transport: str | None = None,
+        **_: Any,
+    ) -> None:
         """``roll validate``: one of ``command`` and ``server_url``; the command is a program on this machine (on PATH,
         or a path), the server at ``server_url`` answers (any HTTP answer counts)."""
         from roll.pipelines.validate import NotHereError, ping_service
 
         if server_url is not None and command is None:
+            mcp_transport_of(server_url, transport)
             what = f"the mcp tool's server_url {server_url!r}"
             ping_service(server_url, what, "start the MCP server or fix server_url", method="HEAD")
             return
@@ -76,11 +98,13 @@ class MCPTool(Tool):
         timeout_s: float = 30.0,
         startup_timeout_s: float = 60.0,
         server_url: str | None = None,
+        transport: str | None = None,
     ) -> None:
-        mcp = _import_mcp()
+        mcp = import_mcp()
         if (command is None) == (server_url is None):
             raise ConfigError("the mcp tool needs tool_args.command (a server to start) or server_url, one of them")
         self._url = server_url
+        self._transport_name = None if server_url is None else mcp_transport_of(server_url, transport)
         self._params = (
             None
             if command is None
@@ -112,7 +136,7 @@ class MCPTool(Tool):
 
     async def _serve(self, ready: concurrent.futures.Future[list[ToolSpec]]) -> None:
         """Open the session, publish the tool list, and hold the session open until close()."""
-        mcp = _import_mcp()
+        mcp = import_mcp()
         self._stop = asyncio.Event()
         try:
             async with self._transport(mcp) as (read, write), mcp.ClientSession(read, write) as session:
@@ -133,9 +157,18 @@ class MCPTool(Tool):
     def _transport(self, mcp: Any) -> Any:
         if self._url is None:
             return mcp.stdio_client(self._params)
+        if self._transport_name == "streamable_http":
+            from mcp.client.streamable_http import streamable_http_client
+
+            return streamable_http_client(self._url)
         from mcp.client.sse import sse_client
 
         return sse_client(self._url, timeout=self.timeout_s)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the session is open (False once it ended: closed, or its server or connection went away)."""
+        return self._session is not None and not self._ended.is_set()
 
     def specs(self) -> list[ToolSpec]:
         return list(self._specs)

@@ -139,8 +139,14 @@ ROLL_ENV_TYPES: list[tuple[str, str]] = [
     ("`roll_code`", "built in: the last code block against the row's tests in roll's sandbox; validated as roll_math"),
     ("GEM ids (`math:...`, `game:...`, `qa:...`)", "GEM's own envs through `roll-agentic[gem]`"),
     (
-        "`sokoban_mcp`, `sokoban_sandbox`",
+        "`sokoban_sandbox`",
         "not built: unknown env_type (an error naming roll's types)",
+    ),
+    (
+        "`sokoban_mcp`",
+        "built in (roll.agentic.env.sokoban_mcp; `roll-agentic[mcp]`): ROLL's env_config keys against an MCP server "
+        "at `server_url` (SSE, or streamable HTTP for a URL ending in `/mcp`); roll ships the server: "
+        "`python -m roll.agentic.env.sokoban_mcp_server --port 8000` (differences in the module's docstring)",
     ),
     (
         "`openreward_env`",
