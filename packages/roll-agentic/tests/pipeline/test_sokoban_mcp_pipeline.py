@@ -13,7 +13,7 @@ from roll.agentic.pipeline import register_pipelines
 from roll.pipelines.config import load_config
 from roll.pipelines.launcher import run_config
 
-pytestmark = [pytest.mark.integration, pytest.mark.extra("mcp")]
+pytestmark = [pytest.mark.integration, pytest.mark.extra("mcp"), pytest.mark.pipeline_run]
 MODEL = "tiny://nano?seed=0"
 
 

@@ -12,7 +12,7 @@ from roll.agentic.pipeline import register_pipelines
 from roll.pipelines.config import load_config
 from roll.pipelines.launcher import run_config
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.pipeline_run]
 MODEL = "tiny://nano?seed=0"
 NATIVE = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
 
