@@ -320,3 +320,28 @@ def test_validation_asked_for_without_a_val_env_manager_is_warned(caplog) -> Non
     with caplog.at_level("WARNING", logger="roll.agentic.pipeline.config"):
         _config(val_env_manager={"num_env_groups": 1, "tags": ["Lake"]}, eval_steps=5)
     assert "val_env_manager" not in caplog.text
+
+
+def test_pipeline_system_envs_reach_the_env_workers_under_their_own():
+    """Top-level ``system_envs`` reached every role but not the env managers, whose workers run the envs and tools
+    that read such variables (an API key, ``SEARCH_URL``); a manager's own value wins."""
+    from roll.agentic.pipeline.rollout_only import AgenticRolloutConfig
+
+    shared = {"OPENREWARD_API_KEY": "k", "SEARCH_URL": "http://a"}
+    config = _config(
+        system_envs=shared,
+        val_env_manager={"num_env_groups": 1, "group_size": 1, "tags": ["Lake"], "system_envs": {"SEARCH_URL": "b"}},
+    )
+    assert config.train_env_manager.system_envs == shared == config.actor_train.system_envs
+    assert config.val_env_manager.system_envs == {"OPENREWARD_API_KEY": "k", "SEARCH_URL": "b"}
+    rollout = AgenticRolloutConfig.model_validate(
+        {
+            "actor_infer": {"model_args": ROLE},
+            "custom_envs": ENVS,
+            "train_env_manager": {"num_env_groups": 1, "group_size": 1, "tags": ["Lake"]},
+            "rollout_batch_size": 1,
+            "system_envs": shared,
+        }
+    )
+    assert rollout.train_env_manager.system_envs == shared
+    assert _config().train_env_manager.system_envs == {}

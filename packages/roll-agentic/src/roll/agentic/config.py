@@ -32,6 +32,7 @@ __all__ = [
     "ToolWrapperConfig",
     "is_step_manager",
     "spread_parse_tool_call",
+    "spread_system_envs",
 ]
 
 DEFAULT_SYSTEM_TEMPLATE = (
@@ -117,6 +118,21 @@ def spread_parse_tool_call(data: dict[str, Any]) -> dict[str, Any]:
         for spec in data["custom_envs"].values():
             if isinstance(spec, dict):
                 spec.setdefault("parse_tool_call_arguments", True)
+    return data
+
+
+def spread_system_envs(data: dict[str, Any]) -> dict[str, Any]:
+    """The pipeline-wide ``system_envs`` -> each env manager's (its own win), as every role already gets them: the env
+    workers run the envs and tools, which read such variables (an API key, ``SEARCH_URL``). ROLL sets them in the
+    driver's environment, which a one-node Ray cluster's workers inherit."""
+    shared = data.get("system_envs")
+    if not isinstance(shared, dict) or not shared:
+        return data
+    for key in ("train_env_manager", "val_env_manager"):
+        section = data.get(key)
+        if isinstance(section, dict):
+            own = section.get("system_envs")
+            data[key] = {**section, "system_envs": {**shared, **(own if isinstance(own, dict) else {})}}
     return data
 
 

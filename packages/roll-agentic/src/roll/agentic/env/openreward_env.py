@@ -124,8 +124,8 @@ def openreward_api_key() -> str:
     if not key:
         raise NotHereError(
             f"openreward_env needs an OpenReward API key: export {API_KEY_VAR}=... (from https://openreward.ai/keys) "
-            "where the envs run: in the shell that starts `roll run`, or as train_env_manager.system_envs."
-            f"{API_KEY_VAR} (and val_env_manager's) for env workers on other machines"
+            f"where the envs run: in the shell that starts `roll run`, or as system_envs.{API_KEY_VAR} (every role's "
+            "and env manager's) for workers on other machines"
         )
     return key
 

@@ -23,6 +23,7 @@ from roll.agentic.config import (
     RewardNormalizationConfig,
     is_step_manager,
     spread_parse_tool_call,
+    spread_system_envs,
 )
 from roll.pipelines.algorithms.train_infer import RatioDiffFilter
 from roll.pipelines.config import (
@@ -371,8 +372,8 @@ class AgenticConfig(BaseConfig):
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """Manager names, GRPO's and GiGPO's default grouping, and the actor's LR schedule length (RL + warm-up)."""
-        data = super().derive_defaults(data)
+        """Manager names and system_envs, GRPO's and GiGPO's default grouping, and the actor's LR schedule length (RL + warm-up)."""
+        data = spread_system_envs(super().derive_defaults(data))
         spread_parse_tool_call(data)
         for key, name in (("train_env_manager", "train_env"), ("val_env_manager", "val_env")):
             section = raw_section(data, key)

@@ -19,7 +19,13 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from roll.agentic.config import PARSE_TOOL_CALL_DESCRIPTION, CustomEnvConfig, EnvManagerConfig, spread_parse_tool_call
+from roll.agentic.config import (
+    PARSE_TOOL_CALL_DESCRIPTION,
+    CustomEnvConfig,
+    EnvManagerConfig,
+    spread_parse_tool_call,
+    spread_system_envs,
+)
 from roll.agentic.driver_envs import DriverEnvs
 from roll.agentic.pipeline.config import AgenticRolloutSection
 from roll.agentic.pipeline.lengths import length_checks, setup_checks
@@ -74,7 +80,7 @@ class AgenticRolloutConfig(BaseConfig):
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
-        return spread_parse_tool_call(super().derive_defaults(data))
+        return spread_system_envs(spread_parse_tool_call(super().derive_defaults(data)))
 
     @model_validator(mode="after")
     def _check_rollout(self) -> AgenticRolloutConfig:
