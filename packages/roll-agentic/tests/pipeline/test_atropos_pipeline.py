@@ -4,14 +4,9 @@ dataset) through the agent_native manager; the Atropos env scores each response 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-from roll.agentic.pipeline import register_pipelines
-from roll.pipelines.config import load_config
-from roll.pipelines.launcher import run_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.extra("atropos")]
 pytest.importorskip("atroposlib")
@@ -51,10 +46,9 @@ class TinyMathEnv(BaseEnv):
 
 
 @pytest.mark.pipeline_run
-def test_agentic_rollout_plays_an_atropos_env(ray_env: None, tmp_path: Path) -> None:
+def test_agentic_rollout_plays_an_atropos_env(nano_rollout) -> None:
     from roll.pipelines.assets import resolve_model_uri
 
-    register_pipelines()
     math = {
         "env_type": "atropos_env",
         "env_manager_cls": "agent_native",
@@ -66,29 +60,11 @@ def test_agentic_rollout_plays_an_atropos_env(ray_env: None, tmp_path: Path) -> 
             "env_config": {"tokenizer_name": resolve_model_uri(MODEL)},
         },
     }
-    data = {
-        "pipeline_cls": "agentic_rollout",
-        "output_dir": str(tmp_path / "out"),
-        "max_steps": 1,
-        "plots": False,
-        "rollout_batch_size": 4,
-        "sequence_length": 256,
-        "rollout": {"env_workers": "local"},
-        "custom_envs": {"Math": math},
-        "train_env_manager": {"num_env_groups": 2, "group_size": 2, "tags": ["Math"]},
-        "actor_infer": {
-            "name": "atropos-infer",
-            "model_args": {"model_name_or_path": MODEL, "dtype": "float32"},
-            "strategy_args": {"strategy_name": "hf_infer"},
-            "generating_args": {"max_new_tokens": 8},
-        },
-    }
-    run_config(load_config(data))
-    rows = [json.loads(line) for line in (tmp_path / "out" / "rollouts" / "step-000001.jsonl").open()]
+    out, _, rows = nano_rollout("Math", math, groups=2, group_size=2, sequence_length=256)
     assert len(rows) == 4
     # each env slot's first item; the nano model's 8 random tokens hold no boxed answer: the Atropos env scores -1,
     # so the reward is ROLL's shaped one, -1 + len(response) / 1000 (no <think>, no \boxed{)
     assert all("What is 2 + 3?" in row["prompt"] for row in rows)
     assert all(-1.0 < row["score"] < -0.9 for row in rows), [row["score"] for row in rows]
-    metrics = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").open()]
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").open()]
     assert metrics[-1]["rollout/Math/atropos_scored"] == 1.0 and metrics[-1]["rollout/Math/success"] == 0.0

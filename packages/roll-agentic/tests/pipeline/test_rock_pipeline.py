@@ -3,24 +3,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from roll.agentic.env.rock.testing import ScriptedRockSandbox, write_tasks
-from roll.agentic.pipeline import register_pipelines
-from roll.pipelines.config import load_config
-from roll.pipelines.launcher import run_config
 
 pytestmark = pytest.mark.integration
-MODEL = "tiny://nano?seed=0"
 NATIVE = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
 
 
 @pytest.mark.pipeline_run
-def test_agentic_rollout_plays_rock_tasks(ray_env, tmp_path: Path):
-    register_pipelines()
+def test_agentic_rollout_plays_rock_tasks(nano_rollout, tmp_path: Path):
     ScriptedRockSandbox.made.clear()
     ScriptedRockSandbox.scenario = {}
     swe = {
@@ -30,28 +24,7 @@ def test_agentic_rollout_plays_rock_tasks(ray_env, tmp_path: Path):
         "max_tokens_per_step": 8,
         "env_config": {**write_tasks(tmp_path / "tasks"), "mode": "val", "max_steps": 3},
     }
-    data = {
-        "pipeline_cls": "agentic_rollout",
-        "output_dir": str(tmp_path / "out"),
-        "max_steps": 1,
-        "plots": False,
-        "mode": "val",
-        "rollout_batch_size": 2,
-        "sequence_length": 1024,
-        "rollout": {"env_workers": "local"},
-        "custom_envs": {"SWE": swe},
-        "train_env_manager": {"num_env_groups": 2, "group_size": 1, "tags": ["SWE"]},
-        "actor_infer": {
-            "name": "rock-infer",
-            "model_args": {"model_name_or_path": MODEL, "dtype": "float32"},
-            "strategy_args": {"strategy_name": "hf_infer"},
-            "generating_args": {"max_new_tokens": 8},
-        },
-    }
-    run_config(load_config(data))
-    folder = tmp_path / "out" / "rollouts"
-    episodes = [json.loads(line) for line in (folder / "step-000001-episodes.jsonl").open()]
-    rows = [json.loads(line) for line in (folder / "step-000001.jsonl").open()]
+    _, episodes, rows = nano_rollout("SWE", swe, groups=2, group_size=1, mode="val")
     assert len(episodes) == 2 and {e["tag"] for e in episodes} == {"SWE"}
     # The nano model's 8 random tokens hold no tool call: the agent's session ends, the (passing) tests run.
     assert all(e["end_reason"] == "terminated" and e["success"] for e in episodes), episodes

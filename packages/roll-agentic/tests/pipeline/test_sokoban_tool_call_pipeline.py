@@ -3,22 +3,13 @@ is asked for, every turn is a step-wise row, and replies without a ``move_player
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from roll.agentic.pipeline import register_pipelines
-from roll.pipelines.config import load_config
-from roll.pipelines.launcher import run_config
-
 pytestmark = [pytest.mark.integration, pytest.mark.pipeline_run]
-MODEL = "tiny://nano?seed=0"
 NATIVE = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
 
 
-def test_agentic_rollout_plays_sokoban_tool_call(ray_env, tmp_path: Path):
-    register_pipelines()
+def test_agentic_rollout_plays_sokoban_tool_call(nano_rollout):
     sokoban = {
         "env_type": "sokoban_tool_call",
         "env_manager_cls": NATIVE,
@@ -26,28 +17,7 @@ def test_agentic_rollout_plays_sokoban_tool_call(ray_env, tmp_path: Path):
         "max_tokens_per_step": 8,
         "env_config": {"max_steps": 3, "format_penalty": -0.15, "search_depth": 10, "full_history": True},
     }
-    data = {
-        "pipeline_cls": "agentic_rollout",
-        "output_dir": str(tmp_path / "out"),
-        "max_steps": 1,
-        "plots": False,
-        "mode": "val",
-        "rollout_batch_size": 2,
-        "sequence_length": 1024,
-        "rollout": {"env_workers": "local"},
-        "custom_envs": {"SokobanTool": sokoban},
-        "train_env_manager": {"num_env_groups": 2, "group_size": 1, "tags": ["SokobanTool"]},
-        "actor_infer": {
-            "name": "sokoban-tool-infer",
-            "model_args": {"model_name_or_path": MODEL, "dtype": "float32"},
-            "strategy_args": {"strategy_name": "hf_infer"},
-            "generating_args": {"max_new_tokens": 8},
-        },
-    }
-    run_config(load_config(data))
-    folder = tmp_path / "out" / "rollouts"
-    episodes = [json.loads(line) for line in (folder / "step-000001-episodes.jsonl").open()]
-    rows = [json.loads(line) for line in (folder / "step-000001.jsonl").open()]
+    _, episodes, rows = nano_rollout("SokobanTool", sokoban, groups=2, group_size=1, mode="val")
     assert len(episodes) == 2 and {e["tag"] for e in episodes} == {"SokobanTool"}
     # 8 random tokens hold no move_player call: three turns of the invalid-action cost, then max_steps
     assert all(e["end_reason"] == "truncated" and not e["success"] for e in episodes), episodes
