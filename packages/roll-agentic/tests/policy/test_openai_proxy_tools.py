@@ -75,6 +75,39 @@ def test_structured_calls_become_the_env_format_and_the_sample_is_that_text(toke
         asyncio.run(client.generate(chat_request(tokenizer, tools)))
 
 
+def test_chat_with_token_ids_takes_the_sampled_ids_as_vllm_answers_them(tokenizer, endpoint) -> None:
+    # vLLM's chat answer with return_token_ids: content null next to the parsed calls, its own call ids,
+    # finish_reason "tool_calls" however the answer ended, and the ids as sampled (compact JSON, text after the call)
+    sampled_text = '<tool_call>{"name":"python_code","arguments":{"code":"print(12*34)"}}</tool_call> ok'
+    sampled = [*tokenizer.encode(sampled_text, add_special_tokens=False), tokenizer.eos_token_id]
+    reply = chat_reply(None, [("python_code", json.dumps({"code": "print(12*34)"}))])
+    reply["choices"][0] |= {"token_ids": sampled, "stop_reason": None}
+    endpoint.replies = [(200, reply)]
+    tools = python_tools()
+    client = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="m", api="chat", token_ids=True)
+    result = asyncio.run(client.generate(chat_request(tokenizer, tools)))
+    assert endpoint.seen[0][1]["return_token_ids"] is True
+    assert (result.token_ids, result.finish_reason) == (sampled, "stop")
+    assert result.tool_calls == [{"name": "python_code", "arguments": '{"code": "print(12*34)"}'}]
+    assert result.content == ""
+    # cut by max_tokens after a whole call: vLLM still says "tool_calls"; the sample is cut, no EOS added
+    cut = sampled[:-1] + [sampled[0]] * (64 - len(sampled) + 1)
+    reply["choices"][0] |= {"token_ids": cut}
+    result = asyncio.run(client.generate(chat_request(tokenizer, tools)))
+    assert (result.token_ids, result.finish_reason) == (cut, "length")
+    # chat's default stays the text path (a hosted API refuses return_token_ids): the calls rewritten, EOS added
+    client = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="m", api="chat")
+    result = asyncio.run(client.generate(chat_request(tokenizer, tools)))
+    assert "return_token_ids" not in endpoint.seen[-1][1]
+    text = '<tool_call>{"name": "python_code", "arguments": {"code": "print(12*34)"}}</tool_call>'
+    assert result.token_ids == [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
+    # a chat server that ignores return_token_ids is named, with the switch
+    endpoint.replies = [(200, chat_reply("4"))]
+    client = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="m", api="chat", token_ids=True)
+    with pytest.raises(ConfigError, match=r"without choices\[0\]\.token_ids.*token_ids: false"):
+        asyncio.run(client.generate(chat_request(tokenizer, tools)))
+
+
 def test_an_endpoint_refusing_tools_names_native_tools_false(tokenizer, endpoint) -> None:
     endpoint.replies = [(400, {"error": {"message": '"auto" tool choice requires --enable-auto-tool-choice'}})]
     client = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="m", api="chat", max_retries=0)

@@ -296,29 +296,18 @@ def test_agentic_rollout_setup_refuses_it_before_any_worker_starts(tmp_path) -> 
     assert not pipeline.clusters and pipeline._session is None
 
 
-@pytest.mark.parametrize(
-    ("settings", "message"),
-    [
-        # token ids are a completions feature: api chat would send and read text whatever the key says
-        (
-            {"api": "chat", "token_ids": True},
-            r"\['token_ids'\] only apply to api: completions, and this proxy's api is "
-            r"chat: remove them, or set proxy_config.api: completions",
-        ),
-        # chat-only keys on the default api (completions) would never reach the server
-        (
-            {"enable_thinking": False, "native_tools": False},
-            r"\['enable_thinking', 'native_tools'\] only apply to api: "
-            r"chat, and this proxy's api is completions \(the default\): remove them, or set proxy_config.api: chat",
-        ),
-    ],
-)
-def test_a_proxy_key_its_api_does_not_read_is_refused(settings, message) -> None:
-    proxy_config = {"base_url": "http://x/v1", "model_name": "m", **settings}
-    with pytest.raises(ConfigError, match=message):
-        EnvManagerConfig(tags=["Lake"], llm_proxy={"proxy_type": "openai", "proxy_config": proxy_config})
+def test_a_proxy_key_its_api_does_not_read_is_refused() -> None:
+    # chat-only keys on the default api (completions) would never reach the server
     base = {"base_url": "http://x/v1", "model_name": "m"}
-    chat = {**base, "api": "chat", "enable_thinking": True, "native_tools": False}
+    message = (
+        r"\['enable_thinking', 'native_tools'\] only apply to api: "
+        r"chat, and this proxy's api is completions \(the default\): remove them, or set proxy_config.api: chat"
+    )
+    with pytest.raises(ConfigError, match=message):
+        proxy_config = {**base, "enable_thinking": False, "native_tools": False}
+        EnvManagerConfig(tags=["Lake"], llm_proxy={"proxy_type": "openai", "proxy_config": proxy_config})
+    # token_ids is read by both apis (chat: vLLM's sampled ids of a chat answer)
+    chat = {**base, "api": "chat", "enable_thinking": True, "native_tools": False, "token_ids": True}
     completions = {**base, "api": "completions", "token_ids": False}
     for accepted in (chat, completions):
         manager = EnvManagerConfig(tags=["Lake"], llm_proxy={"proxy_type": "openai", "proxy_config": accepted})

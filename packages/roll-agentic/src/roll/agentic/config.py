@@ -352,9 +352,10 @@ class LLMProxyConfig(RollModel):
     """Who acts in a manager's episodes (ROLL's ``llm_proxy``): ``policy``, the model served by actor_infer;
     ``openai``, an OpenAI-compatible endpoint (:class:`~roll.agentic.policy.OpenAIProxyClient`, ``proxy_config``:
     ``base_url``, ``model_name``, ``api_key`` or ``api_key_env``, ``timeout``, ``max_retries``, ``retry_delay``,
-    ``token_ids``, ``api`` (``completions``: the rendered prompt; ``chat``: the turn's messages, for chat-only
-    hosted models), ``enable_thinking`` (chat), ``native_tools`` (chat: the env's tools offered as ``tools``, tool
-    calls structured in the history; default true)); or
+    ``token_ids`` (the answer's sampled ids as the response: default true with completions, false with chat, where
+    vLLM answers them and a hosted API refuses the request), ``api`` (``completions``: the rendered prompt; ``chat``:
+    the turn's messages, for chat-only hosted models), ``enable_thinking`` (chat), ``native_tools`` (chat: the env's
+    tools offered as ``tools``, tool calls structured in the history; default true)); or
     ``random``, the env's own ``sample_random_action()``, drawn with each turn's sampling seed (a baseline to read
     scores against that repeats run to run, and an env smoke test that needs no model). Their episodes are not the
     trained policy's samples: a training manager refuses them."""
@@ -388,18 +389,16 @@ class LLMProxyConfig(RollModel):
                     "vLLM-like servers) or chat (the turn's messages, chat-only hosted models)"
                 )
             # A key the chosen api never reads would be dropped without a word: the user meant the other api.
-            unread = sorted(keys & (_CHAT_ONLY_KEYS if api == "completions" else _COMPLETIONS_ONLY_KEYS))
+            unread = sorted(keys & _CHAT_ONLY_KEYS) if api == "completions" else []
             if unread:
-                other = "chat" if api == "completions" else "completions"
                 raise ValueError(
-                    f"proxy_config {unread} only apply to api: {other}, and this proxy's api is {api}"
-                    f"{' (the default)' if 'api' not in keys else ''}: remove them, or set proxy_config.api: {other}"
+                    f"proxy_config {unread} only apply to api: chat, and this proxy's api is {api}"
+                    f"{' (the default)' if 'api' not in keys else ''}: remove them, or set proxy_config.api: chat"
                 )
         return self
 
 
 _CHAT_ONLY_KEYS = {"enable_thinking", "native_tools"}
-_COMPLETIONS_ONLY_KEYS = {"token_ids"}
 
 
 def _closest(unknown: list[str]) -> str:

@@ -12,10 +12,14 @@ the env's own tool-call format, the text the env reads and the sample holds; the
 ``tool_calls`` answered by ``tool`` messages where they fit OpenAI's rules, else as text. ``native_tools: false`` sends
 no ``tools`` and the history as text (an endpoint that refuses ``tools``).
 
-Completions only: with ``token_ids: true`` (the default, for a server that serves the run's tokenizer: vLLM, which answers
-``return_token_ids``) the prompt goes as its token ids and the answer's ``token_ids`` are the turn's response, as the
-server sampled them: EOS or a stop token kept, the tokens that completed a stop string kept, as roll's own engines
-return them. Re-tokenizing the answer's text does not give those tokens back (a byte-level token that is half a
+With ``token_ids: true`` (the default with ``api: completions``, for a server that serves the run's tokenizer: vLLM,
+which answers ``return_token_ids``) the answer's ``token_ids`` are the turn's response, as the server sampled them: EOS
+or a stop token kept, the tokens that completed a stop string kept, as roll's own engines return them; completions
+send the prompt as its token ids too. ``api: chat`` takes them only when ``token_ids: true`` is set (a hosted chat
+API refuses ``return_token_ids``): vLLM's chat answers carry the sampled ids, so a tool call is the model's own text
+of it (spacing, text after the call) and an answer cut by ``max_tokens`` stays cut, where vLLM's ``finish_reason``
+says ``tool_calls`` and the call rewritten in the env's format would end with EOS; the structured ``tool_calls``
+still make the history. Re-tokenizing the answer's text does not give those tokens back (a byte-level token that is half a
 UTF-8 character decodes to U+FFFD), so text is only the fallback: ``token_ids: false`` sends the prompt as text
 (decoded with special tokens kept) and tokenizes the answer with the run's tokenizer, for a hosted model that rejects
 ``return_token_ids``; a stop string the server cut is put back when it says which (``stop_reason``, as vLLM and SGLang
@@ -65,14 +69,15 @@ class OpenAIProxyClient:
         timeout: float = 60.0,
         max_retries: int = 3,
         retry_delay: float = 2.0,
-        token_ids: bool = True,
+        token_ids: bool | None = None,
         api: str = "completions",
         enable_thinking: bool | None = None,
         native_tools: bool = True,
     ) -> None:
         """``proxy_config``'s keys (ROLL's names): ``api_key``, or ``api_key_env`` naming an environment variable
         that holds it; ``timeout`` seconds per request; ``retry_delay`` seconds before the first retry (doubling);
-        roll's ``token_ids``: send the prompt's and read the answer's token ids (false: text both ways); roll's
+        roll's ``token_ids``: read the answer's token ids, and with completions send the prompt's (false: text both
+        ways; default: true with completions, false with chat); roll's
         ``api``: ``completions`` (rendered prompt) or ``chat`` (messages); ``enable_thinking``: chat only; roll's
         ``native_tools`` (chat): offer the env's tools as ``tools`` and keep tool calls structured in the history
         (false: no ``tools``, calls and results as text, for an endpoint that refuses ``tools``)."""
@@ -80,6 +85,8 @@ class OpenAIProxyClient:
             raise ConfigError(f"llm_proxy.proxy_config.api {api!r} is not one of {list(APIS)}")
         if not isinstance(native_tools, bool):
             raise ConfigError(f"llm_proxy.proxy_config.native_tools {native_tools!r} must be true or false")
+        if token_ids is not None and not isinstance(token_ids, bool):
+            raise ConfigError(f"llm_proxy.proxy_config.token_ids {token_ids!r} must be true, false or null")
         if enable_thinking is not None and not isinstance(enable_thinking, bool):
             raise ConfigError(f"llm_proxy.proxy_config.enable_thinking {enable_thinking!r} must be true, false or null")
         if not base_url.startswith(("http://", "https://")):
@@ -97,7 +104,7 @@ class OpenAIProxyClient:
         self.url = root + (path if root.endswith("/v1") else "/v1" + path)
         self.timeout_s, self.max_retries, self.backoff_s = timeout, max_retries, retry_delay
         self.api, self.enable_thinking, self.native_tools = api, enable_thinking, native_tools
-        self.token_ids = token_ids and api == "completions"
+        self.token_ids = api == "completions" if token_ids is None else token_ids
         self.eos_token_id = int(tokenizer.eos_token_id)
 
     @property
@@ -163,6 +170,8 @@ class OpenAIProxyClient:
                     "one that refuses tools (vLLM without --enable-auto-tool-choice) needs proxy_config.native_tools: "
                     "false"
                 )
+            if self.token_ids:
+                hints.append("one that takes no return_token_ids needs proxy_config.token_ids: false")
             return "".join(f"; {hint}" for hint in hints)
         return "; a server that takes no token ids needs proxy_config.token_ids: false" if self.token_ids else ""
 
@@ -204,6 +213,8 @@ class OpenAIProxyClient:
                 f"env tag {tag!r}: {self.url} answered without choices[0].{field} ({str(answer)[:200]}); base_url "
                 f"must be an OpenAI-compatible endpoint that serves api: {self.api}"
             ) from None
+        if self.token_ids:
+            return self._sampled(request, choice, body["max_tokens"], calls, text)
         if calls:  # the env reads calls from the text: they are written in its format, the sample is that text
             content, text = text, answer_text(text, calls, request.tools)
             ids = list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -212,16 +223,6 @@ class OpenAIProxyClient:
             return GenerateResult(
                 request.request_id, [*ids, self.eos_token_id], None, "stop", tool_calls=calls, content=content
             )
-        if self.token_ids:
-            sampled = choice.get("token_ids")
-            if not isinstance(sampled, list):
-                raise ConfigError(
-                    f"env tag {tag!r}: {self.url} answered without choices[0].token_ids: the server does not honour "
-                    "return_token_ids (vLLM does); set llm_proxy.proxy_config.token_ids: false to send and read text"
-                )
-            sampled = [int(i) for i in sampled]  # as sampled: EOS or a stop token kept, no EOS after a stop string
-            # a finish other than the budget (vLLM's "abort", "repetition") ended the answer too, as in roll's engines
-            return GenerateResult(request.request_id, sampled, None, "length" if finish == "length" else "stop")
         stop = choice.get("stop_reason")  # vLLM/SGLang: the stop string matched, which the text leaves out
         if isinstance(stop, str) and stop in request.generation_config.stop_strings:
             text += stop
@@ -229,3 +230,28 @@ class OpenAIProxyClient:
         if finish == "length":
             return GenerateResult(request.request_id, ids[: body["max_tokens"]], None, "length")
         return GenerateResult(request.request_id, [*ids, self.eos_token_id], None, "stop")
+
+    def _sampled(
+        self, request: GenerateRequest, choice: dict[str, Any], budget: int, calls: list[dict[str, Any]], content: str
+    ) -> GenerateResult:
+        """The answer's ``token_ids`` as the turn's response (``calls`` and their ``content`` kept for the history)."""
+        sampled = choice.get("token_ids")
+        if not isinstance(sampled, list):
+            raise ConfigError(
+                f"env tag {request.meta.get('tag', '?')!r}: {self.url} answered without choices[0].token_ids: the "
+                "server does not honour return_token_ids (vLLM does); set llm_proxy.proxy_config.token_ids: false to "
+                "send and read text"
+            )
+        sampled = [int(i) for i in sampled]  # as sampled: EOS or a stop token kept, no EOS after a stop string
+        # vLLM says "tool_calls" for an answer with calls however it ended: cut by the budget, it stopped on nothing
+        stopped = choice.get("stop_reason") is not None or (bool(sampled) and sampled[-1] == self.eos_token_id)
+        cut = choice.get("finish_reason") == "length" or (len(sampled) >= budget and not stopped)
+        # a finish other than the budget (vLLM's "abort", "repetition") ended the answer too, as in roll's engines
+        return GenerateResult(
+            request.request_id,
+            sampled,
+            None,
+            "length" if cut else "stop",
+            tool_calls=calls or None,
+            content=content if calls else "",
+        )
