@@ -25,44 +25,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
-import os
-import random
 import statistics
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from roll.agentic.config import CustomEnvConfig
-from roll.agentic.env import FrozenLakeEnv
-from roll.agentic.env_manager import EpisodeTask
-from roll.agentic.policy import (
-    GenerateRequest,
-    GenerateResult,
-    LatencyModel,
-    MockPolicyClient,
-    RandomActionPolicy,
-)
-from roll.agentic.pool import EnvPool, EnvSlot
-from roll.strategies import GenerationConfig
-from roll.strategies.testing import default_corpus, make_tokenizer
 from tools.bench._measure import environment
 from tools.bench._report import add_report_arguments, emit_result, table
 
-ENV_STEP_MEDIAN_S = float(os.environ.get("ROLL_BENCH_ENV_STEP_S", "0.005"))
-ENV_STEP_SIGMA = 0.5
-
-
-class SlowFrozenLake(FrozenLakeEnv):
-    """FrozenLake whose step also takes a lognormal time (seeded by the episode, so both modes wait the same)."""
-
-    def reset(self, seed: int | None = None):
-        self._delay_rng = random.Random(seed)
-        return super().reset(seed)
-
-    def step(self, action: str):
-        time.sleep(ENV_STEP_MEDIAN_S * math.exp(ENV_STEP_SIGMA * self._delay_rng.gauss(0.0, 1.0)))
-        return super().step(action)
+# roll.agentic (and torch through it) is imported inside the functions, so that --help answers at once
+if TYPE_CHECKING:
+    from roll.agentic.policy import GenerateRequest, GenerateResult, MockPolicyClient
 
 
 class LockStepClient:
@@ -96,11 +69,20 @@ class LockStepClient:
 
 
 def run_mode(mode: str, args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
+    from roll.agentic.config import CustomEnvConfig
+    from roll.agentic.env_manager import EpisodeTask
+    from roll.agentic.policy import LatencyModel, MockPolicyClient, RandomActionPolicy
+    from roll.agentic.pool import EnvPool, EnvSlot
+    from roll.strategies import GenerationConfig
+    from tools.bench import _slow_frozen_lake
+
     latency = LatencyModel(args.token_ms / 1e3, args.sigma, overhead_s=args.overhead_ms / 1e3)
     policy = RandomActionPolicy(["Up", "Down", "Left", "Right"], invalid_prob=0.1)
     mock = MockPolicyClient(tokenizer, policy, latency, seed=args.seed)
     client: Any = mock if mode == "per_request" else LockStepClient(mock, args.envs)
-    spec = CustomEnvConfig(env_type=f"{__name__}:SlowFrozenLake", env_config={"size": 4}, max_steps=args.max_steps)
+    spec = CustomEnvConfig(
+        env_type=f"{_slow_frozen_lake.__name__}:SlowFrozenLake", env_config={"size": 4}, max_steps=args.max_steps
+    )
 
     async def main() -> tuple[float, list[Any]]:
         pool = EnvPool(
@@ -154,8 +136,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.envs, args.episodes, args.reps = 16, 1, 1
-    global ENV_STEP_MEDIAN_S
-    ENV_STEP_MEDIAN_S = args.env_step_ms / 1e3
+    from roll.strategies.testing import default_corpus, make_tokenizer
+    from tools.bench import _slow_frozen_lake
+
+    _slow_frozen_lake.ENV_STEP_MEDIAN_S = args.env_step_ms / 1e3
     tokenizer = make_tokenizer(default_corpus(0, 400) + ["<answer>Up</answer> <answer>Down</answer>"] * 50, 512)
     runs: dict[str, list[dict[str, Any]]] = {"per_request": [], "lock_step": []}
     warm_up = argparse.Namespace(**{**vars(args), "envs": 2, "episodes": 1})

@@ -30,7 +30,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from roll.pipelines.rlvr.replay import FinishedGroup, ReplayBuffer
 from tools.bench._report import add_report_arguments, emit_result, table
 
 _Z99 = 2.3263478740408408  # standard normal 99th percentile
@@ -96,6 +95,8 @@ class _AsyncSim:
     """Event loop of one async run: engines, the replay buffer, and a trainer that syncs after each step."""
 
     def __init__(self, setup: Setup, ratio: int, partial: bool, seed: int) -> None:
+        from roll.pipelines.rlvr.replay import ReplayBuffer  # here, not at the top: --help answers without torch
+
         self.setup, self.partial = setup, partial
         self.rng = random.Random(seed)
         self.buffer: ReplayBuffer[None] = ReplayBuffer(setup.groups, ratio)
@@ -128,6 +129,8 @@ class _AsyncSim:
 
     def advance_to(self, until: float) -> None:
         """Finish every running request due before ``until`` (starting queued ones in freed slots)."""
+        from roll.pipelines.rlvr.replay import FinishedGroup
+
         while True:
             self.start_requests()
             due = min(self.running.items(), key=lambda kv: kv[1][0], default=None)

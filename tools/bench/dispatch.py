@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import importlib
 import io
 import json
 import os
@@ -51,19 +50,19 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-import ray
-import torch
-
-import roll.runtime
-from roll.runtime import Cluster, DataProto, Dispatch, ResourceManager, Worker, WorkerConfig, register
 from tools.bench import CACHE_DIR
 from tools.bench._measure import environment, freeze_heap, gc_disabled, peak_rss_mib, summarize
 from tools.bench._report import add_report_arguments, emit_result, fmt_bytes, fmt_seconds, table
 from tools.bench._sides import ensure_venv, module_command, run_json_subprocess
+
+# Ray, torch and roll.runtime are imported when the benchmark runs (the workers and raw-Ray calls are in
+# _dispatch_parts.py), so that --help answers at once
+if TYPE_CHECKING:
+    from roll.runtime import Cluster, DataProto, ResourceManager
 
 RAY_CPUS = 32  # logical CPUs of the embedded Ray: room for 8 + 8 small actors
 TARGET_VS_RAW = 1.25  # roll median <= 1.25 x raw Ray median at every point
@@ -74,55 +73,6 @@ FULL_PAYLOADS = {"0B": 0, "1MiB": MiB, "64MiB": 64 * MiB}
 QUICK_PAYLOADS = {"0B": 0, "64KiB": 64 << 10}
 # A verl worker group reserves max_colocate_count (10 by default) logical CPUs per worker in its placement group.
 VERL_CPUS_PER_WORKER = 10
-
-
-# --- the workers ----------------------------------------------------------------------------------------------
-class RollBenchWorker(Worker):
-    """roll side: a no-op broadcast and a data-parallel identity."""
-
-    def __init__(self, worker_config: WorkerConfig) -> None:
-        super().__init__(worker_config)
-        torch.set_num_threads(1)
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def noop(self) -> None:
-        return None
-
-    @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
-    def identity(self, data: DataProto) -> DataProto:
-        return data
-
-
-class RawActor:
-    """raw Ray side: the same two methods on a plain actor."""
-
-    def __init__(self) -> None:
-        torch.set_num_threads(1)
-        importlib.import_module("roll.protocol")  # as a roll worker does at start, not at the first DataProto
-
-    def ready(self) -> int:
-        return os.getpid()
-
-    def noop(self) -> None:
-        return None
-
-    def identity(self, data: DataProto) -> DataProto:
-        return data
-
-
-def raw_noop(actors: list[Any]) -> list[None]:
-    return ray.get([a.noop.remote() for a in actors])
-
-
-def raw_identity(actors: list[Any], batch: DataProto) -> DataProto:
-    parts = batch.chunk(len(actors))
-    return DataProto.concat(ray.get([a.identity.remote(p) for a, p in zip(actors, parts)]))
-
-
-def make_batch(rows: int, nbytes: int) -> DataProto:
-    """One float32 tensor of ``rows`` rows and ``nbytes`` bytes in all (0 bytes: a zero-width tensor)."""
-    width = nbytes // (4 * rows)
-    return DataProto.from_dict(tensors={"x": torch.ones((rows, width), dtype=torch.float32)})
 
 
 # --- timing ---------------------------------------------------------------------------------------------------
@@ -196,14 +146,6 @@ def profile_roll(fn: Callable[[], Any], calls: int, top: int = 18) -> str:
 
 
 # --- roll and raw Ray -----------------------------------------------------------------------------------------
-def start_raw_actors(n: int) -> list[Any]:
-    """``n`` plain actors with the logical CPUs a roll CPU worker asks for, started and ready."""
-    cpus = WorkerConfig().num_cpus_per_worker
-    actors = [ray.remote(RawActor).options(num_cpus=cpus, max_concurrency=1).remote() for _ in range(n)]
-    ray.get([a.ready.remote() for a in actors])
-    return actors
-
-
 def bench_world(
     n: int,
     batches: dict[str, DataProto],
@@ -213,6 +155,11 @@ def bench_world(
     log,
 ) -> dict[str, Any]:
     """roll's Cluster of ``n`` workers vs the first ``n`` of the raw actors (started once for every N)."""
+    import torch
+
+    from roll.runtime import Cluster, WorkerConfig
+    from tools.bench._dispatch_parts import RollBenchWorker, raw_identity, raw_noop
+
     out: dict[str, Any] = {"ops": {}}
     t0 = time.perf_counter()
     cluster = Cluster(f"dispatch-bench-{n}", RollBenchWorker, resources, WorkerConfig(name="bench", world_size=n))
@@ -447,6 +394,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    import torch
+
+    import roll.runtime
+    from roll.runtime import ResourceManager, WorkerConfig
+    from tools.bench._dispatch_parts import make_batch, start_raw_actors
+
     torch.set_num_threads(args.threads)
     wall0 = time.perf_counter()
 

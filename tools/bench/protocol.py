@@ -39,10 +39,10 @@ import os
 import pickle
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from tools.bench import CACHE_DIR
 from tools.bench._measure import (
@@ -58,6 +58,10 @@ from tools.bench._report import add_report_arguments, emit_result, fmt_bytes, fm
 from tools.bench._sides import ensure_venv, module_command, run_json_subprocess
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+# torch is imported when the benchmark runs (first thing in main and in each side), so that --help answers at once
+if TYPE_CHECKING:
+    import torch
 
 VERL_VENV = CACHE_DIR / "venv-verl"
 # torch first and on its own: anything installed before it that needs torch pulls a multi-GB CUDA build.
@@ -82,6 +86,8 @@ TARGETS = {
 # --- the batch ------------------------------------------------------------------------------------------------
 def make_raw_batch(rows: int, seq: int, resp: int, prompt_chars: int, seed: int = 0) -> dict[str, Any]:
     """Deterministic RLVR-shaped data as plain torch tensors and Python lists (no DataProto yet)."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     input_ids = torch.randint(0, 151_000, (rows, seq), generator=g, dtype=torch.int64)
@@ -199,6 +205,8 @@ OPS = ("chunk", "concat", "select_idxs", "repeat", "pickle")
 
 def run_ops(impl, raw: dict[str, Any], args: argparse.Namespace, log) -> dict[str, Any]:
     """Time chunk / concat / select_idxs / repeat / pickling on one implementation. Same code for roll and verl."""
+    import torch
+
     DP = impl.DP
     rows = len(raw["prompt"])
     nbytes = tensor_bytes(raw)
@@ -367,6 +375,8 @@ def ray_init() -> float:
 def run_copy_baselines(raw: dict[str, Any], args: argparse.Namespace, log) -> dict[str, Any]:
     """memcpy bandwidth (np.copyto into a pre-faulted buffer), np.concatenate of 8 parts, and torch.cat of the
     batch's own tensors in 8 parts (what DataProto.concat does underneath, without the DataProto)."""
+    import torch
+
     nbytes = tensor_bytes(raw)
     log("[baseline] memcpy / np.concatenate / torch.cat")
     src = np.empty(nbytes, dtype=np.uint8)
@@ -383,14 +393,16 @@ def run_copy_baselines(raw: dict[str, Any], args: argparse.Namespace, log) -> di
     rows = next(iter(raw["tensors"].values())).shape[0]
     bounds = np.linspace(0, rows, CHUNKS + 1).astype(int)
     tparts = {k: [v[a:b].clone() for a, b in itertools.pairwise(bounds)] for k, v in raw["tensors"].items()}
-    res["torch_cat"] = measure(functools.partial(_cat_each, tparts), reps=args.reps, warmup=args.warmup)
+    res["torch_cat"] = measure(functools.partial(_cat_each, torch.cat, tparts), reps=args.reps, warmup=args.warmup)
     del tparts
     gc.collect()
     return res
 
 
-def _cat_each(parts_by_key: dict[str, list[torch.Tensor]]) -> list[torch.Tensor]:
-    return [torch.cat(ps) for ps in parts_by_key.values()]
+def _cat_each(
+    cat: Callable[[list[torch.Tensor]], torch.Tensor], parts_by_key: dict[str, list[torch.Tensor]]
+) -> list[torch.Tensor]:
+    return [cat(ps) for ps in parts_by_key.values()]
 
 
 def run_copying_chunk(dp, raw: dict[str, Any], args: argparse.Namespace, log) -> dict[str, Any]:
@@ -471,6 +483,8 @@ def _time_column_pickle(obj, args: argparse.Namespace, copy_buffers: bool) -> di
 
 # --- verl side (runs in the verl venv) ------------------------------------------------------------------------
 def verl_side(args: argparse.Namespace) -> None:
+    import torch
+
     torch.set_num_threads(args.threads)
     log = _logger(args)
     t0 = time.perf_counter()
@@ -524,6 +538,8 @@ def run_thp_probe(args: argparse.Namespace, log) -> dict[str, Any]:
 
 
 def probe_side(args: argparse.Namespace) -> None:
+    import torch
+
     torch.set_num_threads(args.threads)
     impl = RollImpl()
     raw = make_raw_batch(args.rows, args.seq, args.resp, args.prompt_chars)
@@ -842,6 +858,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.probe:
         probe_side(args)
         return
+    import torch
+
     torch.set_num_threads(args.threads)
     log = _logger(args)
     wall0 = time.perf_counter()

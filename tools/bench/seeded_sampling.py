@@ -5,7 +5,8 @@ into tokens, with hf_infer's own processor chain for ``--temperature``/``--top-p
 front of each of
 - "multinomial": transformers' unseeded path (softmax, then ``torch.multinomial`` on the whole batch), the baseline;
 - "generators": the seeded sampler as first committed (027e7c5): one CPU ``torch.Generator`` per row, a host loop
-  of one draw per row, float64 softmax and cumsum, a last-positive-token clamp (kept here as the reference);
+  of one draw per row, float64 softmax and cumsum, a last-positive-token clamp (the reference, kept in
+  ``_generator_row_sampler.py``);
 - "counter": the current ``SeededRowSampler``: counter-based uniforms hashed from (seed, step) on the logits' device,
   float32 weights summed in float64, buffers reused between steps.
 The seeded ones also pay for generate()'s argmax over their one-hot scores. On ``--device cpu`` and, when present,
@@ -30,50 +31,36 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any
 from unittest import mock
 
-import torch
-from transformers.generation.logits_process import LogitsProcessor
-
-from roll.protocol import DataProto
-from roll.strategies import GenerationConfig
-from roll.strategies.hf import strategy as hf_strategy
-from roll.strategies.hf._sampling import SeededRowSampler, build_logits_processors
-from roll.strategies.testing import make_tiny_causal_lm
-from roll.strategies.testing.train import tiny_strategy
 from tools.bench._measure import environment, freeze_heap, measure
 from tools.bench._report import add_report_arguments, emit_result, fmt_seconds, table
 
+# torch, transformers and roll.strategies are imported inside the functions, so that --help answers at once
+if TYPE_CHECKING:
+    import torch
+    from transformers.generation.logits_process import LogitsProcessor
 
-class GeneratorRowSampler(LogitsProcessor):
-    """The seeded sampler as first committed (027e7c5), the reference the counter-based one replaced."""
-
-    def __init__(self, seeds: Sequence[int]) -> None:
-        self.generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        probs = torch.softmax(scores.double(), dim=-1)
-        cdf = probs.cumsum(dim=-1)
-        uniforms = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in self.generators])
-        targets = uniforms.to(cdf.device).unsqueeze(-1) * cdf[:, -1:]
-        drawn = torch.searchsorted(cdf, targets, right=True).squeeze(-1)
-        positive = probs > 0
-        last = positive.shape[-1] - 1 - positive.flip(-1).int().argmax(dim=-1)
-        drawn = torch.minimum(drawn, last)
-        chosen = torch.full_like(scores, float("-inf"))
-        chosen.scatter_(1, drawn.unsqueeze(-1), 0.0)
-        return cast(torch.FloatTensor, chosen)
+    from roll.strategies import GenerationConfig
 
 
-SAMPLERS: dict[str, Callable[[Sequence[int]], LogitsProcessor]] = {
-    "generators": GeneratorRowSampler,
-    "counter": SeededRowSampler,
-}
+SAMPLER_NAMES = ("generators", "counter")  # the seeded samplers compared, in table order
+
+
+def sampler_types() -> dict[str, Callable[[Sequence[int]], LogitsProcessor]]:
+    from roll.strategies.hf._sampling import SeededRowSampler
+    from tools.bench._generator_row_sampler import GeneratorRowSampler
+
+    return {"generators": GeneratorRowSampler, "counter": SeededRowSampler}
 
 
 def step_paths(rows: int, config: GenerationConfig) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
     """One decode step's sampling per path: scores -> tokens, as generate() does it."""
+    import torch
+
+    from roll.strategies.hf._sampling import build_logits_processors
+
     pad = torch.zeros(rows, dtype=torch.long)
     unseeded = build_logits_processors(config, pad, None)
 
@@ -82,7 +69,7 @@ def step_paths(rows: int, config: GenerationConfig) -> dict[str, Callable[[torch
         return torch.multinomial(probs, num_samples=1).squeeze(1)
 
     paths: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"multinomial": multinomial}
-    for name, sampler_type in SAMPLERS.items():
+    for name, sampler_type in sampler_types().items():
         chain = build_logits_processors(config, pad, None, sampler_type(range(rows)))  # type: ignore[arg-type]
         paths[name] = lambda scores, chain=chain: chain(None, scores).argmax(dim=-1)  # type: ignore[misc]
     return paths
@@ -91,6 +78,8 @@ def step_paths(rows: int, config: GenerationConfig) -> dict[str, Callable[[torch
 def timed(
     path: Callable[[torch.Tensor], torch.Tensor], scores: torch.Tensor, device: torch.device
 ) -> Callable[[], Any]:
+    import torch
+
     def run() -> torch.Tensor:
         tokens = path(scores)
         if device.type == "cuda":
@@ -101,6 +90,10 @@ def timed(
 
 
 def measure_steps(args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
+    import torch
+
+    from roll.strategies import GenerationConfig
+
     config = GenerationConfig(temperature=args.temperature, top_p=args.top_p)
     results = []
     for vocab in args.vocabs:
@@ -131,6 +124,9 @@ def measure_steps(args: argparse.Namespace, device: torch.device) -> list[dict[s
 
 
 def tiny_engine(preset: str, vocab: int | None, device: str) -> Any:
+    from roll.strategies.testing import make_tiny_causal_lm
+    from roll.strategies.testing.train import tiny_strategy
+
     name = preset if vocab is None else f"{preset}-vocab{vocab}"
     path = make_tiny_causal_lm(
         Path(tempfile.gettempdir()) / "roll-seeded-sampling" / name,
@@ -144,6 +140,12 @@ def tiny_engine(preset: str, vocab: int | None, device: str) -> Any:
 
 
 def measure_generate(args: argparse.Namespace, device: str) -> dict[str, Any]:
+    import torch
+
+    from roll.protocol import DataProto
+    from roll.strategies import GenerationConfig
+    from roll.strategies.hf import strategy as hf_strategy
+
     strategy = tiny_engine(args.preset, args.gen_vocab, device)
     rng = random.Random(0)
     vocab = strategy.model.config.vocab_size  # the logits' width
@@ -161,12 +163,13 @@ def measure_generate(args: argparse.Namespace, device: str) -> dict[str, Any]:
     config = GenerationConfig(max_new_tokens=args.gen_tokens, temperature=1.0, ignore_eos=True, seed=0)
 
     def run(variant: str) -> float:
-        with mock.patch.object(hf_strategy, "SeededRowSampler", SAMPLERS.get(variant, SeededRowSampler)):
+        with mock.patch.object(hf_strategy, "SeededRowSampler", samplers.get(variant, samplers["counter"])):
             t0 = time.perf_counter()
             strategy.generate(unseeded if variant == "unseeded" else seeded, config)
             return time.perf_counter() - t0
 
-    variants = ["unseeded", *SAMPLERS]
+    samplers = sampler_types()
+    variants = ["unseeded", *SAMPLER_NAMES]
     for variant in variants:
         run(variant)  # warm-up
     times: dict[str, list[float]] = {v: [] for v in variants}
@@ -182,14 +185,16 @@ def measure_generate(args: argparse.Namespace, device: str) -> dict[str, Any]:
         "rows": args.gen_rows,
         "tokens": args.gen_tokens,
         **{f"{v}_s": m for v, m in medians.items()},
-        **{f"{v}_vs_unseeded": medians[v] / medians["unseeded"] for v in SAMPLERS},
+        **{f"{v}_vs_unseeded": medians[v] / medians["unseeded"] for v in SAMPLER_NAMES},
         **{f"{v}_best_s": b for v, b in best.items()},
-        **{f"{v}_best_vs_unseeded": best[v] / best["unseeded"] for v in SAMPLERS},
+        **{f"{v}_best_vs_unseeded": best[v] / best["unseeded"] for v in SAMPLER_NAMES},
         "times_s": times,
     }
 
 
 def devices(choice: str) -> list[torch.device]:
+    import torch
+
     if choice == "auto":
         return [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     if choice == "cuda" and not torch.cuda.is_available():
@@ -219,6 +224,8 @@ def main() -> None:
     )
     add_report_arguments(parser)
     args = parser.parse_args()
+    import torch
+
     torch.set_num_threads(args.threads)
     freeze_heap()
 
@@ -267,8 +274,8 @@ def main() -> None:
                     [
                         g["device"],
                         f"{stat} of {args.reps}",
-                        *(fmt_seconds(g[f"{v}{key}_s"]) for v in ("unseeded", *SAMPLERS)),
-                        *(f"{g[f'{v}{key}_vs_unseeded']:.2f}" for v in SAMPLERS),
+                        *(fmt_seconds(g[f"{v}{key}_s"]) for v in ("unseeded", *SAMPLER_NAMES)),
+                        *(f"{g[f'{v}{key}_vs_unseeded']:.2f}" for v in SAMPLER_NAMES),
                     ]
                 )
         headers = ["device", "time", "unseeded", "generators", "counter", "generators/unseeded", "counter/unseeded"]

@@ -15,24 +15,22 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from roll.protocol import DataProto
-from roll.strategies import GenerationConfig
-from roll.strategies.testing import make_tiny_causal_lm, spread_weights
-from roll.strategies.testing.train import tiny_strategy
 from tools.bench._report import add_report_arguments, emit_result, table
 
 VOCAB = 500
 
 
 def model_path(preset: str) -> Path:
+    from roll.strategies.testing import make_tiny_causal_lm, spread_weights
+
     path = make_tiny_causal_lm(Path(tempfile.gettempdir()) / "roll-seeded-flips" / preset, preset=preset, seed=0)
     # nano's fresh init is near-uniform: spread its weights as test_hf_infer's peaked_model does
     return spread_weights(path, path.parent / "nano-peaked") if preset == "nano" else path
 
 
 def engine(path: Path, dtype: str, batch_size: int) -> Any:
+    from roll.strategies.testing.train import tiny_strategy
+
     return tiny_strategy(
         path,
         "hf",
@@ -43,6 +41,11 @@ def engine(path: Path, dtype: str, batch_size: int) -> Any:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from roll.protocol import DataProto
+    from roll.strategies import GenerationConfig
+
     n, steps = args.requests, args.steps
     rng = random.Random(args.seed)
     prompts = [[rng.randrange(10, VOCAB) for _ in range(rng.randrange(4, 40))] for _ in range(n)]
@@ -102,6 +105,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts and the request seeds")
     add_report_arguments(parser)
     args = parser.parse_args()
+    import torch  # here, not at the top: --help answers without loading torch
+
     torch.set_num_threads(1)
     result = measure(args)
     print(

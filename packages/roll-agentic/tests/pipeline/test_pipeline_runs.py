@@ -368,10 +368,13 @@ def test_agentic_async_resume_plays_again_the_rounds_not_yet_trained_on(ray_env,
 @pytest.mark.pipeline_run
 def test_agentic_rollout_mock_dump_then_replay_trains_identically(ray_env, tmp_path: Path):
     """ROLL's rollout_mock: a dump run writes each step's batch; a replay run (mode mock) trains on those batches
-    instead of playing, so its losses equal the dump run's; a step that was never dumped is an error naming it."""
+    instead of playing, so its losses equal the dump run's; a step that was never dumped is an error naming it.
+
+    The replay run asks for one step more than was dumped: it trains the two dumped steps, then stops at the third
+    with that error (one run for both checks: each run starts the actors anew)."""
     register_pipelines()
 
-    def run(mode: str, out: Path, steps: int = 2) -> list[dict[str, Any]]:
+    def run(mode: str, out: Path, steps: int) -> None:
         data = {
             "pipeline_cls": "agentic",
             "output_dir": str(out),
@@ -390,16 +393,17 @@ def test_agentic_rollout_mock_dump_then_replay_trains_identically(ray_env, tmp_p
             "actor_infer": {**_role("agentic-infer", "hf_infer"), "generating_args": {"max_new_tokens": 8}},
         }
         run_config(load_config(data))
-        return read_metrics(out / "metrics.jsonl")
 
-    dumped = run("dump", tmp_path / "dump")
+    run("dump", tmp_path / "dump", steps=2)
+    dumped = read_metrics(tmp_path / "dump" / "metrics.jsonl")
     assert sorted(p.name for p in (tmp_path / "dumps" / "train").iterdir()) == ["step_000001.pkl", "step_000002.pkl"]
     assert sorted(p.name for p in (tmp_path / "dumps" / "val").iterdir()) == ["step_000000.pkl", "step_000002.pkl"]
-    replayed = run("replay", tmp_path / "replay")
+    with pytest.raises(Exception, match="step 3 has no dump at .*step_000003.pkl"):
+        run("mock", tmp_path / "replay", steps=3)
+    replayed = read_metrics(tmp_path / "replay" / "metrics.jsonl")
+    assert [m["step"] for m in replayed] == [m["step"] for m in dumped] == [0, 1, 2]  # steps 1-2 trained, 3 failed
     assert replayed[0]["val/success"] == dumped[0]["val/success"] and replayed[0]["val/episodes"] == 2
     for a, b in zip(dumped[1:], replayed[1:], strict=True):
         assert b["rollout/samples"] == a["rollout/samples"]
         assert b["actor/pg_loss"] == pytest.approx(a["actor/pg_loss"], abs=1e-6)
         assert b["rollout/success"] == a["rollout/success"]  # the dump's rollout metrics come back
-    with pytest.raises(Exception, match="step 3 has no dump at .*step_000003.pkl"):
-        run("mock", tmp_path / "more", steps=3)

@@ -4,6 +4,7 @@ Short in-process runs on one private local Ray:
 
 * GRPO with the defaults: one on-policy update per step, so no recompute pass (the training forward supplies the
   old log-probs), the rollout batch compacted to its used columns, and the engine generating with synced weights.
+  rollout_mock dumps its rollouts, and a second run replays them and trains identically (one run serves both).
 * PPO with every optional role: a critic (GAE), a reference with KL in the reward, two epochs of two mini-batches
   (so old log-probs are recomputed and the second update sees a moved policy) and clip-higher.
 * An interrupted pipeline: its shutdown kills the workers without calling them (one may be mid-step).
@@ -59,8 +60,20 @@ def _config(out: Path, **changes: Any) -> Any:
     return load_config("rlvr-tiny", [f"output_dir={out}", *(f"{k}={v}" for k, v in overrides.items())])
 
 
-def test_grpo_on_policy_steps_skip_the_recompute_pass(tmp_path: Path, ray_env: None) -> None:
-    metrics = _run(tmp_path / "grpo")
+@pytest.fixture(scope="module")
+def grpo_dumped(tmp_path_factory: pytest.TempPathFactory, ray_env: None) -> Path:
+    """The output folder of one GRPO run with the defaults whose rollouts rollout_mock dumped (to ``dumps/``): the
+    GRPO test reads its metrics, the replay test replays its dumps (neither writes there). Dumping only writes each
+    step's batch: every metric but the timings equals a run without it (checked when this run was shared)."""
+    out = tmp_path_factory.mktemp("grpo-dumped")
+    _run(
+        out, **{"rollout_mock.enable": "true", "rollout_mock.mode": "dump", "rollout_mock.dump_dir": str(out / "dumps")}
+    )
+    return out
+
+
+def test_grpo_on_policy_steps_skip_the_recompute_pass(grpo_dumped: Path) -> None:
+    metrics = read_metrics(grpo_dumped / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [0, 1, 2]
     assert "val/accuracy" in metrics[0] and "val/accuracy" in metrics[-1]  # before training and at the last step
     # Correctness (any format) and format apart; a verifier that demands the box gives full marks to no more.
@@ -148,12 +161,11 @@ def test_an_interrupted_pipeline_stops_its_workers_without_calling_them(
 
 
 @pytest.mark.pipeline_run
-def test_rollout_mock_dump_then_replay_trains_identically(tmp_path: Path, ray_env: None) -> None:
+def test_rollout_mock_dump_then_replay_trains_identically(tmp_path: Path, grpo_dumped: Path) -> None:
     """ROLL's rollout_mock in RLVR: the replay run trains on the dumped (generated and scored) batches, so its
-    losses and rollout metrics equal the dump run's."""
-    dumps = tmp_path / "dumps"
-    dumped = _run(tmp_path / "dump", **{"rollout_mock.enable": "true", "rollout_mock.mode": "dump",
-                                        "rollout_mock.dump_dir": str(dumps)})  # fmt: skip
+    losses and rollout metrics equal the dump run's (the GRPO test's run, see grpo_dumped)."""
+    dumps = grpo_dumped / "dumps"
+    dumped = read_metrics(grpo_dumped / "metrics.jsonl")
     assert sorted(p.name for p in (dumps / "train").iterdir()) == ["step_000001.pkl", "step_000002.pkl"]
     replayed = _run(tmp_path / "replay", **{"rollout_mock.enable": "true", "rollout_mock.mode": "mock",
                                             "rollout_mock.dump_dir": str(dumps)})  # fmt: skip
