@@ -13,8 +13,9 @@ board (tools/diagnostics/frozenlake_moves), and that RL keeps it:
   mover: ~0.32; the clone of four copies per layout: 0.77 and 0.83; 44a: 0.867 / 0.897 and 0.891 / 0.889);
 * RL does not lose it: success at step 150 within 6 points, optimal moves within 3 of step 0's; the format stays.
 
-With the recipe's KL anchor on the clone (docs/results/agentic.md 46) it passed two of three runs by hand (46c, 51a;
-49a failed: optimal moves 0.918 -> 0.873 against the -3 bound); without the anchor it failed (44c). The bounds stay.
+With the recipe's KL anchor on the clone (docs/results/agentic.md 46) it passed four of six runs by hand (46c, 51a,
+56, 73a; 49a failed: optimal moves 0.918 -> 0.873 against the -3 bound; 59a: success 0.914 -> 0.742); without the
+anchor it failed (44c). The bounds stay.
 
 Run with `pytest -m learning integration-tests/test_agentic_learning.py` (13 minutes for FrozenLake and about 20 for
 tool use on the idle machine; not in `./tools/dev test`).
