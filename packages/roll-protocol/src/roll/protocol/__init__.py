@@ -24,7 +24,7 @@ from roll.protocol._optional import has_tensor_extra
 from roll.protocol._padding import pad_dataproto_to_divisor, unpad_dataproto
 from roll.protocol._rank_info import RankInfo
 from roll.protocol._register import Registration, get_registration, register
-from roll.protocol.errors import MissingExtraError, ProtocolError, RollError
+from roll.protocol.errors import MissingExtraError, ProtocolError, RollError, import_extra
 
 __version__ = "0.1.0"
 
@@ -46,6 +46,7 @@ __all__ = [
     "combine_outputs",
     "get_registration",
     "has_tensor_extra",
+    "import_extra",
     "pad_dataproto_to_divisor",
     "register",
     "register_dispatch_mode",

@@ -10,9 +10,11 @@ Errors cross process boundaries (a worker's error is pickled by Ray and raised a
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 from typing import Any, ClassVar
 
-__all__ = ["MissingExtraError", "ProtocolError", "RollError"]
+__all__ = ["MissingExtraError", "ProtocolError", "RollError", "import_extra"]
 
 
 def _rebuild(cls: type[RollError], args: tuple[Any, ...], state: dict[str, Any]) -> RollError:
@@ -57,3 +59,13 @@ class MissingExtraError(RollError, ImportError):
         super().__init__(
             f"{feature} needs an optional dependency that is not installed{detail}. Install it with: {self.pip_command}"
         )
+
+
+def import_extra(module: str, feature: str, package: str, extra: str) -> ModuleType:
+    """``module`` imported, or :class:`MissingExtraError` saying that ``feature`` needs ``package[extra]`` (with the
+    pip command) when it, or a module it imports, is not installed. An installed module that fails otherwise raises
+    as it is."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        raise MissingExtraError(feature, package, extra, cause=str(e)) from e

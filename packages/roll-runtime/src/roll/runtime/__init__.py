@@ -23,6 +23,7 @@ from roll.runtime.errors import (
     RpcTimeoutError,
     WorkerError,
     WorkerLostError,
+    import_extra,
 )
 from roll.runtime.registry import Registry, import_module_of, import_target
 
@@ -57,6 +58,7 @@ __all__ = [
     "WorkerConfig",
     "WorkerError",
     "WorkerLostError",
+    "import_extra",
     "import_module_of",
     "import_target",
     "init",

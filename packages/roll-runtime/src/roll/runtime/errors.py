@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from roll.protocol.errors import MissingExtraError, ProtocolError, RollError
+from roll.protocol.errors import MissingExtraError, ProtocolError, RollError, import_extra
 
 __all__ = [
     "ConfigError",
@@ -20,6 +20,7 @@ __all__ = [
     "RpcTimeoutError",
     "WorkerError",
     "WorkerLostError",
+    "import_extra",
 ]
 
 

@@ -42,7 +42,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from roll.agentic.env.tool_calls import assistant_message
-from roll.runtime import ConfigError, MissingExtraError
+from roll.runtime import ConfigError, import_extra
 from roll.runtime.config import validation_error_lines
 
 __all__ = ["OpenRewardConfig", "OpenRewardEnv", "import_openreward", "openreward_api_key"]
@@ -106,13 +106,7 @@ def check_env_config(env_config: dict[str, Any]) -> OpenRewardConfig:
 
 def import_openreward() -> Any:
     """The ``openreward`` SDK, or MissingExtraError with the pip command that installs it."""
-    try:
-        import openreward
-    except ModuleNotFoundError as e:
-        raise MissingExtraError(
-            "openreward_env (OpenReward environments)", "roll-agentic", "openreward", cause=str(e)
-        ) from e
-    return openreward
+    return import_extra("openreward", "openreward_env (OpenReward environments)", "roll-agentic", "openreward")
 
 
 def openreward_api_key() -> str:

@@ -17,7 +17,7 @@ import threading
 from typing import Any
 
 from roll.agentic.tools.base import Tool, ToolResult, ToolSpec
-from roll.runtime import ConfigError, MissingExtraError
+from roll.runtime import ConfigError, import_extra
 
 __all__ = ["MCP_TRANSPORTS", "MCPTool", "import_mcp", "mcp_transport_of"]
 
@@ -26,11 +26,7 @@ MCP_TRANSPORTS = ("sse", "streamable_http")
 
 def import_mcp(what: str = "the mcp tool") -> Any:
     """The ``mcp`` SDK, or MissingExtraError naming ``what`` needs it and the pip command."""
-    try:
-        import mcp
-    except ModuleNotFoundError as e:
-        raise MissingExtraError(what, "roll-agentic", "mcp", cause=str(e)) from e
-    return mcp
+    return import_extra("mcp", what, "roll-agentic", "mcp")
 
 
 def mcp_transport_of(server_url: str, transport: str | None = None) -> str:

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from roll.runtime import ConfigError, MissingExtraError, RollError, RollModel, import_target
+from roll.runtime import ConfigError, RollError, RollModel, import_extra, import_target
 from roll.runtime.config import validation_error_lines
 
 __all__ = ["AtroposEnv", "AtroposRewardConfig", "FormatMarker", "episode_reward", "first_score", "import_atropos"]
@@ -64,10 +64,9 @@ logger = logging.getLogger(__name__)
 
 def import_atropos() -> Any:
     """The ``atroposlib`` module, or MissingExtraError with the pip command that installs it."""
-    try:
-        import atroposlib.envs.base
-    except ModuleNotFoundError as e:
-        raise MissingExtraError("Atropos environments (atropos_env)", "roll-agentic", "atropos", cause=str(e)) from e
+    what = "Atropos environments (atropos_env)"
+    atroposlib = import_extra("atroposlib", what, "roll-agentic", "atropos")
+    import_extra("atroposlib.envs.base", what, "roll-agentic", "atropos")  # read as atroposlib.envs.base
     return atroposlib
 
 
