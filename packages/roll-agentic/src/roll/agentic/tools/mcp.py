@@ -19,9 +19,13 @@ from typing import Any
 from roll.agentic.tools.base import Tool, ToolResult, ToolSpec
 from roll.runtime import ConfigError, import_extra
 
-__all__ = ["MCP_TRANSPORTS", "MCPTool", "import_mcp", "mcp_transport_of"]
+__all__ = ["MCP_TRANSPORTS", "MCPTool", "MissingMCPToolsError", "import_mcp", "mcp_transport_of"]
 
 MCP_TRANSPORTS = ("sse", "streamable_http")
+
+
+class MissingMCPToolsError(ConfigError):
+    """The MCP server answered but lacks tools that were asked for (``tool_names``): another server than meant."""
 
 
 def import_mcp(what: str = "the mcp tool") -> Any:
@@ -126,7 +130,9 @@ class MCPTool(Tool):
             missing = sorted(set(tool_names) - {s.name for s in specs})
             if missing:
                 self.close()
-                raise ConfigError(f"the MCP server has no tools {missing}; it offers {[s.name for s in specs]}")
+                raise MissingMCPToolsError(
+                    f"the MCP server has no tools {missing}; it offers {[s.name for s in specs]}"
+                )
             specs = [s for s in specs if s.name in tool_names]
         self._specs = specs
 
