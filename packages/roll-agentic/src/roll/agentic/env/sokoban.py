@@ -8,6 +8,7 @@ boxes are on targets (which terminates). ``max_steps`` moves truncate.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, draw_in_split, grid_lookup_of
@@ -15,7 +16,7 @@ from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
 from roll.agentic.env.sokoban_gen import FLOOR, TARGET, WALL, Room, generate_room, push, solve
 from roll.runtime import ConfigError
 
-__all__ = ["SokobanEnv", "read_room"]
+__all__ = ["SokobanEnv", "read_room", "sokoban_instructions"]
 
 # Symbols of the rendered grid (ROLL's defaults): cell code -> symbol, and symbol -> meaning.
 GRID_LOOKUP = {0: "#", 1: "_", 2: "O", 3: "√", 4: "X", 5: "P", 6: "S"}
@@ -54,6 +55,13 @@ def read_room(grid: list[str], grid_lookup: dict[int, str] | None = None) -> Roo
                 player = (r, c)
         fixed.append(tuple(cells))
     return None if player is None else Room(tuple(fixed), frozenset(boxes), player)
+
+
+def sokoban_instructions(env_instruction: str, grid_vocab: Mapping[str, str], actions: Iterable[str]) -> str:
+    """The rules, the symbols' legend (none for an empty ``grid_vocab``) and the actions, as ROLL words them."""
+    vocab = ", ".join(f"{k}: {v}" for k, v in grid_vocab.items())
+    legend = f"\nThe meaning of each symbol in the state is:\n{vocab}" if vocab else ""
+    return f"{env_instruction}{legend}\nYour available actions are:\n{', '.join(actions)}"
 
 
 class SokobanEnv(Env):
@@ -170,9 +178,7 @@ class SokobanEnv(Env):
         return "\n".join(rows)
 
     def instructions(self) -> str:
-        vocab = ", ".join(f"{k}: {v}" for k, v in self.grid_vocab.items())
-        legend = f"\nThe meaning of each symbol in the state is:\n{vocab}" if vocab else ""  # grid_vocab {}: none
-        return f"{self.env_instruction}{legend}\nYour available actions are:\n{', '.join(self.ACTIONS)}"
+        return sokoban_instructions(self.env_instruction, self.grid_vocab, self.ACTIONS)
 
     def sample_random_action(self, seed: int | None = None) -> str:
         """A uniformly random move: a function of ``seed`` (the turn's), else drawn from an unseeded generator."""

@@ -33,7 +33,7 @@ from typing import Any
 
 from roll.agentic.env.base import Env, ResetOutput, StepOutput
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
-from roll.agentic.env.sokoban import GRID_VOCAB, INSTRUCTION
+from roll.agentic.env.sokoban import GRID_VOCAB, INSTRUCTION, sokoban_instructions
 from roll.runtime import ConfigError
 
 __all__ = ["SokobanMCPEnv"]
@@ -169,12 +169,7 @@ class SokobanMCPEnv(Env):
         return self.observation, answer["Reward"], terminated, truncated, info
 
     def instructions(self) -> str:
-        legend = ", ".join(f"{k}: {v}" for k, v in GRID_VOCAB.items())
-        actions = ", ".join(self.action_lookup.values())
-        return (
-            f"{self.env_instruction}\nThe meaning of each symbol in the state is:\n{legend}\n"
-            f"Your available actions are:\n{actions}"
-        )
+        return sokoban_instructions(self.env_instruction, GRID_VOCAB, self.action_lookup.values())
 
     def render(self) -> str:
         return self.observation
@@ -187,7 +182,7 @@ class SokobanMCPEnv(Env):
 
     # --- the server ---------------------------------------------------------------------------------------------
     def _connect(self) -> Any:
-        from roll.agentic.tools.mcp import MCPTool
+        from roll.agentic.tools.mcp import MCPTool, MissingMCPToolsError
         from roll.pipelines.validate import ServiceUnreachableError
 
         try:
@@ -198,12 +193,12 @@ class SokobanMCPEnv(Env):
                 timeout_s=self.timeout_s,
                 startup_timeout_s=self.timeout_s,
             )
-        except ConfigError as e:
+        except MissingMCPToolsError as e:
+            raise ConfigError(
+                f"sokoban_mcp: server_url {self.server_url!r} is not a Sokoban MCP server ({e}); {START_SERVER}"
+            ) from e
+        except ConfigError as e:  # the session did not start
             cause = e.__cause__ if e.__cause__ is not None else e
-            if "has no tools" in str(e):
-                raise ConfigError(
-                    f"sokoban_mcp: server_url {self.server_url!r} is not a Sokoban MCP server ({e}); {START_SERVER}"
-                ) from e
             raise ServiceUnreachableError(
                 f"sokoban_mcp: the MCP server at server_url {self.server_url!r} does not answer "
                 f"({type(cause).__name__}: {_first_error(cause)}); {START_SERVER}"
