@@ -20,41 +20,8 @@ pytest.importorskip("atroposlib")
 from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup  # noqa: E402
 from atroposlib.envs.server_handling.server_baseline import ServerBaseline  # noqa: E402
 
-SYSTEM = "Think in <think> </think>, then answer in \\boxed{}."
-QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 * 4?", "16"), ("What is 9 - 7?", "2")]
-
-
-class TinyArithmeticEnv(BaseEnv):
-    """Single turn, through Atropos's managed server (as GSM8kEnv asks): 1.0 for the right boxed answer, else -1.0."""
-
-    name = "tiny_arithmetic"
-
-    @classmethod
-    def config_init(cls) -> tuple[BaseEnvConfig, ServerBaseline]:
-        return BaseEnvConfig(group_size=4, use_wandb=False, max_token_length=64), ServerBaseline()
-
-    async def setup(self) -> None:
-        self.iter = 0
-
-    async def get_next_item(self) -> tuple[str, str]:
-        item = QUESTIONS[self.iter % len(QUESTIONS)]
-        self.iter += 1
-        return item
-
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    async def collect_trajectories(self, item: tuple[str, str]) -> tuple[ScoredDataGroup | None, list[Any]]:
-        question, answer = item
-        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
-        async with self.server.managed_server(tokenizer=self.tokenizer) as managed:
-            completion = await managed.chat_completion(messages=messages, n=self.config.group_size, max_tokens=64)
-            node = managed.get_state()["nodes"][0]
-        text = completion.choices[0].message.content
-        self.last_text = text
-        group = ScoredDataGroup(tokens=[node.tokens], masks=[node.masked_tokens], scores=[])
-        group["scores"].append(1.0 if f"\\boxed{{{answer}}}" in text else -1.0)
-        return group, []
+# In this module's namespace too: the tests name it as f"{__name__}:TinyArithmeticEnv".
+from roll.agentic.env.atropos.testing import QUESTIONS, SYSTEM, TinyArithmeticEnv  # noqa: E402
 
 
 class TinyRandomEnv(TinyArithmeticEnv):

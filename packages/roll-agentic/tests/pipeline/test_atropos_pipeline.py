@@ -1,48 +1,16 @@
-"""The agentic_rollout pipeline on atropos_env: a tiny model answers a GSM8K-shaped Atropos env (written here, no
-dataset) through the agent_native manager; the Atropos env scores each response and roll shapes the reward."""
+"""The agentic_rollout pipeline on atropos_env: a tiny model answers a GSM8K-shaped Atropos env (roll's tiny test env,
+no dataset) through the agent_native manager; the Atropos env scores each response and roll shapes the reward."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.extra("atropos")]
 pytest.importorskip("atroposlib")
 
-from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup  # noqa: E402
-from atroposlib.envs.server_handling.server_baseline import ServerBaseline  # noqa: E402
-
 MODEL = "tiny://nano?seed=0"
-QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 * 4?", "16")]
-
-
-class TinyMathEnv(BaseEnv):
-    name = "tiny_math"
-
-    @classmethod
-    def config_init(cls) -> tuple[BaseEnvConfig, ServerBaseline]:
-        return BaseEnvConfig(group_size=8, use_wandb=False, max_token_length=16), ServerBaseline()
-
-    async def setup(self) -> None:
-        self.iter = 0
-
-    async def get_next_item(self) -> tuple[str, str]:
-        item = QUESTIONS[self.iter % len(QUESTIONS)]
-        self.iter += 1
-        return item
-
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    async def collect_trajectories(self, item: tuple[str, str]) -> tuple[ScoredDataGroup, list[Any]]:
-        question, answer = item
-        async with self.server.managed_server(tokenizer=self.tokenizer) as managed:
-            completion = await managed.chat_completion(messages=[{"role": "user", "content": question}], n=1)
-            node = managed.get_state()["nodes"][0]
-        score = 1.0 if f"\\boxed{{{answer}}}" in completion.choices[0].message.content else -1.0
-        return ScoredDataGroup(tokens=[node.tokens], masks=[node.masked_tokens], scores=[score]), []
 
 
 @pytest.mark.pipeline_run
@@ -55,7 +23,7 @@ def test_agentic_rollout_plays_an_atropos_env(nano_rollout) -> None:
         "max_steps": 1,
         "max_tokens_per_step": 8,
         "env_config": {
-            "atropos_env_path": f"{__name__}:TinyMathEnv",
+            "atropos_env_path": "roll.agentic.env.atropos.testing:TinyArithmeticEnv",
             "max_steps": 1,
             "env_config": {"tokenizer_name": resolve_model_uri(MODEL)},
         },
