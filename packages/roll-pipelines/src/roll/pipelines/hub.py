@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from roll.runtime import ConfigError, MissingExtraError
+from roll.runtime import ConfigError, import_extra
 
 __all__ = [
     "HubError",
@@ -72,12 +72,9 @@ def _describe(repo_id: str, revision: str | None, repo_type: str) -> str:
 
 
 def _from_modelscope(repo_id: str, revision: str | None, repo_type: str) -> Path:
-    try:
-        from modelscope import snapshot_download
-    except ImportError as e:
-        raise MissingExtraError(
-            "hub ids with USE_MODELSCOPE set (ModelScope)", "roll-pipelines", "modelscope", cause=str(e)
-        ) from e
+    snapshot_download = import_extra(
+        "modelscope", "hub ids with USE_MODELSCOPE set (ModelScope)", "roll-pipelines", "modelscope"
+    ).snapshot_download
     kwargs: dict[str, Any] = {"revision": revision} if revision else {}
     if repo_type == "dataset":
         kwargs["repo_type"] = "dataset"

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from roll.runtime import ConfigError, MissingExtraError, Registry
+from roll.runtime import ConfigError, MissingExtraError, Registry, import_extra
 
 __all__ = [
     "TRACKERS",
@@ -148,10 +148,7 @@ class ConsoleTracker:
 
 def _require(module: str, tracker: str) -> Any:
     """Import ``module`` for ``tracker``, or raise MissingExtraError with the pip command of its extra."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise MissingExtraError(f"tracker {tracker!r}", "roll-pipelines", tracker, cause=str(e)) from e
+    return import_extra(module, f"tracker {tracker!r}", "roll-pipelines", tracker)
 
 
 def _scalars(metrics: Mapping[str, Any]) -> dict[str, float | int]:

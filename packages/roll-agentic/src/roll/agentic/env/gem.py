@@ -18,18 +18,14 @@ from typing import Any
 import numpy as np
 
 from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_reset_output, check_step_output
-from roll.runtime import ConfigError, MissingExtraError, import_target
+from roll.runtime import ConfigError, import_extra, import_target
 
 __all__ = ["GemEnv", "check_gem_env", "gem_dataset", "gem_env_ids", "import_gem"]
 
 
 def import_gem() -> Any:
     """The ``gem`` module, or MissingExtraError with the pip command that installs it."""
-    try:
-        import gem
-    except ModuleNotFoundError as e:
-        raise MissingExtraError("GEM environments", "roll-agentic", "gem", cause=str(e)) from e
-    return gem
+    return import_extra("gem", "GEM environments", "roll-agentic", "gem")
 
 
 def gem_env_ids() -> list[str]:

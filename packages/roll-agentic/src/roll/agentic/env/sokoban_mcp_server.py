@@ -29,13 +29,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from roll.agentic.env.sokoban import SokobanEnv
-from roll.runtime import MissingExtraError
+from roll.runtime import import_extra
 
-try:
-    from mcp.server.mcpserver import Context, MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
-except ModuleNotFoundError as _missing:  # the server is a program of the extra: say how to get it
-    raise MissingExtraError("the Sokoban MCP server", "roll-agentic", "mcp", cause=str(_missing)) from _missing
+# the server is a program of the extra: without it, say how to get it
+import_extra("mcp.server.mcpserver.exceptions", "the Sokoban MCP server", "roll-agentic", "mcp")
+from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
+from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
 
 __all__ = ["ACTION_IDS", "build_app", "build_server", "main"]
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from roll.pipelines.data.errors import DataError
 from roll.pipelines.hub import HubError, cached_hub_repo, is_hub_id, resolve_hub_repo, use_modelscope
-from roll.runtime import MissingExtraError
+from roll.runtime import import_extra
 
 __all__ = [
     "FILE_SUFFIXES",
@@ -43,13 +43,7 @@ class DataNotFoundError(DataError):
 
 
 def _datasets() -> Any:
-    try:
-        import datasets
-    except ImportError as e:
-        raise MissingExtraError(
-            "datasets folders and hub dataset names", "roll-pipelines", "datasets", cause=str(e)
-        ) from e
-    return datasets
+    return import_extra("datasets", "datasets folders and hub dataset names", "roll-pipelines", "datasets")
 
 
 def is_saved_dataset(path: Path) -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from roll.pipelines.rewards.base import RewardWorker
-from roll.runtime import ConfigError, MissingExtraError
+from roll.runtime import ConfigError, MissingExtraError, import_extra
 
 __all__ = [
     "IFEVAL_CHECKS",
@@ -86,12 +86,9 @@ def verify_letter_frequency(text: str, letter: str, N: int) -> bool:
 
 def validate_response_language(text: str, language: str) -> bool:
     """langdetect's language code of the text equals ``language`` (e.g. 'en')."""
-    try:
-        from langdetect import DetectorFactory, detect
-    except ImportError as e:
-        raise MissingExtraError("the IFEval language check", "roll-pipelines", "ifeval", cause=str(e)) from e
-    DetectorFactory.seed = 0  # langdetect samples; a fixed seed makes the reward deterministic
-    return bool(detect(text) == language)
+    langdetect = import_extra("langdetect", "the IFEval language check", "roll-pipelines", "ifeval")
+    langdetect.DetectorFactory.seed = 0  # langdetect samples; a fixed seed makes the reward deterministic
+    return bool(langdetect.detect(text) == language)
 
 
 def verify_paragraph_count(text: str, N: int) -> bool:

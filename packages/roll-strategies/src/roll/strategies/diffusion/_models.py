@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from roll.runtime import ConfigError, MissingExtraError
+from roll.runtime import ConfigError, import_extra
 
 __all__ = [
     "DIFFUSION_MODEL_CLASSES",
@@ -72,11 +72,7 @@ DIFFUSION_PRESETS: dict[str, dict[str, Any]] = {
 
 def require_diffusers() -> Any:
     """The ``diffusers`` module, or MissingExtraError with the pip command that installs it."""
-    try:
-        import diffusers
-    except ImportError as e:
-        raise MissingExtraError("diffusion models", "roll-strategies", "diffusion", cause=str(e)) from e
-    return diffusers
+    return import_extra("diffusers", "diffusion models", "roll-strategies", "diffusion")
 
 
 def _unet_call(model: nn.Module, sample: torch.Tensor, timesteps: torch.Tensor, labels: torch.Tensor | None):

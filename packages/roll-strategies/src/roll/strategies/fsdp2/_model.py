@@ -15,7 +15,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from roll.runtime import ConfigError, MissingExtraError
+from roll.runtime import ConfigError, import_extra
 from roll.strategies.contract import StrategyError
 from roll.strategies.ulysses import (
     UlyssesGroup,
@@ -168,18 +168,15 @@ def load_model(model_args: ModelArgs, dtype: torch.dtype, *, train: bool) -> nn.
 
 def apply_lora(model: nn.Module, model_args: ModelArgs) -> nn.Module:
     """Wrap ``model`` with LoRA adapters (peft); only the adapters stay trainable."""
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError as e:
-        raise MissingExtraError("LoRA training with fsdp2_train", "roll-strategies", "fsdp2", cause=str(e)) from e
-    lora = LoraConfig(
+    peft = import_extra("peft", "LoRA training with fsdp2_train", "roll-strategies", "fsdp2")
+    lora = peft.LoraConfig(
         r=model_args.lora_rank,
         lora_alpha=model_args.lora_alpha,
         lora_dropout=model_args.lora_dropout,
         target_modules=model_args.lora_target_modules,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, lora)
+    return peft.get_peft_model(model, lora)
 
 
 def hf_model(model: nn.Module) -> nn.Module:

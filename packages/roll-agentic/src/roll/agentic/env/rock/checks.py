@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from roll.agentic.env.rock.config import RockEnvConfig, TaskSet
 from roll.agentic.env.rock.env import check_env_config
-from roll.runtime import ConfigError, MissingExtraError
+from roll.runtime import ConfigError, import_extra
 from roll.runtime.config import validation_error_lines
 
 __all__ = ["ROCK_ENV_TYPE", "rock_checks"]
@@ -27,12 +27,11 @@ PING_TIMEOUT_S = 3.0
 
 
 def _check_agent(tag: str, config: RockEnvConfig) -> str:
+    rock_agent = import_extra(
+        "rock.sdk.sandbox.agent.rock_agent", "rock_tb_native_env (ROCK sandboxes)", "roll-agentic", "rock"
+    )
     try:
-        from rock.sdk.sandbox.agent.rock_agent import RockAgentConfig
-    except ImportError as e:
-        raise MissingExtraError("rock_tb_native_env (ROCK sandboxes)", "roll-agentic", "rock", cause=str(e)) from e
-    try:
-        RockAgentConfig(**config.rock_agent_config())
+        rock_agent.RockAgentConfig(**config.rock_agent_config())
     except ValidationError as e:
         listed = "; ".join(validation_error_lines(e, root=f"custom_envs.{tag}.env_config.agent_config"))
         raise ConfigError(f"ROCK refuses the agent config: {listed}") from None

@@ -17,7 +17,7 @@ from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from roll.agentic.env.rock.config import RockEnvConfig
-from roll.runtime import MissingExtraError
+from roll.runtime import import_extra
 
 __all__ = ["RockSandbox", "SandboxClient"]
 
@@ -38,10 +38,7 @@ class SandboxClient(Protocol):
 
 
 def _rock() -> Any:
-    try:
-        import rock.sdk.sandbox.client as client
-    except ImportError as e:
-        raise MissingExtraError("rock_tb_native_env (ROCK sandboxes)", "roll-agentic", "rock", cause=str(e)) from e
+    client = import_extra("rock.sdk.sandbox.client", "rock_tb_native_env (ROCK sandboxes)", "roll-agentic", "rock")
     return client
 
 
