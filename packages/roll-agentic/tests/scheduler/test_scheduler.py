@@ -6,12 +6,15 @@ import asyncio
 from collections import Counter
 
 import pytest
+import torch
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
 from roll.agentic.env_manager import EpisodeResult
 from roll.agentic.policy import LatencyModel, MockPolicyClient, RandomActionPolicy
 from roll.agentic.scheduler import RolloutScheduler
+from roll.agentic.scheduler.filters import GroupFilter
 from roll.agentic.scheduler.plan import episode_seed
+from roll.protocol import DataProto
 from roll.runtime import ConfigError
 from roll.strategies import GenerationConfig
 
@@ -170,6 +173,54 @@ def test_validation_plays_the_same_rounds_whatever_the_timing() -> None:
     more = _rounds(fast_first.get_batch(12))  # one and a half rounds of every group
     assert more == _rounds(fast_last.get_batch(12))
     assert [(g, e) for g, e, _ in more] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (3, 0)]
+
+
+class _SampleExecutor(_TimedExecutor):
+    """Like _TimedExecutor, but every episode has a one-row sample (its traj_group_id), so its round is kept unless
+    the group filter drops it."""
+
+    async def run(self, task) -> EpisodeResult:
+        await asyncio.sleep(self.delay(task))
+        tensors = {
+            "prompts": torch.tensor([[1, 2]]),
+            "responses": torch.tensor([[3, 4]]),
+            "attention_mask": torch.ones(1, 4, dtype=torch.long),
+            "response_mask": torch.ones(1, 2, dtype=torch.long),
+            "rollout_log_probs": torch.zeros(1, 2),
+            "scores": torch.zeros(1),
+        }
+        batch = DataProto.from_dict(tensors, {"traj_group_id": [f"{task.group_id}_{task.episode_id}"]})
+        return EpisodeResult(task, "terminated", 1, True, 1.0, None, batch)
+
+
+class DropEvenRounds(GroupFilter):
+    """A group filter dropping the rounds whose group and episode ids add up to an even number."""
+
+    def filter(self, group_id: int, episode_id: int, episodes) -> bool:
+        return (group_id + episode_id) % 2 == 0
+
+
+def test_dropped_rounds_are_replaced_the_same_way_whatever_the_timing() -> None:
+    """A dropped round is replaced by its own group's next episode, so the rounds played and the batch's order are
+    the same whichever group finishes first (before, a replacement went to the next free group by the round-robin
+    cursor: group 1's second round when group 1 had finished before group 2 was dropped)."""
+    config = EnvManagerConfig(
+        name="train_env", num_env_groups=4, group_size=1, tags=["FL"], group_filter_cls=f"{__name__}.DropEvenRounds"
+    )
+    finish_order = {"by_group": [0, 1, 2, 3], "one_first": [2, 0, 1, 3], "last_first": [3, 2, 1, 0]}
+    runs = {}
+    for name, ranks in finish_order.items():
+        executor = _SampleExecutor(lambda t, ranks=ranks: 0.002 * (ranks[t.group_id] + 1) + 0.01 * t.episode_id)
+        scheduler = RolloutScheduler(config, executor, pad_token_id=0)
+        batches = [scheduler.get_batch(4) for _ in range(2)]
+        played = [sorted((e.task.group_id, e.task.episode_id) for e in out.episodes) for out in batches]
+        runs[name] = played, [list(out.batch.non_tensor_batch["traj_group_id"]) for out in batches], scheduler.state()
+    assert runs["by_group"] == runs["one_first"] == runs["last_first"]
+    played, order, state = runs["by_group"]
+    # groups 0 and 2 drop episode 0 and keep episode 1; 1 and 3 keep episode 0; the next call goes on from there
+    assert played[0] == [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1), (3, 0)]
+    assert order[0] == ["0_1", "1_0", "2_1", "3_0"]  # in the places of the rounds they replace
+    assert order[1] == ["0_3", "1_2", "2_3", "3_2"] and state == {"next_episode": [4, 3, 4, 3], "cursor": 0}
 
 
 def test_scheduler_state_resumes_the_training_rounds() -> None:

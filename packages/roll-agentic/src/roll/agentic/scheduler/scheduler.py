@@ -4,7 +4,12 @@ Each env group plays rounds; in a round all ``group_size`` envs of the group pla
 concurrently (as many as the batch still needs), so a group that finishes early frees its slots for the next
 round at once. When a round is done, training mode checks it: a round with a faulted or aborted episode is
 dropped (``groups_faulted``), the ``group_filter_cls`` may drop it (``groups_filtered``), and a replacement round
-is started, up to ``max_launch_factor`` times the groups needed. Validation mode keeps every round (faulted
+is started, up to ``max_launch_factor`` times the groups needed. A round dropped at its first try is replaced by its
+own group's next episode (the group is free: its round just ended; ROLL's groups also play on after a drop), so a
+step that drops each group at most once plays the same rounds, in the same batch order, whichever group finished
+first. A replacement dropped again goes to the next free group (timing decides which), so that a tag whose rounds
+are always dropped cannot hold the batch to its own groups; so does one whose group reached ``max_traj_per_env`` or
+has a carried-over round waiting. Validation mode keeps every round (faulted
 episodes count as failures) and replays the same seeds on every call, so validations are comparable. Its seeds are
 hashed like training's, except for tags whose env picks items by seed (``Env.seed_is_index``, e.g. ``roll_math``):
 their n-th validation round (in the fixed val order) gets the seed n, so a val run walks the dataset in order.
@@ -65,7 +70,8 @@ class _Round:
     plan: GroupPlan
     episode_id: int
     launch: int
-    """Launch order within the call: kept rounds are batched in this order, not in (timing-dependent) finish order."""
+    """Launch number within the call (kept rounds are batched by the place of the round each replaces, not in
+    timing-dependent finish order)."""
     results: list[EpisodeResult]
 
 
@@ -289,6 +295,16 @@ class RolloutScheduler:
         self._next_episode[plan.group_id] += 1
         return plan, episode_id
 
+    def _own_group(self, group_id: int, busy: set[int], rounds: Counter[int]) -> tuple[GroupPlan, int] | None:
+        """A dropped round's replacement in its own group (its next episode), unless the group is playing, has a
+        carried-over round waiting, or reached ``max_traj_per_env`` in this call."""
+        cap = self.config.max_traj_per_env
+        if group_id in busy or (cap > 0 and rounds[group_id] >= cap) or any(g == group_id for g, _ in self._replay):
+            return None
+        episode_id = self._next_episode[group_id]
+        self._next_episode[group_id] += 1
+        return self.groups[group_id], episode_id
+
     def _seed(self, plan: GroupPlan, episode_id: int) -> int:
         if self.mode == "val" and plan.tag in self.index_seeded_tags:
             # the round's place among its tag's val rounds: every group's episode 0 in group order, then episode 1...
@@ -323,28 +339,37 @@ class RolloutScheduler:
         rounds: Counter[int] = Counter()
         planned = self._val_rounds(needed) if self.mode == "val" else None
         cap = needed if self.mode == "val" else needed * self.max_launch_factor
+        # A round's place in the batch: (the launch that started its chain of replacements, its number in the chain)
+        order: dict[int, tuple[int, int]] = {}
+        dropped: deque[tuple[int, tuple[int, int]]] = deque()  # (group_id, place) of training rounds to replace
         try:
             while len(kept) < needed:
                 while len(kept) + len(running) < needed and counts["groups_launched"] < cap:
                     busy = set(running.values())
+                    launch, place = counts["groups_launched"], None
                     if planned is not None:  # the first planned round whose group is free (its earlier ones ran)
                         pick = next((i for i, (p, _) in enumerate(planned) if p.group_id not in busy), None)
                         if pick is None:
                             break
                         plan, episode_id = planned.pop(pick)
                     else:
-                        picked = self._next_round(busy, rounds)
+                        first_drop = dropped and dropped[0][1][1] == 0
+                        picked = self._own_group(dropped[0][0], busy, rounds) if first_drop else None
+                        picked = picked or self._next_round(busy, rounds)
                         if picked is None:
                             break
                         plan, episode_id = picked
+                        if dropped:
+                            slot, number = dropped.popleft()[1]
+                            place = (slot, number + 1)
+                    order[launch] = place or (launch, 0)
                     rounds[plan.group_id] += 1
-                    launch = counts["groups_launched"]
                     counts["groups_launched"] += 1
                     running[asyncio.ensure_future(self._play(plan, episode_id, launch, draw))] = plan.group_id
                 if not running:
                     break
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for future in done:
+                for future in sorted(done, key=lambda f: order[f.result().launch]):
                     del running[future]
                     round_ = future.result()
                     played.extend(round_.results)
@@ -353,6 +378,7 @@ class RolloutScheduler:
                     if verdict == "groups_kept":
                         kept.append(round_)
                     else:
+                        dropped.append((round_.plan.group_id, order[round_.launch]))
                         for result in round_.results:
                             result.batch = None  # dropped: keep the summary, free the tensors
         finally:
@@ -360,7 +386,7 @@ class RolloutScheduler:
                 future.cancel()
         counts["episodes"] = len(played)
         counts["env_faults"] = sum(r.faulted for r in played)
-        kept.sort(key=lambda r: r.launch)
+        kept.sort(key=lambda r: order[r.launch])
         return kept, played, counts
 
     def close(self) -> None:
