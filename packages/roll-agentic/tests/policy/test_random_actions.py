@@ -312,3 +312,62 @@ def test_a_proxy_key_its_api_does_not_read_is_refused() -> None:
     for accepted in (chat, completions):
         manager = EnvManagerConfig(tags=["Lake"], llm_proxy={"proxy_type": "openai", "proxy_config": accepted})
         assert manager.llm_proxy.proxy_config == accepted
+
+
+def test_a_chat_proxys_enable_thinking_must_match_its_tags(tmp_path) -> None:
+    """Under api: chat the server renders the turn and roll the sample's prompt: one enable_thinking for both, in the
+    agentic pipeline's val manager and in agentic_rollout's manager; unset on the proxy, the tags' settings stand."""
+    from roll.agentic.pipeline import AgenticConfig
+    from roll.agentic.pipeline.rollout_only import AgenticRolloutConfig
+
+    def proxy(**extra: object) -> dict:
+        config = {"base_url": "http://x/v1", "model_name": "m", "api": "chat", **extra}
+        return {"proxy_type": "openai", "proxy_config": config}
+
+    envs = {"Lake": {"env_type": "frozen_lake"}, "Think": {"env_type": "frozen_lake", "enable_thinking": True}}
+    role = {"model_args": {"model_name_or_path": str(tmp_path / "no-model")}}
+    rollout = {"actor_infer": role, "custom_envs": envs, "rollout_batch_size": 2, "output_dir": str(tmp_path)}
+    manager = {"num_env_groups": 2, "group_size": 1, "tags": ["Lake", "Think"]}
+    message = (
+        "train_env_manager.llm_proxy.proxy_config.enable_thinking is True, but custom_envs Lake: False "
+        "(enable_thinking): the server would render each turn one way and the samples' prompts the other. Set "
+        "custom_envs.<tag>.enable_thinking: true for those tags, or remove proxy_config.enable_thinking to leave the "
+        "server's template default"
+    )
+    with pytest.raises(ConfigError) as caught:
+        AgenticRolloutConfig.model_validate(
+            {**rollout, "train_env_manager": {**manager, "llm_proxy": proxy(enable_thinking=True)}}
+        )
+    assert message in str(caught.value)
+    for accepted in (proxy(), proxy(enable_thinking=None)):
+        config = AgenticRolloutConfig.model_validate(
+            {**rollout, "train_env_manager": {**manager, "llm_proxy": accepted}}
+        )
+        assert [config.custom_envs[tag].enable_thinking for tag in manager["tags"]] == [False, True]
+    AgenticRolloutConfig.model_validate(
+        {
+            **rollout,
+            "train_env_manager": {
+                **manager,
+                "tags": ["Think"],
+                "num_env_groups": 1,
+                "llm_proxy": proxy(enable_thinking=True),
+            },
+        }
+    )
+
+    pipeline = {
+        "actor_train": role,
+        "actor_infer": role,
+        "custom_envs": envs,
+        "train_env_manager": {"num_env_groups": 1, "group_size": 1, "tags": ["Lake"]},
+        "rollout_batch_size": 1,
+        "advantage": {"estimator": "reinforce"},
+        "output_dir": str(tmp_path),
+    }
+    val = {"num_env_groups": 1, "group_size": 1, "tags": ["Think"], "llm_proxy": proxy(enable_thinking=False)}
+    with pytest.raises(
+        ConfigError,
+        match=r"<root>: val_env_manager.llm_proxy.proxy_config.enable_thinking is False, but custom_envs Think: True ",
+    ):
+        AgenticConfig.model_validate({**pipeline, "val_env_manager": val})

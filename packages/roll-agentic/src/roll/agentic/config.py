@@ -484,6 +484,26 @@ class EnvManagerConfig(WorkerConfig):
             raise ValueError(f"{self.name}.generating_args.num_return_sequences must be 1 (one response per turn)")
         return self
 
+    def check_proxy_thinking(self, section: str, custom_envs: dict[str, CustomEnvConfig]) -> None:
+        """Under ``llm_proxy`` openai with ``api: chat`` the server renders each turn's messages and roll renders the
+        sample's prompt: a ``proxy_config.enable_thinking`` other than a tag's ``enable_thinking`` would pair a prompt
+        that says one thing with an answer generated under the other. ValueError (a ConfigError at load) naming both."""
+        proxy = self.llm_proxy
+        thinking = proxy.proxy_config.get("enable_thinking")
+        if proxy.proxy_type != "openai" or proxy.proxy_config.get("api") != "chat" or thinking is None:
+            return
+        differ = sorted(
+            tag for tag in set(self.tags) & set(custom_envs) if custom_envs[tag].enable_thinking != thinking
+        )
+        if differ:
+            values = ", ".join(f"{tag}: {custom_envs[tag].enable_thinking}" for tag in differ)
+            raise ValueError(
+                f"{section}.llm_proxy.proxy_config.enable_thinking is {thinking}, but custom_envs {values} "
+                "(enable_thinking): the server would render each turn one way and the samples' prompts the other. Set "
+                f"custom_envs.<tag>.enable_thinking: {str(thinking).lower()} for those tags, or remove "
+                "proxy_config.enable_thinking to leave the server's template default"
+            )
+
     def turn_generation(self, default: GenerationConfig) -> GenerationConfig:
         """How this manager's turns are sampled: its own ``generating_args``, else ``default`` (actor_infer's)."""
         return self.generating_args or default

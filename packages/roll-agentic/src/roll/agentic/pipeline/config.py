@@ -516,6 +516,7 @@ class AgenticConfig(BaseConfig):
             kinds = {self.custom_envs[tag].env_manager_cls for tag in manager.tags}
             if len(kinds) > 1:
                 raise ValueError(f"{key}.tags mix env managers {sorted(kinds)}; use one per manager")
+            manager.check_proxy_thinking(key, self.custom_envs)
         proxy = self.train_env_manager.llm_proxy.proxy_type
         if proxy != "policy":
             raise ValueError(

@@ -88,6 +88,7 @@ class AgenticRolloutConfig(BaseConfig):
         missing = sorted(set(manager.tags) - set(self.custom_envs))
         if missing:
             raise ValueError(f"train_env_manager.tags {missing} are not in custom_envs ({sorted(self.custom_envs)})")
+        manager.check_proxy_thinking("train_env_manager", self.custom_envs)
         if self.rollout.batch_size % manager.group_size:
             raise ValueError(
                 f"rollout.batch_size={self.rollout.batch_size} must be a multiple of group_size={manager.group_size}"

@@ -6,7 +6,8 @@ translated ROLL file, as ROLL's proxy only talks chat) posts the turn's chat mes
 for hosted chat-only models: the server renders them with its own template, so its prompt may differ from the
 sample's prompt tokens; the answer's text is tokenized with the run's tokenizer (EOS added when the model stopped),
 so the sample layout stays roll's. ``enable_thinking`` (true/false) goes as ``chat_template_kwargs``, as ROLL
-sends it; unset, nothing is sent. Chat and tools (:mod:`roll.agentic.policy.chat_messages`): the env's tools
+sends it; unset, nothing is sent; set, it must equal the tags' ``enable_thinking``, which roll renders the
+samples' prompts with (checked at load). Chat and tools (:mod:`roll.agentic.policy.chat_messages`): the env's tools
 (``GenerateRequest.tools``) go as ``tools``; an answer's structured ``tool_calls`` are written after its content in
 the env's own tool-call format, the text the env reads and the sample holds; the history's calls go back as
 ``tool_calls`` answered by ``tool`` messages where they fit OpenAI's rules, else as text. ``native_tools: false`` sends
