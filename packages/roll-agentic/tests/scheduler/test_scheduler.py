@@ -223,6 +223,19 @@ def test_dropped_rounds_are_replaced_the_same_way_whatever_the_timing() -> None:
     assert order[1] == ["0_3", "1_2", "2_3", "3_2"] and state == {"next_episode": [4, 3, 4, 3], "cursor": 0}
 
 
+def test_the_launch_limit_is_the_managers_setting() -> None:
+    """Every round faulted: a step launches max_launch_factor x the groups it needs, from the manager's config
+    unless the scheduler is given its own."""
+    config = EnvManagerConfig(name="train_env", num_env_groups=4, group_size=2, tags=["FL"], max_launch_factor=3)
+    executor = _TimedExecutor(lambda t: 0.0)  # rounds without samples count as faulted
+    assert RolloutScheduler(config, executor, pad_token_id=0).get_batch(4).metrics["rollout/groups_launched"] == 6
+    one = RolloutScheduler(config, executor, pad_token_id=0, max_launch_factor=1)
+    assert one.get_batch(4).metrics["rollout/groups_launched"] == 2
+    assert EnvManagerConfig(tags=["FL"]).max_launch_factor == 4
+    with pytest.raises(ConfigError, match="max_launch_factor"):
+        EnvManagerConfig(tags=["FL"], max_launch_factor=0)
+
+
 def test_scheduler_state_resumes_the_training_rounds() -> None:
     config = EnvManagerConfig(name="train_env", num_env_groups=4, group_size=2, tags=["FL"])
     executor = _TimedExecutor(lambda t: 0.0)  # rounds without samples count as faulted: one launch per group asked

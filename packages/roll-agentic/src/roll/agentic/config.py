@@ -433,6 +433,13 @@ class EnvManagerConfig(WorkerConfig):
         default="roll.agentic.scheduler.filters.GroupFilter",
         description="Class with filter(group_id, episode_id, episodes) -> True to drop the group.",
     )
+    max_launch_factor: int = Field(
+        default=4,
+        ge=1,
+        description="Training: the most rounds one step launches, as a multiple of the groups it needs; dropped rounds "
+        "(faults, group_filter_cls) are replaced up to it, and a step that reaches it trains on the groups it kept. A "
+        "filter that drops most rounds (dynamic sampling on a policy that mostly succeeds) needs more.",
+    )
     generating_args: GenerationConfig | None = Field(default=None, description="Sampling of this manager's turns.")
     llm_proxy: LLMProxyConfig = Field(
         default_factory=LLMProxyConfig, description="Who acts: the policy (default) or the env's random actions."

@@ -4,7 +4,7 @@ Each env group plays rounds; in a round all ``group_size`` envs of the group pla
 concurrently (as many as the batch still needs), so a group that finishes early frees its slots for the next
 round at once. When a round is done, training mode checks it: a round with a faulted or aborted episode is
 dropped (``groups_faulted``), the ``group_filter_cls`` may drop it (``groups_filtered``), and a replacement round
-is started, up to ``max_launch_factor`` times the groups needed. A round dropped at its first try is replaced by its
+is started, up to ``max_launch_factor`` (the manager's setting) times the groups needed. A round dropped at its first try is replaced by its
 own group's next episode (the group is free: its round just ended; ROLL's groups also play on after a drop), so a
 step that drops each group at most once plays the same rounds, in the same batch order, whichever group finished
 first. A replacement dropped again goes to the next free group (timing decides which), so that a tag whose rounds
@@ -106,14 +106,16 @@ class RolloutScheduler:
         pad_token_id: int,
         mode: Mode = "train",
         seed: int = 0,
-        max_launch_factor: int = 4,
+        max_launch_factor: int | None = None,
         index_seeded_tags: Collection[str] = (),
     ) -> None:
-        """``index_seeded_tags``: tags validated with the seeds 0, 1, 2, ... (see the module docstring)."""
+        """``index_seeded_tags``: tags validated with the seeds 0, 1, 2, ... (see the module docstring);
+        ``max_launch_factor``: None takes the manager's (``config.max_launch_factor``)."""
         if mode not in ("train", "val"):
             raise ConfigError(f"scheduler mode must be 'train' or 'val', got {mode!r}")
         self.config, self.executor, self.pad_token_id = config, executor, pad_token_id
-        self.mode, self.seed, self.max_launch_factor = mode, seed, max_launch_factor
+        self.mode, self.seed = mode, seed
+        self.max_launch_factor = max_launch_factor or config.max_launch_factor
         self.groups = plan_groups(config)
         self.index_seeded_tags = frozenset(index_seeded_tags)
         self.group_filter = import_target(config.group_filter_cls, f"{config.name}.group_filter_cls")(config, mode)
