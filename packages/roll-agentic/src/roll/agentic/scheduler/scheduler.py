@@ -307,6 +307,17 @@ class RolloutScheduler:
         self._next_episode[group_id] += 1
         return self.groups[group_id], episode_id
 
+    def _replacement(
+        self, dropped: deque[tuple[int, tuple[int, int]]], busy: set[int], rounds: Counter[int]
+    ) -> tuple[tuple[GroupPlan, int] | None, tuple[int, tuple[int, int]] | None]:
+        """The next training round, and the dropped round it replaces (None: a new round). A round dropped at its first
+        try takes its own group's next episode, ahead of the replacements waiting for the next free group (which could
+        otherwise take that group); those, oldest first, and new rounds take the next free group."""
+        for entry in dropped:
+            if entry[1][1] == 0 and (own := self._own_group(entry[0], busy, rounds)) is not None:
+                return own, entry
+        return self._next_round(busy, rounds), (dropped[0] if dropped else None)
+
     def _seed(self, plan: GroupPlan, episode_id: int) -> int:
         if self.mode == "val" and plan.tag in self.index_seeded_tags:
             # the round's place among its tag's val rounds: every group's episode 0 in group order, then episode 1...
@@ -355,14 +366,13 @@ class RolloutScheduler:
                             break
                         plan, episode_id = planned.pop(pick)
                     else:
-                        first_drop = dropped and dropped[0][1][1] == 0
-                        picked = self._own_group(dropped[0][0], busy, rounds) if first_drop else None
-                        picked = picked or self._next_round(busy, rounds)
+                        picked, replaces = self._replacement(dropped, busy, rounds)
                         if picked is None:
                             break
                         plan, episode_id = picked
-                        if dropped:
-                            slot, number = dropped.popleft()[1]
+                        if replaces is not None:
+                            dropped.remove(replaces)
+                            slot, number = replaces[1]
                             place = (slot, number + 1)
                     order[launch] = place or (launch, 0)
                     rounds[plan.group_id] += 1
