@@ -52,7 +52,7 @@ def sampler_types() -> dict[str, Callable[[Sequence[int]], LogitsProcessor]]:
     from roll.strategies.hf._sampling import SeededRowSampler
     from tools.bench._generator_row_sampler import GeneratorRowSampler
 
-    return {"generators": GeneratorRowSampler, "counter": SeededRowSampler}
+    return dict(zip(SAMPLER_NAMES, (GeneratorRowSampler, SeededRowSampler), strict=True))
 
 
 def step_paths(rows: int, config: GenerationConfig) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:

@@ -4,12 +4,12 @@ Each env group plays rounds; in a round all ``group_size`` envs of the group pla
 concurrently (as many as the batch still needs), so a group that finishes early frees its slots for the next
 round at once. When a round is done, training mode checks it: a round with a faulted or aborted episode is
 dropped (``groups_faulted``), the ``group_filter_cls`` may drop it (``groups_filtered``), and a replacement round
-is started, up to ``max_launch_factor`` (the manager's setting) times the groups needed. A round dropped at its first try is replaced by its
-own group's next episode (the group is free: its round just ended; ROLL's groups also play on after a drop), so a
-step that drops each group at most once plays the same rounds, in the same batch order, whichever group finished
-first. A replacement dropped again goes to the next free group (timing decides which), so that a tag whose rounds
-are always dropped cannot hold the batch to its own groups; so does one whose group reached ``max_traj_per_env`` or
-has a carried-over round waiting. Validation mode keeps every round (faulted
+is started, up to ``max_launch_factor`` (the manager's setting) times the groups needed. A round dropped at its
+first try is replaced by its own group's next episode (the group is free: its round just ended; ROLL's groups also
+play on after a drop), so a step that drops each group at most once plays the same rounds, in the same batch order,
+whichever group finished first. A replacement dropped again goes to the next free group (timing decides which), so
+that a tag whose rounds are always dropped cannot hold the batch to its own groups; so does one whose group reached
+``max_traj_per_env`` or has a carried-over round waiting. Validation mode keeps every round (faulted
 episodes count as failures) and replays the same seeds on every call, so validations are comparable. Its seeds are
 hashed like training's, except for tags whose env picks items by seed (``Env.seed_is_index``, e.g. ``roll_math``):
 their n-th validation round (in the fixed val order) gets the seed n, so a val run walks the dataset in order.
@@ -65,14 +65,16 @@ class RolloutBatch:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(eq=False)  # rounds are told apart by identity (a dropped one is taken out of a queue)
 class _Round:
     plan: GroupPlan
     episode_id: int
     launch: int
-    """Launch number within the call (kept rounds are batched by the place of the round each replaces, not in
-    timing-dependent finish order)."""
+    """Launch number within the call."""
     results: list[EpisodeResult]
+    place: tuple[int, int] = (0, 0)
+    """Where its samples go in the batch, not the timing-dependent finish order: (the launch that started its chain
+    of replacements, its number in the chain)."""
 
 
 def check_custom_envs(config: EnvManagerConfig, custom_envs: dict[str, CustomEnvConfig]) -> None:
@@ -265,14 +267,22 @@ class RolloutScheduler:
         count = len(self.groups)
         return [(self.groups[i % count], i // count) for i in range(needed)]
 
-    def _next_free(self, busy: set[int], rounds: Counter[int]) -> GroupPlan | None:
+    def _may_play(self, group_id: int, busy: set[int], rounds: Counter[int]) -> bool:
+        """Whether the group is free and below ``max_traj_per_env`` rounds in this call."""
         cap = self.config.max_traj_per_env
+        return group_id not in busy and not (cap > 0 and rounds[group_id] >= cap)
+
+    def _next_episode_of(self, plan: GroupPlan) -> tuple[GroupPlan, int]:
+        episode_id = self._next_episode[plan.group_id]
+        self._next_episode[plan.group_id] += 1
+        return plan, episode_id
+
+    def _next_free(self, busy: set[int], rounds: Counter[int]) -> GroupPlan | None:
         for offset in range(len(self.groups)):
             plan = self.groups[(self._cursor + offset) % len(self.groups)]
-            if plan.group_id in busy or (cap > 0 and rounds[plan.group_id] >= cap):
-                continue
-            self._cursor = (self._cursor + offset + 1) % len(self.groups)
-            return plan
+            if self._may_play(plan.group_id, busy, rounds):
+                self._cursor = (self._cursor + offset + 1) % len(self.groups)
+                return plan
         return None
 
     def _next_round(self, busy: set[int], rounds: Counter[int]) -> tuple[GroupPlan, int] | None:
@@ -282,40 +292,28 @@ class RolloutScheduler:
         if self._replay:
             if self._replay[0][0] in busy:
                 return None
-            cap = self.config.max_traj_per_env
             waiting: set[int] = set()
             for index, (group_id, episode_id) in enumerate(self._replay):
-                if group_id not in busy | waiting and not (cap > 0 and rounds[group_id] >= cap):
+                if self._may_play(group_id, busy | waiting, rounds):
                     del self._replay[index]
                     return self.groups[group_id], episode_id
                 waiting.add(group_id)
             busy = busy | waiting  # a group plays its carried-over rounds before new ones
         plan = self._next_free(busy, rounds)
-        if plan is None:
-            return None
-        episode_id = self._next_episode[plan.group_id]
-        self._next_episode[plan.group_id] += 1
-        return plan, episode_id
-
-    def _own_group(self, group_id: int, busy: set[int], rounds: Counter[int]) -> tuple[GroupPlan, int] | None:
-        """A dropped round's replacement in its own group (its next episode), unless the group is playing, has a
-        carried-over round waiting, or reached ``max_traj_per_env`` in this call."""
-        cap = self.config.max_traj_per_env
-        if group_id in busy or (cap > 0 and rounds[group_id] >= cap) or any(g == group_id for g, _ in self._replay):
-            return None
-        episode_id = self._next_episode[group_id]
-        self._next_episode[group_id] += 1
-        return self.groups[group_id], episode_id
+        return None if plan is None else self._next_episode_of(plan)
 
     def _replacement(
-        self, dropped: deque[tuple[int, tuple[int, int]]], busy: set[int], rounds: Counter[int]
-    ) -> tuple[tuple[GroupPlan, int] | None, tuple[int, tuple[int, int]] | None]:
+        self, dropped: deque[_Round], busy: set[int], rounds: Counter[int]
+    ) -> tuple[tuple[GroupPlan, int] | None, _Round | None]:
         """The next training round, and the dropped round it replaces (None: a new round). A round dropped at its first
-        try takes its own group's next episode, ahead of the replacements waiting for the next free group (which could
-        otherwise take that group); those, oldest first, and new rounds take the next free group."""
-        for entry in dropped:
-            if entry[1][1] == 0 and (own := self._own_group(entry[0], busy, rounds)) is not None:
-                return own, entry
+        try takes its own group's next episode (unless that group reached ``max_traj_per_env`` or has a carried-over
+        round waiting), ahead of the replacements waiting for the next free group, which could otherwise take that
+        group; those, oldest first, and new rounds take the next free group."""
+        carried = {group_id for group_id, _ in self._replay}
+        for round_ in dropped:
+            group_id = round_.plan.group_id
+            if round_.place[1] == 0 and group_id not in carried and self._may_play(group_id, busy, rounds):
+                return self._next_episode_of(round_.plan), round_
         return self._next_round(busy, rounds), (dropped[0] if dropped else None)
 
     def _seed(self, plan: GroupPlan, episode_id: int) -> int:
@@ -325,7 +323,9 @@ class RolloutScheduler:
             return episode_id * len(peers) + peers.index(plan.group_id)
         return episode_seed(self.seed, plan.group_id, episode_id)
 
-    async def _play(self, plan: GroupPlan, episode_id: int, launch: int, draw: int = 0) -> _Round:
+    async def _play(
+        self, plan: GroupPlan, episode_id: int, launch: int, draw: int = 0, place: tuple[int, int] | None = None
+    ) -> _Round:
         seed = self._seed(plan, episode_id)
         tasks = []
         for env_id in plan.env_ids:
@@ -333,7 +333,7 @@ class RolloutScheduler:
             sampling = sampling_seed(self.seed, plan.group_id, episode_id, env_id, draw)
             task = EpisodeTask(env_id, plan.group_id, plan.tag, episode_id, seed, traj_group_id, traj_id, sampling)
             tasks.append(self.executor.run(task))
-        return _Round(plan, episode_id, launch, list(await asyncio.gather(*tasks)))
+        return _Round(plan, episode_id, launch, list(await asyncio.gather(*tasks)), place or (launch, 0))
 
     def _judge(self, round_: _Round) -> str:
         if self.mode == "val":
@@ -352,9 +352,7 @@ class RolloutScheduler:
         rounds: Counter[int] = Counter()
         planned = self._val_rounds(needed) if self.mode == "val" else None
         cap = needed if self.mode == "val" else needed * self.max_launch_factor
-        # A round's place in the batch: (the launch that started its chain of replacements, its number in the chain)
-        order: dict[int, tuple[int, int]] = {}
-        dropped: deque[tuple[int, tuple[int, int]]] = deque()  # (group_id, place) of training rounds to replace
+        dropped: deque[_Round] = deque()  # training rounds to replace, oldest first
         try:
             while len(kept) < needed:
                 while len(kept) + len(running) < needed and counts["groups_launched"] < cap:
@@ -372,16 +370,14 @@ class RolloutScheduler:
                         plan, episode_id = picked
                         if replaces is not None:
                             dropped.remove(replaces)
-                            slot, number = replaces[1]
-                            place = (slot, number + 1)
-                    order[launch] = place or (launch, 0)
+                            place = (replaces.place[0], replaces.place[1] + 1)
                     rounds[plan.group_id] += 1
                     counts["groups_launched"] += 1
-                    running[asyncio.ensure_future(self._play(plan, episode_id, launch, draw))] = plan.group_id
+                    running[asyncio.ensure_future(self._play(plan, episode_id, launch, draw, place))] = plan.group_id
                 if not running:
                     break
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for future in sorted(done, key=lambda f: order[f.result().launch]):
+                for future in sorted(done, key=lambda f: f.result().place):
                     del running[future]
                     round_ = future.result()
                     played.extend(round_.results)
@@ -390,7 +386,7 @@ class RolloutScheduler:
                     if verdict == "groups_kept":
                         kept.append(round_)
                     else:
-                        dropped.append((round_.plan.group_id, order[round_.launch]))
+                        dropped.append(round_)
                         for result in round_.results:
                             result.batch = None  # dropped: keep the summary, free the tensors
         finally:
@@ -398,7 +394,7 @@ class RolloutScheduler:
                 future.cancel()
         counts["episodes"] = len(played)
         counts["env_faults"] = sum(r.faulted for r in played)
-        kept.sort(key=lambda r: order[r.launch])
+        kept.sort(key=lambda r: r.place)
         return kept, played, counts
 
     def close(self) -> None:

@@ -38,8 +38,7 @@ class SandboxClient(Protocol):
 
 
 def _rock() -> Any:
-    client = import_extra("rock.sdk.sandbox.client", "rock_tb_native_env (ROCK sandboxes)", "roll-agentic", "rock")
-    return client
+    return import_extra("rock.sdk.sandbox.client", "rock_tb_native_env (ROCK sandboxes)", "roll-agentic", "rock")
 
 
 class _Loop:
