@@ -65,6 +65,6 @@ def make_batch(rows: int, nbytes: int) -> DataProto:
 def start_raw_actors(n: int) -> list[Any]:
     """``n`` plain actors with the logical CPUs a roll CPU worker asks for, started and ready."""
     cpus = WorkerConfig().num_cpus_per_worker
-    actors = [ray.remote(RawActor).options(num_cpus=cpus, max_concurrency=1).remote() for _ in range(n)]
+    actors: list[Any] = [ray.remote(RawActor).options(num_cpus=cpus, max_concurrency=1).remote() for _ in range(n)]
     ray.get([a.ready.remote() for a in actors])
     return actors

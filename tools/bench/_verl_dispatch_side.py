@@ -144,7 +144,7 @@ def main() -> None:
         result["version"] = getattr(verl, "__version__", "?")
         batches = {name: make_batch(args.rows, nbytes) for name, nbytes in payloads.items()}
         freeze_heap()
-        raw_actors = [ray.remote(RawActor).options(num_cpus=0.01).remote() for _ in range(max(args.workers))]
+        raw_actors: list[Any] = [ray.remote(RawActor).options(num_cpus=0.01).remote() for _ in range(max(args.workers))]
         ray.get([a.ready.remote() for a in raw_actors])
         for n in args.workers:
             log(f"N={n}")

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import gc
 import io
 import json
@@ -186,17 +187,18 @@ def bench_world(
             large = batch.batch["x"].nbytes >= args.large_bytes
             out["ops"][name] = measure_point(
                 name,
-                lambda batch=batch: calls.call("identity", batch),
-                lambda batch=batch: raw_identity(actors, batch),
+                functools.partial(calls.call, "identity", batch),
+                functools.partial(raw_identity, actors, batch),
                 calls,
                 args.reps_large if large else args.reps,
                 max(1, args.warmup - 1) if large else args.warmup,
                 log,
             )
         if args.profile:
-            for name, batch in [("noop", None), *batches.items()]:
-                fn = (lambda: cluster.noop()) if batch is None else (lambda batch=batch: cluster.identity(batch))
-                k = 5 if batch is not None and batch.batch["x"].nbytes >= args.large_bytes else 200
+            profiled: list[tuple[str, DataProto | None]] = [("noop", None), *batches.items()]
+            for name, one in profiled:
+                fn = cluster.noop if one is None else functools.partial(cluster.identity, one)
+                k = 5 if one is not None and one.batch["x"].nbytes >= args.large_bytes else 200
                 text = profile_roll(fn, k)
                 print(f"\n--- cProfile of the driver, {k} roll calls, N={n}, {name} ---\n{text}", file=sys.stderr)
     finally:

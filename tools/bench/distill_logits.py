@@ -28,7 +28,7 @@ import argparse
 import itertools
 import os
 import time
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -80,7 +80,7 @@ def build_actors(payload: dict[str, np.ndarray], rows: int) -> tuple[Any, Any]:
         def consume_arrays(self, *shards: dict[str, np.ndarray]) -> int:
             return sum(_copy_out(shard) for shard in shards)
 
-    return Teacher.remote(payload, rows), Student.remote()
+    return cast(Any, Teacher).remote(payload, rows), cast(Any, Student).remote()  # ray.remote classes
 
 
 def run_paths(args: argparse.Namespace) -> dict[str, Any]:

@@ -54,6 +54,7 @@ def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     from roll.agentic.env import dataset
     from roll.agentic.pipeline import AgenticConfig, lengths
+    from roll.agentic.pool import build_env
     from roll.strategies import GenerationConfig
     from roll.strategies.testing import default_corpus, make_tokenizer
 
@@ -92,7 +93,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     check_s, line = timed(check, args.repeats)
     one = config.custom_envs["Math"]
     baseline_s, _ = timed(
-        lambda: lengths._prompt_lengths("Math", one, tokenizer, seeds=[0], generation_config=GenerationConfig()),
+        lambda: lengths._prompt_lengths(
+            "Math", one, tokenizer, build_env(one), seeds=[0], generation_config=GenerationConfig()
+        ),
         args.repeats,
     )
     return {

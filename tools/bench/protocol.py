@@ -40,7 +40,7 @@ import pickle
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -331,7 +331,7 @@ def run_ray(dp, args: argparse.Namespace, log, label: str, extra_actor_env: dict
             return True
 
     opts = {"runtime_env": {"env_vars": extra_actor_env}} if extra_actor_env else {}
-    actor = Sink.options(**opts).remote()
+    actor = cast(Any, Sink).options(**opts).remote()  # a ray.remote class: options() is Ray's
     ray.get(actor.ready.remote())
     expect = len(dp) + int(dp.batch["responses"][:, :8].sum())
     res: dict[str, Any] = {}
@@ -755,7 +755,7 @@ def build_report(
     def met(x: float | None, want: float) -> bool | None:
         return None if x is None else x >= want
 
-    targets = {
+    targets: dict[str, dict[str, Any]] = {
         "chunk_o1": {
             "ratio": chunk_x,
             "target": TARGETS["chunk_vs_copying_chunk"],

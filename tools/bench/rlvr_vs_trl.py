@@ -368,8 +368,8 @@ def bench_throughput(args: argparse.Namespace, s: dict[str, Any], py: Path | Non
 
 def throughput_ratios(systems: dict[str, dict[str, Any]]) -> dict[str, Any]:
     rate = {name: r.get("samples_per_s") for name, r in systems.items()}
-    trl = {name: v for name, v in rate.items() if name != "roll" and v}
-    fastest = max(trl, key=trl.get) if trl else None
+    trl: dict[str, float] = {name: v for name, v in rate.items() if name != "roll" and v}
+    fastest = max(trl, key=lambda name: trl[name]) if trl else None
     roll = rate.get("roll")
     vs_default = roll / rate["trl_default"] if roll and rate.get("trl_default") else None
     vs_fastest = roll / trl[fastest] if roll and fastest else None
@@ -407,7 +407,7 @@ def roll_race(args: argparse.Namespace, s: dict[str, Any], model: str, files: tu
 
     # roll evaluates only on a step schedule, so it evaluates every step (untimed) to have a point right where the
     # budget runs out, as TRL's callback takes; the curve keeps TRL's schedule (every eval_steps) plus that point.
-    extra = {"max_steps": 100_000, "eval_steps": 1}
+    extra: dict[str, Any] = {"max_steps": 100_000, "eval_steps": 1}
     run = run_roll(
         "race-roll", roll_overrides(s, model, *files, **extra), stop=stop, timeout_s=3 * args.race_budget_s + 900
     )
@@ -587,7 +587,7 @@ def main(argv: list[str] | None = None) -> None:
     generation = args.race_trl
     if generation == "fastest":
         fastest = (throughput or {}).get("trl_fastest")
-        generation = TRL_MODES.get(fastest, "hf")
+        generation = TRL_MODES.get(fastest, "hf") if fastest else "hf"
     race = None if args.no_race else bench_race(args, settings, py, generation)
     if throughput:
         report_throughput(throughput)

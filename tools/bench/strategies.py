@@ -49,7 +49,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -339,7 +339,7 @@ def memcpy_actor(nbytes: int):
             np.copyto(self.dst, self.src)
             return time.perf_counter() - start, time.process_time() - cpu
 
-    copier = Copier.remote(nbytes)
+    copier = cast(Any, Copier).remote(nbytes)  # a ray.remote class
     ray.get(copier.copy.remote())
     return copier
 
@@ -355,6 +355,8 @@ def summarize_channel(key, group, metrics, first_s: float, memcpy_s: float, buck
 
     nbytes = metrics[0]["weight_sync/bytes"]
     seconds, transport_s = median("driver_s"), median("weight_sync/transport_s")
+    if seconds is None or transport_s is None:
+        raise RuntimeError(f"the sync's metrics lack driver_s or weight_sync/transport_s: {sorted(metrics[0])}")
     memcpy_gbps = nbytes / memcpy_s / 1e9
     point = {
         "train_ranks": ranks,

@@ -67,7 +67,7 @@ def main() -> None:
     teacher_path = str(run_cached_recipe("distill-tiny", ["distill_loss_weight=0.0"]))
     tok = AutoTokenizer.from_pretrained(student_path)
     tok.padding_side = "left"
-    student = AutoModelForCausalLM.from_pretrained(student_path, dtype=torch.float32)
+    student: Any = AutoModelForCausalLM.from_pretrained(student_path, dtype=torch.float32)
     teacher = AutoModelForCausalLM.from_pretrained(teacher_path, dtype=torch.float32).eval()
     train = arithmetic_prompts(4000, 2, split="train", max_operand=99, ops="add")
     unseen = train[-args.eval_n :]  # never sampled: steps * prompts < len(train) - eval_n is checked below

@@ -18,6 +18,7 @@ import json
 import re
 import sys
 from collections import Counter
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -34,7 +35,7 @@ def carries(prompt: str) -> bool:
 
 def main(model_dir: str, eval_file: str, prompts: int = 96, samples: int = 8) -> dict[str, float]:
     torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer: Any = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     with open(eval_file) as lines:
         rows = [json.loads(line) for line in lines][:prompts]

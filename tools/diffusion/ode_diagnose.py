@@ -65,7 +65,7 @@ def main() -> None:
     history = []
 
     def evaluate(step: int) -> None:
-        row = {"step": step}
+        row: dict[str, float] = {"step": step}
         for name, st, lab in (("train", tr_states[tr_eval], tr_labels[tr_eval]), ("heldout", ho_states, ho_labels)):
             row.update({f"{name}/{k}": v for k, v in measure(student, process, st, lab, student_t).items()})
         history.append(row)
