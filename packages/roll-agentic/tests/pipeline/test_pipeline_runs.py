@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from roll.agentic.pipeline import register_pipelines
+from roll.agentic.pipeline import AgenticConfig, register_pipelines
 from roll.agentic.pipeline.rollout_only import AgenticRolloutPipeline
 from roll.agentic.scheduler import RolloutFaultsError
 from roll.pipelines.config import load_config
@@ -305,6 +305,7 @@ def test_agentic_async_run_trains_on_bounded_stale_trajectories(ray_env, tmp_pat
         "actor_infer": {**_role("agentic-infer", "hf_infer"), "generating_args": {"max_new_tokens": 8}},
     }
     config = load_config(data)
+    assert isinstance(config, AgenticConfig)
     assert config.asynchrony.generation_ratio == 1
     run_config(config)
     metrics = read_metrics(tmp_path / "metrics.jsonl")
