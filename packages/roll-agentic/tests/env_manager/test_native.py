@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
@@ -16,15 +15,6 @@ from roll.agentic.scheduler import RolloutScheduler
 from roll.strategies import GenerationConfig
 
 ROLL_NATIVE = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
-# A minimal tool-aware ChatML template (tools in their own block, assistant tool calls as <tool_call> JSON).
-TOOL_TEMPLATE = (
-    "{% if tools %}<|im_start|>tools\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
-    '{% for call in message.get(\'tool_calls\', []) %}<tool_call>{"name": "{{ call.function.name }}", '
-    '"arguments": {% if call.function.arguments is string %}{{ call.function.arguments }}'
-    "{% else %}{{ call.function.arguments | tojson }}{% endif %}}</tool_call>{% endfor %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 TOOLS = [
     {
         "type": "function",
@@ -48,19 +38,6 @@ MESSAGES = [
     {"role": "tool", "content": "moved"},
     {"role": "user", "content": "Next?"},
 ]
-
-
-@pytest.fixture
-def tokenizer(tokenizer):
-    """The tiny tokenizer with a tool-aware template (the same text as plain ChatML when there are no tools)."""
-    tok = copy.deepcopy(tokenizer)
-    tok.chat_template = TOOL_TEMPLATE
-    return tok
-
-
-@pytest.fixture
-def tool_tokenizer(tokenizer):
-    return tokenizer
 
 
 class CounterToolEnv:
@@ -116,19 +93,17 @@ def test_tool_calls_drive_the_env(play, scripted, tokenizer) -> None:
     third = client.requests[2].prompt_ids
     assert third == render_messages(tokenizer, messages, TOOLS_ADD, False)
     text = tokenizer.decode(third)
-    assert text.startswith('<|im_start|>tools\n{"type": "function", "function": {"name": "add"')
+    assert text.startswith('<|im_start|>system\n# Tools\n{"type": "function", "function": {"name": "add"')
     assert '<|im_start|>assistant\n<tool_call>{"name": "add", "arguments": {"n": 2}}</tool_call><|im_end|>' in text
     assert "<|im_start|>tool\ntotal=2<|im_end|>" in text
 
 
-def test_prompt_ids_are_the_chat_template_with_tools(tool_tokenizer) -> None:
-    ids = render_messages(tool_tokenizer, MESSAGES, TOOLS, parse_tool_call_arguments=False)
+def test_prompt_ids_are_the_chat_template_with_tools(tokenizer) -> None:
+    ids = render_messages(tokenizer, MESSAGES, TOOLS, parse_tool_call_arguments=False)
     flat = normalize_messages(MESSAGES)
-    assert ids == list(
-        tool_tokenizer.apply_chat_template(flat, tools=TOOLS, add_generation_prompt=True, return_dict=False)
-    )
-    text = tool_tokenizer.decode(ids)
-    assert text.startswith('<|im_start|>tools\n{"type": "function", "function": {"name": "move"')
+    assert ids == list(tokenizer.apply_chat_template(flat, tools=TOOLS, add_generation_prompt=True, return_dict=False))
+    text = tokenizer.decode(ids)
+    assert text.startswith('<|im_start|>system\n# Tools\n{"type": "function", "function": {"name": "move"')
     assert "<|im_start|>user\nRoom: #P_# go<|im_end|>" in text
     assert '<tool_call>{"name": "move", "arguments": {"direction": "Up"}}</tool_call>' in text
     assert text.endswith("<|im_start|>user\nNext?<|im_end|>\n<|im_start|>assistant\n")
@@ -250,7 +225,7 @@ def test_sokoban_tool_call_offers_move_player_and_renders_the_answered_calls(pla
         rewards.append(reward)
     assert result.batch.batch["scores"].tolist() == pytest.approx(rewards) and rewards[1] == pytest.approx(-0.25)
     third = tokenizer.decode(client.requests[2].prompt_ids)
-    assert third.startswith('<|im_start|>tools\n{"type": "function", "function": {"name": "move_player"')
+    assert third.startswith('<|im_start|>system\n# Tools\n{"type": "function", "function": {"name": "move_player"')
     assert '<tool_call>{"name": "move_player", "arguments": {"direction": "up"}}</tool_call><|im_end|>' in third
     assert "<|im_start|>tool\nMoved up" in third and "<|im_start|>user\nNo move_player call found" in third
     assert result.format_ratio == pytest.approx(2 / 3)

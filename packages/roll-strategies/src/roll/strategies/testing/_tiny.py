@@ -14,8 +14,22 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+# ChatML. Tools (``apply_chat_template(..., tools=...)``) go in a system turn of their own, one JSON schema a line, and an
+# assistant's ``tool_calls`` follow its content as ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``, as
+# roll's parsers read them and its tool envs write them, so an agent-native episode on a tiny model shows the model its
+# earlier calls as it wrote them. A message without content (None) prints nothing; messages without tools or calls
+# render as plain ChatML.
 CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if tools %}<|im_start|>system\n# Tools\n{% for tool in tools %}{{ tool | tojson }}{{ '\\n' }}{% endfor %}"
+    "<|im_end|>\n{% endif %}"
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is not none %}{{ message['content'] }}{% endif %}"
+    "{% for call in message['tool_calls'] or [] %}"
+    "{% set fn = call['function'] if call['function'] is defined else call %}"
+    '<tool_call>{"name": {{ fn[\'name\'] | tojson }}, "arguments": '
+    "{% if fn['arguments'] is string %}{{ fn['arguments'] }}{% else %}{{ fn['arguments'] | tojson }}{% endif %}"
+    "}</tool_call>{% endfor %}"
+    "<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
@@ -178,6 +192,7 @@ def make_tiny_causal_lm(
         "tie": tie_word_embeddings,
         "seed": seed,
         "corpus": hashlib.sha256("\n".join(texts).encode()).hexdigest(),
+        "chat_template": hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()[:16],
     }
     path = Path(path)
     stamp = path / "roll_tiny.json"
