@@ -16,9 +16,27 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tools.bench import REPO_ROOT
+from tools.bench import CACHE_DIR, REPO_ROOT
 
-__all__ = ["ensure_venv", "find_python", "module_command", "run_json_subprocess"]
+__all__ = [
+    "VERL_CHECK",
+    "VERL_INSTALL_STEPS",
+    "VERL_VENV",
+    "ensure_venv",
+    "find_python",
+    "module_command",
+    "run_json_subprocess",
+]
+
+# verl's venv, shared by the protocol and dispatch benchmarks (one spec, so neither rebuilds the other's).
+VERL_VENV = CACHE_DIR / "venv-verl"
+# torch first and on its own: anything installed before it that needs torch pulls a multi-GB CUDA build.
+VERL_INSTALL_STEPS = [
+    ["torch==2.13.0"],
+    ["--no-deps", "verl==0.9.1"],
+    ["torch==2.13.0", "tensordict", "ray", "omegaconf", "transformers"],
+]
+VERL_CHECK = ["from verl.protocol import DataProto"]
 
 
 def module_command(python: str | Path, module: str, *args: str) -> list[str]:

@@ -50,15 +50,20 @@ import pstats
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from tools.bench import CACHE_DIR
 from tools.bench._measure import environment, freeze_heap, gc_disabled, peak_rss_mib, summarize
 from tools.bench._report import add_report_arguments, emit_result, fmt_bytes, fmt_seconds, table
-from tools.bench._sides import ensure_venv, module_command, run_json_subprocess
+from tools.bench._sides import (
+    VERL_CHECK,
+    VERL_INSTALL_STEPS,
+    VERL_VENV,
+    ensure_venv,
+    module_command,
+    run_json_subprocess,
+)
 
 # Ray, torch and roll.runtime are imported when the benchmark runs (the workers and raw-Ray calls are in
 # _dispatch_parts.py), so that --help answers at once
@@ -207,27 +212,11 @@ def bench_world(
 
 
 # --- verl -----------------------------------------------------------------------------------------------------
-def _verl_venv_spec() -> tuple[Path, list[list[str]], list[str]]:
-    """The verl venv shared with tools/bench/protocol.py (same install steps, so neither reinstalls it)."""
-    try:
-        from protocol import VERL_CHECK, VERL_INSTALL_STEPS, VERL_VENV
-
-        return VERL_VENV, VERL_INSTALL_STEPS, VERL_CHECK
-    except Exception:  # the protocol bench is not importable: the same spec, written out
-        steps = [
-            ["torch==2.13.0"],
-            ["--no-deps", "verl==0.9.1"],
-            ["torch==2.13.0", "tensordict", "ray", "omegaconf", "transformers"],
-        ]
-        return CACHE_DIR / "venv-verl", steps, ["from verl.protocol import DataProto"]
-
-
 def run_verl(args: argparse.Namespace, payloads: dict[str, int], log) -> dict[str, Any]:
-    venv, steps, check = _verl_venv_spec()
     try:
-        py = ensure_venv(venv, steps, check=check, log=log)
+        py = ensure_venv(VERL_VENV, VERL_INSTALL_STEPS, check=VERL_CHECK, log=log)
     except Exception as e:
-        return {"error": f"could not create the verl venv at {venv}: {e}"}
+        return {"error": f"could not create the verl venv at {VERL_VENV}: {e}"}
     cmd = [
         *module_command(py, "_verl_dispatch_side"),
         *("--workers", *map(str, args.workers)),

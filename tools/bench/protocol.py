@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from tools.bench import CACHE_DIR
 from tools.bench._measure import (
     environment,
     freeze_heap,
@@ -55,22 +54,20 @@ from tools.bench._measure import (
     summarize,
 )
 from tools.bench._report import add_report_arguments, emit_result, fmt_bytes, fmt_rate, fmt_seconds, table
-from tools.bench._sides import ensure_venv, module_command, run_json_subprocess
+from tools.bench._sides import (
+    VERL_CHECK,
+    VERL_INSTALL_STEPS,
+    VERL_VENV,
+    ensure_venv,
+    module_command,
+    run_json_subprocess,
+)
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 # torch is imported when the benchmark runs (first thing in main and in each side), so that --help answers at once
 if TYPE_CHECKING:
     import torch
-
-VERL_VENV = CACHE_DIR / "venv-verl"
-# torch first and on its own: anything installed before it that needs torch pulls a multi-GB CUDA build.
-VERL_INSTALL_STEPS = [
-    ["torch==2.13.0"],
-    ["--no-deps", "verl==0.9.1"],
-    ["torch==2.13.0", "tensordict", "ray", "omegaconf", "transformers"],
-]
-VERL_CHECK = ["from verl.protocol import DataProto"]
 
 CHUNKS = 8
 REPEAT = 8
