@@ -18,15 +18,7 @@ from typing import Any
 
 from tools.bench import CACHE_DIR, REPO_ROOT
 
-__all__ = [
-    "VERL_CHECK",
-    "VERL_INSTALL_STEPS",
-    "VERL_VENV",
-    "ensure_venv",
-    "find_python",
-    "module_command",
-    "run_json_subprocess",
-]
+__all__ = ["ensure_venv", "ensure_verl_venv", "find_python", "module_command", "run_json_subprocess"]
 
 # verl's venv, shared by the protocol and dispatch benchmarks (one spec, so neither rebuilds the other's).
 VERL_VENV = CACHE_DIR / "venv-verl"
@@ -100,6 +92,15 @@ def ensure_venv(
             raise RuntimeError(f"venv check failed (rc={rc}): {out[-3000:]}")
     stamp.write_text(want + "\n")
     return py
+
+
+def ensure_verl_venv(log: Callable[[str], None] | None = None) -> Path:
+    """verl's venv (:data:`VERL_VENV`, built by :func:`ensure_venv` on first use); its python. Raises ``RuntimeError``
+    naming the folder when it cannot be built."""
+    try:
+        return ensure_venv(VERL_VENV, VERL_INSTALL_STEPS, check=VERL_CHECK, log=log)
+    except Exception as e:
+        raise RuntimeError(f"could not create the verl venv at {VERL_VENV}: {e}") from e
 
 
 def _run(cmd: Sequence[str], timeout_s: float) -> tuple[int, str]:

@@ -56,14 +56,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from tools.bench._measure import environment, freeze_heap, gc_disabled, peak_rss_mib, summarize
 from tools.bench._report import add_report_arguments, emit_result, fmt_bytes, fmt_seconds, table
-from tools.bench._sides import (
-    VERL_CHECK,
-    VERL_INSTALL_STEPS,
-    VERL_VENV,
-    ensure_venv,
-    module_command,
-    run_json_subprocess,
-)
+from tools.bench._sides import ensure_verl_venv, module_command, run_json_subprocess
 
 # Ray, torch and roll.runtime are imported when the benchmark runs (the workers and raw-Ray calls are in
 # _dispatch_parts.py), so that --help answers at once
@@ -214,9 +207,9 @@ def bench_world(
 # --- verl -----------------------------------------------------------------------------------------------------
 def run_verl(args: argparse.Namespace, payloads: dict[str, int], log) -> dict[str, Any]:
     try:
-        py = ensure_venv(VERL_VENV, VERL_INSTALL_STEPS, check=VERL_CHECK, log=log)
-    except Exception as e:
-        return {"error": f"could not create the verl venv at {VERL_VENV}: {e}"}
+        py = ensure_verl_venv(log)
+    except RuntimeError as e:
+        return {"error": str(e)}
     cmd = [
         *module_command(py, "_verl_dispatch_side"),
         *("--workers", *map(str, args.workers)),

@@ -54,14 +54,7 @@ from tools.bench._measure import (
     summarize,
 )
 from tools.bench._report import add_report_arguments, emit_result, fmt_bytes, fmt_rate, fmt_seconds, table
-from tools.bench._sides import (
-    VERL_CHECK,
-    VERL_INSTALL_STEPS,
-    VERL_VENV,
-    ensure_venv,
-    module_command,
-    run_json_subprocess,
-)
+from tools.bench._sides import ensure_verl_venv, module_command, run_json_subprocess
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
@@ -549,9 +542,9 @@ def probe_side(args: argparse.Namespace) -> None:
 
 def run_verl(args: argparse.Namespace, log) -> dict[str, Any]:
     try:
-        py = ensure_venv(VERL_VENV, VERL_INSTALL_STEPS, check=VERL_CHECK, log=log)
-    except Exception as e:
-        return {"error": f"could not create the verl venv at {VERL_VENV}: {e}"}
+        py = ensure_verl_venv(log)
+    except RuntimeError as e:
+        return {"error": str(e)}
     cmd = [
         *module_command(py, "protocol"),
         "--verl-side",

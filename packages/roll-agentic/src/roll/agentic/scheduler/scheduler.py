@@ -117,7 +117,9 @@ class RolloutScheduler:
             raise ConfigError(f"scheduler mode must be 'train' or 'val', got {mode!r}")
         self.config, self.executor, self.pad_token_id = config, executor, pad_token_id
         self.mode, self.seed = mode, seed
-        self.max_launch_factor = max_launch_factor or config.max_launch_factor
+        self.max_launch_factor = config.max_launch_factor if max_launch_factor is None else max_launch_factor
+        if self.max_launch_factor < 1:
+            raise ConfigError(f"max_launch_factor must be at least 1, got {self.max_launch_factor}")
         self.groups = plan_groups(config)
         self.index_seeded_tags = frozenset(index_seeded_tags)
         self.group_filter = import_target(config.group_filter_cls, f"{config.name}.group_filter_cls")(config, mode)
