@@ -43,3 +43,16 @@ def test_gem_random_actions_follow_the_turns_seed_and_leave_the_episodes_draws_a
     again = make_env("game:GuessTheNumber-v0-hard")
     again.reset(seed=1)
     assert draws == [again.sample_random_action(seed=s) for s in range(20)] and len(set(draws)) > 5
+
+
+def test_without_gem_the_error_gives_the_pip_command(monkeypatch) -> None:
+    import sys
+
+    from roll.agentic.env.gem import import_gem
+    from roll.runtime import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "gem", None)
+    with pytest.raises(MissingExtraError) as caught:
+        import_gem()
+    assert str(caught.value).startswith("a GEM environment needs an optional dependency that is not installed (")
+    assert str(caught.value).endswith("Install it with: pip install 'roll-agentic[gem]'")

@@ -233,9 +233,12 @@ def test_a_dataset_env_is_checked_on_its_longest_row(tokenizer, tmp_path: Path) 
         f"env tag 'Env' (train_env_manager): row 7 of {dataset} (its question is {question} tokens, the longest of its "
         f"10 rows) makes a first prompt of {sent} tokens, and with one turn's 16 new tokens (max_tokens_per_step=16) it "
         f"needs {sent + 16}, over rollout.sequence_length (ROLL's sequence_length)={sent + 15}: raise "
-        f"rollout.sequence_length to at least {sent + 16}, or filter the dataset (1 of its 10 rows have questions over "
+        f"rollout.sequence_length to at least {sent + 16}, or filter the dataset (1 of its 10 rows has a question over "
         f"the {fits} tokens that fit)"
     )
+    # room for 3 question tokens: every row's question is longer
+    with pytest.raises(ConfigError, match=r"\(10 of its 10 rows have questions over the 3 tokens that fit\)$"):
+        _lines(_config(_math(dataset), sequence_length=sent - question + 16 + 3), tokenizer)
 
 
 def test_the_first_episodes_row_alone_would_have_passed(tokenizer, tmp_path: Path) -> None:
@@ -255,7 +258,7 @@ def test_a_large_dataset_counts_its_longest_rows_by_characters(tokenizer, tmp_pa
     dataset = _questions(tmp_path / "q.jsonl")
     line = _lines(_config(_math(dataset)), tokenizer)[-1]
     assert "(row 7 of " in line and "the longest of the 3 longest by characters of its 10)" in line
-    with pytest.raises(ConfigError, match=r"or filter the dataset \(at least 1 of its 10 rows have questions over"):
+    with pytest.raises(ConfigError, match=r"or filter the dataset \(at least 1 of its 10 rows has a question over"):
         _lines(_config(_math(dataset), sequence_length=300), tokenizer)
     # a sequence_length that even the template alone does not fit: filtering would not help
     with pytest.raises(ConfigError, match=r"or shorten the tag's .*\(the prompt without the question is \d+ tokens\)$"):

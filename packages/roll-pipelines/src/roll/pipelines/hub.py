@@ -73,7 +73,7 @@ def _describe(repo_id: str, revision: str | None, repo_type: str) -> str:
 
 def _from_modelscope(repo_id: str, revision: str | None, repo_type: str) -> Path:
     snapshot_download = import_extra(
-        "modelscope", "hub ids with USE_MODELSCOPE set (ModelScope)", "roll-pipelines", "modelscope"
+        "modelscope", "a hub id with USE_MODELSCOPE set (ModelScope)", "roll-pipelines", "modelscope"
     ).snapshot_download
     kwargs: dict[str, Any] = {"revision": revision} if revision else {}
     if repo_type == "dataset":

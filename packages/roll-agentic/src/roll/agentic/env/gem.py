@@ -25,7 +25,7 @@ __all__ = ["GemEnv", "check_gem_env", "gem_dataset", "gem_env_ids", "import_gem"
 
 def import_gem() -> Any:
     """The ``gem`` module, or MissingExtraError with the pip command that installs it."""
-    return import_extra("gem", "GEM environments", "roll-agentic", "gem")
+    return import_extra("gem", "a GEM environment", "roll-agentic", "gem")
 
 
 def gem_env_ids() -> list[str]:

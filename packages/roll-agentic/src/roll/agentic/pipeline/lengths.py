@@ -233,8 +233,10 @@ def _check_longest_rows(
         template = prompt - question
         fits = sequence_length - turn - template  # the template's tokens stay; the question's must fit beside them
         if fits > 0:
-            over = f"{'' if rows.every_row else 'at least '}{rows.rows_over(fits)} of its {n} rows"
-            fix = f"or filter the dataset ({over} have questions over the {fits} tokens that fit)"
+            count = rows.rows_over(fits)
+            over = f"{'' if rows.every_row else 'at least '}{count} of its {n} rows"
+            has = "has a question" if count == 1 else "have questions"
+            fix = f"or filter the dataset ({over} {has} over the {fits} tokens that fit)"
         else:
             fix = (
                 f"or shorten the tag's agent_system_template, agent_template or env instruction (the prompt without "

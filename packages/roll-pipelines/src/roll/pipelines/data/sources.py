@@ -43,7 +43,7 @@ class DataNotFoundError(DataError):
 
 
 def _datasets() -> Any:
-    return import_extra("datasets", "datasets folders and hub dataset names", "roll-pipelines", "datasets")
+    return import_extra("datasets", "a datasets folder or hub dataset name", "roll-pipelines", "datasets")
 
 
 def is_saved_dataset(path: Path) -> bool:

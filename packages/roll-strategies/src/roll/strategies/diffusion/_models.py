@@ -72,7 +72,7 @@ DIFFUSION_PRESETS: dict[str, dict[str, Any]] = {
 
 def require_diffusers() -> Any:
     """The ``diffusers`` module, or MissingExtraError with the pip command that installs it."""
-    return import_extra("diffusers", "diffusion models", "roll-strategies", "diffusion")
+    return import_extra("diffusers", "a diffusion model", "roll-strategies", "diffusion")
 
 
 def _unet_call(model: nn.Module, sample: torch.Tensor, timesteps: torch.Tensor, labels: torch.Tensor | None):
