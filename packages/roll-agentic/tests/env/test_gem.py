@@ -23,10 +23,34 @@ def test_a_misspelled_gem_setting_is_an_error_not_ignored() -> None:
 
 def test_an_almost_right_gem_id_names_the_real_ones() -> None:
     pytest.importorskip("gem")
-    with pytest.raises(ConfigError, match=r"unknown GEM env id 'game:GuessTheNumber-v0'; did you mean .*-v0-easy"):
-        make_env("gem:game:GuessTheNumber-v0")
-    with pytest.raises(ConfigError, match=r"unknown env_type 'game:GuessTheNumber-v0'.*GEM ids like it: .*-v0-easy"):
-        make_env("game:GuessTheNumber-v0")
+    with pytest.raises(ConfigError, match=r"unknown GEM env id 'game:GuessTheNumber-v1'; did you mean .*-v0-easy"):
+        make_env("gem:game:GuessTheNumber-v1")
+    with pytest.raises(ConfigError, match=r"unknown env_type 'game:GuessTheNumber-v1'.*GEM ids like it: .*-v0-easy"):
+        make_env("game:GuessTheNumber-v1")
+
+
+def test_gem_ids_from_before_gem_llm_0_1_play_with_their_old_settings() -> None:
+    gem = pytest.importorskip("gem")
+    from gem.envs.registration import ENV_REGISTRY
+
+    from roll.agentic.env.gem import LEGACY_GEM_IDS, gem_env_ids
+
+    # ROLL's qwen3_agentic_gem/gem_game_guess_the_number.yaml names game:GuessTheNumber-v0, which gem-llm 0.1 split
+    # into -easy/-hard/-random variants
+    env = make_env("game:GuessTheNumber-v0")
+    assert "between 1 and 20 (inclusive) within 10 turns" in env.reset(seed=0)[0]
+    # the ROLL file's env_config overrides the old settings, and a misspelled key is still refused
+    env = make_env("game:GuessTheNumber-v0", min_number=1, max_number=20, max_turns=20)
+    assert "between 1 and 20 (inclusive) within 20 turns" in env.reset(seed=0)[0]
+    with pytest.raises(ConfigError, match=r"keys \['max_turn'\] are not settings of GEM env 'game:GuessTheNumber-v0'"):
+        make_env("gem:game:GuessTheNumber-v0", max_turn=3)
+    # every old id is known (gem-llm's own registration wins where it still has one) and builds its game
+    assert set(LEGACY_GEM_IDS) <= set(gem_env_ids())
+    for env_id, (entry_point, settings) in LEGACY_GEM_IDS.items():
+        if ENV_REGISTRY[env_id].entry_point == entry_point:
+            assert ENV_REGISTRY[env_id].kwargs == settings
+        if env_id not in ("game:Wordle-v0", "game:Hangman-v0"):  # these need nltk's word list, a download
+            assert isinstance(gem.make(env_id).reset(seed=0)[0], str)
 
 
 def test_gem_random_actions_follow_the_turns_seed_and_leave_the_episodes_draws_alone() -> None:

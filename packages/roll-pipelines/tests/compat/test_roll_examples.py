@@ -29,8 +29,6 @@ KNOWN_INVALID = {
     "qwen2.5-7B-agentic_megatron/agentic_val_webshop.yaml": "env_type webshop (ROLL's third_party submodule)",
     "qwen2.5-7B-agentic_megatron/agentic_val_webshop_amd.yaml": "env_type webshop",
     "qwen2.5-7B-agentic_megatron/agentic_val_webshop_gigpo.yaml": "env_type webshop",
-    # a GEM id the installed gem-llm does not have (it has game:GuessTheNumber-v0-easy, -hard, -random)
-    "qwen3_agentic_gem/gem_game_guess_the_number.yaml": "env_type game:GuessTheNumber-v0",
 }
 
 

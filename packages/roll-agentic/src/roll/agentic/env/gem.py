@@ -20,12 +20,64 @@ import numpy as np
 from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_reset_output, check_step_output
 from roll.runtime import ConfigError, import_extra, import_target
 
-__all__ = ["GemEnv", "check_gem_env", "gem_dataset", "gem_env_ids", "import_gem"]
+__all__ = ["LEGACY_GEM_IDS", "GemEnv", "check_gem_env", "gem_dataset", "gem_env_ids", "import_gem"]
+
+
+# GEM ids that gem-llm 0.1 dropped when it split its games into -easy/-hard/-random variants, each with the class and
+# settings gem-llm 0.0.4 registered it with. ROLL's examples (qwen3_agentic_gem/gem_game_guess_the_number.yaml) and
+# recipes written for GEM before 0.1 name them; roll registers the ones the installed gem-llm lacks, so such a config
+# plays the game it was written for (its env_config still overrides each setting).
+LEGACY_GEM_IDS: dict[str, tuple[str, dict[str, Any]]] = {
+    "game:GuessTheNumber-v0": (
+        "gem.envs.game_env.guess_the_number:GuessTheNumberEnv",
+        {"min_number": 1, "max_number": 20, "max_turns": 10},
+    ),
+    "game:GuessTheNumber-v0-hard-no-max-turn": (
+        "gem.envs.game_env.guess_the_number:GuessTheNumberEnv",
+        {"min_number": 1, "max_number": 50, "max_turns": 50},
+    ),
+    "game:Mastermind-v0": (
+        "gem.envs.game_env.mastermind:MastermindEnv",
+        {"code_length": 4, "num_numbers": 6, "max_turns": 20, "duplicate_numbers": False},
+    ),
+    "game:Minesweeper-v0": (
+        "gem.envs.game_env.minesweeper:MinesweeperEnv",
+        {"rows": 8, "cols": 8, "num_mines": 10, "max_turns": 100},
+    ),
+    "game:Minesweeper-v0-very-easy": (
+        "gem.envs.game_env.minesweeper:MinesweeperEnv",
+        {"rows": 3, "cols": 3, "num_mines": 1, "max_turns": 10},
+    ),
+    "game:Wordle-v0": (
+        "gem.envs.game_env.wordle:WordleEnv",
+        {"word_length": 5, "only_real_words": True, "max_turns": 15},
+    ),
+    "game:FifteenPuzzle-v0": ("gem.envs.game_env.fifteen_puzzle:FifteenPuzzleEnv", {"num_rows": 3, "max_turns": 20}),
+    "game:Hangman-v0": ("gem.envs.game_env.hangman:HangmanEnv", {"word_length": 5, "hardcore": False, "max_turns": 15}),
+    "game:Sudoku-v0-easy-v2": (
+        "gem.envs.game_env.sudoku:SudokuEnv",
+        {"clues": 10, "max_turns": 15, "scale": 4, "invalid_action_reward_type": "v2"},
+    ),
+    "game:Sudoku-v0": ("gem.envs.game_env.sudoku:SudokuEnv", {"clues": 50, "max_turns": 50, "scale": 9}),
+    "game:TowerofHanoi-v0": ("gem.envs.game_env.tower_of_hanoi:TowerofHanoiEnv", {"num_disks": 4, "max_turns": 20}),
+}
 
 
 def import_gem() -> Any:
-    """The ``gem`` module, or MissingExtraError with the pip command that installs it."""
-    return import_extra("gem", "a GEM environment", "roll-agentic", "gem")
+    """The ``gem`` module (with :data:`LEGACY_GEM_IDS` registered), or MissingExtraError with the pip command that
+    installs it."""
+    gem = import_extra("gem", "a GEM environment", "roll-agentic", "gem")
+    _register_legacy_ids()
+    return gem
+
+
+@functools.cache
+def _register_legacy_ids() -> None:
+    from gem.envs.registration import ENV_REGISTRY, register
+
+    for env_id, (entry_point, settings) in LEGACY_GEM_IDS.items():
+        if env_id not in ENV_REGISTRY:
+            register(env_id, entry_point, **settings)
 
 
 def gem_env_ids() -> list[str]:
