@@ -16,13 +16,16 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+K = TypeVar("K")
 
 __all__ = [
     "current_rss_mib",
     "environment",
     "freeze_heap",
     "gc_disabled",
+    "interleaved",
     "measure",
     "minor_faults",
     "peak_rss_mib",
@@ -53,6 +56,19 @@ def summarize(times: Sequence[float]) -> dict[str, Any]:
         "reps": len(times),
         "times_s": [round(t, 6) for t in times],
     }
+
+
+def interleaved(run: Callable[[K], float], variants: Sequence[K], reps: int) -> dict[K, list[float]]:
+    """Seconds of ``run(variant)`` for each variant: one untimed call of each first, then ``reps`` rounds of one call
+    of each, so that load from other processes falls on all variants alike (``run`` times itself and returns the
+    seconds)."""
+    for variant in variants:
+        run(variant)  # warm-up
+    times: dict[K, list[float]] = {variant: [] for variant in variants}
+    for _ in range(reps):
+        for variant in variants:
+            times[variant].append(run(variant))
+    return times
 
 
 def measure(

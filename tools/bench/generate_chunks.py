@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools.bench._measure import environment, freeze_heap
+from tools.bench._measure import environment, freeze_heap, interleaved
 from tools.bench._report import add_report_arguments, emit_result, fmt_seconds, table
 
 DEFAULT_CHUNK = 16  # HfInferConfig.generate_batch_size's default
@@ -59,12 +59,7 @@ def measure_rows(args: argparse.Namespace, rows: int, built: dict[int, Any]) -> 
         built[chunk].generate(batch, config)
         return time.perf_counter() - started
 
-    for chunk in chunks:
-        run(chunk)  # warm-up
-    times: dict[int, list[float]] = {chunk: [] for chunk in chunks}
-    for _ in range(args.reps):
-        for chunk in chunks:
-            times[chunk].append(run(chunk))
+    times = interleaved(run, chunks, args.reps)
     medians = {chunk: statistics.median(t) for chunk, t in times.items()}
     base = medians.get(DEFAULT_CHUNK)
     return {

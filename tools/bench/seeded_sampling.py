@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
-from tools.bench._measure import environment, freeze_heap, measure
+from tools.bench._measure import environment, freeze_heap, interleaved, measure
 from tools.bench._report import add_report_arguments, emit_result, fmt_seconds, table
 
 # torch, transformers and roll.strategies are imported inside the functions, so that --help answers at once
@@ -170,12 +170,7 @@ def measure_generate(args: argparse.Namespace, device: str) -> dict[str, Any]:
 
     samplers = sampler_types()
     variants = ["unseeded", *SAMPLER_NAMES]
-    for variant in variants:
-        run(variant)  # warm-up
-    times: dict[str, list[float]] = {v: [] for v in variants}
-    for _ in range(args.reps):
-        for variant in variants:
-            times[variant].append(run(variant))
+    times = interleaved(run, variants, args.reps)
     medians = {v: statistics.median(t) for v, t in times.items()}
     best = {v: min(t) for v, t in times.items()}  # the repetition least disturbed by other processes
     return {
