@@ -44,11 +44,10 @@ def test_gem_ids_from_before_gem_llm_0_1_play_with_their_old_settings() -> None:
     assert "between 1 and 20 (inclusive) within 20 turns" in env.reset(seed=0)[0]
     with pytest.raises(ConfigError, match=r"keys \['max_turn'\] are not settings of GEM env 'game:GuessTheNumber-v0'"):
         make_env("gem:game:GuessTheNumber-v0", max_turn=3)
-    # every old id is known (gem-llm's own registration wins where it still has one) and builds its game
+    # every old id is known, as gem-llm 0.0.4 registered it (gem-llm 0.1 has none of them), and builds its game
     assert set(LEGACY_GEM_IDS) <= set(gem_env_ids())
     for env_id, (entry_point, settings) in LEGACY_GEM_IDS.items():
-        if ENV_REGISTRY[env_id].entry_point == entry_point:
-            assert ENV_REGISTRY[env_id].kwargs == settings
+        assert (ENV_REGISTRY[env_id].entry_point, ENV_REGISTRY[env_id].kwargs) == (entry_point, settings)
         if env_id not in ("game:Wordle-v0", "game:Hangman-v0"):  # these need nltk's word list, a download
             assert isinstance(gem.make(env_id).reset(seed=0)[0], str)
 

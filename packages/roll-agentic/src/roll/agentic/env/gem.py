@@ -12,6 +12,7 @@ import difflib
 import functools
 import inspect
 import random
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -71,13 +72,16 @@ def import_gem() -> Any:
     return gem
 
 
-@functools.cache
+_REGISTERING = threading.Lock()  # env workers build their envs on threads of their own
+
+
 def _register_legacy_ids() -> None:
     from gem.envs.registration import ENV_REGISTRY, register
 
-    for env_id, (entry_point, settings) in LEGACY_GEM_IDS.items():
-        if env_id not in ENV_REGISTRY:
-            register(env_id, entry_point, **settings)
+    with _REGISTERING:
+        for env_id, (entry_point, settings) in LEGACY_GEM_IDS.items():
+            if env_id not in ENV_REGISTRY:
+                register(env_id, entry_point, **settings)
 
 
 def gem_env_ids() -> list[str]:
