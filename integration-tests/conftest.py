@@ -24,11 +24,8 @@ if REPO not in sys.path:
 
 @pytest.fixture(scope="session")
 def roll_env(tmp_path_factory) -> dict[str, str]:
-    """Environment for `roll` subprocesses: an asset cache shared by the session's runs, private to it unless
-    ``ROLL_TEST_CACHE_DIR`` names one (``./tools/dev test`` gives its integration and learning sessions one folder,
-    so the quick start's warm-up, which both train on, is trained once)."""
-    shared = os.environ.get("ROLL_TEST_CACHE_DIR")
-    cache = Path(shared) if shared else tmp_path_factory.mktemp("roll-cache")
+    """Environment for `roll` subprocesses: a private asset cache shared by the session's runs."""
+    cache = tmp_path_factory.mktemp("roll-cache")
     return dict(os.environ, ROLL_CACHE_DIR=str(cache), RAY_AUTH_MODE="disabled", PYTHONUNBUFFERED="1")
 
 
