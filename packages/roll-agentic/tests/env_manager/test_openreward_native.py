@@ -3,7 +3,7 @@ real ``openreward`` SDK against a local fake of OpenReward's server."""
 
 from __future__ import annotations
 
-import copy
+import json
 
 import pytest
 
@@ -12,19 +12,6 @@ from roll.agentic.config import CustomEnvConfig
 pytestmark = pytest.mark.extra("openreward")  # the openreward_server fixture skips without the SDK
 
 ROLL_NATIVE = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
-# ChatML with the tools in their own block and the tool results as `tool` turns.
-TOOL_TEMPLATE = (
-    "{% if tools %}<|im_start|>tools\n{% for tool in tools %}{{ tool.function.name }}\n{% endfor %}<|im_end|>\n"
-    "{% endif %}{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
-@pytest.fixture
-def tokenizer(tokenizer):
-    tok = copy.deepcopy(tokenizer)
-    tok.chat_template = TOOL_TEMPLATE
-    return tok
 
 
 def spec(**env_config) -> CustomEnvConfig:
@@ -44,11 +31,17 @@ def test_the_native_manager_offers_the_tools_and_plays_the_task(play, scripted, 
     assert result.batch.batch["scores"].tolist() == pytest.approx([0.0, 1.0])
     assert [c[:2] for c in openreward_server.calls] == [(3, "bash"), (3, "submit")]
     first, second = (tokenizer.decode(r.prompt_ids) for r in client.requests)
-    assert first == (
-        "<|im_start|>tools\nbash\nscore\nsubmit\ncrash\n<|im_end|>\n"
-        "<|im_start|>user\nTask 3: find the answer and submit it.<|im_end|>\n<|im_start|>assistant\n"
+    # the tiny models' template: the server's tools as a system turn, one JSON schema a line
+    tools, task = first.split("<|im_end|>\n", 1)
+    head, *schemas = tools.split("\n")
+    assert head == "<|im_start|>system" and schemas[0] == "# Tools" and schemas[-1] == ""
+    assert [json.loads(line)["function"]["name"] for line in schemas[1:-1]] == ["bash", "score", "submit", "crash"]
+    assert task == "<|im_start|>user\nTask 3: find the answer and submit it.<|im_end|>\n<|im_start|>assistant\n"
+    # the next turn shows the call made and the server's result
+    assert second == first + (
+        '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call><|im_end|>\n'
+        "<|im_start|>tool\nran: ls<|im_end|>\n<|im_start|>assistant\n"
     )
-    assert second.endswith("<|im_start|>tool\nran: ls<|im_end|>\n<|im_start|>assistant\n")
     assert openreward_server.open_sessions == []
 
 
