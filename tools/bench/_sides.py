@@ -22,11 +22,12 @@ __all__ = ["ensure_venv", "ensure_verl_venv", "find_python", "module_command", "
 
 # verl's venv, shared by the protocol and dispatch benchmarks (one spec, so neither rebuilds the other's).
 VERL_VENV = CACHE_DIR / "venv-verl"
+TORCH_PIN = "torch==2.13.0"  # the CPU build ./tools/dev pins (TORCH_SPEC)
 # torch first and on its own: anything installed before it that needs torch pulls a multi-GB CUDA build.
 VERL_INSTALL_STEPS = [
-    ["torch==2.13.0"],
+    [TORCH_PIN],
     ["--no-deps", "verl==0.9.1"],
-    ["torch==2.13.0", "tensordict", "ray", "omegaconf", "transformers"],
+    [TORCH_PIN, "tensordict", "ray", "omegaconf", "transformers"],
 ]
 VERL_CHECK = ["from verl.protocol import DataProto"]
 

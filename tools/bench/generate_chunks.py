@@ -25,8 +25,6 @@ from typing import Any
 from tools.bench._measure import environment, freeze_heap, interleaved
 from tools.bench._report import add_report_arguments, emit_result, fmt_seconds, table
 
-DEFAULT_CHUNK = 16  # HfInferConfig.generate_batch_size's default
-
 
 def engines(preset: str, chunks: list[int]) -> dict[int, Any]:
     from roll.strategies.testing import make_tiny_causal_lm
@@ -39,7 +37,7 @@ def engines(preset: str, chunks: list[int]) -> dict[int, Any]:
     }
 
 
-def measure_rows(args: argparse.Namespace, rows: int, built: dict[int, Any]) -> dict[str, Any]:
+def measure_rows(args: argparse.Namespace, rows: int, built: dict[int, Any], default: int) -> dict[str, Any]:
     import torch
 
     from roll.protocol import DataProto
@@ -61,7 +59,7 @@ def measure_rows(args: argparse.Namespace, rows: int, built: dict[int, Any]) -> 
 
     times = interleaved(run, chunks, args.reps)
     medians = {chunk: statistics.median(t) for chunk, t in times.items()}
-    base = medians.get(DEFAULT_CHUNK)
+    base = medians.get(default)
     return {
         "rows": rows,
         "median_s": medians,
@@ -81,15 +79,16 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions of every point (median)")
     add_report_arguments(parser)
     args = parser.parse_args()
-    if DEFAULT_CHUNK not in args.chunks:
-        args.chunks.append(DEFAULT_CHUNK)
-    args.chunks = sorted(set(args.chunks))
+    from roll.strategies.hf.config import HfInferConfig
+
+    default = HfInferConfig.model_fields["generate_batch_size"].default  # the size the ratios compare against
+    args.chunks = sorted({*args.chunks, default})
     freeze_heap()
     built = engines(args.preset, args.chunks)
-    results = [measure_rows(args, rows, built) for rows in args.rows]
+    results = [measure_rows(args, rows, built, default) for rows in args.rows]
     print(
         f"hf_infer generate, {args.preset} model, {args.prompt_tokens} prompt + {args.new_tokens} new tokens a row; "
-        f"seconds a turn, median (best) of {args.reps}; ratio to generate_batch_size {DEFAULT_CHUNK}:"
+        f"seconds a turn, median (best) of {args.reps}; ratio to generate_batch_size {default}:"
     )
     lines = [
         [
@@ -101,7 +100,7 @@ def main() -> None:
         for r in results
         for chunk in r["median_s"]
     ]
-    print(table(lines, ["rows", "generate_batch_size", "seconds a turn", f"vs {DEFAULT_CHUNK}"]))
+    print(table(lines, ["rows", "generate_batch_size", "seconds a turn", f"vs {default}"]))
     emit_result(
         {
             "benchmark": "generate_chunks",
