@@ -198,8 +198,13 @@ def test_rolls_example_settings_and_the_missing_extra(monkeypatch) -> None:
     assert check_env("openreward_env", roll_example) is OpenRewardEnv
     assert check_env_config(roll_example).reduce([], terminal=False) == 0.0
     monkeypatch.setitem(sys.modules, "openreward", None)
-    with pytest.raises(MissingExtraError, match=r"roll-agentic\[openreward\]"):
+    with pytest.raises(MissingExtraError, match=r"roll-agentic\[openreward\]") as missing:
         OpenRewardEnv.check_args(**roll_example)
+    assert missing.value.pip_command == "pip install 'roll-agentic[openreward]'"
+    assert str(missing.value).endswith(
+        "(with the mcp extra as well, which pip cannot install beside it: "
+        "python -m roll.agentic.env.openreward_install)"
+    )
     with pytest.raises(MissingExtraError, match=r"roll-agentic\[openreward\]"):
         OpenRewardEnv(**roll_example)
 

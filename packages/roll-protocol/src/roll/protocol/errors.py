@@ -49,23 +49,27 @@ class MissingExtraError(RollError, ImportError):
 
     exit_code: ClassVar[int] = 2
 
-    def __init__(self, feature: str, package: str, extra: str, *, cause: str | None = None) -> None:
+    def __init__(
+        self, feature: str, package: str, extra: str, *, cause: str | None = None, note: str | None = None
+    ) -> None:
         self.feature = feature
         self.package = package
         self.extra = extra
         self.cause = cause
         self.pip_command = f"pip install '{package}[{extra}]'"
         detail = f" ({cause})" if cause else ""
+        after = f" ({note})" if note else ""
         super().__init__(
-            f"{feature} needs an optional dependency that is not installed{detail}. Install it with: {self.pip_command}"
+            f"{feature} needs an optional dependency that is not installed{detail}. "
+            f"Install it with: {self.pip_command}{after}"
         )
 
 
-def import_extra(module: str, feature: str, package: str, extra: str) -> ModuleType:
+def import_extra(module: str, feature: str, package: str, extra: str, *, note: str | None = None) -> ModuleType:
     """``module`` imported, or :class:`MissingExtraError` saying that ``feature`` needs ``package[extra]`` (with the
-    pip command) when it, or a module it imports, is not installed. An installed module that fails otherwise raises
-    as it is."""
+    pip command, and ``note`` after it) when it, or a module it imports, is not installed. An installed module that
+    fails otherwise raises as it is."""
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
-        raise MissingExtraError(feature, package, extra, cause=str(e)) from e
+        raise MissingExtraError(feature, package, extra, cause=str(e), note=note) from e

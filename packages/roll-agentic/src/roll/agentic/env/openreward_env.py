@@ -50,6 +50,7 @@ __all__ = ["OpenRewardConfig", "OpenRewardEnv", "import_openreward", "openreward
 logger = logging.getLogger(__name__)
 
 API_KEY_VAR = "OPENREWARD_API_KEY"
+INSTALLER = "roll.agentic.env.openreward_install"
 NO_CALL = "No tool call found in your reply. Call one of the provided tools to work on the task."
 BAD_CALL = (
     "Your tool call could not be read. Write it as <tool_call><function=NAME><parameter=KEY>value</parameter>"
@@ -106,7 +107,13 @@ def check_env_config(env_config: dict[str, Any]) -> OpenRewardConfig:
 
 def import_openreward() -> Any:
     """The ``openreward`` SDK, or MissingExtraError with the pip command that installs it."""
-    return import_extra("openreward", "openreward_env (OpenReward environments)", "roll-agentic", "openreward")
+    return import_extra(
+        "openreward",
+        "openreward_env (OpenReward environments)",
+        "roll-agentic",
+        "openreward",
+        note=f"with the mcp extra as well, which pip cannot install beside it: python -m {INSTALLER}",
+    )
 
 
 def openreward_api_key() -> str:
