@@ -63,3 +63,19 @@ def test_the_result_line_and_file_agree(tmp_path: Path, capsys: pytest.CaptureFi
     assert json.loads(line[len("RESULT ") :]) == json.loads((tmp_path / "out" / "result.json").read_text())
     assert json.loads((tmp_path / "out" / "result.json").read_text())["path"] == str(tmp_path)
     assert table([["a", 1.5]], ["name", "value"]).splitlines() == ["name  value", "----  -----", "a       1.5"]
+
+
+def test_a_verl_side_that_cannot_run_is_an_error_entry_not_a_crash(monkeypatch: pytest.MonkeyPatch):
+    from tools.bench import _sides
+
+    def no_venv(log):
+        raise RuntimeError("could not create the verl venv at X: pip failed")
+
+    monkeypatch.setattr(_sides, "ensure_verl_venv", no_venv)
+    assert _sides.run_verl_side("protocol", [], timeout_s=5) == {
+        "error": "could not create the verl venv at X: pip failed"
+    }
+
+    monkeypatch.setattr(_sides, "ensure_verl_venv", lambda log: Path(sys.executable))
+    failed = _sides.run_verl_side("no_such_side_module", [], timeout_s=60)
+    assert failed["error"].startswith("verl side failed: side benchmark exited with rc=1")

@@ -18,7 +18,14 @@ from typing import Any
 
 from tools.bench import CACHE_DIR, REPO_ROOT
 
-__all__ = ["ensure_venv", "ensure_verl_venv", "find_python", "module_command", "run_json_subprocess"]
+__all__ = [
+    "ensure_venv",
+    "ensure_verl_venv",
+    "find_python",
+    "module_command",
+    "run_json_subprocess",
+    "run_verl_side",
+]
 
 # verl's venv, shared by the protocol and dispatch benchmarks (one spec, so neither rebuilds the other's).
 VERL_VENV = CACHE_DIR / "venv-verl"
@@ -136,3 +143,21 @@ def run_json_subprocess(
         tail = (proc.stdout or "")[-2000:]
         raise RuntimeError(f"side benchmark exited with rc={proc.returncode}; stdout tail: {tail}")
     return json.loads(lines[-1][len(marker) :])
+
+
+def run_verl_side(
+    module: str, args: Sequence[str], *, timeout_s: float, log: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """``python -m tools.bench.<module> args...`` in verl's venv (built on first use); its ``RESULT`` JSON, or
+    ``{"error": ...}`` saying why there is none (the venv could not be built, the side failed), so the roll side's
+    numbers are still reported."""
+    try:
+        py = ensure_verl_venv(log)
+    except RuntimeError as e:
+        return {"error": str(e)}
+    try:
+        return run_json_subprocess(
+            module_command(py, module, *args), timeout_s=timeout_s, env={"RAY_AUTH_MODE": "disabled"}
+        )
+    except Exception as e:
+        return {"error": f"verl side failed: {e}"}

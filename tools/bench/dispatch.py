@@ -56,7 +56,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from tools.bench._measure import environment, freeze_heap, gc_disabled, peak_rss_mib, summarize
 from tools.bench._report import add_report_arguments, emit_result, fmt_bytes, fmt_seconds, table
-from tools.bench._sides import ensure_verl_venv, module_command, run_json_subprocess
+from tools.bench._sides import run_verl_side
 
 # Ray, torch and roll.runtime are imported when the benchmark runs (the workers and raw-Ray calls are in
 # _dispatch_parts.py), so that --help answers at once
@@ -206,12 +206,7 @@ def bench_world(
 
 # --- verl -----------------------------------------------------------------------------------------------------
 def run_verl(args: argparse.Namespace, payloads: dict[str, int], log) -> dict[str, Any]:
-    try:
-        py = ensure_verl_venv(log)
-    except RuntimeError as e:
-        return {"error": str(e)}
-    cmd = [
-        *module_command(py, "_verl_dispatch_side"),
+    side_args = [
         *("--workers", *map(str, args.workers)),
         *("--payloads", json.dumps(payloads), "--rows", str(args.rows)),
         *("--reps", str(args.reps), "--reps-noop", str(args.reps_noop), "--reps-large", str(args.reps_large_verl)),
@@ -219,10 +214,7 @@ def run_verl(args: argparse.Namespace, payloads: dict[str, int], log) -> dict[st
         *("--warmup", str(args.warmup), "--threads", str(args.threads)),
         *("--num-cpus", str(VERL_CPUS_PER_WORKER * max(args.workers) + 8)),
     ]
-    try:
-        return run_json_subprocess(cmd, timeout_s=args.verl_timeout, env={"RAY_AUTH_MODE": "disabled"})
-    except Exception as e:
-        return {"error": f"verl side failed: {e}"}
+    return run_verl_side("_verl_dispatch_side", side_args, timeout_s=args.verl_timeout, log=log)
 
 
 # --- report ---------------------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from tools.bench._measure import (
     summarize,
 )
 from tools.bench._report import add_report_arguments, emit_result, fmt_bytes, fmt_rate, fmt_seconds, table
-from tools.bench._sides import ensure_verl_venv, module_command, run_json_subprocess
+from tools.bench._sides import module_command, run_json_subprocess, run_verl_side
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
@@ -541,12 +541,7 @@ def probe_side(args: argparse.Namespace) -> None:
 
 
 def run_verl(args: argparse.Namespace, log) -> dict[str, Any]:
-    try:
-        py = ensure_verl_venv(log)
-    except RuntimeError as e:
-        return {"error": str(e)}
-    cmd = [
-        *module_command(py, "protocol"),
+    side_args = [
         "--verl-side",
         *("--rows", str(args.rows), "--seq", str(args.seq), "--resp", str(args.resp)),
         *("--prompt-chars", str(args.prompt_chars), "--reps", str(args.reps), "--warmup", str(args.warmup)),
@@ -554,10 +549,7 @@ def run_verl(args: argparse.Namespace, log) -> dict[str, Any]:
         *(["--no-ray"] if args.no_ray else []),
         *(["--verbose"] if args.verbose else []),
     ]
-    try:
-        return run_json_subprocess(cmd, timeout_s=args.verl_timeout, env={"RAY_AUTH_MODE": "disabled"})
-    except Exception as e:
-        return {"error": f"verl side failed: {e}"}
+    return run_verl_side("protocol", side_args, timeout_s=args.verl_timeout, log=log)
 
 
 # --- report ---------------------------------------------------------------------------------------------------
