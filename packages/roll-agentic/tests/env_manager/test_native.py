@@ -151,6 +151,17 @@ def test_reply_parsing_follows_roll() -> None:
     assert parse_native_tool_calls("no calls") is None
 
 
+def test_an_unclosed_last_call_after_closed_ones_is_read() -> None:
+    # the model stopped right after the second call's JSON: that call was dropped, the reply read as one move
+    reply = (
+        '<tool_call>{"name": "move", "arguments": {"direction": "Up"}}</tool_call>\n'
+        '<tool_call>{"name": "move", "arguments": {"direction": "Left"}}'
+    )
+    calls = assistant_message(reply).tool_calls
+    assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"direction": "Up"}, {"direction": "Left"}]
+    assert [c["id"] for c in calls] == ["move_0", "move_1"]
+
+
 def test_sokoban_native_env_messages_and_penalty() -> None:
     env = make_env("sokoban_native_env", max_steps=3, format_penalty=-0.15, search_depth=30)
     messages, info = env.reset(seed=3)
