@@ -162,6 +162,17 @@ def test_an_unclosed_last_call_after_closed_ones_is_read() -> None:
     assert [c["id"] for c in calls] == ["move_0", "move_1"]
 
 
+def test_arguments_written_as_a_json_string_are_not_encoded_twice() -> None:
+    # they became the JSON string of a string: an env's json.loads got a str (openreward forwarded it as the
+    # arguments), and the template rendered the call as a quoted string
+    (call,) = parse_native_tool_calls(
+        '<tool_call>{"name": "move", "arguments": "{\\"direction\\": \\"Up\\"}"}</tool_call>'
+    )
+    assert json.loads(call["function"]["arguments"]) == {"direction": "Up"}
+    (empty,) = parse_native_tool_calls('<tool_call>{"name": "look", "arguments": ""}</tool_call>')
+    assert json.loads(empty["function"]["arguments"]) == {}
+
+
 def test_sokoban_native_env_messages_and_penalty() -> None:
     env = make_env("sokoban_native_env", max_steps=3, format_penalty=-0.15, search_depth=30)
     messages, info = env.reset(seed=3)

@@ -46,6 +46,17 @@ def _coerce(value: str) -> Any:
     return value
 
 
+def _decoded(arguments: Any) -> Any:
+    """Arguments a model wrote as a JSON string (OpenAI's wire form) as their value, so they are not encoded twice;
+    a string that does not parse stays as written."""
+    if not isinstance(arguments, str):
+        return arguments
+    try:
+        return json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError:
+        return arguments
+
+
 def _call(name: str, arguments: Any, index: int) -> dict[str, Any]:
     # ROLL ids carry a wall-clock time; ours are deterministic so equal replies render equal prompts.
     return {
@@ -74,7 +85,7 @@ def parse_native_tool_calls(response: str) -> list[dict[str, Any]] | None:
             continue
         if not isinstance(parsed, dict):
             continue
-        calls.append(_call(str(parsed.get("name", "")), parsed.get("arguments", {}), i))
+        calls.append(_call(str(parsed.get("name", "")), _decoded(parsed.get("arguments", {})), i))
     return calls
 
 
