@@ -173,6 +173,27 @@ def test_arguments_written_as_a_json_string_are_not_encoded_twice() -> None:
     assert json.loads(empty["function"]["arguments"]) == {}
 
 
+def test_function_tags_in_a_json_call_do_not_hide_it() -> None:
+    # "<function" anywhere read the reply as Qwen3-Coder XML, which found nothing: the JSON calls were dropped
+    reply = (
+        "The page defines <function> elements.\n"
+        '<tool_call>{"name": "python", "arguments": {"code": "print(\'<function=f>\')"}}</tool_call>\n'
+        '<tool_call>{"name": "move", "arguments": {"direction": "Up"}}</tool_call>'
+    )
+    turn = assistant_message(reply)
+    assert turn.valid and [c["function"]["name"] for c in turn.tool_calls] == ["python", "move"]
+    assert json.loads(turn.tool_calls[0]["function"]["arguments"]) == {"code": "print('<function=f>')"}
+    # Qwen3-Coder blocks still read, beside JSON ones, with distinct ids
+    mixed = parse_native_tool_calls(
+        "<tool_call>\n<function=move>\n<parameter=direction>\nUp\n</parameter>\n</function>\n</tool_call>"
+        '<tool_call>{"name": "move", "arguments": {"direction": "Left"}}</tool_call>'
+    )
+    assert mixed is not None and [c["id"] for c in mixed] == ["move_0", "move_1"]
+    assert [json.loads(c["function"]["arguments"])["direction"] for c in mixed] == ["Up", "Left"]
+    bare = parse_native_tool_calls("<function=move><parameter=direction>Up</parameter></function>")
+    assert bare is not None and json.loads(bare[0]["function"]["arguments"]) == {"direction": "Up"}
+
+
 def test_sokoban_native_env_messages_and_penalty() -> None:
     env = make_env("sokoban_native_env", max_steps=3, format_penalty=-0.15, search_depth=30)
     messages, info = env.reset(seed=3)

@@ -7,7 +7,8 @@ template each turn; the env reads the model's reply with :func:`assistant_messag
 
 :func:`parse_native_tool_calls` follows ROLL's ``Qwen3CoderActionParser.parse_action``: ``<function=NAME>`` blocks with
 ``<parameter=KEY>value</parameter>`` children (values coerced to bool/null/int/float/JSON when they read as such),
-else ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` JSON blocks (a missing final ``</tool_call>`` is
+or ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` JSON blocks, each ``<tool_call>`` block read by
+its own form (a missing final ``</tool_call>`` is
 added, also after earlier closed blocks); a block that does not parse is skipped. :func:`assistant_message` follows ROLL's
 ``SandboxManagerV2.format_response_payload``: a reply with ``<tool_call>`` is valid only when at least one call
 parsed (the content is then the text before the first ``<tool_call>``); a reply without one is a plain (final)
@@ -69,24 +70,38 @@ def _call(name: str, arguments: Any, index: int) -> dict[str, Any]:
 def parse_native_tool_calls(response: str) -> list[dict[str, Any]] | None:
     """The OpenAI-style tool calls of ``response`` (arguments as JSON strings); ``None`` when it has no tool-call
     markup at all, ``[]`` when it has some but no block parsed."""
-    if "<function" in response:
-        calls = []
-        for i, (name, body) in enumerate(_FUNCTION.findall(response)):
-            params = {key.strip(): _coerce(value) for key, value in _PARAMETER.findall(body)}
-            calls.append(_call(name.strip(), params, i))
-        return calls
-    if "<tool_call>" not in response:
+    if "<tool_call>" in response:
+        blocks = _TOOL_CALL.findall(response)
+    elif "<function" in response:
+        blocks = [response]
+    else:
         return None
-    calls = []
-    for i, block in enumerate(_TOOL_CALL.findall(response)):
-        try:
-            parsed = json.loads(block.strip())
-        except json.JSONDecodeError:
+    calls: list[dict[str, Any]] = []
+    index = 0  # ids number the blocks (a JSON block that does not parse keeps its number) and XML functions
+    for block in blocks:
+        # a block is Hermes JSON or Qwen3-Coder XML by its own start: "<function" in a JSON call's text (code,
+        # HTML, the model's prose) read the whole reply as XML, which found no call and dropped every JSON one
+        if block.lstrip().startswith("{"):
+            call = _json_call(block, index)
+            if call is not None:
+                calls.append(call)
+            index += 1
             continue
-        if not isinstance(parsed, dict):
-            continue
-        calls.append(_call(str(parsed.get("name", "")), _decoded(parsed.get("arguments", {})), i))
+        for name, body in _FUNCTION.findall(block):
+            params = {key.strip(): _coerce(value) for key, value in _PARAMETER.findall(body)}
+            calls.append(_call(name.strip(), params, index))
+            index += 1
     return calls
+
+
+def _json_call(block: str, index: int) -> dict[str, Any] | None:
+    try:
+        parsed = json.loads(block.strip())
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    return _call(str(parsed.get("name", "")), _decoded(parsed.get("arguments", {})), index)
 
 
 @dataclass(frozen=True)
