@@ -10,6 +10,11 @@ from roll.agentic.env_manager import TrajEnvManager
 from roll.pipelines.algorithms import token_level_rewards_from_scores
 from roll.strategies.ops import position_ids_from_attention_mask
 
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
 SPEC = dict(env_type="frozen_lake", env_config={"size": 4, "format_penalty": -0.1}, max_steps=4)
 
 
@@ -184,6 +189,30 @@ def test_turns_append_what_the_template_appends_when_it_rewrites_earlier_message
     assert tokenizer.decode(after_stop) == "\n<|im_start|>user\nobs<|im_end|>\n<|im_start|>assistant\n"
     cut = formatter.next_turn([{"role": "tool", "content": "42"}], answered[:-1])  # no EOS: the turn is closed
     assert tokenizer.decode(cut) == "<|im_end|>\n<|im_start|>tool\n42<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_a_reply_that_stopped_on_the_templates_end_of_turn_token_gets_it_once(tokenizer) -> None:
+    """A tokenizer whose EOS is not the template's end-of-turn token (Gemma's <eos> and <end_of_turn>, a base Qwen's
+    <|endoftext|> and <|im_end|>): a reply that stopped on <|im_end|> got a second <|im_end|> after it."""
+    import copy
+
+    from roll.agentic.env_manager.chat import ChatFormatter
+
+    base = copy.deepcopy(tokenizer)
+    base.eos_token = "<|endoftext|>"
+    formatter = ChatFormatter(base)
+    reply = _ids(base, "<answer>Up</answer>")
+    end_of_turn = base.convert_tokens_to_ids("<|im_end|>")
+    nxt = [{"role": "user", "content": "obs"}]
+    after_turn_end = formatter.next_turn(nxt, [*reply, end_of_turn])
+    assert (
+        base.decode(after_turn_end, skip_special_tokens=False)
+        == "\n<|im_start|>user\nobs<|im_end|>\n<|im_start|>assistant\n"
+    )
+    cut = formatter.next_turn(nxt, reply)  # no end token at all: the template's whole end of turn
+    assert base.decode(cut, skip_special_tokens=False).startswith("<|im_end|>\n<|im_start|>user")
+    after_eos = formatter.next_turn(nxt, [*reply, base.eos_token_id])  # EOS is not the turn's end: it follows
+    assert base.decode(after_eos, skip_special_tokens=False).startswith("<|im_end|>\n<|im_start|>user")
 
 
 def test_messages_are_kept_only_for_a_client_that_sends_them(play, scripted, kept_messages) -> None:

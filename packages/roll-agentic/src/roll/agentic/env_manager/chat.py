@@ -4,7 +4,8 @@ A trajectory's tokens are the model's own sampled tokens plus, between its turns
 next messages. :class:`ChatFormatter` renders only the *new* messages: it renders an anchor conversation followed by
 them and keeps what comes after the anchor assistant's turn, so the sampled assistant tokens are never re-tokenized
 (re-tokenizing can change ids and would break the log-probs recorded at sampling time). What the template puts after
-an assistant message (e.g. ``<|im_end|>\\n``) is added as a bridge, minus the EOS token the model already produced.
+an assistant message (e.g. ``<|im_end|>\\n``) is added as a bridge, minus the EOS token the model already produced (or
+the template's end-of-turn token, where that is not the EOS, when the model stopped on it).
 
 Only the text after the anchor assistant's content is compared, not the whole rendering: templates may render
 earlier messages differently once more follow (Qwen3 writes an empty think block into the last assistant message
@@ -63,6 +64,14 @@ class ChatFormatter:
         after_eos = suffix[len(self.eos_text) :] if suffix.startswith(self.eos_text) else suffix
         self.bridge_after_stop = self.encode(after_eos)
         self.bridge_after_cut = self.encode(suffix)
+        self._bridges = {self.eos_token_id: self.bridge_after_stop}
+        # The template's end-of-turn token when it is not the tokenizer's EOS (Gemma's <end_of_turn> beside <eos>, a
+        # base Qwen's <|im_end|> beside <|endoftext|>): a reply that stopped on it has ended its turn too, and only
+        # the rest of the suffix follows (it was written a second time, as after a cut reply).
+        head = self.bridge_after_cut[:1]
+        head_text = tokenizer.convert_ids_to_tokens(head[0]) if head else ""
+        if head and head[0] != self.eos_token_id and suffix.startswith(head_text) and not self.decode(head):
+            self._bridges[head[0]] = self.encode(suffix[len(head_text) :])
         self._suffix = suffix
         self._appended([{"role": "user", "content": "roll-anchor-next"}])  # a template that cannot work fails here
 
@@ -83,8 +92,8 @@ class ChatFormatter:
 
     def next_turn(self, messages: list[Message], previous_response: list[int]) -> list[int]:
         """Ids that follow the previous assistant response: the end of its turn, ``messages``, generation prompt."""
-        ended = bool(previous_response) and previous_response[-1] == self.eos_token_id
-        bridge = self.bridge_after_stop if ended else self.bridge_after_cut
+        last = previous_response[-1] if previous_response else None
+        bridge = self._bridges.get(last, self.bridge_after_cut) if last is not None else self.bridge_after_cut
         return bridge + self.encode(self._appended(messages))
 
     def _appended(self, messages: list[Message]) -> str:
