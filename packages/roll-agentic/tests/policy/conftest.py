@@ -70,7 +70,8 @@ def chat_schema_error(body: dict) -> str | None:
 
 
 class Endpoint:
-    """Answers POST /v1/completions (or chat/completions) from ``replies`` (status, body), the last one repeated, or
+    """Answers POST /v1/completions (or chat/completions) from ``replies`` (status, body: JSON, or bytes sent as they
+    are), the last one repeated, or
     from ``answer(body)`` when set; records the requests. A chat request that OpenAI would refuse gets its 400."""
 
     def __init__(self) -> None:
@@ -78,6 +79,7 @@ class Endpoint:
             (200, {"choices": [{"text": "<answer>Up</answer>", "finish_reason": "stop"}]})
         ]
         self.answer: Callable[[dict], dict] | None = None
+        self.cut_after: int | None = None
         self.seen: list[tuple[str, dict, str]] = []
         endpoint = self
 
@@ -92,11 +94,12 @@ class Endpoint:
                     status, reply = 200, endpoint.answer(body)
                 else:
                     status, reply = endpoint.replies.pop(0) if len(endpoint.replies) > 1 else endpoint.replies[0]
-                data = json.dumps(reply).encode()
+                data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                # cut_after: the connection drops after that many bytes of the body (IncompleteRead on the client)
+                self.wfile.write(data if endpoint.cut_after is None else data[: endpoint.cut_after])
 
             def log_message(self, *args) -> None:
                 pass

@@ -109,6 +109,20 @@ def test_transient_errors_are_retried_then_the_turn_aborts(tokenizer, endpoint) 
     assert (result.finish_reason, result.token_ids, len(endpoint.seen)) == ("abort", [], 3)
 
 
+def test_a_dropped_body_is_retried_and_a_body_that_is_not_json_names_base_url(tokenizer, endpoint) -> None:
+    # a connection dropped mid-body raised http.client.IncompleteRead out of the episode (a worker crash)
+    client = OpenAIProxyClient(
+        tokenizer, base_url=endpoint.url, model_name="m", max_retries=1, retry_delay=0.01, token_ids=False
+    )
+    endpoint.cut_after = 5
+    result = asyncio.run(client.generate(request(tokenizer)))
+    assert (result.finish_reason, len(endpoint.seen)) == ("abort", 2)
+    # a web page (or an event stream) where the JSON answer belongs raised a bare JSONDecodeError
+    endpoint.cut_after, endpoint.replies = None, [(200, b"<html><body>Model UI</body></html>")]
+    with pytest.raises(ConfigError, match=r"env tag 'Lake': .* not a JSON object \('<html>.*base_url must be an "):
+        asyncio.run(client.generate(request(tokenizer)))
+
+
 def test_a_client_error_names_the_tag_and_the_fix(tokenizer, endpoint) -> None:
     endpoint.replies = [(404, {"error": {"message": "model 'nope' does not exist"}})]
     client = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="nope", max_retries=3, retry_delay=0.01)

@@ -28,15 +28,16 @@ do), and a stopped answer is ended with EOS.
 
 Sampling comes from the manager's generation config (``max_new_tokens``, ``temperature``, ``top_p``, ``stop_strings``)
 and the request's ``seed`` (the turn's sampling seed, sent as the API's ``seed``: vLLM then samples the turn as roll's
-in-process vLLM engine does with the same seed). Transient failures (HTTP 408/429/5xx, timeouts, refused connections)
-are retried ``max_retries`` times with doubling waits, then the turn comes back ``abort``: the episode ends
-``aborted``, counted by the scheduler like a dropped request. Any other HTTP error is a ConfigError naming the env tag
-and the fix. Log-probs are not asked for (the samples are not the trained policy's).
+in-process vLLM engine does with the same seed). Transient failures (HTTP 408/429/5xx, timeouts, refused connections,
+answers cut off) are retried ``max_retries`` times with doubling waits, then the turn comes back ``abort``: the episode
+ends ``aborted``, counted by the scheduler like a dropped request. Any other HTTP error, or an answer that is not JSON,
+is a ConfigError naming the env tag and the fix. Log-probs are not asked for (the samples are not the trained policy's).
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import logging
 import os
@@ -145,13 +146,13 @@ class OpenAIProxyClient:
             body["chat_template_kwargs"] = {"enable_thinking": self.enable_thinking}
         return body
 
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, body: dict[str, Any]) -> bytes:
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         req = urllib.request.Request(self.url, json.dumps(body).encode(), headers, method="POST")
         with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
-            return dict(json.loads(response.read()))
+            return bytes(response.read())
 
     def _hint(self, code: int, body: dict[str, Any], detail: str) -> str:
         """What to change in proxy_config for an HTTP error other than a transient one."""
@@ -181,7 +182,7 @@ class OpenAIProxyClient:
         body = self.body(request)
         for attempt in range(self.max_retries + 1):
             try:
-                answer = await asyncio.to_thread(self._post, body)
+                raw = await asyncio.to_thread(self._post, body)
                 break
             except urllib.error.HTTPError as e:
                 if e.code not in _TRANSIENT:
@@ -192,7 +193,8 @@ class OpenAIProxyClient:
                         f"check proxy_config (base_url, model, api_key){hint}"
                     ) from None
                 error = f"HTTP {e.code}"
-            except (TimeoutError, urllib.error.URLError, ConnectionError) as e:
+            # a body cut short (IncompleteRead) or a garbled status line is a dropped connection: retried too
+            except (TimeoutError, urllib.error.URLError, ConnectionError, http.client.HTTPException) as e:
                 error = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
             if attempt < self.max_retries:
                 await asyncio.sleep(self.backoff_s * 2**attempt)
@@ -201,6 +203,16 @@ class OpenAIProxyClient:
                 "env tag %r: %s failed %d times (%s); the episode ends aborted", tag, self.url, attempt + 1, error
             )
             return GenerateResult(request.request_id, [], None, "abort")
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise ConfigError(
+                f"env tag {tag!r}: {self.url} answered HTTP 200 with a body that is not a JSON object "
+                f"({raw[:200].decode(errors='replace')!r}); base_url must be an OpenAI-compatible endpoint (its /v1 "
+                "root, e.g. http://host:8000/v1) that answers without streaming"
+            )
         field = "message.content" if self.api == "chat" else "text"
         calls: list[dict[str, Any]] = []
         try:
