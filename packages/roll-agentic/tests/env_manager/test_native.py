@@ -194,6 +194,12 @@ def test_function_tags_in_a_json_call_do_not_hide_it() -> None:
     assert bare is not None and json.loads(bare[0]["function"]["arguments"]) == {"direction": "Up"}
 
 
+def test_a_stray_opening_tag_does_not_swallow_the_call_after_it() -> None:
+    reply = '<think>Use a <tool_call> block.</think><tool_call>{"name": "move", "arguments": {"direction": "Up"}}'
+    turn = assistant_message(reply)
+    assert turn.valid and [json.loads(c["function"]["arguments"]) for c in turn.tool_calls] == [{"direction": "Up"}]
+
+
 def test_sokoban_native_env_messages_and_penalty() -> None:
     env = make_env("sokoban_native_env", max_steps=3, format_penalty=-0.15, search_depth=30)
     messages, info = env.reset(seed=3)

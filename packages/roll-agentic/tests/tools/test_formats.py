@@ -73,6 +73,13 @@ def test_search_and_function_forms(tmp_path: Path) -> None:
     )
 
 
+def test_a_stray_opening_tag_does_not_hide_the_complete_function_call() -> None:
+    # the tag mentioned before the call made the first complete-looking block start there: an unreadable call
+    gem = action_format("gem", [Calculator()])
+    xml = '<tool_call><tool_name>calc</tool_name><arguments>{"a": 1, "b": 2}</arguments></tool_call>'
+    assert gem.parse(f"I write a <tool_call> block: {xml}").blocks == [ToolCall("calc", {"a": 1, "b": 2})]
+
+
 def test_a_structured_call_is_written_as_the_format_reads_it(tmp_path: Path) -> None:
     """A hosted chat model's tool_calls (llm_proxy openai, api: chat) come back as the call the wrapper runs."""
     corpus = tmp_path / "docs.jsonl"

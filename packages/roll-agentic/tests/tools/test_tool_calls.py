@@ -31,3 +31,12 @@ def test_malformed_calls_are_reported() -> None:
     assert "not valid JSON" in parsed.errors[0] and '"name"' in parsed.errors[1]
     bad_args = parse_tool_calls('<tool_call>{"name": "x", "arguments": [1, 2]}</tool_call>')
     assert "must be a JSON object" in bad_args.errors[0]
+
+
+def test_a_stray_opening_tag_does_not_swallow_the_call_after_it() -> None:
+    # the first <tool_call> (mentioned while thinking, or left unclosed) ran to the real call's </tool_call>: one
+    # unreadable block, and the call was lost
+    call = format_tool_call("python_code", {"code": "print(1)"})
+    for text in (f"<think>I will write a <tool_call> block.</think>\n{call}", f'<tool_call>{{"name": "x"\n{call}'):
+        parsed = parse_tool_calls(text)
+        assert parsed.calls == [ToolCall("python_code", {"code": "print(1)"})] and len(parsed.errors) == 1

@@ -8,12 +8,12 @@ template each turn; the env reads the model's reply with :func:`assistant_messag
 :func:`parse_native_tool_calls` follows ROLL's ``Qwen3CoderActionParser.parse_action``: ``<function=NAME>`` blocks with
 ``<parameter=KEY>value</parameter>`` children (values coerced to bool/null/int/float/JSON when they read as such),
 or ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` JSON blocks, each ``<tool_call>`` block read by
-its own form (a missing final ``</tool_call>`` is
-added, also after earlier closed blocks); a block that does not parse is skipped. :func:`assistant_message` follows ROLL's
-``SandboxManagerV2.format_response_payload``: a reply with ``<tool_call>`` is valid only when at least one call
-parsed (the content is then the text before the first ``<tool_call>``); a reply without one is a plain (final)
-answer and valid. (:mod:`roll.agentic.tools.parsing` is the tool wrapper's reader, ROLL's ``tool_wrapper``
-semantics: there a block that does not parse is reported to the model as a failed call.)
+its own form (a block ends at its ``</tool_call>``, the next ``<tool_call>`` or the end of the reply); a block that
+does not parse is skipped. :func:`assistant_message` follows ROLL's ``SandboxManagerV2.format_response_payload``:
+a reply with ``<tool_call>`` is valid only when at least one call parsed (the content is then the text before the
+first ``<tool_call>``); a reply without one is a plain (final) answer and valid. (:mod:`roll.agentic.tools.parsing`
+is the tool wrapper's reader, ROLL's ``tool_wrapper`` semantics: there a block that does not parse is reported to the
+model as a failed call.)
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ __all__ = ["AssistantTurn", "assistant_message", "check_messages", "normalize_me
 
 _FUNCTION = re.compile(r"<function\s*=\s*([^>]+)>(.*?)</function>", re.DOTALL)
 _PARAMETER = re.compile(r"<parameter\s*=\s*([^>]+)>(.*?)</parameter>", re.DOTALL)
-# the last block may be unclosed (the reply was cut, or the model stopped after the JSON): it runs to the end
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+# the last block may be unclosed (the reply was cut, or the model stopped after the JSON): it runs to the end; a
+# block left unclosed before another <tool_call> (or the tag mentioned in prose) ends there, not swallowing that call
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
 
 
 def _coerce(value: str) -> Any:

@@ -42,7 +42,7 @@ _PYTHON = [
     re.compile(p, re.DOTALL) for p in (r"<python>(.*?)</python>", r"<code>(.*?)</code>", r"```\n?python(.*?)```")
 ]
 _SEARCH = re.compile(r"<search>(.*?)</search>", re.DOTALL)
-_FUNCTION = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_FUNCTION = re.compile(r"<tool_call>((?:(?!<tool_call>).)*?)</tool_call>", re.DOTALL)  # complete: no <tool_call> inside
 _XML_CALL = re.compile(r"\s*<tool_name>([^<]+)</tool_name>\s*<arguments>(.*?)</arguments>\s*", re.DOTALL)
 
 

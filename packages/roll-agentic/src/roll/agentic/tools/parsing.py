@@ -2,7 +2,8 @@
 
 A response may hold several calls. A call whose JSON does not parse, or lacks a name, is reported as an error
 (the model gets told, and the wrapper counts it as a failed call) rather than ignored. An unclosed final
-``<tool_call>`` (generation stopped at the token limit) is parsed up to the end of the text.
+``<tool_call>`` (generation stopped at the token limit) is parsed up to the end of the text, one followed by another
+``<tool_call>`` before its ``</tool_call>`` up to that one.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Any
 __all__ = ["ParsedToolCalls", "ToolCall", "format_tool_call", "parse_tool_calls"]
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
-_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+# a block ends at its </tool_call>, at the next <tool_call> (one left unclosed, or a mention of the tag in prose or a
+# think block: it does not swallow the call after it) or at the end of the text
+_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
 
 
 @dataclass(frozen=True)
