@@ -70,6 +70,14 @@ def test_structured_calls_become_the_env_format_and_the_sample_is_that_text(toke
     endpoint.replies = [(200, chat_reply(None, [("python_code", code)] * 3))]
     result = asyncio.run(client.generate(chat_request(tokenizer, tools)))
     assert (len(result.token_ids), result.finish_reason, result.tool_calls) == (64, "length", None)
+    # cut by max_tokens inside a call (OpenAI answers the unfinished arguments with finish_reason length): the answer
+    # was taken as stopped, EOS added and the broken call kept in the history as a structured one
+    cut = chat_reply(None, [("python_code", '{"code": "print(12 *')])
+    cut["choices"][0]["finish_reason"] = "length"
+    endpoint.replies = [(200, cut)]
+    result = asyncio.run(client.generate(chat_request(tokenizer, tools)))
+    assert (result.finish_reason, result.tool_calls) == ("length", None)
+    assert tokenizer.eos_token_id not in result.token_ids
     endpoint.replies = [(200, {"choices": [{"message": {"content": None, "tool_calls": [{"type": "function"}]}}]})]
     with pytest.raises(ConfigError, match=r"env tag 'Math': .* answered tool_calls\[0\] without function\.name"):
         asyncio.run(client.generate(chat_request(tokenizer, tools)))

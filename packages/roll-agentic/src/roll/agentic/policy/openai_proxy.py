@@ -231,7 +231,9 @@ class OpenAIProxyClient:
         if calls:  # the env reads calls from the text: they are written in its format, the sample is that text
             content, text = text, answer_text(text, calls, request.tools)
             ids = list(self.tokenizer.encode(text, add_special_tokens=False))
-            if len(ids) >= body["max_tokens"]:  # the written calls outgrow the turn's budget: cut, as a long answer
+            # cut by max_tokens (the last call's arguments unfinished), or the written calls outgrow the turn's budget:
+            # a cut answer, without EOS, its calls not kept as structured ones for the history
+            if finish == "length" or len(ids) >= body["max_tokens"]:
                 return GenerateResult(request.request_id, ids[: body["max_tokens"]], None, "length")
             return GenerateResult(
                 request.request_id, [*ids, self.eos_token_id], None, "stop", tool_calls=calls, content=content
