@@ -120,6 +120,27 @@ def test_a_server_that_goes_down_fails_the_call_and_one_never_up_warns_in_valida
         check_tool("search", {"search_url": url})
 
 
+def test_an_answer_cut_off_midway_fails_the_call() -> None:
+    class _Dropping(_Retrieval):  # announces a body, sends part of it and closes: http.client's IncompleteRead
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self.wfile.write(b"\x81")
+
+    server = HTTPServer(("127.0.0.1", 0), _Dropping)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        result = make_tool("search", search_url=f"http://127.0.0.1:{server.server_address[1]}/r").call(
+            "search", {"query": "Paris"}
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not result.ok and result.output.startswith("search failed: IncompleteRead")
+
+
 def test_python_code_takes_rolls_tool_args() -> None:
     tool = make_tool("python_code", timeout=3, sandbox_type="none", keep_error_last_line=False)
     assert tool.timeout_s == 3

@@ -20,6 +20,7 @@ Either way each document's ``contents`` is its title line, then its text (wiki-1
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import os
@@ -250,7 +251,9 @@ class SearchTool(Tool):
             return ToolResult(False, 'search needs a non-empty "query" string argument')
         try:
             hits = self.backend.search(query, self.top_k)
-        except (OSError, ValueError) as e:  # a server that is down or answers garbage: a failed call, not a crash
+        # a server that is down, drops the answer midway (http.client's IncompleteRead) or answers garbage: a failed
+        # call, not a crash of the episode
+        except (OSError, ValueError, http.client.HTTPException) as e:
             return ToolResult(False, f"search failed: {type(e).__name__}: {e}")
         if not hits:
             return ToolResult(True, "No results.")
