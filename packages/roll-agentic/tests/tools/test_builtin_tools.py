@@ -64,6 +64,20 @@ def test_bm25_scores_match_the_formula() -> None:
     assert [h.doc_id for h in hits] == ["a"] and hits[0].score == pytest.approx(expected)
 
 
+def test_bm25_finds_chinese_and_japanese_words_inside_sentences() -> None:
+    # a run of Han characters was one token: a query found only a document with that very run ("No results.")
+    docs = [
+        {"id": "paris", "title": "巴黎", "text": "巴黎是法国的首都。"},
+        {"id": "rome", "title": "罗马", "text": "罗马是意大利的首都。"},
+        {"id": "tokyo", "title": "東京", "text": "東京は日本の首都です。"},
+        {"id": "ray", "title": "Ray", "text": "Ray runs distributed Python actors."},
+    ]
+    index = BM25Index(docs)
+    assert [hit.doc_id for hit in index.search("法国的首都是哪里", 2)] == ["paris", "rome"]
+    assert index.search("日本の首都", 1)[0].doc_id == "tokyo"
+    assert [hit.doc_id for hit in index.search("python actors", 3)] == ["ray"]  # words elsewhere as before
+
+
 def test_plain_text_corpus_and_custom_backend(tmp_path) -> None:
     corpus = tmp_path / "docs.txt"
     corpus.write_text("alpha beta\n\ngamma delta\n")

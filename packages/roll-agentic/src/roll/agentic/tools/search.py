@@ -38,7 +38,10 @@ from roll.runtime import ConfigError, import_target
 
 __all__ = ["PROTOCOLS", "BM25Index", "HttpSearchBackend", "SearchBackend", "SearchHit", "SearchTool", "load_documents"]
 
-_TOKEN = re.compile(r"\w+", re.UNICODE)
+# Chinese and Japanese write no spaces between words: each Han or kana character is a token of its own (a run of them
+# was one token, so a query matched only a document with the very same run); other scripts split into words.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+")
 
 
 def _tokens(text: str) -> list[str]:
@@ -85,7 +88,8 @@ def load_documents(path: str | Path) -> list[dict[str, str]]:
 
 
 class BM25Index:
-    """Okapi BM25 (``k1``, ``b``) over lower-cased word tokens of each document's title and text."""
+    """Okapi BM25 (``k1``, ``b``) over lower-cased word tokens (single characters in Chinese and Japanese) of each
+    document's title and text."""
 
     def __init__(self, documents: list[dict[str, str]], k1: float = 1.5, b: float = 0.75) -> None:
         self.documents, self.k1, self.b = documents, k1, b
