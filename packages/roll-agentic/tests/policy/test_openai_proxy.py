@@ -206,6 +206,34 @@ def test_chat_sends_the_messages_and_tokenizes_the_answer(tokenizer, endpoint) -
         LLMProxyConfig(proxy_type="openai", proxy_config={"base_url": "http://x", "model_name": "m", "api": "chats"})
 
 
+def test_a_chat_model_that_refuses_max_tokens_gets_max_completion_tokens(tokenizer, endpoint) -> None:
+    # OpenAI's reasoning models answer max_tokens with this 400: every turn failed with a ConfigError no setting fixed
+    refused = {
+        "error": {
+            "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+            "'max_completion_tokens' instead.",
+            "type": "invalid_request_error",
+            "param": "max_tokens",
+        }
+    }
+    answer = {
+        "choices": [{"message": {"role": "assistant", "content": "<answer>Up</answer>"}, "finish_reason": "stop"}]
+    }
+    endpoint.replies = [(400, refused), (200, answer)]
+    client = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="o4-mini", api="chat", max_retries=0)
+    req = dataclasses.replace(request(tokenizer), messages=[{"role": "user", "content": "Observation: P_G"}])
+    result = asyncio.run(client.generate(req))
+    assert result.finish_reason == "stop" and len(endpoint.seen) == 2
+    assert "max_tokens" in endpoint.seen[0][1] and "max_tokens" not in endpoint.seen[1][1]
+    assert endpoint.seen[1][1]["max_completion_tokens"] == 12
+    asyncio.run(client.generate(req))  # later turns ask with the new key at once
+    assert len(endpoint.seen) == 3 and endpoint.seen[2][1]["max_completion_tokens"] == 12
+    # a completions endpoint's 400 is not read that way
+    endpoint.replies = [(400, refused)]
+    with pytest.raises(ConfigError, match="HTTP 400"):
+        asyncio.run(OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="m").generate(request(tokenizer)))
+
+
 def test_a_chat_only_endpoint_hints_at_api_chat(tokenizer, endpoint) -> None:
     endpoint.replies = [(404, {"error": {"message": "Not Found"}})]
     for token_ids in (True, False):

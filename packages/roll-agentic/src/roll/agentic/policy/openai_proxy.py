@@ -28,10 +28,12 @@ do), and a stopped answer is ended with EOS.
 
 Sampling comes from the manager's generation config (``max_new_tokens``, ``temperature``, ``top_p``, ``stop_strings``)
 and the request's ``seed`` (the turn's sampling seed, sent as the API's ``seed``: vLLM then samples the turn as roll's
-in-process vLLM engine does with the same seed). Transient failures (HTTP 408/429/5xx, timeouts, refused connections,
-answers cut off) are retried ``max_retries`` times with doubling waits, then the turn comes back ``abort``: the episode
-ends ``aborted``, counted by the scheduler like a dropped request. Any other HTTP error, or an answer that is not JSON,
-is a ConfigError naming the env tag and the fix. Log-probs are not asked for (the samples are not the trained policy's).
+in-process vLLM engine does with the same seed); ``max_new_tokens`` goes as ``max_tokens``, or under ``api: chat`` as
+``max_completion_tokens`` once the endpoint refuses ``max_tokens`` asking for it (OpenAI's reasoning models). Transient
+failures (HTTP 408/429/5xx, timeouts, refused connections, answers cut off) are retried ``max_retries`` times with
+doubling waits, then the turn comes back ``abort``: the episode ends ``aborted``, counted by the scheduler like a
+dropped request. Any other HTTP error, or an answer that is not JSON, is a ConfigError naming the env tag and the fix.
+Log-probs are not asked for (the samples are not the trained policy's).
 """
 
 from __future__ import annotations
@@ -108,6 +110,9 @@ class OpenAIProxyClient:
         self.api, self.enable_thinking, self.native_tools = api, enable_thinking, native_tools
         self.token_ids = api == "completions" if token_ids is None else token_ids
         self.eos_token_id = int(tokenizer.eos_token_id)
+        # OpenAI's reasoning models refuse chat's max_tokens and take max_completion_tokens, which other servers may
+        # not know: max_tokens until an endpoint refuses it by that name
+        self.budget_key = "max_tokens"
 
     @property
     def wants_messages(self) -> bool:
@@ -132,7 +137,7 @@ class OpenAIProxyClient:
         else:
             body["prompt"] = self.tokenizer.decode(request.prompt_ids, skip_special_tokens=False)
         body |= {
-            "max_tokens": config.max_new_tokens,
+            self.budget_key: config.max_new_tokens,
             "temperature": config.temperature,
             "top_p": config.top_p,
         }
@@ -177,6 +182,20 @@ class OpenAIProxyClient:
             return "".join(f"; {hint}" for hint in hints)
         return "; a server that takes no token ids needs proxy_config.token_ids: false" if self.token_ids else ""
 
+    def _budget_key_refused(self, code: int, detail: str) -> bool:
+        """Whether a chat endpoint refused ``max_tokens`` asking for ``max_completion_tokens`` (OpenAI's o-series and
+        gpt-5 models); the key is switched for every later request."""
+        if (
+            self.api != "chat"
+            or code != 400
+            or self.budget_key != "max_tokens"
+            or "max_completion_tokens" not in detail
+        ):
+            return False
+        logger.info("%s refused max_tokens: the turns' budget goes as max_completion_tokens", self.url)
+        self.budget_key = "max_completion_tokens"
+        return True
+
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         tag = request.meta.get("tag", "?")
         body = self.body(request)
@@ -187,6 +206,8 @@ class OpenAIProxyClient:
             except urllib.error.HTTPError as e:
                 if e.code not in _TRANSIENT:
                     detail = e.read().decode(errors="replace")[:300]
+                    if self._budget_key_refused(e.code, detail):
+                        return await self.generate(request)  # once: the key is max_completion_tokens from now on
                     hint = self._hint(e.code, body, detail)
                     raise ConfigError(
                         f"env tag {tag!r}: llm_proxy openai endpoint {self.url} answered HTTP {e.code}: {detail}; "
@@ -227,14 +248,15 @@ class OpenAIProxyClient:
                 f"must be an OpenAI-compatible endpoint that serves api: {self.api}"
             ) from None
         if self.token_ids:
-            return self._sampled(request, choice, body["max_tokens"], calls, text)
+            return self._sampled(request, choice, request.generation_config.max_new_tokens, calls, text)
+        budget = request.generation_config.max_new_tokens
         if calls:  # the env reads calls from the text: they are written in its format, the sample is that text
             content, text = text, answer_text(text, calls, request.tools)
             ids = list(self.tokenizer.encode(text, add_special_tokens=False))
             # cut by max_tokens (the last call's arguments unfinished), or the written calls outgrow the turn's budget:
             # a cut answer, without EOS, its calls not kept as structured ones for the history
-            if finish == "length" or len(ids) >= body["max_tokens"]:
-                return GenerateResult(request.request_id, ids[: body["max_tokens"]], None, "length")
+            if finish == "length" or len(ids) >= budget:
+                return GenerateResult(request.request_id, ids[:budget], None, "length")
             return GenerateResult(
                 request.request_id, [*ids, self.eos_token_id], None, "stop", tool_calls=calls, content=content
             )
@@ -243,7 +265,7 @@ class OpenAIProxyClient:
             text += stop
         ids = list(self.tokenizer.encode(text, add_special_tokens=False))
         if finish == "length":
-            return GenerateResult(request.request_id, ids[: body["max_tokens"]], None, "length")
+            return GenerateResult(request.request_id, ids[:budget], None, "length")
         return GenerateResult(request.request_id, [*ids, self.eos_token_id], None, "stop")
 
     def _sampled(
