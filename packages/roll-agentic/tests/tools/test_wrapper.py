@@ -50,6 +50,27 @@ def test_tool_turns_count_calls_and_successes() -> None:
     assert env.tool_use_counter == 0
 
 
+def test_tool_turns_keep_the_wrapped_envs_metric_modes() -> None:
+    """The manager aggregates an episode's metrics with the modes of its last info: one that ended on a tool turn
+    (max_steps while still calling tools) lost the env's modes, and its "sum" metrics were averaged."""
+
+    class Penalized(ArithmeticEnv):
+        def step(self, action):
+            observation, reward, terminated, truncated, info = super().step(action)
+            info.update(metrics={"penalty": 1.0}, metrics_agg_mode={"penalty": "sum"})
+            return observation, reward, terminated, truncated, info
+
+    env = ToolEnvWrapper(Penalized(operators="+", max_steps=5), [Calculator()])
+    env.reset(seed=0)
+    env.step("no answer")
+    *_, info = env.step(format_tool_call("calc", {"a": 1, "b": 2}))
+    assert info["use_tool"] and info["metrics_agg_mode"] == {
+        "penalty": "sum",
+        "tool_use_counter": "last",
+        "tool_success_counter": "last",
+    }
+
+
 def test_budget_sends_further_calls_to_the_env() -> None:
     env = _env(max_tool_uses=1)
     env.reset(seed=0)

@@ -74,6 +74,7 @@ class ToolEnvWrapper(Env):
         self.tool_use_counter = 0
         self.tool_success_counter = 0
         self._chat_tools: ChatTools | None = None
+        self._env_modes: dict[str, str] = {}
 
     def chat_tools(self) -> ChatTools:
         """The tools as a chat endpoint takes them (``llm_proxy`` openai, ``api: chat``): every function's schema,
@@ -94,14 +95,18 @@ class ToolEnvWrapper(Env):
         metrics = dict(info.get("metrics") or {})
         metrics.update(tool_use_counter=self.tool_use_counter, tool_success_counter=self.tool_success_counter)
         info["metrics"] = metrics
+        # The env's own modes are kept for tool turns too: the manager reads the episode's modes from its last info,
+        # and an episode that ended on a tool turn (max_steps) averaged the env's "sum"/"last" metrics.
+        self._env_modes.update(info.get("metrics_agg_mode") or {})
         # The counters are running totals: an episode's value is the last one, not the mean over turns.
-        modes = dict(info.get("metrics_agg_mode") or {})
+        modes = dict(self._env_modes)
         modes.update(tool_use_counter="last", tool_success_counter="last")
         info["metrics_agg_mode"] = modes
         return info
 
     def reset(self, seed: int | None = None) -> ResetOutput:
         self.tool_use_counter = self.tool_success_counter = 0
+        self._env_modes = {}
         observation, info = check_reset_output(self.env.reset(seed=seed))
         info["use_tool"] = False
         instruction = self.instruction()
