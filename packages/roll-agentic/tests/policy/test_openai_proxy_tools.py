@@ -156,6 +156,11 @@ def test_history_is_sent_natively_where_it_can_be_and_as_text_where_not(chat_sch
     ]
     dict_arguments = {**CALL, "function": {"name": "python_code", "arguments": {"code": "1"}}}
     assert openai_messages([user, {**native[1], "tool_calls": [dict_arguments]}, native[2]], tools)[1] == sent[1]
+    # an assistant answer with empty (OpenAI refuses it) or null tool_calls goes without the key
+    for empty in ([], None):
+        plain = [user, {"role": "assistant", "content": "<answer>408</answer>", "tool_calls": empty}, user]
+        assert openai_messages(plain, tools)[1] == {"role": "assistant", "content": "<answer>408</answer>"}
+        assert chat_schema_error({"messages": openai_messages(plain, tools)}) is None
     # a tool message that answers no call (a trajectory manager's text-mode result) goes as a user message
     assert openai_messages([user, {"role": "tool", "content": "42"}], None)[1] == {"role": "user", "content": "42"}
     # the checker refuses what OpenAI refuses: an unanswered call, an unknown id, a bad tools entry

@@ -104,7 +104,8 @@ def openai_messages(
             i += 1
             continue
         if role != "assistant" or not message.get("tool_calls"):
-            out.append(message)
+            # an empty tool_calls list (OpenAI refuses it: minimum length 1), or a null one, is left out
+            out.append({k: v for k, v in message.items() if k != "tool_calls"} if role == "assistant" else message)
             i += 1
             continue
         end = i + 1
