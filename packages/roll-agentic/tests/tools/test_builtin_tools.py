@@ -78,6 +78,26 @@ def test_bm25_finds_chinese_and_japanese_words_inside_sentences() -> None:
     assert [hit.doc_id for hit in index.search("python actors", 3)] == ["ray"]  # words elsewhere as before
 
 
+def test_a_clipped_passage_says_it_was_clipped() -> None:
+    # wiki-18 passages (~100 words) run past the default 500 characters: they were cut mid-word without a note
+    long = " ".join(["Paris"] * 120)
+    tool = SearchTool(
+        backend="roll.agentic.tools.search:BM25Index", backend_kwargs={"documents": [{"id": "0", "text": long}]}
+    )
+    for action_format in ("hermes", "gem"):
+        tool.action_format = action_format
+        output = tool.call("search", {"query": "Paris"}).output
+        assert long[:500] + " ...(truncated)" in output and long not in output
+    assert (
+        SearchTool(
+            backend="roll.agentic.tools.search:BM25Index", backend_kwargs={"documents": [{"id": "0", "text": "Paris"}]}
+        )
+        .call("search", {"query": "Paris"})
+        .output
+        == "[1] Paris"
+    )
+
+
 def test_plain_text_corpus_and_custom_backend(tmp_path) -> None:
     corpus = tmp_path / "docs.txt"
     corpus.write_text("alpha beta\n\ngamma delta\n")

@@ -187,7 +187,8 @@ def _hit(item: Any, rank: int) -> SearchHit:
 
 class SearchTool(Tool):
     """One function, ``search(query)``, returning the ``top_k`` best passages (under ``tool_format: gem`` listed as
-    GEM's search tool lists them, ``Doc 1(Title: ...) text``)."""
+    GEM's search tool lists them, ``Doc 1(Title: ...) text``), each cut to ``max_chars_per_hit`` characters with
+    `` ...(truncated)`` where it was longer."""
 
     gem_form = "search"
 
@@ -249,6 +250,12 @@ class SearchTool(Tool):
         }
         return [ToolSpec(self.name, "Search the document collection and return the best passages.", parameters)]
 
+    def _clip(self, text: str) -> str:
+        """``text`` cut to ``max_chars_per_hit``, saying so: a passage cut mid-sentence read as the whole passage."""
+        if len(text) <= self.max_chars_per_hit:
+            return text
+        return text[: self.max_chars_per_hit] + " ...(truncated)"
+
     def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         query = arguments.get("query")
         if not isinstance(query, str) or not query.strip():
@@ -261,7 +268,7 @@ class SearchTool(Tool):
             return ToolResult(False, f"search failed: {type(e).__name__}: {e}")
         if not hits:
             return ToolResult(True, "No results.")
-        clipped = [(rank, hit, hit.text[: self.max_chars_per_hit]) for rank, hit in enumerate(hits, start=1)]
+        clipped = [(rank, hit, self._clip(hit.text)) for rank, hit in enumerate(hits, start=1)]
         if self.action_format == "gem":  # GEM's wording: one line per passage, each ending in a newline
             return ToolResult(True, "".join(f"Doc {rank}(Title: {hit.title}) {text}\n" for rank, hit, text in clipped))
         lines = [f"[{rank}] {hit.title}: {text}" if hit.title else f"[{rank}] {text}" for rank, hit, text in clipped]
