@@ -200,6 +200,11 @@ def test_a_stray_opening_tag_does_not_swallow_the_call_after_it() -> None:
     assert turn.valid and [json.loads(c["function"]["arguments"]) for c in turn.tool_calls] == [{"direction": "Up"}]
 
 
+def test_llama_style_parameters_are_the_arguments() -> None:
+    (call,) = parse_native_tool_calls('<tool_call>{"name": "move", "parameters": {"direction": "Up"}}</tool_call>')
+    assert json.loads(call["function"]["arguments"]) == {"direction": "Up"}
+
+
 def test_sokoban_native_env_messages_and_penalty() -> None:
     env = make_env("sokoban_native_env", max_steps=3, format_penalty=-0.15, search_depth=30)
     messages, info = env.reset(seed=3)

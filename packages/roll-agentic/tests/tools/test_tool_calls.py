@@ -40,3 +40,9 @@ def test_a_stray_opening_tag_does_not_swallow_the_call_after_it() -> None:
     for text in (f"<think>I will write a <tool_call> block.</think>\n{call}", f'<tool_call>{{"name": "x"\n{call}'):
         parsed = parse_tool_calls(text)
         assert parsed.calls == [ToolCall("python_code", {"code": "print(1)"})] and len(parsed.errors) == 1
+
+
+def test_llama_style_parameters_are_the_arguments() -> None:
+    # Llama 3 writes {"name", "parameters"}: the parameters were dropped and the tool ran with none
+    parsed = parse_tool_calls('<tool_call>{"name": "calc", "parameters": {"a": 1, "b": 2}}</tool_call>')
+    assert parsed.calls == [ToolCall("calc", {"a": 1, "b": 2})]

@@ -102,7 +102,8 @@ def _json_call(block: str, index: int) -> dict[str, Any] | None:
         return None
     if not isinstance(parsed, dict):
         return None
-    return _call(str(parsed.get("name", "")), _decoded(parsed.get("arguments", {})), index)
+    arguments = parsed["arguments"] if "arguments" in parsed else parsed.get("parameters", {})  # Llama 3's key
+    return _call(str(parsed.get("name", "")), _decoded(arguments), index)
 
 
 @dataclass(frozen=True)

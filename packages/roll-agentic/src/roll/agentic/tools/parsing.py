@@ -53,7 +53,9 @@ def _parse_block(body: str) -> ToolCall | str:
         return f"the tool call is not valid JSON ({e.msg} at position {e.pos})"
     if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"]:
         return 'the tool call must be a JSON object with a "name" string'
-    arguments = payload.get("arguments", {})
+    # Llama 3's JSON calls name them "parameters" (as vLLM's llama3_json parser reads): they were dropped, the tool
+    # called with no arguments
+    arguments = payload["arguments"] if "arguments" in payload else payload.get("parameters", {})
     if isinstance(arguments, str):  # some models emit the arguments as a JSON string
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
