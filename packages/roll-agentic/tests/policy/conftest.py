@@ -16,9 +16,11 @@ _ROLES = ("system", "developer", "user", "assistant", "tool")
 
 def chat_schema_error(body: dict) -> str | None:
     """What OpenAI's chat API would refuse in ``body`` (its 400 message), or None: roles and contents, assistant
-    ``tool_calls`` each answered by a ``tool`` message with its id before the next other message, no ``tool`` message
-    without a call to answer, ``tools`` entries that are well-formed function schemas with unique names."""
+    ``tool_calls`` each answered by a ``tool`` message with its id before the next other message, no call id used twice
+    in the conversation, no ``tool`` message without a call to answer, ``tools`` entries that are well-formed function
+    schemas with unique names."""
     pending: list[str] = []  # ids of the last assistant's calls not yet answered
+    called: set[str] = set()  # every call id so far: OpenAI refuses one used twice ("Duplicate value for ...")
     for i, message in enumerate(body.get("messages") or [None]):
         if not isinstance(message, dict) or message.get("role") not in _ROLES:
             return f"messages[{i}]: invalid message {message!r:.80}"
@@ -46,9 +48,10 @@ def chat_schema_error(body: dict) -> str | None:
                     or not isinstance(function["arguments"], str)
                 ):
                     return f"messages[{i}]: invalid tool call {call!r:.120}"
+                if call["id"] in called:
+                    return f"messages[{i}]: Duplicate value for 'tool_call_id' of {call['id']!r}"
+                called.add(call["id"])
                 pending.append(call["id"])
-            if len(set(pending)) != len(pending):
-                return f"messages[{i}]: duplicate tool call ids {pending}"
         elif not isinstance(content, str | list):
             return f"messages[{i}]: content must be a string"
     if pending:

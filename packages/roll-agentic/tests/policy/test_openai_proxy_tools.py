@@ -161,6 +161,20 @@ def test_history_is_sent_natively_where_it_can_be_and_as_text_where_not(chat_sch
         plain = [user, {"role": "assistant", "content": "<answer>408</answer>", "tool_calls": empty}, user]
         assert openai_messages(plain, tools)[1] == {"role": "assistant", "content": "<answer>408</answer>"}
         assert chat_schema_error({"messages": openai_messages(plain, tools)}) is None
+    # ids an earlier turn sent (an env numbering each turn's calls from 0) get a suffix no message holds
+    again = [{**CALL, "id": "call_0_0-1"}]
+    turns = [
+        user,
+        *native[1:],
+        {**native[1]},
+        native[2],
+        {**native[1], "tool_calls": again},
+        {**native[2], "tool_call_id": "call_0_0-1"},
+    ]
+    sent_ids = [m["tool_call_id"] for m in openai_messages(turns, tools) if m["role"] == "tool"]
+    assert sent_ids == ["call_0_0", "call_0_0-2", "call_0_0-1"]
+    assert chat_schema_error({"messages": openai_messages(turns, tools)}) is None
+    assert "Duplicate value for 'tool_call_id'" in chat_schema_error({"messages": turns})
     # a tool message that answers no call (a trajectory manager's text-mode result) goes as a user message
     assert openai_messages([user, {"role": "tool", "content": "42"}], None)[1] == {"role": "user", "content": "42"}
     # the checker refuses what OpenAI refuses: an unanswered call, an unknown id, a bad tools entry

@@ -72,7 +72,10 @@ def test_a_hosted_model_solves_sokoban_with_native_tool_calls(tokenizer, endpoin
     assert [m["role"] for m in last[:7]] == ["system", "user", "assistant", "tool", "assistant", "tool", "tool"]
     assert last[2]["tool_calls"][0]["id"] == "move_player_0" and last[3]["tool_call_id"] == "move_player_0"
     assert last[3]["content"].startswith("Error: direction 'north' is not one of up, down, left, right.")
-    assert [c["id"] for c in last[4]["tool_calls"]] == ["move_player_0", "move_player_1"]
+    # the env numbers each turn's calls from 0: an id an earlier turn sent gets a suffix (OpenAI refuses a repeated
+    # tool_call_id), its results answer the new id
+    assert [c["id"] for c in last[4]["tool_calls"]] == ["move_player_0-1", "move_player_1"]
+    assert [m["tool_call_id"] for m in last[5:7]] == ["move_player_0-1", "move_player_1"]
     assert last[5]["content"].startswith("Moved ") and last[6]["content"].startswith("Error: not played.")
     assert all(set(m) == {"role", "tool_call_id", "content"} for m in last if m["role"] == "tool")
     # the sample's response is the call as the env read it: Hermes JSON, ended with EOS

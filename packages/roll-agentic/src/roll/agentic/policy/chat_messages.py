@@ -92,9 +92,12 @@ def openai_messages(
     """``messages`` as OpenAI's chat API accepts them: an assistant turn keeps its ``tool_calls`` when each has an id
     and the ``tool`` messages right after it answer exactly those ids (``native``: else every call goes as text);
     otherwise its calls are written into its content with ``tools``' writer (Hermes without tools) and its results,
-    like any ``tool`` message that answers no call, go as ``user`` messages."""
+    like any ``tool`` message that answers no call, go as ``user`` messages. A call id an earlier turn already sent
+    goes with a suffix (its results too): OpenAI refuses a ``tool_call_id`` used twice in a conversation."""
     write = tools.write_call if tools is not None else format_tool_call
     out: list[dict[str, Any]] = []
+    taken = {str(call.get("id")) for m in messages for call in m.get("tool_calls") or [] if isinstance(call, dict)}
+    sent: set[str] = set()  # call ids already in ``out``: OpenAI refuses a tool_call_id used twice in a conversation
     i = 0
     while i < len(messages):
         message = messages[i]
@@ -116,10 +119,16 @@ def openai_messages(
         ids = [call["id"] for call in calls if call is not None]
         answered = [result.get("tool_call_id") for result in results]
         if native and None not in calls and len(set(ids)) == len(ids) and sorted(ids) == sorted(map(str, answered)):
+            renamed = _unique_ids(ids, sent, taken)
             content = message.get("content")
+            calls = [{**call, "id": renamed[call["id"]]} for call in calls if call is not None]
             out.append({"role": "assistant", "content": content or None, "tool_calls": calls})
             out += [
-                {"role": "tool", "tool_call_id": result["tool_call_id"], "content": result.get("content", "")}
+                {
+                    "role": "tool",
+                    "tool_call_id": renamed[str(result["tool_call_id"])],
+                    "content": result.get("content", ""),
+                }
                 for result in results
             ]
         else:
@@ -127,3 +136,17 @@ def openai_messages(
             out += [{"role": "user", "content": result.get("content", "")} for result in results]
         i = end
     return out
+
+
+def _unique_ids(ids: list[str], sent: set[str], taken: set[str]) -> dict[str, str]:
+    """Each of an assistant turn's call ids, or where an earlier turn sent it already (an env's per-turn ids, e.g.
+    ``move_player_0`` every turn) a fresh ``<id>-<n>`` that no message uses; the new ids are added to ``sent``."""
+    renamed = {}
+    for call_id in ids:
+        new, n = call_id, 0
+        while new in sent or (new != call_id and new in taken):
+            n += 1
+            new = f"{call_id}-{n}"
+        renamed[call_id] = new
+        sent.add(new)
+    return renamed
