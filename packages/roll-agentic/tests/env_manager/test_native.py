@@ -205,6 +205,19 @@ def test_llama_style_parameters_are_the_arguments() -> None:
     assert json.loads(call["function"]["arguments"]) == {"direction": "Up"}
 
 
+def test_an_assistant_turn_with_null_content_renders_no_none(tokenizer) -> None:
+    # OpenAI writes content null next to tool_calls: the prompt showed the model "None<tool_call>..."
+    call = {"id": "move_0", "type": "function", "function": {"name": "move", "arguments": '{"direction": "Up"}'}}
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "move_0", "content": "moved"},
+    ]
+    for parse_arguments in (False, True):
+        text = tokenizer.decode(render_messages(tokenizer, messages, TOOLS, parse_arguments))
+        assert "<|im_start|>assistant\n<tool_call>" in text and "None" not in text
+
+
 def test_sokoban_native_env_messages_and_penalty() -> None:
     env = make_env("sokoban_native_env", max_steps=3, format_penalty=-0.15, search_depth=30)
     messages, info = env.reset(seed=3)

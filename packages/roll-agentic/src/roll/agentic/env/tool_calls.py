@@ -140,7 +140,8 @@ def check_messages(observation: Any, where: str) -> list[dict[str, Any]]:
 
 
 def normalize_messages(messages: list[dict[str, Any]], parse_arguments: bool = False) -> list[dict[str, Any]]:
-    """ROLL's ``convert_list_content_str``: list contents joined into text, other non-text contents ``str()``-ed;
+    """ROLL's ``convert_list_content_str``: list contents joined into text, an assistant's null content (OpenAI's form
+    next to ``tool_calls``) empty, other non-text contents ``str()``-ed;
     with ``parse_arguments`` (ROLL's ``parse_tool_call_parameter_to_dict``) JSON-string tool-call arguments of
     assistant messages become dicts, and a message whose arguments do not parse gets its calls appended to its
     content instead."""
@@ -151,6 +152,9 @@ def normalize_messages(messages: list[dict[str, Any]], parse_arguments: bool = F
         if isinstance(content, list):
             parts = [item.get("text") if isinstance(item, dict) else item for item in content]
             converted["content"] = "".join(p for p in parts if isinstance(p, str))
+        elif content is None and message.get("role") == "assistant":
+            # OpenAI's form of a turn that only calls tools: str() made it the text "None" before the calls
+            converted["content"] = ""
         elif not isinstance(content, str):
             converted["content"] = str(content)
         if parse_arguments and message.get("role") == "assistant" and message.get("tool_calls"):
