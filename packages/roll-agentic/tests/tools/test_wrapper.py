@@ -154,6 +154,28 @@ def test_a_wrapper_that_cannot_be_built_closes_the_tools_it_made() -> None:
     assert ClosingCalculator.closed == ["calc"]
 
 
+def test_a_tool_that_fails_to_close_leaves_the_others_closed() -> None:
+    # the first close that raised left the later tools (an MCP server's process) and the env open
+    class Broken(Calculator):
+        def specs(self):
+            return [ToolSpec("broken", "Fails to close.")]
+
+        def close(self) -> None:
+            raise RuntimeError("socket already gone")
+
+    class Env(ArithmeticEnv):
+        closed = False
+
+        def close(self) -> None:
+            Env.closed = True
+
+    ClosingCalculator.closed = []
+    wrapper = ToolEnvWrapper(Env(), [Broken(), ClosingCalculator()])
+    with pytest.raises(RuntimeError, match="socket already gone"):
+        wrapper.close()
+    assert ClosingCalculator.closed == ["calc"] and Env.closed
+
+
 def test_misspelled_wrapper_args_are_named() -> None:
     from roll.agentic.config import ToolWrapperConfig
 

@@ -19,6 +19,7 @@ without one too, and ``random`` refuses the tag.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -165,11 +166,20 @@ class ToolEnvWrapper(Env):
         return observation, reward, False, False, self._metrics(tool_info)
 
     def close(self) -> None:
-        for tool in self.tools:
-            tool.close()
+        """Close every tool and the wrapped env, each even when one before it fails (an MCP server's process must not
+        outlive a tool whose close raised); the first failure is raised after."""
+        closers = [tool.close for tool in self.tools]
         close = getattr(self.env, "close", None)
         if callable(close):
-            close()
+            closers.append(close)
+        failure: BaseException | None = None
+        for closer in closers:
+            try:
+                closer()
+            except Exception as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
 
 
 def tool_wrapper(env: EnvLike, wrapper_args: dict[str, Any], tool_configs: list[dict[str, Any]]) -> ToolEnvWrapper:
@@ -189,5 +199,6 @@ def tool_wrapper(env: EnvLike, wrapper_args: dict[str, Any], tool_configs: list[
         return ToolEnvWrapper(env, tools, **wrapper_args)
     except BaseException:
         for tool in tools:  # the ones already built (an MCP server's process and thread) do not outlive the error
-            tool.close()
+            with contextlib.suppress(Exception):  # nor does one failing to close hide the error or the others
+                tool.close()
         raise
