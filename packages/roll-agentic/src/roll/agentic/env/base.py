@@ -34,6 +34,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+import numpy as np
+
 from roll.runtime import ConfigError, RollError
 
 __all__ = [
@@ -126,7 +128,8 @@ def check_step_output(output: Any) -> StepOutput:
     if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(float(reward)):
         raise EnvOutputError(f"step(): the reward must be a finite number, got {reward!r}")
     for name, flag in (("terminated", terminated), ("truncated", truncated)):
-        if not isinstance(flag, bool | int) and type(flag).__name__ != "bool_":
+        # numpy's bool is no int subclass (and numpy 2 names its type "bool", not "bool_")
+        if not isinstance(flag, bool | int | np.bool_):
             raise EnvOutputError(f"step(): {name} must be a bool, got {flag!r}")
     return observation, float(reward), bool(terminated), bool(truncated), _check_info(info, "step()")
 
