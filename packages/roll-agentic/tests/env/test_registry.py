@@ -171,3 +171,10 @@ def test_roll_validate_names_the_custom_envs_entry_of_a_module_that_does_not_imp
         f"import ({path}, line 1: SyntaxError: "
     )
     assert isinstance(caught.value.__cause__, SyntaxError)
+
+
+@pytest.mark.parametrize("env_id", ["math:GSM8K", "code:CodeContest"])
+def test_without_gem_a_gem_id_that_reads_as_a_module_path_names_the_pip_command(monkeypatch, env_id) -> None:
+    monkeypatch.setitem(sys.modules, "gem", None)  # "math" and "code" are stdlib modules: the id reads as a path
+    with pytest.raises(ConfigError, match=r"if it is a GEM id, install GEM: pip install 'roll-agentic\[gem\]'"):
+        check_env(env_id, {})

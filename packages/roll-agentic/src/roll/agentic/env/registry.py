@@ -92,7 +92,9 @@ def _resolve(env_type: str, setting: str = "env_type") -> tuple[Any, str | None]
             # GEM ids look like paths ("math:GSM8K" would name the stdlib's math module).
             if _gem_knows(env_type):
                 return _gem_factory(env_type), env_type
-            raise ConfigError(f"env_type {env_type!r} cannot be imported ({e}); check the path") from e
+            raise ConfigError(
+                f"env_type {env_type!r} cannot be imported ({e}); check the path{_gem_missing_hint(env_type)}"
+            ) from e
     if _gem_knows(env_type):
         return _gem_factory(env_type), env_type
     raise ConfigError(
@@ -111,6 +113,18 @@ def _gem_hint(env_type: str) -> str:
     except ImportError:
         return ""
     return f"; GEM ids like it: {close}" if close else ""
+
+
+def _gem_missing_hint(env_type: str) -> str:
+    """A hint for a GEM id whose prefix is also a module ("math:GSM8K", "code:CodeContest") while gem is not
+    installed: it reads as an import path, and the error would otherwise point at the path only."""
+    try:
+        from roll.agentic.env.gem import import_gem
+
+        import_gem()
+    except ImportError:
+        return ", or, if it is a GEM id, install GEM: pip install 'roll-agentic[gem]'"
+    return ""
 
 
 def resolve_env_factory(env_type: str) -> Any:
