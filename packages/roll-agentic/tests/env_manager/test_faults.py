@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from roll.agentic.config import CustomEnvConfig
+from roll.agentic.env.base import check_reset_output, check_step_output
 
 
 class FlakyEnv:
@@ -68,3 +69,26 @@ def test_reset_fault(play, scripted) -> None:
     (result,) = play(spec, scripted(["x"]))
     assert (result.end_reason, result.num_turns, result.batch) == ("env_error", 0, None)
     assert "crashed during reset" in result.error
+
+
+class CheckingAdapter:
+    """Checks its inner env's output inside step() and reset(), as GemEnv and the tool wrapper do."""
+
+    def __init__(self, mode: str) -> None:
+        self.inner = FlakyEnv(mode)
+
+    def reset(self, seed=None):
+        return check_reset_output(self.inner.reset(seed))
+
+    def step(self, action):
+        return check_step_output(self.inner.step(action))
+
+
+@pytest.mark.parametrize("mode", ["garbage", "nan_reward", "not_text"])
+def test_malformed_output_caught_by_an_adapter_is_env_malformed(play, scripted, mode) -> None:
+    FlakyEnv.created = 0
+    spec = CustomEnvConfig(env_type=f"{__name__}:CheckingAdapter", env_config={"mode": mode})
+    first, second = play(spec, scripted(["<answer>go</answer>"] * 4), episodes=2)
+    assert (first.end_reason, first.faulted, first.batch) == ("env_malformed", True, None)
+    assert first.error.startswith("step()") and "raised" not in first.error
+    assert (second.end_reason, second.success) == ("terminated", True)

@@ -182,6 +182,9 @@ class EnvRunner:
             except TimeoutError:
                 self._discard()
                 raise EnvFault("env_timeout", f"{method}() did not return within {self.timeout_s:g} s") from None
+            except EnvOutputError as e:  # an adapter (GemEnv, the tool wrapper) checked its inner env's output
+                self._discard()
+                raise EnvFault("env_malformed", str(e)) from e
             except (Exception, SystemExit) as e:  # an env calling sys.exit() is an env error too
                 self._discard()
                 raise EnvFault("env_error", f"{method}() raised {type(e).__name__}: {e}") from e
