@@ -114,3 +114,15 @@ def test_random_actions_follow_the_seed() -> None:
     draws = [SokobanEnv().sample_random_action(seed=s) for s in range(40)]
     assert draws == [SokobanEnv().sample_random_action(seed=s) for s in range(40)]
     assert set(draws) == {_answer(a) for a in SokobanEnv.ACTIONS}
+
+
+def test_a_rooms_split_does_not_depend_on_the_grid_symbols() -> None:
+    # a train tag and a val tag whose grid_lookup differ must still never share a layout
+    lookup = {0: "W", 1: ".", 2: "G", 3: "C", 4: "B", 5: "A", 6: "@"}
+    settings = {"dim_room": (5, 5), "search_depth": 4}
+    for split in ("train", "val"):
+        default, custom = SokobanEnv(split=split, **settings), SokobanEnv(split=split, grid_lookup=lookup, **settings)
+        for seed in range(40):
+            default.reset(seed)
+            custom.reset(seed)
+            assert default.room == custom.room, (split, seed)

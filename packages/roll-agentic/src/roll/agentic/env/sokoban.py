@@ -158,10 +158,18 @@ class SokobanEnv(Env):
         return self._grid(self.room, self.player, self.boxes)
 
     def _render_room(self, room: Room) -> str:
-        """``room`` as reset shows it (the text its split is decided by)."""
-        return self._grid(room, room.player, room.boxes)
+        """``room`` in ROLL's default symbols (the text its split is decided by): the split of a layout must not
+        depend on ``grid_lookup``, or a train tag and a val tag with different symbols would share layouts."""
+        return self._grid(room, room.player, room.boxes, GRID_LOOKUP)
 
-    def _grid(self, room: Room, player: tuple[int, int], boxes: frozenset[tuple[int, int]]) -> str:
+    def _grid(
+        self,
+        room: Room,
+        player: tuple[int, int],
+        boxes: frozenset[tuple[int, int]],
+        grid_lookup: dict[int, str] | None = None,
+    ) -> str:
+        lookup = self.grid_lookup if grid_lookup is None else grid_lookup
         rows = []
         for r, row in enumerate(room.fixed):
             cells = []
@@ -173,7 +181,7 @@ class SokobanEnv(Env):
                     code = 3 if fixed == TARGET else 4
                 else:
                     code = 0 if fixed == WALL else 2 if fixed == TARGET else 1
-                cells.append(self.grid_lookup.get(code, "?"))
+                cells.append(lookup.get(code, "?"))
             rows.append("".join(cells))
         return "\n".join(rows)
 
