@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from roll.agentic.env import ACTION_PATTERN, THINK_ACTION_PATTERN, parse_action
+from roll.agentic.env import ACTION_PATTERN, THINK_ACTION_PATTERN, FrozenLakeEnv, SokobanEnv, parse_action
 from roll.runtime import ConfigError
 
 
@@ -40,3 +40,11 @@ def test_bad_pattern_is_a_config_error() -> None:
         parse_action("x", r"<answer>.*</answer>")
     with pytest.raises(ConfigError, match="regular expression"):
         parse_action("x", r"<answer>(.*</answer>")
+
+
+@pytest.mark.parametrize("env_cls", [FrozenLakeEnv, SokobanEnv])
+@pytest.mark.parametrize("pattern", ["<answer>(.*</answer>", "<answer>.*</answer>"])
+def test_a_bad_action_pattern_fails_when_the_env_is_built(env_cls, pattern) -> None:
+    # not at its first step, where it would end every episode as an env fault
+    with pytest.raises(ConfigError, match="action_pattern"):
+        env_cls(action_pattern=pattern)

@@ -119,6 +119,7 @@ class FrozenLakeEnv(Env):
         self.size, self.p, self.is_slippery = size, p, is_slippery
         self.map_seed, self.max_steps, self.format_penalty = map_seed, max_steps, format_penalty
         self.action_pattern = action_pattern
+        parse_action("", action_pattern)  # a bad pattern is a ConfigError here, not a fault at every step
         self.grid_lookup = grid_lookup_of(grid_lookup, GRID_LOOKUP)
         self.grid_vocab = dict(GRID_VOCAB if grid_vocab is None else grid_vocab)  # {}: no legend
         self.env_instruction = env_instruction or INSTRUCTION

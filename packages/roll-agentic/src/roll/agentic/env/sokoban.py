@@ -94,6 +94,7 @@ class SokobanEnv(Env):
         self.dim_room = (int(dim_room[0]), int(dim_room[1]))
         self.num_boxes, self.search_depth, self.max_steps = num_boxes, search_depth, max_steps
         self.format_penalty, self.action_pattern = format_penalty, action_pattern
+        parse_action("", action_pattern)  # a bad pattern is a ConfigError here, not a fault at every step
         self.grid_lookup = grid_lookup_of(grid_lookup, GRID_LOOKUP)
         self.grid_vocab = dict(GRID_VOCAB if grid_vocab is None else grid_vocab)  # {}: no legend
         self.env_instruction = env_instruction or INSTRUCTION
