@@ -79,3 +79,43 @@ def test_without_gem_the_error_gives_the_pip_command(monkeypatch) -> None:
         import_gem()
     assert str(caught.value).startswith("a GEM environment needs an optional dependency that is not installed (")
     assert str(caught.value).endswith("Install it with: pip install 'roll-agentic[gem]'")
+
+
+class OneAnswerEnv:
+    """A single-turn env as GEM writes them (math, qa, code, reasoning-gym): every answer ends the episode terminated
+    *and* truncated; ``correct`` in info only where ``says_correct``."""
+
+    def __init__(self, says_correct: bool = True) -> None:
+        self.says_correct = says_correct
+
+    def reset(self, seed=None):
+        return "What is 2 + 2?", {}
+
+    def step(self, action):
+        right = action == "\\boxed{4}"
+        return "", 1.0 if right else 0.0, True, True, ({"correct": right} if self.says_correct else {})
+
+
+@pytest.mark.parametrize("says_correct", [True, False])
+def test_a_right_answer_to_a_single_turn_gem_env_is_a_success(says_correct) -> None:
+    pytest.importorskip("gem")
+    from gem.envs.registration import ENV_REGISTRY, register
+
+    env_id = f"test:OneAnswer-v0-{says_correct}"
+    if env_id not in ENV_REGISTRY:
+        register(env_id, f"{__name__}:OneAnswerEnv", says_correct=says_correct)
+    env = make_env(env_id)
+    for answer, success in (("\\boxed{4}", True), ("\\boxed{5}", False)):
+        env.reset(seed=0)
+        assert env.step(answer)[4]["success"] is success
+
+
+def test_a_gem_game_ended_by_max_turns_is_no_success() -> None:
+    env = make_env("game:GuessTheNumber-v0", min_number=1, max_number=20, max_turns=1)
+    env.reset(seed=0)
+    number = env.env.game_number
+    _, reward, terminated, truncated, info = env.step(f"\\boxed{{{number % 20 + 1}}}")
+    assert (terminated, truncated, info["success"]) == (True, True, False) and reward < 1
+    env.reset(seed=0)
+    _, reward, terminated, truncated, info = env.step(f"\\boxed{{{number}}}")
+    assert (terminated, info["success"]) == (True, True) and reward >= 1

@@ -2,8 +2,9 @@
 
 Needs the extra: ``pip install 'roll-agentic[gem]'``. GEM's envs already speak the contract of
 :mod:`roll.agentic.env.base`; this adapter adds what roll's env managers read: ``info["success"]`` (GEM reports
-none, so a terminated, untruncated episode whose last reward reaches ``success_reward`` counts as solved) and
-``uses_global_rng`` (GEM seeds and draws from the process-global ``random``/``numpy`` generators).
+none: its ``info["correct"]`` where it has one, else a terminated episode whose last reward reaches ``success_reward``
+counts as solved) and ``uses_global_rng`` (GEM seeds and draws from the process-global ``random``/``numpy``
+generators).
 """
 
 from __future__ import annotations
@@ -138,7 +139,11 @@ class GemEnv(Env):
 
     def step(self, action: str) -> StepOutput:
         observation, reward, terminated, truncated, info = check_step_output(self.env.step(action))
-        info.setdefault("success", terminated and not truncated and reward >= self.success_reward)
+        if "success" not in info:
+            # GEM's single-turn envs (math, qa, code, reasoning-gym) end every answer terminated *and* truncated;
+            # its games end at max_turns the same way, with a partial reward below success_reward.
+            correct = info.get("correct")  # math and qa report it
+            info["success"] = bool(correct) if correct is not None else terminated and reward >= self.success_reward
         return observation, reward, terminated, truncated, info
 
     def close(self) -> None:
