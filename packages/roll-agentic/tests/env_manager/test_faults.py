@@ -92,3 +92,104 @@ def test_malformed_output_caught_by_an_adapter_is_env_malformed(play, scripted, 
     assert (first.end_reason, first.faulted, first.batch) == ("env_malformed", True, None)
     assert first.error.startswith("step()") and "raised" not in first.error
     assert (second.end_reason, second.success) == ("terminated", True)
+
+
+class SlowRebuildEnv:
+    """``flaky``: the first instance raises at its first step; the second (the rebuild) takes until ``released`` to
+    build. ``releaser``: its first step waits until that rebuild has started, its second releases it."""
+
+    built = 0
+    started, released = threading.Event(), threading.Event()
+    saw_release: bool | None = None
+
+    def __init__(self, role: str) -> None:
+        self.role, self.steps = role, 0
+        if role == "flaky":
+            type(self).built += 1
+            if type(self).built == 2:
+                type(self).started.set()
+                type(self).saw_release = type(self).released.wait(5)
+
+    def reset(self, seed=None):
+        return "state", {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.role == "flaky" and type(self).built == 1:
+            raise RuntimeError("crash")
+        if self.role == "releaser" and self.steps == 1:
+            type(self).started.wait(5)
+            return "state", 0.0, False, False, {}
+        if self.role == "releaser":
+            type(self).released.set()
+        return "done", 1.0, True, False, {"success": True}
+
+
+def test_a_slow_rebuild_holds_up_no_other_env(tokenizer, scripted) -> None:
+    import asyncio
+
+    from roll.agentic.env_manager import EpisodeTask
+    from roll.agentic.pool import EnvPool, EnvSlot
+    from roll.strategies import GenerationConfig
+
+    SlowRebuildEnv.built, SlowRebuildEnv.saw_release = 0, None
+    SlowRebuildEnv.started.clear()
+    SlowRebuildEnv.released.clear()
+    specs = {
+        role: CustomEnvConfig(env_type=f"{__name__}:SlowRebuildEnv", env_config={"role": role}, step_timeout_s=10)
+        for role in ("flaky", "releaser")
+    }
+    pool = EnvPool(
+        specs,
+        tokenizer,
+        scripted(lambda prompt: "<answer>go</answer>"),
+        generation_config=GenerationConfig(),
+        sequence_length=4096,
+    )
+    pool.add_slots([EnvSlot(0, 0, "flaky"), EnvSlot(1, 1, "releaser")])
+
+    async def flaky() -> list[str]:
+        reasons = []
+        for i in range(2):
+            reasons.append((await pool.run_episode(EpisodeTask(0, 0, "flaky", i, i, f"f{i}", f"f{i}_0"))).end_reason)
+        return reasons
+
+    async def main():
+        return await asyncio.gather(flaky(), pool.run_episode(EpisodeTask(1, 1, "releaser", 0, 0, "r", "r_0")))
+
+    try:
+        reasons, other = asyncio.run(main())
+    finally:
+        pool.close()
+    # the other env's second step (sent from the event loop) ran while the rebuild was under way
+    assert SlowRebuildEnv.saw_release is True
+    assert reasons == ["env_error", "terminated"] and (other.end_reason, other.num_turns) == ("terminated", 2)
+
+
+class HangingRebuildEnv:
+    """The first instance raises at its first step; the second takes 1 s to build (past the timeout); the third is
+    fine."""
+
+    built = 0
+
+    def __init__(self) -> None:
+        type(self).built += 1
+        self.number = type(self).built
+        if self.number == 2:
+            threading.Event().wait(1)
+
+    def reset(self, seed=None):
+        return "state", {}
+
+    def step(self, action):
+        if self.number == 1:
+            raise RuntimeError("crash")
+        return "done", 1.0, True, False, {"success": True}
+
+
+def test_a_rebuild_past_the_timeout_ends_that_episode_only(play, scripted) -> None:
+    HangingRebuildEnv.built = 0
+    spec = CustomEnvConfig(env_type=f"{__name__}:HangingRebuildEnv", step_timeout_s=0.3)
+    results = play(spec, scripted(["<answer>go</answer>"] * 4), episodes=3)
+    assert [r.end_reason for r in results] == ["env_error", "env_timeout", "terminated"]
+    assert "rebuilding the env did not finish within 0.3 s" in results[1].error

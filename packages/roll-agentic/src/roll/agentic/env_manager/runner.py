@@ -4,7 +4,7 @@ An env's ``reset``/``step`` is ordinary blocking Python. :class:`EnvRunner` runs
 thread and waits for it with ``step_timeout_s``; an env that raises, hangs or answers in the wrong shape ends the episode
 with an :class:`EnvFault` whose ``reason`` is ``env_error``, ``env_timeout`` or ``env_malformed``. The env instance
 is then discarded (its state is unknown, and a hung call may still be running) and a fresh one is built for the
-next episode.
+next episode, on the env's thread within the same timeout (a slow constructor holds up no other env).
 
 An env that draws from the process-global RNGs (``uses_global_rng``, e.g. GEM's: 2048 places its new tiles with
 ``random`` in ``step``) keeps its own copy of their state: each call starts from the state the env's previous call
@@ -25,7 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from roll.agentic.env.base import EnvLike, EnvOutputError, check_reset_output, check_step_output, random_action_of
+from roll.agentic.env.base import (
+    EnvLike,
+    EnvOutputError,
+    check_reset_output,
+    check_step_output,
+    close_env,
+    random_action_of,
+)
 from roll.agentic.env.tool_calls import check_messages
 
 __all__ = ["FAULT_REASONS", "EnvFault", "EnvRunner"]
@@ -159,22 +166,37 @@ class EnvRunner:
             # Closing a hung env could hang as well: do it on its own daemon thread and do not wait.
             threading.Thread(target=_close_quietly, args=(close,), name="roll-env-close", daemon=True).start()
 
-    def _ensure(self) -> EnvLike:
-        if self.env is None:
-            try:
-                self.env = self.make()
-            except Exception as e:
-                raise EnvFault("env_error", f"rebuilding the env failed: {type(e).__name__}: {e}") from e
-            self.rebuilds += 1
-        return self.env
+    async def _rebuild(self, thread: _CallThread, loop: asyncio.AbstractEventLoop) -> EnvLike:
+        """A fresh env after a fault, built on the env's call thread within ``timeout_s``: a constructor that is slow
+        (an MCP server starting, a dataset loading) or hangs must not stop the event loop, and with it every other
+        env of the worker and their timeouts."""
+        abandoned = threading.Event()
+
+        def build() -> EnvLike:
+            env = self.make()
+            if abandoned.is_set():  # built after its timeout: nobody will use or close it
+                _close_quietly(lambda: close_env(env))
+            return env
+
+        try:
+            env = await asyncio.wait_for(thread.submit(loop, build), self.timeout_s)
+        except TimeoutError:
+            abandoned.set()
+            self._discard()
+            raise EnvFault("env_timeout", f"rebuilding the env did not finish within {self.timeout_s:g} s") from None
+        except Exception as e:
+            raise EnvFault("env_error", f"rebuilding the env failed: {type(e).__name__}: {e}") from e
+        self.env = env
+        self.rebuilds += 1
+        return env
 
     async def _call(self, method: str, *args: Any, bind: Callable[[EnvLike], Any] | None = None) -> Any:
         """``env.<method>(*args)`` (or ``bind(env)(*args)``: ``method`` then only names the call in errors)."""
-        env = self._ensure()
         loop = asyncio.get_running_loop()
         async with self.limiter or contextlib.nullcontext(), self.lock or contextlib.nullcontext():
             if self._thread is None:
                 self._thread = _CallThread()
+            env = self.env if self.env is not None else await self._rebuild(self._thread, loop)
             fn = bind(env) if bind is not None else getattr(env, method)
             future = self._thread.submit(loop, self._rng.around(fn) if self._rng else fn, *args)
             try:
