@@ -193,3 +193,69 @@ def test_a_rebuild_past_the_timeout_ends_that_episode_only(play, scripted) -> No
     results = play(spec, scripted(["<answer>go</answer>"] * 4), episodes=3)
     assert [r.end_reason for r in results] == ["env_error", "env_timeout", "terminated"]
     assert "rebuilding the env did not finish within 0.3 s" in results[1].error
+
+
+class MovedSlotEnv:
+    """``moved``: the first build raises (a service of the new worker's node is down), the second takes until
+    ``released`` to build. ``releaser``: its first step waits until that second build has started, its second releases
+    it."""
+
+    built = 0
+    started, released = threading.Event(), threading.Event()
+    saw_release: bool | None = None
+
+    def __init__(self, role: str) -> None:
+        self.role, self.steps = role, 0
+        if role == "moved":
+            type(self).built += 1
+            if type(self).built == 1:
+                raise ConnectionError("the sandbox service did not answer")
+            type(self).started.set()
+            type(self).saw_release = type(self).released.wait(5)
+
+    def reset(self, seed=None):
+        return "state", {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.role == "releaser" and self.steps == 1:
+            type(self).started.wait(5)
+            return "state", 0.0, False, False, {}
+        if self.role == "releaser":
+            type(self).released.set()
+        return "done", 1.0, True, False, {"success": True}
+
+
+def test_a_slot_moved_here_is_built_off_the_loop_and_a_failed_build_is_a_fault(tokenizer, scripted) -> None:
+    import asyncio
+
+    from roll.agentic.env_manager import EpisodeTask
+    from roll.agentic.pool import EnvPool, EnvSlot
+    from roll.strategies import GenerationConfig
+
+    MovedSlotEnv.built, MovedSlotEnv.saw_release = 0, None
+    MovedSlotEnv.started.clear()
+    MovedSlotEnv.released.clear()
+    specs = {
+        role: CustomEnvConfig(env_type=f"{__name__}:MovedSlotEnv", env_config={"role": role}, step_timeout_s=10)
+        for role in ("moved", "releaser")
+    }
+    client = scripted(lambda prompt: "<answer>go</answer>")
+    pool = EnvPool(specs, tokenizer, client, generation_config=GenerationConfig(), sequence_length=4096)
+    pool.add_slots([EnvSlot(1, 1, "releaser")])  # slot 0 lives on a worker that dies: its episodes come here
+
+    async def moved() -> list:
+        return [await pool.run_episode(EpisodeTask(0, 0, "moved", i, i, f"m{i}", f"m{i}_0")) for i in range(2)]
+
+    async def main():
+        return await asyncio.gather(moved(), pool.run_episode(EpisodeTask(1, 1, "releaser", 0, 0, "r", "r_0")))
+
+    try:
+        (faulted, played), other = asyncio.run(main())
+    finally:
+        pool.close()
+    reasons = [faulted.end_reason, played.end_reason]
+    # the failed build ended that episode only; the other env's second step ran while the second build was under way
+    assert reasons == ["env_error", "terminated"] and MovedSlotEnv.saw_release is True
+    assert faulted.metrics == {"success": 0.0, "num_turns": 0.0, "episode_score": 0.0, "generated_tokens": 0.0}
+    assert (other.end_reason, other.num_turns) == ("terminated", 2)

@@ -16,8 +16,9 @@ from typing import Any
 from roll.agentic.config import ROCK_ENV, CustomEnvConfig, EnvManagerConfig, LLMProxyConfig
 from roll.agentic.driver_envs import DriverEnvs, NotBuiltHere
 from roll.agentic.env import check_env, make_env, resolve_env_factory
-from roll.agentic.env.base import EnvLike, random_action_of
+from roll.agentic.env.base import EnvLike, close_env, random_action_of
 from roll.agentic.env_manager import ENV_MANAGERS, ChatFormatter, EnvManager, EnvRunner, EpisodeResult, EpisodeTask
+from roll.agentic.env_manager.runner import EnvFault, build_off_loop
 from roll.agentic.policy.openai_proxy import OpenAIProxyClient
 from roll.agentic.policy.protocol import PolicyClient
 from roll.agentic.policy.random_actions import RandomActionClient
@@ -238,9 +239,25 @@ class EnvPool:
                 self._busy[slot.env_id] = asyncio.Lock()
 
     async def run_episode(self, task: EpisodeTask) -> EpisodeResult:
-        """Play ``task`` on its slot's env (built now if the slot is new here, e.g. moved from a dead worker)."""
+        """Play ``task`` on its slot's env (built now if the slot is new here, e.g. moved from a dead worker: off the
+        event loop, within the tag's ``step_timeout_s``; a build that fails or times out ends this episode as an env
+        fault, and the slot's next episode builds again)."""
         if task.env_id not in self.managers:
-            self.add_slots([EnvSlot(task.env_id, task.group_id, task.tag)])
+            spec = self._spec(task.tag)
+            try:
+                env = await build_off_loop(
+                    lambda: build_env(spec), spec.step_timeout_s, "building the moved slot's env"
+                )
+            except EnvFault as fault:
+                # as an env manager reports a reset that faulted
+                metrics = dict.fromkeys(("success", "num_turns", "episode_score", "generated_tokens"), 0.0)
+                return EpisodeResult(task, fault.reason, 0, False, 0.0, None, None, metrics, str(fault))
+            if task.env_id not in self.managers:
+                slot = EnvSlot(task.env_id, task.group_id, task.tag)
+                self.managers[slot.env_id] = self.make_manager(slot, env)
+                self.slots[slot.env_id], self._busy[slot.env_id] = slot, asyncio.Lock()
+            else:  # built meanwhile by another call
+                close_env(env)
         async with self._busy[task.env_id]:
             return await self.managers[task.env_id].run_episode(task)
 

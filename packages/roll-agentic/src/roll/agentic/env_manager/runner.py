@@ -35,7 +35,7 @@ from roll.agentic.env.base import (
 )
 from roll.agentic.env.tool_calls import check_messages
 
-__all__ = ["FAULT_REASONS", "EnvFault", "EnvRunner"]
+__all__ = ["FAULT_REASONS", "EnvFault", "EnvRunner", "build_off_loop"]
 
 FAULT_REASONS = ("env_error", "env_timeout", "env_malformed")
 
@@ -128,6 +128,31 @@ class _GlobalRngState:
         return call
 
 
+async def build_off_loop(make: Callable[[], EnvLike], timeout_s: float, doing: str) -> EnvLike:
+    """``make()`` on a daemon thread of its own, within ``timeout_s``, as an :class:`EnvFault` (``env_timeout``,
+    ``env_error``) when it fails. An env built while episodes run (a rebuild after a fault, a slot moved from a lost
+    worker) must not stop the event loop: a slow constructor (an MCP server starting, a dataset loading), or one that
+    hangs, would stall every other env of the worker and their timeouts with it."""
+    thread, abandoned = _CallThread(), threading.Event()
+
+    def build() -> EnvLike:
+        env = make()
+        if abandoned.is_set():  # built after its timeout: nobody will use or close it
+            _close_quietly(lambda: close_env(env))
+        return env
+
+    try:
+        env: EnvLike = await asyncio.wait_for(thread.submit(asyncio.get_running_loop(), build), timeout_s)
+        return env
+    except TimeoutError:
+        abandoned.set()
+        raise EnvFault("env_timeout", f"{doing} did not finish within {timeout_s:g} s") from None
+    except Exception as e:
+        raise EnvFault("env_error", f"{doing} failed: {type(e).__name__}: {e}") from e
+    finally:
+        thread.stop()
+
+
 class EnvRunner:
     """Owns one environment (built by ``make``) and runs its calls with ``timeout_s``.
 
@@ -166,29 +191,11 @@ class EnvRunner:
             # Closing a hung env could hang as well: do it on its own daemon thread and do not wait.
             threading.Thread(target=_close_quietly, args=(close,), name="roll-env-close", daemon=True).start()
 
-    async def _rebuild(self, thread: _CallThread, loop: asyncio.AbstractEventLoop) -> EnvLike:
-        """A fresh env after a fault, built on the env's call thread within ``timeout_s``: a constructor that is slow
-        (an MCP server starting, a dataset loading) or hangs must not stop the event loop, and with it every other
-        env of the worker and their timeouts."""
-        abandoned = threading.Event()
-
-        def build() -> EnvLike:
-            env = self.make()
-            if abandoned.is_set():  # built after its timeout: nobody will use or close it
-                _close_quietly(lambda: close_env(env))
-            return env
-
-        try:
-            env = await asyncio.wait_for(thread.submit(loop, build), self.timeout_s)
-        except TimeoutError:
-            abandoned.set()
-            self._discard()
-            raise EnvFault("env_timeout", f"rebuilding the env did not finish within {self.timeout_s:g} s") from None
-        except Exception as e:
-            raise EnvFault("env_error", f"rebuilding the env failed: {type(e).__name__}: {e}") from e
-        self.env = env
+    async def _rebuild(self) -> EnvLike:
+        """A fresh env after a fault, built off the event loop (:func:`build_off_loop`)."""
+        self.env = await build_off_loop(self.make, self.timeout_s, "rebuilding the env")
         self.rebuilds += 1
-        return env
+        return self.env
 
     async def _call(self, method: str, *args: Any, bind: Callable[[EnvLike], Any] | None = None) -> Any:
         """``env.<method>(*args)`` (or ``bind(env)(*args)``: ``method`` then only names the call in errors)."""
@@ -196,7 +203,7 @@ class EnvRunner:
         async with self.limiter or contextlib.nullcontext(), self.lock or contextlib.nullcontext():
             if self._thread is None:
                 self._thread = _CallThread()
-            env = self.env if self.env is not None else await self._rebuild(self._thread, loop)
+            env = self.env if self.env is not None else await self._rebuild()
             fn = bind(env) if bind is not None else getattr(env, method)
             future = self._thread.submit(loop, self._rng.around(fn) if self._rng else fn, *args)
             try:
