@@ -259,3 +259,34 @@ def test_a_slot_moved_here_is_built_off_the_loop_and_a_failed_build_is_a_fault(t
     assert reasons == ["env_error", "terminated"] and MovedSlotEnv.saw_release is True
     assert faulted.metrics == {"success": 0.0, "num_turns": 0.0, "episode_score": 0.0, "generated_tokens": 0.0}
     assert (other.end_reason, other.num_turns) == ("terminated", 2)
+
+
+class SlowCloseEnv:
+    """close() takes 0.3 s (a remote sandbox being stopped) and records that it finished."""
+
+    closed: list[int] = []
+
+    def __init__(self, number: int = 0) -> None:
+        self.number = number
+
+    def reset(self, seed=None):
+        return "state", {}
+
+    def step(self, action):
+        return "done", 1.0, True, False, {}
+
+    def close(self) -> None:
+        threading.Event().wait(0.3)
+        type(self).closed.append(self.number)
+
+
+def test_closing_the_pool_waits_for_its_envs_to_close(tokenizer, scripted) -> None:
+    from roll.agentic.pool import EnvPool, EnvSlot
+    from roll.strategies import GenerationConfig
+
+    SlowCloseEnv.closed = []
+    specs = {f"T{i}": CustomEnvConfig(env_type=f"{__name__}:SlowCloseEnv", env_config={"number": i}) for i in range(3)}
+    pool = EnvPool(specs, tokenizer, scripted(["x"]), generation_config=GenerationConfig(), sequence_length=4096)
+    pool.add_slots([EnvSlot(i, i, f"T{i}") for i in range(3)])
+    pool.close()  # the worker's process may end right after: no close may be cut short
+    assert sorted(SlowCloseEnv.closed) == [0, 1, 2]

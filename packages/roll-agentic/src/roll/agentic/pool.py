@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,10 @@ from roll.pipelines.data import DataError
 from roll.runtime import ConfigError, ModuleImportError, RollError, import_target
 from roll.strategies import GenerationConfig
 
-__all__ = ["EnvPool", "EnvSlot", "build_env", "check_env_spec", "check_random_actions", "env_checks"]
+__all__ = ["CLOSE_TIMEOUT_S", "EnvPool", "EnvSlot", "build_env", "check_env_spec", "check_random_actions", "env_checks"]
+
+CLOSE_TIMEOUT_S = 20.0
+"""Longest :meth:`EnvPool.close` waits for its envs' ``close()`` in all (the scheduler gives a worker's close 30 s)."""
 
 
 @dataclass(frozen=True)
@@ -261,7 +265,15 @@ class EnvPool:
         async with self._busy[task.env_id]:
             return await self.managers[task.env_id].run_episode(task)
 
-    def close(self) -> None:
-        for manager in self.managers.values():
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Close every env, waiting up to ``timeout_s`` in all for their ``close()`` (run on threads of their own):
+        the worker's process may end right after, and a close cut short leaves a remote sandbox or session running."""
+        managers = list(self.managers.values())
+        for manager in managers:
             manager.close()
+        deadline = time.monotonic() + timeout_s
+        for manager in managers:
+            closing = manager.runner.closing
+            if closing is not None:
+                closing.join(max(0.0, deadline - time.monotonic()))
         self.managers.clear()

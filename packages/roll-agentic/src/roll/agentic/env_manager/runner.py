@@ -176,6 +176,9 @@ class EnvRunner:
         self.rebuilds = 0
         self._rng = _GlobalRngState() if getattr(self.env, "uses_global_rng", False) else None
         self._thread: _CallThread | None = None
+        #: The thread closing the last discarded env (closes are not waited for: a hung env may hang there too);
+        #: the pool's close joins it, so that a worker's envs (a sandbox, a session) are closed before it exits.
+        self.closing: threading.Thread | None = None
 
     @property
     def serialized(self) -> bool:
@@ -189,7 +192,8 @@ class EnvRunner:
         close = getattr(env, "close", None)
         if callable(close):
             # Closing a hung env could hang as well: do it on its own daemon thread and do not wait.
-            threading.Thread(target=_close_quietly, args=(close,), name="roll-env-close", daemon=True).start()
+            self.closing = threading.Thread(target=_close_quietly, args=(close,), name="roll-env-close", daemon=True)
+            self.closing.start()
 
     async def _rebuild(self) -> EnvLike:
         """A fresh env after a fault, built off the event loop (:func:`build_off_loop`)."""
