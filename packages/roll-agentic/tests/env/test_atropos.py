@@ -64,6 +64,17 @@ class TinyEchoEnv(BaseEnv):
         return (ScoredDataGroup(tokens=[[1]], masks=[[1]], scores=[1.0]) if again == said else None), []
 
 
+class TinyDrawingEnv(TinyArithmeticEnv):
+    """Draws the number it asks for inside collect_trajectories, as envs that shuffle options do."""
+
+    async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
+        number = str(random.randrange(10**9))
+        messages = [{"role": "user", "content": f"Repeat {number}."}]
+        completion = await self.server.chat_completion(messages=messages, n=1)
+        said = completion.choices[0].message.content
+        return ScoredDataGroup(tokens=[[1]], masks=[[1]], scores=[1.0 if said == number else -1.0]), []
+
+
 class NotAnAtroposEnv:
     pass
 
@@ -204,3 +215,12 @@ def test_score_and_reward_helpers() -> None:
     assert episode_reward(0.7, "", config) == 0.7
     assert episode_reward(0.0, "<think>a</think>\\boxed{1}", config) == pytest.approx(-1 + 0.5 + 0.025)  # 25 characters
     assert episode_reward(None, "y" * 5000, config) == pytest.approx(-0.8)
+
+
+def test_a_later_turn_is_graded_against_the_prompt_the_model_was_shown(tokenizer_dir: str) -> None:
+    env = _env(tokenizer_dir, "TinyDrawingEnv")
+    for seed in (0, None):
+        observation, _ = env.reset(seed=seed)
+        number = observation[-1]["content"].removeprefix("Repeat ").removesuffix(".")
+        _, reward, terminated, _, info = env.step(number)
+        assert (reward, terminated, info["atropos_score"]) == (1.0, True, 1.0)

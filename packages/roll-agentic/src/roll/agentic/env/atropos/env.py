@@ -31,8 +31,10 @@ single response, so their episodes earn only that shaped reward. ``info``: ``suc
 ``atropos_score`` (the score, or None), ``metrics.atropos_scored`` (1 when the env returned a score).
 
 The observations are chat message lists: play it with ``env_manager_cls: agent_native`` (ROLL's
-``AgentNativeStepEnvManager``, as ROLL's example does). Replaying a turn re-runs the env's code from the item, so an env
-whose tool results change from run to run (a clock, a live service) can show a later turn a different history.
+``AgentNativeStepEnvManager``, as ROLL's example does). Replaying a turn re-runs the env's code from the item, with
+Python's and NumPy's global generators as the first run left them after ``get_next_item`` (so its random draws repeat);
+an env whose tool results change from run to run (a clock, a live service) can still show a later turn a different
+history.
 
 Differences from ROLL's adapter: ROLL reads ``reward_config`` through an attribute its gem base class does not have
 (its steps then end in its error path, reward 0), and its stand-in server hands the response to the env as character
@@ -189,6 +191,7 @@ class AtroposEnv:
         self._run(self.env.setup())
         self.item: Any = None
         self.responses: list[str] = []
+        self._replay_rng: tuple[Any, Any] = (random.getstate(), np.random.get_state())
         self.messages: list[dict[str, Any]] = []
 
     @classmethod
@@ -215,6 +218,10 @@ class AtroposEnv:
     def _replay(self) -> Any:
         from roll.agentic.env.atropos._bridge import replay
 
+        # Every replay draws what the first one drew: an env that draws in collect_trajectories (shuffled options, a
+        # random operand) must grade a later turn against the prompt the model was shown, not against new draws.
+        random.setstate(self._replay_rng[0])
+        np.random.set_state(self._replay_rng[1])
         return self._run(replay(self.env, self.item, self.responses))
 
     def reset(self, seed: int | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -223,6 +230,7 @@ class AtroposEnv:
             np.random.seed(seed % 2**32)
         self.item = self._run(self.env.get_next_item())
         self.responses = []
+        self._replay_rng = (random.getstate(), np.random.get_state())
         turn = self._replay()
         if turn.asked is None:
             raise RollError(
