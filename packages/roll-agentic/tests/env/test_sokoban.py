@@ -44,7 +44,7 @@ def test_seeded_rooms_are_reproducible() -> None:
 def test_push_rewards_and_blocked_moves() -> None:
     # A corridor: player, box, target in a row. Pushing right puts the box on the target.
     fixed = ((0, 0, 0, 0, 0, 0), (0, 1, 1, 1, 2, 0), (0, 0, 0, 0, 0, 0))
-    env = SokobanEnv(dim_room=(3, 6), max_steps=10)
+    env = SokobanEnv(max_steps=10)  # the room below is set by hand (3x6: too small to generate)
     env.room = Room(fixed, frozenset({(1, 3)}), (1, 2))
     env.boxes, env.player, env.steps = env.room.boxes, env.room.player, 0
     assert env.render() == "######\n#_PXO#\n######"
@@ -126,3 +126,19 @@ def test_a_rooms_split_does_not_depend_on_the_grid_symbols() -> None:
             default.reset(seed)
             custom.reset(seed)
             assert default.room == custom.room, (split, seed)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"dim_room": (4, 4)}, r"dim_room=\[4, 4\] is too small"),
+        ({"num_boxes": 0}, "num_boxes >= 1"),
+        ({"search_depth": 0}, "search_depth >= 1"),
+        ({"dim_room": 6}, r"dim_room=6 must be \[rows, cols\], two integers"),
+        ({"dim_room": [6, "six"]}, r"dim_room=\[6, 'six'\] must be \[rows, cols\]"),
+    ],
+)
+def test_settings_no_room_can_have_fail_when_the_env_is_built(settings, message) -> None:
+    # not at its first reset, where they would end every episode as an env fault (or a TypeError)
+    with pytest.raises(ConfigError, match=message):
+        SokobanEnv(**settings)

@@ -7,13 +7,14 @@ boxes are on targets (which terminates). ``max_steps`` moves truncate.
 
 from __future__ import annotations
 
+import numbers
 import random
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from roll.agentic.env.base import Env, ResetOutput, StepOutput, check_split, draw_in_split, grid_lookup_of
 from roll.agentic.env.parsing import ACTION_PATTERN, parse_action
-from roll.agentic.env.sokoban_gen import FLOOR, TARGET, WALL, Room, generate_room, push, solve
+from roll.agentic.env.sokoban_gen import FLOOR, TARGET, WALL, Room, check_room_settings, generate_room, push, solve
 from roll.runtime import ConfigError
 
 __all__ = ["SokobanEnv", "read_room", "sokoban_instructions"]
@@ -37,6 +38,10 @@ INSTRUCTION = (
 )
 STEP_PENALTY, BOX_ON_REWARD, BOX_OFF_PENALTY, FINISH_REWARD = -0.1, 1.0, -1.0, 10.0
 _SAMPLER = random.Random()
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def read_room(grid: list[str], grid_lookup: dict[int, str] | None = None) -> Room | None:
@@ -87,11 +92,13 @@ class SokobanEnv(Env):
     ) -> None:
         check_split("sokoban", split, val_fraction)
         self.split, self.val_fraction = split, val_fraction
-        if len(dim_room) != 2:
-            raise ConfigError(f"sokoban dim_room={dim_room!r} must be [rows, cols]")
+        if not isinstance(dim_room, list | tuple) or len(dim_room) != 2 or not all(_is_int(v) for v in dim_room):
+            raise ConfigError(f"sokoban dim_room={dim_room!r} must be [rows, cols], two integers")
         if render_mode != "text":
             raise ConfigError(f"sokoban render_mode={render_mode!r}: only 'text' is supported")
         self.dim_room = (int(dim_room[0]), int(dim_room[1]))
+        # here, not at the first reset, where it would end every episode as an env fault
+        check_room_settings(self.dim_room, num_boxes, search_depth)
         self.num_boxes, self.search_depth, self.max_steps = num_boxes, search_depth, max_steps
         self.format_penalty, self.action_pattern = format_penalty, action_pattern
         parse_action("", action_pattern)  # a bad pattern is a ConfigError here, not a fault at every step

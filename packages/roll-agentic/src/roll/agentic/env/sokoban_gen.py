@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from roll.runtime import ConfigError
 
-__all__ = ["ACTION_DELTAS", "Room", "generate_room", "push", "solve"]
+__all__ = ["ACTION_DELTAS", "Room", "check_room_settings", "generate_room", "push", "solve"]
 
 Cell = tuple[int, int]
 WALL, FLOOR, TARGET = 0, 1, 2
@@ -98,8 +98,8 @@ def _reverse_search(room: Room, box_ids: tuple[Cell, ...], depth: int, rng: rand
     return Room(room.fixed, frozenset(boxes), player), best_score, best_level
 
 
-def generate_room(dim_room: tuple[int, int], num_boxes: int, search_depth: int, rng: random.Random) -> Room:
-    """A solvable room of ``dim_room`` (rows, cols) with ``num_boxes`` boxes, at least one off its target."""
+def check_room_settings(dim_room: tuple[int, int], num_boxes: int, search_depth: int) -> None:
+    """ConfigError naming the setting when rooms of these settings cannot be generated at all."""
     height, width = dim_room
     if min(height, width) < 4 or max(height, width) < 5:  # 2x2 inside the walls: no room to pull a box
         raise ConfigError(
@@ -108,6 +108,12 @@ def generate_room(dim_room: tuple[int, int], num_boxes: int, search_depth: int, 
         )
     if num_boxes < 1 or search_depth < 1:
         raise ConfigError(f"sokoban needs num_boxes >= 1 and search_depth >= 1, got {num_boxes}, {search_depth}")
+
+
+def generate_room(dim_room: tuple[int, int], num_boxes: int, search_depth: int, rng: random.Random) -> Room:
+    """A solvable room of ``dim_room`` (rows, cols) with ``num_boxes`` boxes, at least one off its target."""
+    check_room_settings(dim_room, num_boxes, search_depth)
+    height, width = dim_room
     for _ in range(_MAX_ROOM_TRIES):
         grid = _carve(dim_room, rng)
         floor = [(r, c) for r in range(height) for c in range(width) if grid[r][c] == FLOOR]
