@@ -290,3 +290,21 @@ def test_closing_the_pool_waits_for_its_envs_to_close(tokenizer, scripted) -> No
     pool.add_slots([EnvSlot(i, i, f"T{i}") for i in range(3)])
     pool.close()  # the worker's process may end right after: no close may be cut short
     assert sorted(SlowCloseEnv.closed) == [0, 1, 2]
+
+
+class ExitingRebuildEnv(HangingRebuildEnv):
+    """As HangingRebuildEnv, but the rebuild calls sys.exit() instead of hanging."""
+
+    def __init__(self) -> None:
+        type(self).built += 1
+        self.number = type(self).built
+        if self.number == 2:
+            raise SystemExit(2)
+
+
+def test_a_rebuild_that_exits_is_an_env_error(play, scripted) -> None:
+    ExitingRebuildEnv.built = 0
+    spec = CustomEnvConfig(env_type=f"{__name__}:ExitingRebuildEnv")
+    results = play(spec, scripted(["<answer>go</answer>"] * 4), episodes=3)
+    assert [r.end_reason for r in results] == ["env_error", "env_error", "terminated"]
+    assert "rebuilding the env failed: SystemExit" in results[1].error

@@ -147,7 +147,7 @@ async def build_off_loop(make: Callable[[], EnvLike], timeout_s: float, doing: s
     except TimeoutError:
         abandoned.set()
         raise EnvFault("env_timeout", f"{doing} did not finish within {timeout_s:g} s") from None
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # an env calling sys.exit() is an env error too, as in its calls
         raise EnvFault("env_error", f"{doing} failed: {type(e).__name__}: {e}") from e
     finally:
         thread.stop()
