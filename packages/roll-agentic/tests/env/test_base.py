@@ -19,3 +19,8 @@ def test_numpy_flags_and_reward_are_accepted() -> None:
 def test_flag_that_is_not_a_bool_is_malformed(flag) -> None:
     with pytest.raises(EnvOutputError, match="terminated must be a bool"):
         check_step_output(("obs", 0.0, flag, False, {}))
+
+
+def test_numpy_integer_flags_are_accepted() -> None:
+    # e.g. terminated = np.sum(done): an int of numpy's, as a Python int 1 already is
+    assert check_step_output(("obs", 0.0, np.int64(1), np.uint8(0), {}))[2:4] == (True, False)

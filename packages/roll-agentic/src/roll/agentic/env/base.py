@@ -129,7 +129,7 @@ def check_step_output(output: Any) -> StepOutput:
         raise EnvOutputError(f"step(): the reward must be a finite number, got {reward!r}")
     for name, flag in (("terminated", terminated), ("truncated", truncated)):
         # numpy's bool is no int subclass (and numpy 2 names its type "bool", not "bool_")
-        if not isinstance(flag, bool | int | np.bool_):
+        if not isinstance(flag, bool | numbers.Integral | np.bool_):
             raise EnvOutputError(f"step(): {name} must be a bool, got {flag!r}")
     return observation, float(reward), bool(terminated), bool(truncated), _check_info(info, "step()")
 
