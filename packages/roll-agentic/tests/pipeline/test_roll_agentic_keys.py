@@ -226,3 +226,18 @@ def test_rolls_env_config_enable_thinking_is_the_tags_setting(tmp_path: Path) ->
     both = "  Think: {env_type: frozen_lake, enable_thinking: false, env_config: {enable_thinking: true}}\n"
     with pytest.raises(ConfigError, match=r"custom_envs.Think.env_config.enable_thinking.*contradicts"):
         load_config(_write(tmp_path, AGENTIC + both))
+
+
+def test_a_flat_key_override_takes_rolls_value_as_the_files_own_does(tmp_path: Path) -> None:
+    # dual_clip_loss=true (ROLL's bool; ROLL's agentic examples carry it as a commented line) failed with
+    # "policy_loss.dual_clip: Input should be greater than 1 (got: True)"; target_kl=0.05 set a target without ROLL's
+    # adaptive controller; pg_clip_low=0.1 narrowed the clip although ROLL reads it only with use_pg_clip_range:
+    # flat-key overrides of a ROLL file were applied after its translation, with roll's meaning of the value.
+    path = _write(tmp_path, AGENTIC)
+    config = load_config(path, ["dual_clip_loss=true", "target_kl=0.05", "pg_clip_low=0.1", "rollout_batch_size=16"])
+    assert config.policy_loss.dual_clip == pytest.approx(1 + 2 * 0.2)
+    assert (config.kl.ctrl_type, config.kl.target, config.kl.horizon) == ("adaptive", 0.05, 10000)
+    assert config.policy_loss.clip_low is None
+    assert config.rollout.batch_size == 16
+    assert load_config(path, ["use_pg_clip_range=true", "pg_clip_low=0.1"]).policy_loss.clip_low == 0.1
+    assert load_config(path, ["policy_loss.clip_low=0.1"]).policy_loss.clip_low == 0.1  # roll's field: as given

@@ -30,8 +30,9 @@ def test_rolls_keys_on_the_command_line_are_translated_with_the_file() -> None:
 
 
 def test_rolls_own_fields_still_override_after_translation() -> None:
-    config = load_config(TINY, ["rollout.batch_size=4", "rollout_batch_size=6", "max_steps=3"])
-    assert (config.rollout.batch_size, config.max_steps) == (6, 3)
+    config = load_config(TINY, ["rollout.batch_size=4", "max_steps=3"])
+    assert (config.rollout.batch_size, config.max_steps) == (4, 3)
+    assert load_config(TINY, ["rollout_batch_size=6"]).rollout.batch_size == 6  # ROLL's flat key, translated
     _, _, translation = read_config_source(TINY, ["pretrain=tiny://nano?seed=1", "max_steps=3"])
     assert translation is not None and translation.applied_overrides == ["pretrain=tiny://nano?seed=1"]
 

@@ -391,8 +391,10 @@ def read_config_source(
     ``pipeline_cls`` is a ROLL config: its pipeline is inferred from its shape (a ``pipeline_cls=`` override wins)
     and its keys translated; an unsupported or unknown key is one ConfigError listing every such key. Overrides of
     a ROLL file that name ROLL keys (``pretrain=...``, an interpolated ``max_actions_per_traj=5``) are applied to the
-    file before its ``${...}`` are resolved and it is translated, as Hydra does; they are listed in the
-    translation's ``applied_overrides``. The others name roll's fields and are applied by :func:`load_config`.
+    file before its ``${...}`` are resolved and it is translated, as Hydra does, and so are overrides of flat keys
+    (``dual_clip_loss=true``, ``target_kl=0.05``: ROLL's keys, whose values take ROLL's meaning as the file's own do);
+    they are listed in the translation's ``applied_overrides``. The others name roll's fields and are applied by
+    :func:`load_config`.
     """
     from roll.pipelines.compat import compose_file, interpolate, is_roll_format, referenced_keys, translate
 
@@ -411,13 +413,15 @@ def read_config_source(
         config_cls = resolve_pipeline(inferred[0][0]).config_cls
         referenced = referenced_keys(composed)
         early = []
-        for item, (path, _) in zip(overrides, parse_overrides(overrides), strict=True):
+        for item, (path, value) in zip(overrides, parse_overrides(overrides), strict=True):
             field = config_cls.model_fields.get(path[0])
+            # a flat key is ROLL's key: its value takes ROLL's meaning (dual_clip_loss=true, target_kl=...)
+            flat = _override_path(path, value, config_cls.flat_keys) != path
             known = field is not None or path[0] in config_cls.flat_keys
             role = field is not None and _role_model(field.annotation) is not None
-            if not known or role or path[0] in referenced:
+            if not known or role or flat or path[0] in referenced:
                 early.append(item)
-                if not known or role:  # translated with the file; a referenced roll field is applied again later
+                if not known or role or flat:  # translated with the file; a referenced roll field is applied again
                     applied.append(item)
         apply_overrides(composed, early)
 

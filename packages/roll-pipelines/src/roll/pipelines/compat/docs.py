@@ -183,9 +183,10 @@ def roll_compat() -> str:
         "*unsupported* (an error, unless the value is ROLL's off default). Unknown keys are errors naming the "
         "nearest known key. `roll convert FILE` prints the roll YAML and this status for every key of FILE. "
         "Command-line overrides of a ROLL file (`roll run FILE key=value`) may name ROLL's keys and values "
-        "(`pretrain=...`, `max_actions_per_traj=5`, `actor_train.model_args.dtype=bf16`): overrides of keys roll has "
-        "no field for, of roles, and of interpolated keys are applied to the file before its `${...}` are resolved "
-        "and it is translated, as Hydra does; other overrides name roll's fields (`rollout.env_workers=local`).\n",
+        "(`pretrain=...`, `max_actions_per_traj=5`, `actor_train.model_args.dtype=bf16`, `dual_clip_loss=true`): "
+        "overrides of keys roll has no field for, of roles, of flat keys and of interpolated keys are applied to the "
+        "file before its `${...}` are resolved and it is translated, as Hydra does; other overrides name roll's "
+        "fields (`rollout.env_workers=local`).\n",
         "## Same name in roll (kept)\n",
         f"Pipeline-wide: {same_top}. Roles: {same_role}, with roll's own `model_args`, `training_args`, "
         "`generating_args`, `data_args` fields under the same names.\n",
