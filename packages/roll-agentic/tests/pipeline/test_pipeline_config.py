@@ -100,6 +100,22 @@ def test_grpo_normalizes_within_episode_groups_by_default():
     assert (explicit.grouping, explicit.norm_std_type) == ("tag", None)
 
 
+def test_a_grouping_the_samples_lack_is_refused_when_the_config_loads():
+    # A misspelt grouping passed validation and failed the first step's advantages ("agentic samples lack the
+    # column 'traj_groupid'"), after the workers had started and a rollout was played.
+    with pytest.raises(ValueError, match=r"grouping='traj_groupid' is not a column of the traj-wise samples.*tag "):
+        _config(reward_normalization={"grouping": "traj_groupid", "method": "mean_std"})
+    with pytest.raises(ValueError, match="grouping='state_hash' is not a column of the traj-wise samples"):
+        _config(reward_normalization={"grouping": "state_hash", "method": "mean"})
+    step = _config("LakeStep", reward_normalization={"grouping": "state_hash", "method": "mean"})
+    assert step.reward_normalization.grouping == "state_hash"
+    for grouping in ("batch", "tags", "env_ids", "group_ids", "traj_group_id", "traj_id"):
+        _config(reward_normalization={"grouping": grouping, "method": "mean"})
+    # gae does not normalize: a grouping it never reads is not checked
+    critic = {"model_args": ROLE, "strategy_args": {"strategy_name": "hf_infer"}}
+    _config(adv_estimator="gae", critic=critic, reward_normalization={"grouping": "nothing", "method": "mean"})
+
+
 @pytest.mark.parametrize(
     ("tag", "estimator", "fragment"),
     [

@@ -80,6 +80,10 @@ def is_step_manager(env_manager_cls: str) -> bool:
 
 # ROLL's column names for reward_normalization.grouping -> ours (we name per-row columns in the singular, like RLVR).
 GROUPING_ALIASES = {"tags": "tag", "env_ids": "env_id", "group_ids": "group_id"}
+# The sample columns roll's own env managers write that reward_normalization.grouping may name (an episode's ids),
+# and those only step-wise rows have (one row per turn).
+GROUPING_COLUMNS = ("traj_group_id", "tag", "env_id", "group_id", "traj_id", "episode_id")
+STEP_GROUPING_COLUMNS = ("step", "state_hash")
 # ROLL's ProxyEnvManager drives an agent runner; its GEMRunner plays a gem env as a chat (env instruction in the system
 # message, each observation a user message, the sum of step rewards as the score): roll's traj manager with
 # env_instruction_in_system. ROLL's other runners (ToolCallRunner, the ROCK sandbox runners) have no roll counterpart.

@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from roll.agentic.config import (
+    ENV_MANAGER_ALIASES,
+    GROUPING_ALIASES,
+    GROUPING_COLUMNS,
     PARSE_TOOL_CALL_DESCRIPTION,
+    STEP_GROUPING_COLUMNS,
     CustomEnvConfig,
     EnvManagerConfig,
     RewardNormalizationConfig,
@@ -477,6 +481,24 @@ class AgenticConfig(BaseConfig):
             norm.method,
         )
 
+    def _check_grouping(self) -> None:
+        """``reward_normalization.grouping`` names a column the training samples have: a misspelt one used to pass and
+        fail the first step's advantages, after every worker had started and the first rollout was played. gae and
+        agentic_reinforce do not normalize; managers of one's own (an import path) may write other columns."""
+        grouping = self.reward_normalization.grouping
+        managers = {self.custom_envs[tag].env_manager_cls for tag in self.train_env_manager.tags}
+        normalizes = self.advantage.estimator not in ("gae", "agentic_reinforce")
+        if grouping == "batch" or not normalizes or not managers <= set(ENV_MANAGER_ALIASES.values()):
+            return
+        columns = [*GROUPING_COLUMNS, *(STEP_GROUPING_COLUMNS if self.layout == "step" else ())]
+        if grouping not in columns:
+            roll_names = {ours: theirs for theirs, ours in GROUPING_ALIASES.items()}
+            named = [f"{c} (ROLL: {roll_names[c]})" if c in roll_names else c for c in columns]
+            raise ValueError(
+                f"reward_normalization.grouping={grouping!r} is not a column of the {self.layout}-wise samples: use "
+                f"batch (one group) or one of {', '.join(named)}"
+            )
+
     def _check_warmup_learning_rate(self) -> None:
         strategy = getattr(self.actor_train.strategy_args, "strategy_name", None)
         if strategy is None or sets_learning_rate_mid_run(strategy):
@@ -539,6 +561,7 @@ class AgenticConfig(BaseConfig):
                 self.eval_steps,
                 self.rollout.val_batch_size,
             )
+        self._check_grouping()
         estimator = self.advantage.estimator
         allowed = STEP_ESTIMATORS if self.layout == "step" else TRAJ_ESTIMATORS
         if estimator not in allowed:
