@@ -361,3 +361,10 @@ def test_pipeline_system_envs_reach_the_env_workers_under_their_own():
     )
     assert rollout.train_env_manager.system_envs == shared
     assert _config().train_env_manager.system_envs == {}
+
+
+def test_the_critics_value_clip_is_a_setting():
+    critic = {"model_args": ROLE, "strategy_args": {"strategy_name": "hf_infer"}}
+    assert _config(adv_estimator="gae", critic=critic).critic_settings().value_clip == 0.5  # roll's (RLVR's) default
+    config = _config(adv_estimator="gae", critic=critic, value_clip=None)
+    assert config.value_loss.clip is None and config.critic_settings().value_clip is None

@@ -241,3 +241,16 @@ def test_a_flat_key_override_takes_rolls_value_as_the_files_own_does(tmp_path: P
     assert config.rollout.batch_size == 16
     assert load_config(path, ["use_pg_clip_range=true", "pg_clip_low=0.1"]).policy_loss.clip_low == 0.1
     assert load_config(path, ["policy_loss.clip_low=0.1"]).policy_loss.clip_low == 0.1  # roll's field: as given
+
+
+def test_value_clip_reaches_the_agentic_critic_with_rolls_default(tmp_path: Path) -> None:
+    # ROLL's critic clips its value loss only when value_clip is set (default None); roll's agentic critic always
+    # clipped at 0.5 and a ROLL file's value_clip failed as "unknown key; did you mean 'advantage_clip'?".
+    gae = AGENTIC.replace("adv_estimator: grpo", "adv_estimator: gae") + (
+        "critic:\n  model_args: {model_name_or_path: tiny://nano, model_head: value}\n"
+        "  strategy_args: {strategy_name: fsdp2_train}\n"
+    )
+    config = load_config(_write(tmp_path, gae))
+    assert config.critic_settings().value_clip is None
+    assert load_config(_write(tmp_path, gae + "value_clip: 0.2\n")).critic_settings().value_clip == 0.2
+    assert load_config(_write(tmp_path, gae), ["value_clip=0.3"]).critic_settings().value_clip == 0.3

@@ -2,8 +2,8 @@
 
 Roles: ``actor_train`` (trained policy), ``actor_infer`` (rollout engine), optional ``reference`` (KL) and
 ``critic`` (GAE). Envs: ``custom_envs`` and the ``train_env_manager`` / ``val_env_manager`` EnvironmentWorker
-roles of :mod:`roll.agentic.config`. Sections: ``rollout``, ``update``, ``advantage``, ``policy_loss``, ``kl`` and
-``warmup`` (behaviour cloning of a scripted expert before RL). ROLL's flat keys (``rollout_batch_size``,
+roles of :mod:`roll.agentic.config`. Sections: ``rollout``, ``update``, ``advantage``, ``policy_loss``, ``kl``,
+``value_loss`` (the critic's, RLVR's section) and ``warmup`` (behaviour cloning of a scripted expert before RL). ROLL's flat keys (``rollout_batch_size``,
 ``adv_estimator``, ``episode_reward_weight``, ``ratio_type``, ...) are moved into their sections by
 :data:`FLAT_KEYS`.
 """
@@ -40,8 +40,8 @@ from roll.pipelines.config import (
     raw_value,
 )
 from roll.pipelines.rlvr.sections import KLSection as RlvrKLSection
-from roll.pipelines.rlvr.sections import TrainInferFilterConfig
-from roll.pipelines.rlvr.settings import PolicySettings
+from roll.pipelines.rlvr.sections import TrainInferFilterConfig, ValueLossSection
+from roll.pipelines.rlvr.settings import CriticSettings, PolicySettings
 from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supported
 from roll.runtime import RollModel
 from roll.strategies import TrainingArgs
@@ -77,6 +77,7 @@ FLAT_KEYS: dict[str, str] = {
     "ppo_mini_batch_size": "update.mini_batch_size",
     "batch_adjust_mode": "update.batch_adjust_mode",
     "critic_warmup": "update.critic_warmup",
+    "value_clip": "value_loss.clip",
     "adv_estimator": "advantage.estimator",
     "gamma": "advantage.gamma",
     "lambd": "advantage.lam",
@@ -335,6 +336,7 @@ class AgenticConfig(BaseConfig):
     advantage: AgenticAdvantageSection = Field(default_factory=AgenticAdvantageSection)
     policy_loss: AgenticPolicyLossSection = Field(default_factory=AgenticPolicyLossSection)
     kl: KLSection = Field(default_factory=KLSection)
+    value_loss: ValueLossSection = Field(default_factory=ValueLossSection, description="The critic's (gae).")
     warmup: WarmupSection = Field(default_factory=WarmupSection)
     correction: AgenticCorrectionSection = Field(default_factory=AgenticCorrectionSection)
     max_rl_time_s: float | None = Field(
@@ -442,6 +444,9 @@ class AgenticConfig(BaseConfig):
 
     def policy_settings(self) -> PolicySettings:
         return PolicySettings(temperature=self.sampling_temperature)
+
+    def critic_settings(self) -> CriticSettings:
+        return CriticSettings(value_clip=self.value_loss.clip)
 
     def actor_settings(self) -> Any:
         from roll.agentic.pipeline.workers import AgenticActorSettings

@@ -82,7 +82,7 @@ class AgenticPipeline(BasePipeline):
         if cfg.needs_reference and cfg.reference is not None:
             roles["reference"] = Role(PolicyWorker, cfg.reference, cfg.policy_settings())
         if cfg.critic is not None:
-            roles["critic"] = Role(CriticWorker, cfg.critic)
+            roles["critic"] = Role(CriticWorker, cfg.critic, cfg.critic_settings())
         clusters = self.create_clusters(roles)
         self.actor_train, self.actor_infer = clusters["actor_train"], clusters["actor_infer"]
         self.reference, self.critic = clusters.get("reference"), clusters.get("critic")

@@ -40,6 +40,7 @@ ROLL_AGENTIC_DEFAULTS: dict[str, Any] = {
     "loss_agg_mode": "seq-mean-token-mean",
     "rollout_batch_size": 128,
     "val_batch_size": 128,
+    "value_clip": None,
 }
 # ROLL's RewardNormalizationConfig defaults: no normalization (roll's agentic default for grpo is per group)
 ROLL_REWARD_NORMALIZATION = {"grouping": "batch", "method": "identity"}
