@@ -255,3 +255,26 @@ def test_equal_episode_weights_give_every_step_wise_episode_the_same_share_of_th
                    state_hash=["s", "s"], episode_scores=[0.0, 1.0])  # fmt: skip
     compute_agentic_targets(plain, _config("step", adv_estimator="gigpo"))
     assert "is_weights" not in plain.batch.keys()
+
+
+def test_whiten_rewards_whitens_the_token_rewards_before_the_estimator():
+    # ROLL's agentic pipeline reads whiten_rewards (agentic_compute_advantage); a ROLL agentic file that set it failed
+    # to load ("unknown key; did you mean 'whiten_advantages'?"). Identity normalization, batch grouping: each row's
+    # episode score on its last response token, whitened over the 5 response tokens (unbiased std), then returns.
+    mask = [[1, 1, 0], [1, 1, 1]]
+    columns = {"traj_group_id": ["g0", "g1"]}
+    config = _config("traj", whiten_rewards=True, reward_normalization={"grouping": "batch", "method": "identity"})
+    batch = _batch(mask, [1.0, 3.0], **columns)
+    compute_agentic_targets(batch, config)
+    tokens = torch.tensor([0.0, 1.0, 0.0, 0.0, 3.0])  # the five response tokens' rewards, row by row
+    white = (tokens - tokens.mean()) / torch.sqrt(tokens.var() + 1e-8)
+    expected = torch.tensor([[white[0] + white[1], white[1], 0.0], [white[2:].sum(), white[3:].sum(), white[4]]])
+    assert torch.allclose(batch.batch["advantages"], expected, atol=1e-5)
+    plain = _batch(mask, [1.0, 3.0], **columns)
+    compute_agentic_targets(plain, _config("traj", reward_normalization={"grouping": "batch", "method": "identity"}))
+    assert plain.batch["advantages"].tolist() == [[1.0, 1.0, 0.0], [3.0, 3.0, 3.0]]
+
+
+def test_whiten_rewards_is_refused_with_agentic_reinforce():
+    with pytest.raises(ValueError, match="whiten_rewards.*agentic_reinforce"):
+        _config("traj", adv_estimator="agentic_reinforce", whiten_rewards=True)

@@ -254,3 +254,11 @@ def test_value_clip_reaches_the_agentic_critic_with_rolls_default(tmp_path: Path
     assert config.critic_settings().value_clip is None
     assert load_config(_write(tmp_path, gae + "value_clip: 0.2\n")).critic_settings().value_clip == 0.2
     assert load_config(_write(tmp_path, gae), ["value_clip=0.3"]).critic_settings().value_clip == 0.3
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_roll_files_whiten_rewards_reaches_the_agentic_advantage(tmp_path: Path, value: bool) -> None:
+    # ROLL's agentic pipeline whitens the token rewards when whiten_rewards is set; a ROLL agentic file with the key
+    # (even at ROLL's default, false) failed: "whiten_rewards: unknown key; did you mean 'whiten_advantages'?".
+    config = load_config(_write(tmp_path, AGENTIC + f"whiten_rewards: {str(value).lower()}\n"))
+    assert config.advantage.whiten_rewards is value

@@ -13,7 +13,8 @@ default mean/std within ``traj_group_id``, its episode group) and the discounted
 
 With ``kl.in_reward`` (ROLL's ``add_token_level_kl``) every estimator's token rewards lose ``coef x KL(old policy ||
 reference)`` on each assistant token, as ROLL's ``compute_token_reward``; agentic_reinforce sums a turn's token
-rewards, so a turn's return carries the KL of all its tokens.
+rewards, so a turn's return carries the KL of all its tokens. ``advantage.whiten_rewards`` (ROLL's ``whiten_rewards``)
+whitens the token rewards over the batch's response tokens before the estimator (not with agentic_reinforce).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from roll.pipelines.algorithms import (
     token_level_rewards_from_scores,
     whiten_and_clip_advantages,
 )
+from roll.pipelines.algorithms.roll_knobs import whiten_token_rewards
 from roll.pipelines.algorithms.train_infer import train_infer_filter_mask
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
@@ -167,6 +169,11 @@ def _minus_kl(token_rewards: torch.Tensor, kl: torch.Tensor | None, coef: float,
     return token_rewards if kl is None else token_rewards - coef * kl * mask
 
 
+def _whitened(token_rewards: torch.Tensor, config: AgenticConfig, mask: torch.Tensor) -> torch.Tensor:
+    """ROLL's ``whiten_rewards``: the token rewards whitened over the batch's response tokens, before the estimator."""
+    return whiten_token_rewards(token_rewards, mask) if config.advantage.whiten_rewards else token_rewards
+
+
 def compute_agentic_targets(batch: DataProto, config: AgenticConfig, kl_coef: float = 0.0) -> dict[str, float]:
     """Fill ``token_level_rewards``, ``advantages`` and ``returns`` of ``batch`` in place; returns metrics.
 
@@ -188,6 +195,7 @@ def compute_agentic_targets(batch: DataProto, config: AgenticConfig, kl_coef: fl
         token_rewards = token_level_rewards_from_scores(data["scores"].float(), mask)
         token_rewards = _minus_kl(token_rewards, kl, kl_coef, mask)
         token_rewards = clip_rewards_counted(token_rewards, advantage.reward_clip, metrics, _CLIP_FRAC, mask)
+        token_rewards = _whitened(token_rewards, config, mask)
         advantages, returns = compute_advantages(
             "gae",
             token_level_rewards=token_rewards,
@@ -207,6 +215,7 @@ def compute_agentic_targets(batch: DataProto, config: AgenticConfig, kl_coef: fl
             token_rewards = clip_rewards_counted(
                 token_rewards, advantage.reward_clip, metrics, "critic/token_reward_clip_frac", mask
             )
+        token_rewards = _whitened(token_rewards, config, mask)
         advantages, returns = reinforce_returns(token_rewards, mask, advantage.gamma)
         metrics["advantage/reward_mean"] = float(rewards.mean())
         metrics["advantage/reward_abs"] = float(rewards.abs().mean())

@@ -85,6 +85,7 @@ FLAT_KEYS: dict[str, str] = {
     "step_reward_weight": "advantage.step_reward_weight",
     "step_reward_gamma": "advantage.step_reward_gamma",
     "whiten_advantages": "advantage.whiten",
+    "whiten_rewards": "advantage.whiten_rewards",
     "advantage_clip": "advantage.clip",
     "reward_clip": "advantage.reward_clip",
     "pg_clip": "policy_loss.clip",
@@ -184,6 +185,11 @@ class AgenticAdvantageSection(RollModel):
     step_reward_weight: float = Field(default=1.0, ge=0, description="GiGPO: weight of the step (state) part.")
     step_reward_gamma: float = Field(default=0.95, ge=0, le=1, description="Discount of step returns (step-wise).")
     whiten: bool = Field(default=False, description="Whiten advantages over the batch.")
+    whiten_rewards: bool = Field(
+        default=False,
+        description="ROLL's whiten_rewards: whiten the token rewards (after reward_clip and the in-reward KL) over "
+        "the batch's response tokens before the estimator (grpo, reinforce, gigpo, step_reinforce, gae).",
+    )
     clip: float | None = Field(default=None, gt=0, description="Clip advantages to [-clip, clip].")
     reward_clip: float | None = Field(
         default=None,
@@ -573,6 +579,13 @@ class AgenticConfig(BaseConfig):
             raise ValueError(
                 f"advantage.estimator={estimator} does not fit {self.layout}-wise samples (env_manager_cls); "
                 f"use one of {list(allowed)}"
+            )
+        if self.advantage.whiten_rewards and estimator == "agentic_reinforce":
+            raise ValueError(
+                "advantage.whiten_rewards (whiten_rewards) with advantage.estimator=agentic_reinforce: roll's "
+                "agentic_reinforce sums each turn's token rewards, and whitened every token carries one, so a turn's "
+                "return would count its length (ROLL reads the turn's last token); drop whiten_rewards or pick "
+                "another estimator"
             )
         if estimator == "gae" and self.critic is None:
             raise ValueError("advantage.estimator=gae needs a critic role (model_args.model_head: value)")
