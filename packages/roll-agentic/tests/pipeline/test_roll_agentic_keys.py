@@ -262,3 +262,16 @@ def test_a_roll_files_whiten_rewards_reaches_the_agentic_advantage(tmp_path: Pat
     # (even at ROLL's default, false) failed: "whiten_rewards: unknown key; did you mean 'whiten_advantages'?".
     config = load_config(_write(tmp_path, AGENTIC + f"whiten_rewards: {str(value).lower()}\n"))
     assert config.advantage.whiten_rewards is value
+
+
+def test_rlvr_keys_rolls_agentic_pipeline_never_reads_are_ignored_not_unknown(tmp_path: Path) -> None:
+    # A ROLL agentic file with PPOConfig's RLVR keys (copied from an RLVR file; ROLL's agentic pipeline reads none of
+    # them) failed to load: "norm_mean_type: unknown key; did you mean 'mask_type'?", "response_length: ... 'response_key'?".
+    text = AGENTIC + "norm_mean_type: group\nnorm_std_type: group\nprompt_length: 2048\nresponse_length: 1024\n"
+    path = _write(tmp_path, text)
+    rows = {row.key: row for row in translate(*compose_file(path)).rows}
+    assert rows["norm_mean_type"].status == "ignored" and "reward_normalization" in rows["norm_mean_type"].note
+    assert rows["response_length"].status == "ignored" and "max_tokens_per_step" in rows["response_length"].note
+    config = load_config(path)
+    assert config.reward_normalization.norm_mean_type is None  # the file's reward_normalization (ROLL's default)
+    assert config.rollout.sequence_length == 8192

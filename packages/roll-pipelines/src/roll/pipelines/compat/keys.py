@@ -183,6 +183,21 @@ _YAML_HOLDER = "not a field of ROLL's config (a YAML anchor holder or a leftover
 PIPELINE_KEYS: dict[str, dict[str, Rule]] = {
     "agentic": {
         "enable_old_logprobs_recompute": _ignored("roll recomputes old log-probs whenever the update is off-policy"),
+        # PPOConfig keys of RLVR's that ROLL's agentic pipeline never reads (no effect in ROLL either)
+        **{
+            key: _ignored(
+                "ROLL's agentic pipeline normalizes by reward_normalization (grouping, method, norm_mean_type, "
+                "norm_std_type); the top-level key is RLVR's"
+            )
+            for key in ("norm_mean_type", "norm_std_type")
+        },
+        **{
+            key: _ignored(
+                "ROLL's agentic pipeline bounds a sample by sequence_length (rollout.sequence_length) and each turn "
+                "by custom_envs.<tag>.max_tokens_per_step; the key is RLVR's"
+            )
+            for key in ("prompt_length", "response_length")
+        },
         "render_save_dir": _ignored("roll does not save rendered env frames"),
         **{
             key: _ignored("a field of ROLL's AgenticConfig that no ROLL code reads (no effect in ROLL either)")
