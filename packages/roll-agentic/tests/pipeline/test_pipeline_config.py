@@ -368,3 +368,25 @@ def test_the_critics_value_clip_is_a_setting():
     assert _config(adv_estimator="gae", critic=critic).critic_settings().value_clip == 0.5  # roll's (RLVR's) default
     config = _config(adv_estimator="gae", critic=critic, value_clip=None)
     assert config.value_loss.clip is None and config.critic_settings().value_clip is None
+
+
+def test_agentic_rollouts_batch_must_fit_max_traj_per_env_when_the_config_loads():
+    # The rollout-only config checked only that rollout.batch_size was whole groups: a batch over num_env_groups x
+    # max_traj_per_env passed and failed in the scheduler's first get_batch, after the workers had started.
+    from roll.agentic.pipeline.rollout_only import AgenticRolloutConfig
+
+    def rollout(batch_size: int, **manager) -> AgenticRolloutConfig:
+        return AgenticRolloutConfig.model_validate(
+            {
+                "actor_infer": {"model_args": ROLE},
+                "custom_envs": ENVS,
+                "train_env_manager": {"num_env_groups": 2, "group_size": 2, "tags": ["Lake"], **manager},
+                "rollout_batch_size": batch_size,
+            }
+        )
+
+    assert rollout(8, max_traj_per_env=2).rollout.batch_size == 8
+    with pytest.raises(ValueError, match=r"rollout_batch_size\)=8 needs 4 groups.*max_traj_per_env=1"):
+        rollout(8, max_traj_per_env=1)
+    with pytest.raises(ValueError, match=r"multiple of train_env_manager.group_size=2"):
+        rollout(3)

@@ -89,10 +89,8 @@ class AgenticRolloutConfig(BaseConfig):
         if missing:
             raise ValueError(f"train_env_manager.tags {missing} are not in custom_envs ({sorted(self.custom_envs)})")
         manager.check_proxy_thinking("train_env_manager", self.custom_envs)
-        if self.rollout.batch_size % manager.group_size:
-            raise ValueError(
-                f"rollout.batch_size={self.rollout.batch_size} must be a multiple of group_size={manager.group_size}"
-            )
+        # whole groups, within max_traj_per_env rounds: the scheduler asks the same of every step's batch
+        manager.groups_for(self.rollout.batch_size, "rollout.batch_size (rollout_batch_size)", "train_env_manager")
         return self
 
 
