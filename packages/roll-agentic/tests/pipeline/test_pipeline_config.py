@@ -184,6 +184,23 @@ def test_schedule_counts_every_mini_batch_of_an_rl_step():
     assert constant.actor_train.training_args.max_steps == 10  # a constant rate does not read it
 
 
+def test_the_critics_schedule_is_sized_as_its_rl_steps():
+    # Only actor_train's schedule was sized: a critic with a decaying schedule (ROLL's gae examples give the critic
+    # cosine) loaded with max_steps None and failed at its workers' start ("training_args.max_steps is needed for
+    # lr_scheduler_type='cosine'"). The critic trains with actor_train's plan in every RL step, not in the warm-up.
+    def role(**training):
+        return {"model_args": ROLE, "training_args": {"lr_scheduler_type": "cosine", **training}}
+
+    critic = {**role(), "strategy_args": {"strategy_name": "hf_infer"}}
+    config = _config(
+        adv_estimator="gae", critic=critic, max_steps=10, ppo_epochs=2, ppo_mini_batch_size=3, warmup={"steps": 5}
+    )
+    assert config.critic.training_args.max_steps == 10 * 2 * 3
+    assert config.actor_train.training_args.max_steps == 10 * 2 * 3 + 5
+    sized = {**role(max_steps=7), "strategy_args": {"strategy_name": "hf_infer"}}
+    assert _config(adv_estimator="gae", critic=sized).critic.training_args.max_steps == 7
+
+
 def test_warmup_learning_rate_needs_a_strategy_that_can_change_it():
     warm = {"steps": 5, "learning_rate": 1e-3}
     trained = {"model_args": ROLE, "strategy_args": {"strategy_name": "fsdp2_train"}}

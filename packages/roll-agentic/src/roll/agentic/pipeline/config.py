@@ -399,10 +399,11 @@ class AgenticConfig(BaseConfig):
 
     @classmethod
     def _fill_schedule_length(cls, data: dict[str, Any]) -> None:
-        """actor_train's LR schedule length, unless set: RL's optimizer steps plus the warm-up's. An RL step takes
-        ``epochs`` x its mini-batches; with ``update.mini_batch_size`` a trajectory-wise step has
-        ceil(rollout.batch_size / mini_batch_size) of them, a step-wise one a number that follows the episodes'
-        turns, so a schedule that decays over a count it cannot know is refused."""
+        """actor_train's and the critic's LR schedule lengths, unless set: RL's optimizer steps (plus the warm-up's for
+        actor_train; the critic trains in every RL step with actor_train's plan). An RL step takes ``epochs`` x its
+        mini-batches; with ``update.mini_batch_size`` a trajectory-wise step has ceil(rollout.batch_size /
+        mini_batch_size) of them, a step-wise one a number that follows the episodes' turns, so a schedule that
+        decays over a count it cannot know is refused."""
         epochs = raw_value(data, "update", "epochs", default=1)
         mini_batch = raw_value(data, "update", "mini_batch_size", default=None)
         rows = raw_value(
@@ -411,24 +412,25 @@ class AgenticConfig(BaseConfig):
         warmup = raw_value(data, "warmup", "steps", default=0)
         warmup_updates = raw_value(data, "warmup", "num_mini_batches", default=1)
         max_steps = data.get("max_steps", field_default(cls, "max_steps"))
-        training = raw_section(data, "actor_train", "training_args", create=True) if data.get("actor_train") else None
-        if training is None or training.get("max_steps") is not None:
-            return
         if not all(is_int(v) for v in (epochs, warmup, warmup_updates, max_steps, rows)):
             return  # validation reports the bad value
-        per_step = 1
         layout = _raw_layout(data)
-        if is_int(mini_batch) and mini_batch > 0:
-            if layout == "step" and _decays(training):
-                raise ValueError(
-                    "update.mini_batch_size (ppo_mini_batch_size) on step-wise rows makes each RL step's optimizer "
-                    "steps follow the episodes' turns, so the learning-rate schedule cannot be sized for you: set "
-                    "actor_train.training_args.max_steps (the optimizer steps of the whole run), or use a constant "
-                    "schedule"
-                )
-            if layout == "traj":
-                per_step = -(-rows // mini_batch)
-        training["max_steps"] = max_steps * epochs * per_step + warmup * warmup_updates
+        for role, extra in (("actor_train", warmup * warmup_updates), ("critic", 0)):
+            training = raw_section(data, role, "training_args", create=True) if data.get(role) else None
+            if training is None or training.get("max_steps") is not None:
+                continue
+            per_step = 1
+            if is_int(mini_batch) and mini_batch > 0:
+                if layout == "step" and _decays(training):
+                    raise ValueError(
+                        "update.mini_batch_size (ppo_mini_batch_size) on step-wise rows makes each RL step's "
+                        "optimizer steps follow the episodes' turns, so the learning-rate schedule cannot be sized "
+                        f"for you: set {role}.training_args.max_steps (the optimizer steps of the whole run), or use "
+                        "a constant schedule"
+                    )
+                if layout == "traj":
+                    per_step = -(-rows // mini_batch)
+            training["max_steps"] = max_steps * epochs * per_step + extra
 
     # --- derived views ------------------------------------------------------------------------------------
     @property
