@@ -12,7 +12,13 @@ from collections import Counter
 import pytest
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
-from roll.agentic.policy import GatedPolicyClient, LatencyModel, MockPolicyClient, RandomActionPolicy
+from roll.agentic.policy import (
+    GatedPolicyClient,
+    GenerateRequest,
+    LatencyModel,
+    MockPolicyClient,
+    RandomActionPolicy,
+)
 from roll.agentic.scheduler import RolloutScheduler
 from roll.agentic.scheduler.background import BackgroundRollouts
 from roll.strategies import GenerationConfig
@@ -295,3 +301,48 @@ def test_close_cancels_the_loops_pending_tasks(tokenizer, caplog) -> None:
 
 async def _spawn(make) -> asyncio.Task[None]:
     return asyncio.get_running_loop().create_task(make())
+
+
+class _NeverAnswers:
+    """A policy whose requests never finish (an engine busy with a long generation)."""
+
+    async def generate(self, request):
+        await asyncio.Event().wait()
+
+
+class _OneEpisodeRaises:
+    """Env slot 0's episode raises (as the Ray executor does when a worker's run_episode failed); every other
+    episode waits on a generation request through ``gate``."""
+
+    def __init__(self, gate: GatedPolicyClient) -> None:
+        self.gate = gate
+
+    async def run(self, task):
+        if task.env_id == 0:
+            await asyncio.sleep(0.05)
+            raise RuntimeError("run_episode failed")
+        request = GenerateRequest(f"r/{task.traj_id}", [1, 2], GenerationConfig(max_new_tokens=4))
+        return await self.gate.generate(request)
+
+    def stats(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_episode_that_raises_leaves_no_generation_request_for_the_weight_sync_to_wait_on() -> None:
+    """One episode of a round raises: the error reaches the trainer at take(), and the other episodes of that round
+    are cancelled with it. Before, asyncio.gather left them parked on the stopped loop with their requests counted
+    in flight, so the step's weight sync (which pauses the gate until none is) waited forever."""
+    config = EnvManagerConfig(name="train_env", num_env_groups=2, group_size=2, tags=["FL"])
+    gate = GatedPolicyClient(_NeverAnswers())
+    scheduler = RolloutScheduler(config, _OneEpisodeRaises(gate), pad_token_id=0)
+    background = BackgroundRollouts(scheduler, batch_size=4, ratio=1)
+    try:
+        with pytest.raises(RuntimeError, match="run_episode failed"):
+            background.take(1, timeout_s=60)
+        gate.pause_blocking(timeout_s=10)  # raised TimeoutError: 1 generation request still running
+        assert gate.in_flight == 0
+    finally:
+        background.close()

@@ -329,13 +329,22 @@ class RolloutScheduler:
         self, plan: GroupPlan, episode_id: int, launch: int, draw: int = 0, place: tuple[int, int] | None = None
     ) -> _Round:
         seed = self._seed(plan, episode_id)
-        tasks = []
+        episodes = []
         for env_id in plan.env_ids:
             traj_group_id, traj_id = episode_ids(plan.tag, plan.group_id, episode_id, seed, env_id)
             sampling = sampling_seed(self.seed, plan.group_id, episode_id, env_id, draw)
             task = EpisodeTask(env_id, plan.group_id, plan.tag, episode_id, seed, traj_group_id, traj_id, sampling)
-            tasks.append(self.executor.run(task))
-        return _Round(plan, episode_id, launch, list(await asyncio.gather(*tasks)), place or (launch, 0))
+            episodes.append(asyncio.ensure_future(self.executor.run(task)))
+        try:
+            results = await asyncio.gather(*episodes)
+        except BaseException:
+            # gather leaves the other episodes running when one raises: stop them, or they stay parked on the loop
+            # holding what they hold (a gated policy client's request, which a weight sync's pause waits for)
+            for episode in episodes:
+                episode.cancel()
+            await asyncio.gather(*episodes, return_exceptions=True)
+            raise
+        return _Round(plan, episode_id, launch, list(results), place or (launch, 0))
 
     def _judge(self, round_: _Round) -> str:
         if self.mode == "val":
