@@ -10,8 +10,10 @@ import time
 from collections import Counter
 
 import pytest
+import torch
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
+from roll.agentic.env_manager import EpisodeResult
 from roll.agentic.policy import (
     GatedPolicyClient,
     GenerateRequest,
@@ -21,6 +23,7 @@ from roll.agentic.policy import (
 )
 from roll.agentic.scheduler import RolloutScheduler
 from roll.agentic.scheduler.background import BackgroundRollouts
+from roll.protocol import DataProto
 from roll.strategies import GenerationConfig
 
 ACTIONS = ["Up", "Down", "Left", "Right"]
@@ -344,5 +347,56 @@ def test_an_episode_that_raises_leaves_no_generation_request_for_the_weight_sync
             background.take(1, timeout_s=60)
         gate.pause_blocking(timeout_s=10)  # raised TimeoutError: 1 generation request still running
         assert gate.in_flight == 0
+    finally:
+        background.close()
+
+
+class _OneRoundAtATime:
+    """Rounds of one episode each, finishing one after another every ``delay`` seconds, every one kept."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self._turn: asyncio.Lock | None = None
+        self._sample("warm-up")  # the first DataProto imports its backends: not inside the timed wait
+
+    @staticmethod
+    def _sample(name: str) -> DataProto:
+        tensors = {
+            "prompts": torch.tensor([[1, 2]]),
+            "responses": torch.tensor([[3, 4]]),
+            "attention_mask": torch.ones(1, 4, dtype=torch.long),
+            "response_mask": torch.ones(1, 2, dtype=torch.long),
+            "rollout_log_probs": torch.zeros(1, 2),
+            "scores": torch.zeros(1),
+        }
+        return DataProto.from_dict(tensors, {"traj_group_id": [name], "policy_version": [0]})
+
+    async def run(self, task) -> EpisodeResult:
+        self._turn = self._turn or asyncio.Lock()
+        async with self._turn:
+            await asyncio.sleep(self.delay)
+        return EpisodeResult(task, "terminated", 1, True, 1.0, None, self._sample(task.traj_group_id))
+
+    def stats(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def test_take_times_out_after_take_timeout_s_even_while_rounds_trickle_in() -> None:
+    """asynchrony.take_timeout_s bounds a step's whole wait. Before, each kept round woke the wait and restarted its
+    timeout, so a step whose rounds came in one every 0.2 s never timed out at 0.5 s (it waited the 1.6 s its 8
+    rounds took)."""
+    config = EnvManagerConfig(name="train_env", num_env_groups=8, group_size=1, tags=["FL"])
+    background = BackgroundRollouts(
+        RolloutScheduler(config, _OneRoundAtATime(0.2), pad_token_id=0), batch_size=8, ratio=0
+    )
+    try:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="step 1: no batch after 0.5 s"):
+            background.take(1, timeout_s=0.5)
+        assert time.monotonic() - started < 1.4
+        assert len(background.take(1, timeout_s=60).batch) == 8  # the rounds go on arriving: a later take has them
     finally:
         background.close()

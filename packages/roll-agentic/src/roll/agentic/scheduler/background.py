@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -152,6 +153,8 @@ class BackgroundRollouts:
     def take(self, step: int, timeout_s: float | None = None) -> RolloutBatch:
         """Step ``step``'s groups (policy versions in ``[step - 1 - bound, step - 1]``), waiting for them."""
         train_version = step - 1
+        # one deadline for the whole wait: every kept round wakes the wait, so a timeout per wake never ran out
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:
             while True:
                 if self._error is not None:
@@ -159,8 +162,10 @@ class BackgroundRollouts:
                 groups = self.buffer.take(train_version)
                 if groups is not None:
                     break
-                if not self._cond.wait(timeout=timeout_s) and timeout_s is not None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
                     raise TimeoutError(f"step {step}: no batch after {timeout_s} s ({self.buffer.metrics()})")
+                self._cond.wait(timeout=left)
             played, counts = self._played, self._counts
             self._played, self._counts = [], Counter()
             metrics = self._metrics(played, counts, groups, train_version)
