@@ -20,6 +20,7 @@ import pytest
 from roll.agentic.pipeline import AgenticConfig, register_pipelines
 from roll.agentic.pipeline.rollout_only import AgenticRolloutPipeline
 from roll.agentic.scheduler import RolloutFaultsError
+from roll.pipelines.checkpoint import write_manifest
 from roll.pipelines.config import load_config
 from roll.pipelines.launcher import run_config
 from roll.pipelines.tracking import read_metrics
@@ -364,6 +365,41 @@ def test_agentic_async_resume_plays_again_the_rounds_not_yet_trained_on(ray_env,
     # the staleness counters go on across the resume: steps 1 and 2, not step 2 alone
     state = json.loads((tmp_path / "checkpoints" / "step-00000002" / "pipeline_state.json").read_text())
     assert sum(state["data_state"]["buffer"]["staleness_histogram"].values()) == 8
+
+
+@pytest.mark.pipeline_run
+def test_a_resumed_run_counts_the_rl_time_before_its_checkpoint_against_max_rl_time_s(ray_env, tmp_path: Path):
+    """max_rl_time_s bounds the run's RL time, resumes included: a run whose first start used up its hour (its
+    checkpoint's time/rl_elapsed_s set to 3600 s) stops after one more step when resumed, and its time/rl_elapsed_s
+    goes on from the checkpoint's. Before, the clock started again at the resume, so each restart of a preempted
+    run got the whole budget again (here: it ran on to max_steps)."""
+    register_pipelines()
+    data = {
+        "pipeline_cls": "agentic",
+        "output_dir": str(tmp_path),
+        "max_steps": 1,
+        "export_hf": False,
+        "plots": False,
+        "rollout_batch_size": 4,
+        "sequence_length": 256,
+        "rollout": {"env_workers": "local"},
+        "custom_envs": {"Lake": _envs()["Lake"]},
+        "train_env_manager": {"num_env_groups": 2, "group_size": 2, "tags": ["Lake"]},
+        "actor_train": {**_role("agentic-train", "fsdp2_train"), "training_args": {"learning_rate": 1e-4}},
+        "actor_infer": {**_role("agentic-infer", "hf_infer"), "generating_args": {"max_new_tokens": 8}},
+    }
+    run_config(load_config(data))
+    checkpoint = tmp_path / "checkpoints" / "step-00000001"
+    state = json.loads((checkpoint / "pipeline_state.json").read_text())
+    assert state["metrics_history"][-1]["step"] == 1
+    state["metrics_history"][-1]["time/rl_elapsed_s"] = 3600.0  # as if step 1 had ended an hour into RL
+    (checkpoint / "pipeline_state.json").write_text(json.dumps(state))
+    write_manifest(checkpoint)
+    run_config(load_config({**data, "max_steps": 3, "max_rl_time_s": 3600, "resume_from_checkpoint": "auto"}))
+    metrics = read_metrics(tmp_path / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [0, 1, 2]  # out of time after step 2
+    assert metrics[-1]["time/rl_elapsed_s"] > 3600
+    assert (tmp_path / "checkpoints" / "step-00000002").is_dir()  # the stop is checkpointed, as out of time always is
 
 
 @pytest.mark.pipeline_run

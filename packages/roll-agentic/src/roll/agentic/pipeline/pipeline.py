@@ -56,6 +56,8 @@ from roll.runtime import import_target, materialize_all
 __all__ = ["AgenticPipeline", "adjust_batch"]
 
 logger = logging.getLogger(__name__)
+RL_ELAPSED = "time/rl_elapsed_s"
+"""RL wall time since the run's first RL step, resumed runs included (what ``max_rl_time_s`` bounds)."""
 
 
 class AgenticPipeline(BasePipeline):
@@ -429,7 +431,8 @@ class AgenticPipeline(BasePipeline):
                 version=start,
                 buffer_state=self.buffer_state,
             )
-        self.rl_started = time.perf_counter()
+        # a resumed run's RL time goes on from its checkpoint's, so max_rl_time_s bounds the run, not each start
+        self.rl_started = time.perf_counter() - self.rl_time_spent()
         limit = self.config.max_rl_time_s
         for step in self.steps(start):
             metrics = self.step(step)
@@ -439,7 +442,7 @@ class AgenticPipeline(BasePipeline):
                 with self.generation_paused():
                     metrics.update(self.sync_weights(step, force=True))
                     metrics.update(self.validate(step))
-            metrics["time/rl_elapsed_s"] = elapsed
+            metrics[RL_ELAPSED] = elapsed
             last = self.log_metrics(step, metrics)
             self.faulted_steps.check()  # env faults left step after step with nothing to train: stop, metrics kept
             self.do_checkpoint(step, force=step == self.max_steps or out_of_time)
@@ -448,6 +451,14 @@ class AgenticPipeline(BasePipeline):
         if self.config.export_hf:
             self.export_hf(self.actor_train)
         return last
+
+    def rl_time_spent(self) -> float:
+        """The RL wall time of the steps before this start (``time/rl_elapsed_s`` of the checkpoint's last step; 0
+        in a new run)."""
+        for row in reversed(self.state.metrics_history):
+            if RL_ELAPSED in row:
+                return float(row[RL_ELAPSED])
+        return 0.0
 
     def shutdown(self, graceful: bool = True) -> None:
         background = getattr(self, "background", None)
