@@ -169,6 +169,51 @@ def test_agentic_run_stops_when_env_faults_leave_nothing_to_train(ray_env, tmp_p
     assert saved == ["00000001"]  # step 2 stopped before its own
 
 
+class DownRandomEnv(DownEnv):
+    """DownEnv with its own random actions (llm_proxy random needs them)."""
+
+    def sample_random_action(self) -> str:
+        return "Up"
+
+
+def _down_run(pipeline: str, output_dir: Path) -> dict[str, Any]:
+    """A one-step run of ``pipeline`` on DownRandomEnv, stopping at 2 faulted steps in a row."""
+    data: dict[str, Any] = {
+        "pipeline_cls": pipeline,
+        "output_dir": str(output_dir),
+        "max_steps": 1,
+        "export_hf": False,
+        "plots": False,
+        "rollout_batch_size": 2,
+        "sequence_length": 256,
+        "rollout": {"env_workers": "local", "max_faulted_steps": 2},
+        "custom_envs": {"Down": {"env_type": f"{__name__}:DownRandomEnv", "max_steps": 2, "max_tokens_per_step": 8}},
+        "train_env_manager": {"num_env_groups": 2, "group_size": 1, "tags": ["Down"]},
+        "actor_infer": {**_role("down-infer", "hf_infer"), "generating_args": {"max_new_tokens": 8}},
+    }
+    if pipeline == "agentic":
+        data.update(advantage={"estimator": "reinforce"})
+        data["actor_train"] = {**_role("down-train", "fsdp2_train"), "training_args": {"learning_rate": 1e-4}}
+    else:  # no model: the env's own random actions
+        data["train_env_manager"]["llm_proxy"] = {"proxy_type": "random"}
+    return data
+
+
+@pytest.mark.pipeline_run
+@pytest.mark.parametrize("pipeline", ["agentic_rollout", "agentic"])
+def test_the_faulted_steps_in_a_row_go_on_across_a_resume(ray_env, tmp_path: Path, pipeline: str):
+    """rollout.max_faulted_steps counts steps in a row across a checkpoint: a run resumed after one faulted step
+    stops at its next one (steps 1-2). Before, the checkpoint did not keep the streak, so a run restarted (a
+    preempted job resumed with resume_from_checkpoint: auto) more often than the limit never stopped."""
+    register_pipelines()
+    data = _down_run(pipeline, tmp_path)
+    run_config(load_config(data))  # one faulted step: below the limit
+    with pytest.raises(RolloutFaultsError, match=r"2 steps in a row \(steps 1-2\) kept no sample"):
+        run_config(load_config({**data, "max_steps": 4, "resume_from_checkpoint": "auto"}))
+    metrics = [m for m in read_metrics(tmp_path / "metrics.jsonl") if m["step"] > 0]
+    assert [(m["step"], m["rollout/faulted_steps_in_a_row"]) for m in metrics] == [(1, 1.0), (2, 2.0)]
+
+
 @pytest.mark.pipeline_run
 def test_agentic_rollout_writes_every_episode(ray_env, tmp_path: Path):
     register_pipelines()

@@ -122,12 +122,14 @@ class AgenticPipeline(BasePipeline):
     # --- state ------------------------------------------------------------------------------------------
     def data_state(self) -> dict[str, Any]:
         # async: with the rounds played or playing but not trained on, which a resumed run plays again
-        return self.background.state() if self.background is not None else self.train_scheduler.state()
+        rounds = self.background.state() if self.background is not None else self.train_scheduler.state()
+        return {**rounds, "faulted_steps": self.faulted_steps.state()}
 
     def load_data_state(self, state: dict[str, Any]) -> None:
         if state:
             self.train_scheduler.load_state(state)
             self.buffer_state = state.get("buffer")  # async: the background rollouts' buffer starts from it
+            self.faulted_steps.load_state(state.get("faulted_steps", []))  # the streak goes on across a resume
 
     def algorithm_state(self) -> dict[str, Any]:
         return {"kl_ctrl": self.kl_ctrl.state_dict()}

@@ -129,12 +129,13 @@ class AgenticRolloutPipeline(BasePipeline):
         self.totals: dict[str, float] = {}
 
     def data_state(self) -> dict[str, Any]:
-        return {**self.scheduler.state(), "totals": dict(self.totals)}
+        return {**self.scheduler.state(), "totals": dict(self.totals), "faulted_steps": self.faulted_steps.state()}
 
     def load_data_state(self, state: dict[str, Any]) -> None:
         if state:
             self.scheduler.load_state(state)
             self.totals = dict(state.get("totals", {}))
+            self.faulted_steps.load_state(state.get("faulted_steps", []))  # the streak goes on across a resume
 
     def step(self, step: int) -> dict[str, float]:
         out = self.scheduler.get_batch(self.config.rollout.batch_size, step)

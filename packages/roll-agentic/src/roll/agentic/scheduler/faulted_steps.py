@@ -64,6 +64,14 @@ class FaultedSteps:
         self.episodes.extend(e for e in rollout.episodes if e.end_reason in _DROPPING)
         return len(self.steps)
 
+    def state(self) -> list[int]:
+        """The steps of the streak so far, for a checkpoint: a resumed run goes on counting from them (its error then
+        lists the faulted episodes of its own steps)."""
+        return list(self.steps)
+
+    def load_state(self, steps: list[int]) -> None:
+        self.steps, self.episodes = [int(step) for step in steps], []
+
     def check(self) -> None:
         """Raise :class:`RolloutFaultsError` once ``limit`` steps in a row had nothing to train."""
         if not self.limit or len(self.steps) < self.limit:
