@@ -407,3 +407,14 @@ def test_agentic_rollouts_batch_must_fit_max_traj_per_env_when_the_config_loads(
         rollout(8, max_traj_per_env=1)
     with pytest.raises(ValueError, match=r"multiple of train_env_manager.group_size=2"):
         rollout(3)
+
+
+def test_a_take_timeout_without_asynchronous_rollouts_is_warned(caplog) -> None:
+    """asynchrony.take_timeout_s only bounds BackgroundRollouts.take; a synchronous run ignored it without a word."""
+    with caplog.at_level("WARNING", logger="roll.agentic.pipeline.config"):
+        _config(asynchrony={"take_timeout_s": 600})
+    assert "asynchrony.take_timeout_s=600 is ignored" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="roll.agentic.pipeline.config"):
+        config = _config(asynchrony={"take_timeout_s": 600}, async_generation_ratio=1)
+    assert config.asynchrony.take_timeout_s == 600 and "take_timeout_s" not in caplog.text

@@ -157,6 +157,18 @@ class AgenticAsyncSection(RollModel):
     def enabled(self) -> bool:
         return bool(self.generation_ratio)
 
+    @model_validator(mode="after")
+    def _warn_unused_timeout(self) -> AgenticAsyncSection:
+        if self.take_timeout_s is not None and not self.enabled:
+            logger.warning(
+                "asynchrony.take_timeout_s=%g is ignored: it bounds the wait for asynchronous rollouts, and "
+                "asynchrony.generation_ratio (async_generation_ratio) is %s, so steps play their episodes themselves "
+                "(custom_envs.<tag>.step_timeout_s bounds each env call)",
+                self.take_timeout_s,
+                self.generation_ratio,
+            )
+        return self
+
 
 class UpdateSection(RollModel):
     epochs: int = Field(default=1, ge=1, description="Passes over the step's samples (PPO epochs).")
