@@ -275,3 +275,33 @@ def test_rlvr_keys_rolls_agentic_pipeline_never_reads_are_ignored_not_unknown(tm
     config = load_config(path)
     assert config.reward_normalization.norm_mean_type is None  # the file's reward_normalization (ROLL's default)
     assert config.rollout.sequence_length == 8192
+
+
+def test_rolls_backward_batch_is_the_mini_batch_and_sizes_the_schedule(tmp_path: Path) -> None:
+    # ROLL's actor_train takes an optimizer step per per_device_train_batch_size x gradient_accumulation_steps rows of
+    # each data-parallel rank; roll took one step per RL step whatever a ROLL file said. Here 2 x 4 rows on each of
+    # 8 GPUs / tensor-parallel 2 = 4 ranks: 32 rows a step, so 64 trajectories make 2 optimizer steps, and the
+    # schedule is ROLL's max_steps x rollout_batch_size x ppo_epochs / 32.
+    text = AGENTIC.replace("rollout_batch_size: 8\nval_batch_size: 8\n", "rollout_batch_size: 64\nval_batch_size: 8\n")
+    text = text.replace(
+        "  strategy_args: {strategy_name: fsdp2_train}\n",
+        "  strategy_args:\n    strategy_name: megatron_train\n    strategy_config: {tensor_model_parallel_size: 2}\n"
+        "  device_mapping: list(range(0,8))\n"
+        "  training_args: {per_device_train_batch_size: 2, gradient_accumulation_steps: 4, lr_scheduler_type: cosine}\n",
+    )
+    text = text.replace("num_env_groups: 2\n", "num_env_groups: 16\n") + "max_steps: 10\nppo_epochs: 2\n"
+    path = _write(tmp_path, text)
+    rows = {row.key: row for row in translate(*compose_file(path)).rows}
+    assert rows["(backward batch)"].target == "update.mini_batch_size"
+    assert "x 4 data-parallel rank(s)" in rows["(backward batch)"].note
+    config = load_config(path)
+    assert config.update.mini_batch_size == 32 and config.update.num_mini_batches(64) == 2
+    assert config.actor_train.training_args.max_steps == 10 * 64 * 2 // 32
+    assert load_config(path, ["max_steps=5"]).actor_train.training_args.max_steps == 5 * 64 * 2 // 32
+    # ROLL's 500 steps when the file sets none (roll's default is 100), and the schedule sized for them
+    config = load_config(_write(tmp_path, text.replace("max_steps: 10\n", "")))
+    assert config.max_steps == 500 and config.actor_train.training_args.max_steps == 500 * 64 * 2 // 32
+    # a file's own mini-batch size (verl's ppo_mini_batch_size) and schedule length are kept
+    path = _write(tmp_path, text.replace("lr_scheduler_type: cosine}", "lr_scheduler_type: cosine, max_steps: 7}"))
+    assert load_config(path, ["ppo_mini_batch_size=16"]).update.mini_batch_size == 16
+    assert load_config(path).actor_train.training_args.max_steps == 7

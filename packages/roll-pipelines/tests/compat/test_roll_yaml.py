@@ -112,6 +112,11 @@ def test_total_rl_options_loads() -> None:
     assert config.rewards["ifeval"].reward_type == "ifeval"
     assert config.rewards["ifeval"].reward_kwargs == {}  # ROLL's IFEval worker does not read reward_type
     assert config.actor_train.model_args.model_name_or_path == "Qwen/Qwen2.5-7B"
+    # ROLL's actor steps once per per_device_train_batch_size x gradient_accumulation_steps rows of each of its 16
+    # data-parallel ranks: 1 x 32 x 16 = 512 rows, the whole step of 64 prompts x 8 answers here, and 4 steps with 8
+    assert config.update.mini_batch_size == 512 and config.update.num_mini_batches(64 * 8) == 1
+    config = load_config(TOTAL, ["actor_train.training_args.gradient_accumulation_steps=8"])
+    assert config.update.mini_batch_size == 128 and config.update.num_mini_batches(64 * 8) == 4
 
 
 @pytest.mark.parametrize(

@@ -419,7 +419,8 @@ def read_config_source(
             flat = _override_path(path, value, config_cls.flat_keys) != path
             known = field is not None or path[0] in config_cls.flat_keys
             role = field is not None and _role_model(field.annotation) is not None
-            if not known or role or flat or path[0] in referenced:
+            # max_steps sizes the schedule a ROLL file's translation writes in: the translation sees its override
+            if not known or role or flat or path[0] in referenced or path == ["max_steps"]:
                 early.append(item)
                 if not known or role or flat:  # translated with the file; a referenced roll field is applied again
                     applied.append(item)

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ROLL_AGENTIC_DEFAULTS",
     "ROLL_ENV_DEFAULTS",
+    "ROLL_MAX_STEPS",
     "ROLL_OPENAI_PROXY_DEFAULTS",
     "ROLL_REWARD_NORMALIZATION",
     "ROLL_RLVR_DEFAULTS",
@@ -19,6 +20,8 @@ __all__ = [
     "fill_roll_defaults",
 ]
 
+# ROLL's pipeline steps when a file sets none (roll's default is 100): an RL pipeline runs that many
+ROLL_MAX_STEPS = 500
 # ROLL PPOConfig defaults that differ from roll's: written in when the file does not set them (flat key -> value)
 ROLL_RLVR_DEFAULTS: dict[str, Any] = {
     "adv_estimator": "gae",
@@ -84,6 +87,91 @@ def _derive_num_nodes(top: _Translator, data: dict[str, Any]) -> None:
         top.row("num_nodes", "implemented-as", "num_nodes", f"{data['num_nodes']} replaced: ROLL derives it")
     top.out["num_nodes"] = nodes
     top.row("(num_nodes)", "implemented-as", "num_nodes", f"{nodes}: highest device id / num_gpus_per_node, as ROLL")
+
+
+# Strategy settings that split a role's workers into model-parallel groups: ROLL's data-parallel size is the workers
+# over their product (Megatron's tensor, pipeline and context parallelism; the FSDP2 and DeepSpeed Ulysses groups).
+_MODEL_PARALLEL_KEYS = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "ulysses_size",
+)
+# ROLL's TrainingArguments defaults (transformers'): a file that leaves them out trains with these
+_ROLL_TRAINING_BATCH = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _data_parallel_size(role: dict[str, Any]) -> int | None:
+    """A translated role's data-parallel size as ROLL derives it (workers over the model-parallel product); None
+    when the role's settings do not say (validation reports bad ones)."""
+    from roll.runtime.config import parse_device_mapping
+
+    try:
+        devices = parse_device_mapping(role.get("device_mapping"))
+    except ValueError:
+        return None
+    per_worker = role.get("num_gpus_per_worker", 1)
+    workers = len(devices) // per_worker if devices and isinstance(per_worker, int) else role.get("world_size", 1)
+    config = _mapping(_mapping(role.get("strategy_args")).get("strategy_config"))
+    split = 1
+    for key in _MODEL_PARALLEL_KEYS:
+        value = config.get(key) or 1
+        if not isinstance(value, int) or value < 1:
+            return None
+        split *= value
+    if not isinstance(workers, int) or workers < split:
+        return None
+    return workers // split
+
+
+def _fill_backward_batch(top: _Translator, data: dict[str, Any]) -> None:
+    """ROLL's actor_train takes an optimizer step per backward batch, per_device_train_batch_size x
+    gradient_accumulation_steps rows of each data-parallel rank, so a step's rows make rows x ppo_epochs / (that x
+    dp) optimizer steps; roll takes one per ``update.mini_batch_size`` rows (default: all of them, one step). The
+    backward batch over all ranks is written in as the mini-batch size. A ROLL agentic pipeline sizes the learning
+    rate schedule as max_steps x rollout_batch_size x ppo_epochs over that, whatever the rows (step-wise rows follow
+    the turns): written in as actor_train's ``training_args.max_steps``, as ROLL sets it."""
+    actor = top.out.get("actor_train")
+    update = top.out.get("update")
+    given = "ppo_mini_batch_size" in top.out or (isinstance(update, dict) and "mini_batch_size" in update)
+    if not isinstance(actor, dict) or given or "ppo_mini_batch_size" not in top.flat:
+        return
+    args = _mapping(actor.get("training_args"))
+    rows_per_rank = 1
+    for key, default in _ROLL_TRAINING_BATCH.items():
+        value = args.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return  # validation names the bad value
+        rows_per_rank *= value
+    dp = _data_parallel_size(actor)
+    if dp is None:
+        return
+    mini = rows_per_rank * dp
+    top.out["ppo_mini_batch_size"] = mini
+    top.row(
+        "(backward batch)",
+        "implemented-as",
+        top.flat["ppo_mini_batch_size"],
+        f"{mini} rows per optimizer step, as ROLL's actor_train: per_device_train_batch_size x "
+        f"gradient_accumulation_steps ({rows_per_rank}) x {dp} data-parallel rank(s)",
+    )
+    steps, batch, epochs = top.out.get("max_steps"), top.out.get("rollout_batch_size"), data.get("ppo_epochs", 1)
+    if top.pipeline != "agentic" or "max_steps" in args:
+        return
+    if not (isinstance(steps, int) and isinstance(batch, int) and isinstance(epochs, int)):
+        return  # validation names the bad value
+    total = max(1, steps * batch * epochs // mini)
+    top.set_path("actor_train.training_args.max_steps", total, "(schedule length)")
+    top.row(
+        "(schedule length)",
+        "implemented-as",
+        "actor_train.training_args.max_steps",
+        f"{total}: max_steps x rollout_batch_size x ppo_epochs / the backward batch, as ROLL sizes it",
+    )
 
 
 def _fill_sft_columns(top: _Translator, data: dict[str, Any]) -> None:
@@ -185,6 +273,11 @@ def fill_roll_defaults(top: _Translator, data: dict[str, Any]) -> None:
     if top.pipeline in ("agentic", "agentic_rollout"):
         _fill_agentic_defaults(top, data)
         _fill_env_defaults(top)
+    if top.pipeline in ("agentic", "agentic_rollout", "rlvr") and "max_steps" not in data:
+        top.out["max_steps"] = ROLL_MAX_STEPS
+        top.row("(max_steps)", "implemented-as", "max_steps", f"ROLL default {ROLL_MAX_STEPS} written in")
+    if top.pipeline in ("agentic", "rlvr"):
+        _fill_backward_batch(top, data)
     if top.pipeline != "rlvr":
         return
     for key, value in ROLL_RLVR_DEFAULTS.items():

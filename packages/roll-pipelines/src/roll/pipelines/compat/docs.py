@@ -206,6 +206,18 @@ def roll_compat() -> str:
         "| ROLL key | ROLL default |\n|---|---|",
         agentic_defaults,
         "",
+        "## Optimizer steps per RL step (RLVR and agentic)\n",
+        "ROLL's actor_train takes an optimizer step per backward batch: `per_device_train_batch_size` x "
+        "`gradient_accumulation_steps` rows of each data-parallel rank (its workers over the product of "
+        "`tensor_model_parallel_size`, `pipeline_model_parallel_size`, `context_parallel_size` and `ulysses_size`), "
+        "so a step of N rows makes N x `ppo_epochs` / (backward batch x dp) optimizer steps, over shuffled rows. "
+        "roll takes one per `update.mini_batch_size` rows (default: the whole step, one). For a ROLL file that sets "
+        "no `ppo_mini_batch_size`, the backward batch over all ranks is written in as `update.mini_batch_size` "
+        "(`per_device_train_batch_size` 8 and `gradient_accumulation_steps` 1 when the file leaves them out, "
+        "transformers' defaults, which ROLL's training arguments take). An agentic file's schedule gets ROLL's length "
+        "too, `max_steps` x `rollout_batch_size` x `ppo_epochs` / the backward batch over all ranks, as "
+        "`actor_train.training_args.max_steps` unless the file sets it (ROLL sizes it so whatever the rows; "
+        "step-wise rows follow the turns). The critic's updates follow the same mini-batches.\n",
         "## Pipeline-specific top-level keys\n",
         head,
         *[row for name, table in PIPELINE_KEYS.items() for row in _rule_rows(table, f"({name}) ")],
