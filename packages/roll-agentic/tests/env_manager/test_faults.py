@@ -94,29 +94,33 @@ def test_malformed_output_caught_by_an_adapter_is_env_malformed(play, scripted, 
     assert (second.end_reason, second.success) == ("terminated", True)
 
 
-class SlowRebuildEnv:
-    """``flaky``: the first instance raises at its first step; the second (the rebuild) takes until ``released`` to
-    build. ``releaser``: its first step waits until that rebuild has started, its second releases it."""
+class _SlowBuildEnv:
+    """A slow build beside a ``releaser`` env: the slow build (see the subclasses) waits until ``released``; the
+    releaser's first step waits until that build has ``started``, its second releases it. ``saw_release``: whether
+    the build saw the release (so the releaser's second step ran while the build was under way)."""
 
     built = 0
-    started, released = threading.Event(), threading.Event()
+    started: threading.Event
+    released: threading.Event
     saw_release: bool | None = None
 
     def __init__(self, role: str) -> None:
         self.role, self.steps = role, 0
-        if role == "flaky":
-            type(self).built += 1
-            if type(self).built == 2:
-                type(self).started.set()
-                type(self).saw_release = type(self).released.wait(5)
+
+    @classmethod
+    def reset_record(cls) -> None:
+        cls.built, cls.saw_release = 0, None
+        cls.started, cls.released = threading.Event(), threading.Event()
+
+    def build_slowly(self) -> None:
+        type(self).started.set()
+        type(self).saw_release = type(self).released.wait(5)
 
     def reset(self, seed=None):
         return "state", {}
 
     def step(self, action):
         self.steps += 1
-        if self.role == "flaky" and type(self).built == 1:
-            raise RuntimeError("crash")
         if self.role == "releaser" and self.steps == 1:
             type(self).started.wait(5)
             return "state", 0.0, False, False, {}
@@ -125,28 +129,44 @@ class SlowRebuildEnv:
         return "done", 1.0, True, False, {"success": True}
 
 
+def _pool_beside_a_releaser(env_cls: type[_SlowBuildEnv], role: str, tokenizer, scripted, slots: list[str]):
+    """A pool of ``env_cls`` envs, tags ``role`` and ``releaser``, with the slots of ``slots`` (env ids 0 and 1)."""
+    from roll.agentic.pool import EnvPool, EnvSlot
+    from roll.strategies import GenerationConfig
+
+    env_cls.reset_record()
+    specs = {
+        tag: CustomEnvConfig(env_type=f"{__name__}:{env_cls.__name__}", env_config={"role": tag}, step_timeout_s=10)
+        for tag in (role, "releaser")
+    }
+    client = scripted(lambda prompt: "<answer>go</answer>")
+    pool = EnvPool(specs, tokenizer, client, generation_config=GenerationConfig(), sequence_length=4096)
+    pool.add_slots([EnvSlot((role, "releaser").index(tag), (role, "releaser").index(tag), tag) for tag in slots])
+    return pool
+
+
+class SlowRebuildEnv(_SlowBuildEnv):
+    """``flaky``: the first instance raises at its first step; the second (the rebuild) builds slowly."""
+
+    def __init__(self, role: str) -> None:
+        super().__init__(role)
+        if role == "flaky":
+            type(self).built += 1
+            if type(self).built == 2:
+                self.build_slowly()
+
+    def step(self, action):
+        if self.role == "flaky" and type(self).built == 1:
+            raise RuntimeError("crash")
+        return super().step(action)
+
+
 def test_a_slow_rebuild_holds_up_no_other_env(tokenizer, scripted) -> None:
     import asyncio
 
     from roll.agentic.env_manager import EpisodeTask
-    from roll.agentic.pool import EnvPool, EnvSlot
-    from roll.strategies import GenerationConfig
 
-    SlowRebuildEnv.built, SlowRebuildEnv.saw_release = 0, None
-    SlowRebuildEnv.started.clear()
-    SlowRebuildEnv.released.clear()
-    specs = {
-        role: CustomEnvConfig(env_type=f"{__name__}:SlowRebuildEnv", env_config={"role": role}, step_timeout_s=10)
-        for role in ("flaky", "releaser")
-    }
-    pool = EnvPool(
-        specs,
-        tokenizer,
-        scripted(lambda prompt: "<answer>go</answer>"),
-        generation_config=GenerationConfig(),
-        sequence_length=4096,
-    )
-    pool.add_slots([EnvSlot(0, 0, "flaky"), EnvSlot(1, 1, "releaser")])
+    pool = _pool_beside_a_releaser(SlowRebuildEnv, "flaky", tokenizer, scripted, ["flaky", "releaser"])
 
     async def flaky() -> list[str]:
         reasons = []
@@ -195,54 +215,25 @@ def test_a_rebuild_past_the_timeout_ends_that_episode_only(play, scripted) -> No
     assert "rebuilding the env did not finish within 0.3 s" in results[1].error
 
 
-class MovedSlotEnv:
-    """``moved``: the first build raises (a service of the new worker's node is down), the second takes until
-    ``released`` to build. ``releaser``: its first step waits until that second build has started, its second releases
-    it."""
-
-    built = 0
-    started, released = threading.Event(), threading.Event()
-    saw_release: bool | None = None
+class MovedSlotEnv(_SlowBuildEnv):
+    """``moved``: the first build raises (a service of the new worker's node is down), the second builds slowly."""
 
     def __init__(self, role: str) -> None:
-        self.role, self.steps = role, 0
+        super().__init__(role)
         if role == "moved":
             type(self).built += 1
             if type(self).built == 1:
                 raise ConnectionError("the sandbox service did not answer")
-            type(self).started.set()
-            type(self).saw_release = type(self).released.wait(5)
-
-    def reset(self, seed=None):
-        return "state", {}
-
-    def step(self, action):
-        self.steps += 1
-        if self.role == "releaser" and self.steps == 1:
-            type(self).started.wait(5)
-            return "state", 0.0, False, False, {}
-        if self.role == "releaser":
-            type(self).released.set()
-        return "done", 1.0, True, False, {"success": True}
+            self.build_slowly()
 
 
 def test_a_slot_moved_here_is_built_off_the_loop_and_a_failed_build_is_a_fault(tokenizer, scripted) -> None:
     import asyncio
 
     from roll.agentic.env_manager import EpisodeTask
-    from roll.agentic.pool import EnvPool, EnvSlot
-    from roll.strategies import GenerationConfig
 
-    MovedSlotEnv.built, MovedSlotEnv.saw_release = 0, None
-    MovedSlotEnv.started.clear()
-    MovedSlotEnv.released.clear()
-    specs = {
-        role: CustomEnvConfig(env_type=f"{__name__}:MovedSlotEnv", env_config={"role": role}, step_timeout_s=10)
-        for role in ("moved", "releaser")
-    }
-    client = scripted(lambda prompt: "<answer>go</answer>")
-    pool = EnvPool(specs, tokenizer, client, generation_config=GenerationConfig(), sequence_length=4096)
-    pool.add_slots([EnvSlot(1, 1, "releaser")])  # slot 0 lives on a worker that dies: its episodes come here
+    # slot 0 lives on a worker that dies: its episodes come here
+    pool = _pool_beside_a_releaser(MovedSlotEnv, "moved", tokenizer, scripted, ["releaser"])
 
     async def moved() -> list:
         return [await pool.run_episode(EpisodeTask(0, 0, "moved", i, i, f"m{i}", f"m{i}_0")) for i in range(2)]
