@@ -418,3 +418,16 @@ def test_a_take_timeout_without_asynchronous_rollouts_is_warned(caplog) -> None:
     with caplog.at_level("WARNING", logger="roll.agentic.pipeline.config"):
         config = _config(asynchrony={"take_timeout_s": 600}, async_generation_ratio=1)
     assert config.asynchrony.take_timeout_s == 600 and "take_timeout_s" not in caplog.text
+
+
+def test_max_traj_per_env_with_asynchronous_rollouts_is_warned(caplog) -> None:
+    """Asynchronous rounds play continuously, so the per-request cap of max_traj_per_env has nothing to cap: a run that
+    set it took no note of it."""
+    manager = {"num_env_groups": 2, "group_size": 4, "tags": ["Lake"]}
+    with caplog.at_level("WARNING", logger="roll.agentic.pipeline.config"):
+        _config(async_generation_ratio=1, train_env_manager={**manager, "max_traj_per_env": 2})
+    assert "train_env_manager.max_traj_per_env=2 is ignored" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="roll.agentic.pipeline.config"):
+        _config(train_env_manager={**manager, "max_traj_per_env": 2})
+    assert "max_traj_per_env" not in caplog.text

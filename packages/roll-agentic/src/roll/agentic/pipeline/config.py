@@ -622,4 +622,11 @@ class AgenticConfig(BaseConfig):
                 "asynchrony.generation_ratio (async_generation_ratio) bounds staleness by weight syncs: it needs "
                 f"rollout.model_update_frequency=1, got {self.rollout.model_update_frequency}"
             )
+        if self.asynchrony.enabled and self.train_env_manager.max_traj_per_env > 0:
+            logger.warning(
+                "train_env_manager.max_traj_per_env=%d is ignored: asynchronous rollouts (async_generation_ratio) play "
+                "rounds continuously, not per batch request, and asynchrony.generation_ratio bounds how far they run "
+                "ahead; it caps a synchronous step's rounds per env group",
+                self.train_env_manager.max_traj_per_env,
+            )
         return self
