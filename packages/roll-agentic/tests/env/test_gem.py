@@ -111,6 +111,7 @@ def test_a_right_answer_to_a_single_turn_gem_env_is_a_success(says_correct) -> N
 
 
 def test_a_gem_game_ended_by_max_turns_is_no_success() -> None:
+    pytest.importorskip("gem")
     env = make_env("game:GuessTheNumber-v0", min_number=1, max_number=20, max_turns=1)
     env.reset(seed=0)
     number = env.env.game_number

@@ -31,7 +31,6 @@ def test_the_sdks_requirements_but_its_extras_and_sse_starlette() -> None:
 def test_the_sdk_spec_comes_from_roll_agentics_openreward_extra() -> None:
     requires = ["pydantic>=2", "mcp>=1.9; extra == 'mcp'", "openreward<0.2,>=0.1.160; extra == 'openreward'"]
     assert sdk_spec(requires) == "openreward<0.2,>=0.1.160"
-    assert sdk_spec() == "openreward<0.2,>=0.1.160"  # the installed roll-agentic's metadata (pyproject's extra)
     with pytest.raises(SystemExit, match="no openreward extra"):
         sdk_spec(["pydantic>=2"])
 
@@ -39,6 +38,8 @@ def test_the_sdk_spec_comes_from_roll_agentics_openreward_extra() -> None:
 def test_main_installs_the_sdk_bare_then_its_requirements_with_the_pip_arguments(monkeypatch) -> None:
     calls: list[list[str]] = []
     monkeypatch.setattr(subprocess, "check_call", lambda cmd: calls.append(cmd) or 0)
+    # (roll-agentic's and the SDK's metadata: tests also run from sources, without an installed roll-agentic)
+    monkeypatch.setattr(openreward_install, "sdk_spec", lambda: "openreward<0.2,>=0.1.160")
     monkeypatch.setattr(openreward_install, "sdk_requirements", lambda: ["aiohttp>=3.13.2", "pydantic>=2.11.5"])
     assert openreward_install.main(["torch==2.13.0"]) == 0
     pip = [sys.executable, "-m", "pip", "install", "-q"]
