@@ -252,10 +252,8 @@ class EnvPool:
                 env = await build_off_loop(
                     lambda: build_env(spec), spec.step_timeout_s, "building the moved slot's env"
                 )
-            except EnvFault as fault:
-                # as an env manager reports a reset that faulted
-                metrics = dict.fromkeys(("success", "num_turns", "episode_score", "generated_tokens"), 0.0)
-                return EpisodeResult(task, fault.reason, 0, False, 0.0, None, None, metrics, str(fault))
+            except EnvFault as fault:  # as an env manager reports a reset that faulted
+                return EpisodeResult.unplayed(task, fault.reason, str(fault))
             if task.env_id not in self.managers:
                 slot = EnvSlot(task.env_id, task.group_id, task.tag)
                 self.managers[slot.env_id] = self.make_manager(slot, env)

@@ -397,6 +397,7 @@ def read_config_source(
     :func:`load_config`.
     """
     from roll.pipelines.compat import compose_file, interpolate, is_roll_format, referenced_keys, translate
+    from roll.pipelines.compat.defaults import DERIVED_FROM
 
     overrides = list(overrides or [])
     forced = next((value for path_, value in parse_overrides(overrides) if path_ == ["pipeline_cls"]), None)
@@ -419,8 +420,8 @@ def read_config_source(
             flat = _override_path(path, value, config_cls.flat_keys) != path
             known = field is not None or path[0] in config_cls.flat_keys
             role = field is not None and _role_model(field.annotation) is not None
-            # max_steps sizes the schedule a ROLL file's translation writes in: the translation sees its override
-            if not known or role or flat or path[0] in referenced or path == ["max_steps"]:
+            derived = len(path) == 1 and path[0] in DERIVED_FROM  # the translation writes values from it
+            if not known or role or flat or derived or path[0] in referenced:
                 early.append(item)
                 if not known or role or flat:  # translated with the file; a referenced roll field is applied again
                     applied.append(item)

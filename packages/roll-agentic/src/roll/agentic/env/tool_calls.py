@@ -23,13 +23,22 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AssistantTurn", "assistant_message", "check_messages", "normalize_messages", "parse_native_tool_calls"]
+__all__ = [
+    "TOOL_CALL_BLOCK",
+    "AssistantTurn",
+    "assistant_message",
+    "call_arguments",
+    "check_messages",
+    "normalize_messages",
+    "parse_native_tool_calls",
+]
 
 _FUNCTION = re.compile(r"<function\s*=\s*([^>]+)>(.*?)</function>", re.DOTALL)
 _PARAMETER = re.compile(r"<parameter\s*=\s*([^>]+)>(.*?)</parameter>", re.DOTALL)
+# A <tool_call> block (the Hermes/Qwen form; the tool wrapper's reader, roll.agentic.tools.parsing, takes the same):
 # the last block may be unclosed (the reply was cut, or the model stopped after the JSON): it runs to the end; a
 # block left unclosed before another <tool_call> (or the tag mentioned in prose) ends there, not swallowing that call
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
+TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
 
 
 def _coerce(value: str) -> Any:
@@ -48,9 +57,11 @@ def _coerce(value: str) -> Any:
     return value
 
 
-def _decoded(arguments: Any) -> Any:
-    """Arguments a model wrote as a JSON string (OpenAI's wire form) as their value, so they are not encoded twice;
-    a string that does not parse stays as written."""
+def call_arguments(call: dict[str, Any]) -> Any:
+    """The arguments of a JSON tool call: its ``arguments`` (Llama 3's ``parameters``), and where a model wrote them
+    as a JSON string (OpenAI's wire form) their value, so they are not encoded twice; a string that does not parse
+    stays as written (the caller decides whether that is a failed call)."""
+    arguments = call["arguments"] if "arguments" in call else call.get("parameters", {})
     if not isinstance(arguments, str):
         return arguments
     try:
@@ -72,7 +83,7 @@ def parse_native_tool_calls(response: str) -> list[dict[str, Any]] | None:
     """The OpenAI-style tool calls of ``response`` (arguments as JSON strings); ``None`` when it has no tool-call
     markup at all, ``[]`` when it has some but no block parsed."""
     if "<tool_call>" in response:
-        blocks = _TOOL_CALL.findall(response)
+        blocks = TOOL_CALL_BLOCK.findall(response)
     elif "<function" in response:
         blocks = [response]
     else:
@@ -102,8 +113,7 @@ def _json_call(block: str, index: int) -> dict[str, Any] | None:
         return None
     if not isinstance(parsed, dict):
         return None
-    arguments = parsed["arguments"] if "arguments" in parsed else parsed.get("parameters", {})  # Llama 3's key
-    return _call(str(parsed.get("name", "")), _decoded(arguments), index)
+    return _call(str(parsed.get("name", "")), call_arguments(parsed), index)
 
 
 @dataclass(frozen=True)

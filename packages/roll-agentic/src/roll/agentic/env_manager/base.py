@@ -105,6 +105,12 @@ class EpisodeResult:
     def faulted(self) -> bool:
         return self.end_reason in FAULT_REASONS
 
+    @classmethod
+    def unplayed(cls, task: EpisodeTask, reason: str, error: str) -> EpisodeResult:
+        """An episode that ended before its first turn (its env did not build or reset): no turns, no samples."""
+        metrics = dict.fromkeys(("success", "num_turns", "episode_score", "generated_tokens"), 0.0)
+        return cls(task, reason, 0, False, 0.0, None, None, metrics, error)
+
 
 def _aggregate(turns: list[Turn], modes: dict[str, str]) -> dict[str, float]:
     """Per-episode values of the env's step metrics: mean by default, or ``modes[key]`` in last/sum/max/min."""
@@ -194,7 +200,7 @@ class EnvManager(ABC):
         try:
             state = await self.start(task)
         except EnvFault as fault:
-            return self._finish(EpisodeState(task), fault.reason, str(fault))
+            return EpisodeResult.unplayed(task, fault.reason, str(fault))
         reason = "max_steps"
         while len(state.turns) < self.spec.max_steps:
             turn_prompt, model_input = self.build_prompt(state)

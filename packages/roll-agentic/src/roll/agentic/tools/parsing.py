@@ -9,16 +9,14 @@ A response may hold several calls. A call whose JSON does not parse, or lacks a 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from roll.agentic.env.tool_calls import TOOL_CALL_BLOCK, call_arguments
 
 __all__ = ["ParsedToolCalls", "ToolCall", "format_tool_call", "parse_tool_calls"]
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
-# a block ends at its </tool_call>, at the next <tool_call> (one left unclosed, or a mention of the tag in prose or a
-# think block: it does not swallow the call after it) or at the end of the text
-_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -53,14 +51,9 @@ def _parse_block(body: str) -> ToolCall | str:
         return f"the tool call is not valid JSON ({e.msg} at position {e.pos})"
     if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"]:
         return 'the tool call must be a JSON object with a "name" string'
-    # Llama 3's JSON calls name them "parameters" (as vLLM's llama3_json parser reads): they were dropped, the tool
-    # called with no arguments
-    arguments = payload["arguments"] if "arguments" in payload else payload.get("parameters", {})
-    if isinstance(arguments, str):  # some models emit the arguments as a JSON string
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
-            return f'the "arguments" of tool {payload["name"]!r} are not a JSON object'
+    arguments = call_arguments(payload)  # Llama 3's "parameters" too; a JSON string decoded
+    if isinstance(arguments, str):
+        return f'the "arguments" of tool {payload["name"]!r} are not a JSON object'
     if not isinstance(arguments, dict):
         return f'the "arguments" of tool {payload["name"]!r} must be a JSON object'
     return ToolCall(payload["name"], arguments)
@@ -70,7 +63,7 @@ def parse_tool_calls(text: str) -> ParsedToolCalls:
     """Every ``<tool_call>`` block of ``text``, in order."""
     if _OPEN not in text:
         return ParsedToolCalls()
-    return ParsedToolCalls([_parse_block(match.group(1)) for match in _BLOCK.finditer(text)])
+    return ParsedToolCalls([_parse_block(match.group(1)) for match in TOOL_CALL_BLOCK.finditer(text)])
 
 
 def format_tool_call(name: str, arguments: Any) -> str:

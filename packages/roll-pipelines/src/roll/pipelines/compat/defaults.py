@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from roll.pipelines.compat.translate import _Translator
 
 __all__ = [
+    "DERIVED_FROM",
     "ROLL_AGENTIC_DEFAULTS",
     "ROLL_ENV_DEFAULTS",
     "ROLL_MAX_STEPS",
@@ -22,6 +23,9 @@ __all__ = [
 
 # ROLL's pipeline steps when a file sets none (roll's default is 100): an RL pipeline runs that many
 ROLL_MAX_STEPS = 500
+# roll's top-level fields that values written in here are derived from (max_steps sizes the agentic schedule): a
+# command-line override of one must reach the translation, not only the translated config
+DERIVED_FROM = frozenset({"max_steps"})
 # ROLL PPOConfig defaults that differ from roll's: written in when the file does not set them (flat key -> value)
 ROLL_RLVR_DEFAULTS: dict[str, Any] = {
     "adv_estimator": "gae",
