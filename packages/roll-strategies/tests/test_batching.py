@@ -192,6 +192,34 @@ def test_forward_log_probs_equal_the_padded_path(tiny_model, mode, attn):
         assert strategy.padding.padded_fraction == 0.0
 
 
+def test_a_packing_model_still_runs_padded_calls_with_a_kv_cache(tiny_model):
+    """A model set up for packing (varlen attention) is also called on padded rows, e.g. by greedy decoding with a
+    KV cache in an SFT run's validation; those calls must equal plain SDPA's (they failed before)."""
+    from transformers import DynamicCache
+
+    batch = rl_batch(rows=4)
+    ids, mask = batch.batch["input_ids"][:, :PROMPT], batch.batch["attention_mask"][:, :PROMPT]
+    reference = make(tiny_model, "fsdp2_infer", {})
+    packing = make(tiny_model, "fsdp2_infer", {"sequence_packing": True})
+    assert packing.model.config._attn_implementation == VARLEN_SDPA
+
+    def decode(strategy) -> list[torch.Tensor]:
+        cache, step_ids, step_mask, logits = DynamicCache(), ids, mask, []
+        with torch.no_grad():
+            for _ in range(3):
+                out = strategy.model(input_ids=step_ids, attention_mask=step_mask, past_key_values=cache, use_cache=True)
+                logits.append(out.logits[:, -1].float())
+                step_ids = out.logits[:, -1].argmax(-1, keepdim=True)
+                step_mask = torch.cat([step_mask, torch.ones_like(step_ids)], dim=1)
+        return logits
+
+    for want, got in zip(decode(reference), decode(packing), strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0.0)
+    with torch.no_grad():  # and one unpadded row without a cache
+        one = {"input_ids": batch.batch["input_ids"][1:2]}
+        torch.testing.assert_close(packing.model(**one).logits, reference.model(**one).logits, atol=1e-5, rtol=0.0)
+
+
 def test_hf_infer_packed_and_dynamic_log_probs_equal_the_padded_path(tiny_model):
     batch = rl_batch(seed=3)
     want = make(tiny_model, "hf_infer", {}).forward_step(batch, response_log_probs)["log_probs"]

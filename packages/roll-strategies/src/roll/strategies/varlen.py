@@ -6,7 +6,8 @@ many rows into one sequence wastes most of the attention compute. ``flash_attent
 ``cu_seqlens`` (varlen kernels), which CPUs and many GPUs do not have. This module registers an attention
 implementation, :data:`VARLEN_SDPA`, that takes the same ``cu_seq_lens_q`` / ``cu_seq_lens_k`` keyword arguments
 (transformers passes them from the model call down to every attention layer) and runs causal SDPA on each
-sequence's slice: exact, no mask is built, and the work is sum(len^2).
+sequence's slice: exact, no mask is built, and the work is sum(len^2). A call that is not packed (a padded batch, as
+greedy decoding with a KV cache sends to a model set up for packing) runs transformers' own SDPA with its mask.
 """
 
 from __future__ import annotations
@@ -51,10 +52,14 @@ def _varlen_sdpa(
 ) -> tuple[torch.Tensor, None]:
     """(1, heads, N, dim) query/key/value -> (1, N, heads, dim), each packed sequence attending only to itself."""
     cu_seqlens = kwargs.get("cu_seq_lens_q")
-    if cu_seqlens is None or query.shape[0] != 1:
+    if cu_seqlens is None:  # not packed: the padded batch's own mask (from _mask below)
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    if query.shape[0] != 1:
         raise StrategyError(
-            f"attention implementation {VARLEN_SDPA!r} runs packed rows only (one sequence of shape (1, N) and "
-            "cu_seq_lens_q); this model call has neither: use sdpa for padded batches"
+            f"attention implementation {VARLEN_SDPA!r} runs packed rows as one sequence of shape (1, N); this call "
+            f"gave cu_seq_lens_q with a batch of {query.shape[0]} rows"
         )
     if sliding_window is not None:
         raise StrategyError(f"{VARLEN_SDPA!r} does not implement sliding-window attention; turn sequence_packing off")
@@ -75,9 +80,16 @@ def _varlen_sdpa(
     return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
 
 
-def _no_mask(*args: Any, **kwargs: Any) -> None:
-    """Packed rows need no mask: :func:`_varlen_sdpa` reads the sequence bounds from ``cu_seq_lens_q``."""
-    return None
+def _mask(
+    batch_size: int, q_length: int, kv_length: int, *args: Any, attention_mask: Any = None, **kwargs: Any
+) -> Any:
+    """No mask for one whole sequence without padding (packed rows: :func:`_varlen_sdpa` reads their bounds from
+    ``cu_seq_lens_q``; one unpadded row: causal as it is); SDPA's mask for anything else (padding, a KV cache)."""
+    if attention_mask is None and batch_size == 1 and q_length == kv_length:
+        return None
+    from transformers.masking_utils import sdpa_mask
+
+    return sdpa_mask(batch_size, q_length, kv_length, *args, attention_mask=attention_mask, **kwargs)
 
 
 def register_varlen_sdpa() -> str:
@@ -89,6 +101,6 @@ def register_varlen_sdpa() -> str:
         from transformers.masking_utils import AttentionMaskInterface
 
         AttentionInterface.register(VARLEN_SDPA, _varlen_sdpa)
-        AttentionMaskInterface.register(VARLEN_SDPA, _no_mask)
+        AttentionMaskInterface.register(VARLEN_SDPA, _mask)
         _registered = True
     return VARLEN_SDPA
