@@ -173,8 +173,9 @@ class BatchingArgs(RollModel):
         default=False,
         description=(
             "Padding-free forward and training: each micro-batch's rows are concatenated without padding into one "
-            "sequence whose position_ids restart per row (varlen kernels with flash_attention_2, a block-diagonal "
-            "mask with sdpa/eager). Needs position_ids counting 0, 1, ... over each row's real tokens."
+            "sequence whose position_ids restart per row (varlen kernels with flash_attention_2; with sdpa/eager, "
+            "SDPA once per packed sequence on fsdp2 and a block-diagonal mask on hf). Needs position_ids counting "
+            "0, 1, ... over each row's real tokens."
         ),
     )
 
