@@ -159,13 +159,21 @@ class _ModelStrategy:
         self.device = torch.device("cpu")
 
 
-def test_kv_cached_greedy_decode_matches_recomputing_every_pass(tmp_path: Path) -> None:
+@pytest.mark.parametrize("packing_model", [False, True], ids=["sdpa", "packing_model"])
+def test_kv_cached_greedy_decode_matches_recomputing_every_pass(tmp_path: Path, packing_model: bool) -> None:
+    """Also on a model set up for sequence packing (fsdp2's varlen attention), as an SFT run's validation decodes
+    with ``batching.sequence_packing`` on: its padded, cached calls failed before."""
     from transformers import AutoModelForCausalLM
 
     from roll.strategies.testing import make_tiny_causal_lm
+    from roll.strategies.varlen import register_varlen_sdpa
 
     model = AutoModelForCausalLM.from_pretrained(make_tiny_causal_lm(tmp_path / "lm", preset="nano", seed=3))
     model.eval()
+    reference = model
+    if packing_model:
+        reference = AutoModelForCausalLM.from_pretrained(tmp_path / "lm").eval()
+        model.set_attn_implementation(register_varlen_sdpa())
     torch.manual_seed(0)
     ids = torch.randint(3, 500, (3, 7))
     mask = torch.ones_like(ids)
@@ -174,7 +182,9 @@ def test_kv_cached_greedy_decode_matches_recomputing_every_pass(tmp_path: Path) 
     ids = ids * mask
     prompts = DataProto.from_dict({"input_ids": ids, "attention_mask": mask})
     eos = int(ids[2, -1])  # a token the model may well produce, so some rows stop early
-    recomputed = greedy_decode(_RecomputeStrategy(model), prompts, max_new_tokens=9, eos_token_id=eos, pad_token_id=0)
+    recomputed = greedy_decode(
+        _RecomputeStrategy(reference), prompts, max_new_tokens=9, eos_token_id=eos, pad_token_id=0
+    )
     cached = greedy_decode(_ModelStrategy(model), prompts, max_new_tokens=9, eos_token_id=eos, pad_token_id=0)
     assert cached.batch["responses"].tolist() == recomputed.batch["responses"].tolist()
     assert cached.batch["response_mask"].tolist() == recomputed.batch["response_mask"].tolist()
