@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,25 @@ def test_the_faulted_steps_in_a_row_go_on_across_a_resume(ray_env, tmp_path: Pat
         run_config(load_config({**data, "max_steps": 4, "resume_from_checkpoint": "auto"}))
     metrics = [m for m in read_metrics(tmp_path / "metrics.jsonl") if m["step"] > 0]
     assert [(m["step"], m["rollout/faulted_steps_in_a_row"]) for m in metrics] == [(1, 1.0), (2, 2.0)]
+
+
+@pytest.mark.pipeline_run
+def test_an_async_agentic_run_stops_after_max_faulted_steps(ray_env, tmp_path: Path):
+    """Asynchronous rollouts (asynchrony.generation_ratio) honour rollout.max_faulted_steps as a synchronous run does:
+    a step whose launch budget faulted trains on nothing, and the second such step in a row stops the run with the
+    same RolloutFaultsError, metrics kept. Before, the background rollouts raised RolloutsStalledError at step 1."""
+    register_pipelines()
+    data = {**_down_run("agentic", tmp_path), "max_steps": 4, "asynchrony": {"generation_ratio": 1}}
+    with pytest.raises(RolloutFaultsError) as caught:
+        run_config(load_config(data))
+    assert re.match(
+        r"train_env: 2 steps in a row \(steps 1-2\) kept no sample because of env faults", str(caught.value)
+    )
+    assert "rollout.max_faulted_steps=2 is how many such steps stop a run (0 or null: never)" in str(caught.value)
+    metrics = [m for m in read_metrics(tmp_path / "metrics.jsonl") if m["step"] > 0]
+    assert [(m["step"], m["rollout/faulted_steps_in_a_row"]) for m in metrics] == [(1, 1.0), (2, 2.0)]
+    # each step: its budget, 2 groups x max_launch_factor 4 rounds, dropped (one more may have finished meanwhile)
+    assert all(m.get("rollout/groups_kept", 0) == 0 and m["rollout/groups_faulted"] >= 8 for m in metrics)
 
 
 @pytest.mark.pipeline_run

@@ -23,6 +23,7 @@ from roll.agentic.policy import (
 )
 from roll.agentic.scheduler import RolloutScheduler
 from roll.agentic.scheduler.background import BackgroundRollouts
+from roll.agentic.scheduler.faulted_steps import FaultedSteps, RolloutFaultsError
 from roll.protocol import DataProto
 from roll.strategies import GenerationConfig
 
@@ -398,5 +399,99 @@ def test_take_times_out_after_take_timeout_s_even_while_rounds_trickle_in() -> N
             background.take(1, timeout_s=0.5)
         assert time.monotonic() - started < 1.4
         assert len(background.take(1, timeout_s=60).batch) == 8  # the rounds go on arriving: a later take has them
+    finally:
+        background.close()
+
+
+class _Rounds:
+    """Rounds that end at once: every episode faulted (``fault``: its error) or one kept sample each."""
+
+    def __init__(self, fault: str = "") -> None:
+        self.fault = fault
+
+    async def run(self, task) -> EpisodeResult:
+        await asyncio.sleep(0.001)
+        if self.fault:
+            return EpisodeResult.unplayed(task, "env_error", self.fault)
+        return EpisodeResult(task, "terminated", 1, True, 1.0, None, _OneRoundAtATime._sample(task.traj_group_id))
+
+    def stats(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+class _DropAll:
+    def filter(self, group_id: int, episode_id: int, episodes) -> bool:
+        return True
+
+
+def _one_group(executor, group_filter=None) -> BackgroundRollouts:
+    """One group of 2 envs, batches of one group: a step's launch budget is max_launch_factor (4) rounds, played
+    one after another (so which rounds a step saw does not depend on timing)."""
+    config = EnvManagerConfig(name="train_env", num_env_groups=1, group_size=2, tags=["Down"])
+    scheduler = RolloutScheduler(config, executor, pad_token_id=0)
+    if group_filter is not None:
+        scheduler.group_filter = group_filter
+    return BackgroundRollouts(scheduler, batch_size=2, ratio=1)
+
+
+def test_a_broken_env_makes_steps_with_nothing_to_train_that_max_faulted_steps_counts() -> None:
+    """An env that faults every round: once a step's launch budget (groups x max_launch_factor rounds) is dropped
+    in a row, take() returns that step with no batch and its faulted episodes, as the synchronous scheduler does, so
+    rollout.max_faulted_steps stops the run after that many such steps (0 or null: never). Before, the background
+    rollouts raised RolloutsStalledError at the first such step, whatever rollout.max_faulted_steps said."""
+    background = _one_group(_Rounds("reset() raised ConnectionError: env service is down"))
+    stops, never, off = FaultedSteps(2, "train_env"), FaultedSteps(0, "train_env"), FaultedSteps(None, "train_env")
+    try:
+        for step in (1, 2, 3):
+            rollout = background.take(step, timeout_s=60)
+            assert rollout.batch is None
+            assert rollout.metrics["rollout/groups_faulted"] == 4 and len(rollout.episodes) == 8
+            assert all(e.end_reason == "env_error" for e in rollout.episodes)
+            for tracker in (stops, never, off):
+                assert tracker.record(step, rollout) == step
+            never.check()
+            off.check()
+            if step == 1:
+                stops.check()  # one faulted step: the run goes on
+    finally:
+        background.close()
+    with pytest.raises(RolloutFaultsError) as caught:
+        stops.check()
+    assert str(caught.value).startswith(
+        "train_env: 3 steps in a row (steps 1-3) kept no sample because of env faults (env tags ['Down']: env_error "
+        "x24; e.g. tag 'Down' env_error: reset() raised ConnectionError: env service is down). "
+    )
+    assert "rollout.max_faulted_steps=2 is how many such steps stop a run (0 or null: never)" in str(caught.value)
+
+
+def test_a_filter_that_drops_every_round_skips_steps_without_counting_them_as_faulted() -> None:
+    """A group filter that drops every round is no fault: each step's launch budget ends with no batch (the step
+    trains on nothing, as a synchronous one), and the faulted-steps streak stays 0. Before, the background rollouts
+    raised RolloutsStalledError after one step's budget of filtered rounds."""
+    background = _one_group(_Rounds(), _DropAll())
+    steps = FaultedSteps(1, "train_env")
+    try:
+        for step in (1, 2):
+            rollout = background.take(step, timeout_s=60)
+            assert rollout.batch is None and rollout.metrics["rollout/groups_filtered"] == 4
+            assert steps.record(step, rollout) == 0
+            steps.check()
+    finally:
+        background.close()
+
+
+def test_a_step_trains_again_once_the_env_recovers() -> None:
+    """After a step whose budget was all faulted, the next one launches rounds again and trains on them."""
+    executor = _Rounds("env_error")
+    background = _one_group(executor)
+    try:
+        assert background.take(1, timeout_s=60).batch is None
+        executor.fault = ""  # the env service is back
+        rollout = background.take(2, timeout_s=60)
+        assert rollout.batch is not None and len(rollout.batch) == 2
+        assert FaultedSteps(1, "train_env").record(2, rollout) == 0
     finally:
         background.close()

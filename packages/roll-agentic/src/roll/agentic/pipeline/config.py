@@ -131,7 +131,8 @@ class AgenticRolloutSection(RollModel):
         default=3,
         ge=0,
         description="Stop the run after this many steps in a row that env faults left with nothing to train (every "
-        "group dropped: envs raising, hanging past step_timeout_s, dead tools); 0 or null: never stop.",
+        "group dropped: envs raising, hanging past step_timeout_s, dead tools; with asynchrony.generation_ratio, a "
+        "step whose groups x max_launch_factor rounds were dropped in a row); 0 or null: never stop.",
     )
 
 

@@ -7,6 +7,13 @@ the RLVR pipeline's :class:`~roll.pipelines.rlvr.replay.ReplayBuffer`. Step ``k`
 (oldest first), training the policy of version ``k - 1``; a round's version is the oldest weights behind any of its
 turns (the ``policy_version`` column, stamped by a :class:`~roll.agentic.policy.gate.GatedPolicyClient`).
 
+A step's launch budget is the synchronous step's: ``groups x max_launch_factor`` rounds. When that many rounds in a
+row since the last step's take were dropped (faulted or filtered), no new round starts until the next
+:meth:`BackgroundRollouts.take`, which returns that step with no batch (and every episode played), as a synchronous
+step that kept nothing. So the pipeline skips the step, and ``rollout.max_faulted_steps`` stops the run after that
+many such steps in a row whose rounds faulted (:mod:`roll.agentic.scheduler.faulted_steps`; a group filter that drops
+every round is no fault: its steps train on nothing and the run goes on, as a synchronous run does).
+
 A checkpoint is written while rounds are still playing or wait in the buffer: :meth:`BackgroundRollouts.state`
 lists them (launched, not trained on), and a resumed run plays them again first, with the same seeds, so it trains
 on the rounds an uninterrupted run would; only the policy that samples them is newer.
@@ -31,16 +38,11 @@ from roll.agentic.scheduler.faulted_steps import describe_faults
 from roll.agentic.scheduler.metrics import summarize_episodes
 from roll.agentic.scheduler.scheduler import RolloutBatch, RolloutScheduler, _cancel_pending, _Round
 from roll.pipelines.rlvr.replay import FinishedGroup, ReplayBuffer
-from roll.runtime import RollError
 
-__all__ = ["BackgroundRollouts", "RolloutsStalledError"]
+__all__ = ["BackgroundRollouts"]
 
 logger = logging.getLogger(__name__)
 _POLL_S = 0.02
-
-
-class RolloutsStalledError(RollError):
-    """Every recent round was dropped (faulted or filtered): no batch can be filled."""
 
 
 def round_version(round_: _Round) -> int:
@@ -70,7 +72,13 @@ class BackgroundRollouts:
         if buffer_state:  # a resumed run: its staleness metrics go on from the checkpoint's (state()'s "buffer")
             self.buffer.load_state_dict(buffer_state)
         self.base = self.version = version
-        self.stall_limit = groups_per_step * scheduler.max_launch_factor
+        self.groups_per_step = groups_per_step
+        self.launch_budget = groups_per_step * scheduler.max_launch_factor
+        """Rounds dropped in a row (since the last take) that end a step with nothing to train, as a synchronous
+        step's launch limit does."""
+        self._dropped_in_a_row = 0
+        self._spent = False
+        """The step's launch budget was dropped: no launch until the next take, which returns no batch."""
         self._cond = threading.Condition()
         self._played: list[EpisodeResult] = []
         self._counts: Counter[str] = Counter()
@@ -96,7 +104,7 @@ class BackgroundRollouts:
 
     def _launch(self) -> None:
         running = self._in_flight
-        while self.buffer.may_admit(self.version - self.base):
+        while not self._spent and self.buffer.may_admit(self.version - self.base):
             picked = self.scheduler._next_round({group_id for group_id, _, _ in running.values()}, Counter())
             if picked is None:
                 return
@@ -107,7 +115,7 @@ class BackgroundRollouts:
             future = asyncio.ensure_future(self.scheduler._play(plan, episode_id, launch))
             running[future] = (plan.group_id, episode_id, launch)
 
-    def _finish(self, round_: _Round, dropped_in_a_row: int) -> int:
+    def _finish(self, round_: _Round) -> None:
         verdict = self.scheduler._judge(round_)
         self._played.extend(round_.results)
         self._counts[verdict] += 1
@@ -115,21 +123,19 @@ class BackgroundRollouts:
             key = (round_.plan.group_id, round_.episode_id)
             size = len(round_.results)
             self.buffer.put(FinishedGroup(key, round_version(round_), round_, size))
+            self._dropped_in_a_row = 0
             self._cond.notify_all()
-            return 0
+            return
         for result in round_.results:
             result.batch = None  # dropped: keep the summary, free the tensors
         self.buffer.discard()  # its place goes to a new round
-        if dropped_in_a_row + 1 > self.stall_limit:
-            raise RolloutsStalledError(
-                f"{self.scheduler.config.name}: the last {dropped_in_a_row + 1} rounds were all dropped "
-                f"({dict(self._counts)}; {describe_faults(self._played)}); no batch can be filled"
-            )
-        return dropped_in_a_row + 1
+        self._dropped_in_a_row += 1
+        if self._dropped_in_a_row >= self.launch_budget:
+            self._spent = True  # the waiting take() returns a step with nothing to train
+            self._cond.notify_all()
 
     async def _produce(self) -> None:
         running = self._in_flight
-        dropped = 0
         try:
             while not self._stop:
                 with self._cond:
@@ -142,7 +148,7 @@ class BackgroundRollouts:
                     round_ = future.result()
                     with self._cond:  # a round is always either playing or judged for state()
                         del running[future]
-                        dropped = self._finish(round_, dropped)
+                        self._finish(round_)
         finally:
             for future in running:
                 future.cancel()
@@ -151,7 +157,8 @@ class BackgroundRollouts:
 
     # --- the trainer's side ----------------------------------------------------------------------------------
     def take(self, step: int, timeout_s: float | None = None) -> RolloutBatch:
-        """Step ``step``'s groups (policy versions in ``[step - 1 - bound, step - 1]``), waiting for them."""
+        """Step ``step``'s groups (policy versions in ``[step - 1 - bound, step - 1]``), waiting for them; no batch
+        (``batch`` None) once the step's launch budget was dropped in a row (see the module docstring)."""
         train_version = step - 1
         # one deadline for the whole wait: every kept round wakes the wait, so a timeout per wake never ran out
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -162,13 +169,27 @@ class BackgroundRollouts:
                 groups = self.buffer.take(train_version)
                 if groups is not None:
                     break
+                if self._spent:
+                    groups = []
+                    break
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError(f"step {step}: no batch after {timeout_s} s ({self.buffer.metrics()})")
                 self._cond.wait(timeout=left)
             played, counts = self._played, self._counts
             self._played, self._counts = [], Counter()
+            self._dropped_in_a_row, self._spent = 0, False  # the next step's budget starts now
             metrics = self._metrics(played, counts, groups, train_version)
+        if not groups:
+            logger.warning(
+                "%s: step %d has nothing to train: the last %d rounds were all dropped (%s; %s)",
+                self.scheduler.config.name,
+                step,
+                self.launch_budget,
+                dict(counts),
+                describe_faults(played),
+            )
+            return RolloutBatch(None, played, metrics)
         batches = [r.batch for g in groups for r in g.payload.results if r.batch is not None]
         batch = concat_samples(batches, self.scheduler.pad_token_id)
         return RolloutBatch(batch, played, metrics)
@@ -184,8 +205,9 @@ class BackgroundRollouts:
         metrics.update({f"rollout/{key}": value for key, value in self.scheduler.executor.stats().items()})
         metrics.update(self.buffer.metrics())
         staleness = [version - g.version for g in groups]
-        metrics["async/batch_staleness_max"] = float(max(staleness))
-        metrics["async/batch_staleness_mean"] = sum(staleness) / len(staleness)
+        if staleness:  # none in a step whose launch budget was all dropped
+            metrics["async/batch_staleness_max"] = float(max(staleness))
+            metrics["async/batch_staleness_mean"] = sum(staleness) / len(staleness)
         metrics["async/generating_groups"] = float(len(self._in_flight))
         return metrics
 
