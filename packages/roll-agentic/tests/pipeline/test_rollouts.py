@@ -1,14 +1,22 @@
-"""``rollout.dump`` files: one row per sample and every episode; a step without samples leaves no rows file."""
+"""``rollout.dump`` files: one row per sample and every episode; a step without samples leaves no rows file. The
+policy endpoint's pause for a weight sync is bounded, locally and through the policy server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import time
 from pathlib import Path
 
+import pytest
+import ray
+
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
-from roll.agentic.pipeline.rollouts import write_rollout
-from roll.agentic.policy import MockPolicyClient, ScriptedPolicy
+from roll.agentic.pipeline.rollouts import PolicyEndpoint, write_rollout
+from roll.agentic.policy import GenerateRequest, MockPolicyClient, PauseTimeoutError, ScriptedPolicy
 from roll.agentic.scheduler import RolloutBatch, RolloutScheduler
+from roll.runtime.testing import ship_module_by_value
 from roll.strategies import GenerationConfig
 
 
@@ -37,3 +45,72 @@ def test_a_step_without_samples_leaves_no_rows_of_an_earlier_run(tokenizer, tmp_
     assert not (tmp_path / "step-000003.jsonl").exists()
     episodes = [json.loads(line) for line in (tmp_path / "step-000003-episodes.jsonl").open()]
     assert len(episodes) == 4
+
+
+class _HungEngine:
+    """An ``actor_infer`` whose generate call never answers (an engine hung mid-call), until ``release`` is set
+    (None: never; in a Ray actor, the thread ends with the actor)."""
+
+    dp_size = 1
+
+    def __init__(self, release: threading.Event | None = None) -> None:
+        self.release = release
+
+    def generate(self, batch, config):
+        (self.release or threading.Event()).wait()
+        raise RuntimeError("released")
+
+
+def _request() -> GenerateRequest:
+    return GenerateRequest("traj/0", [1, 2, 3], GenerationConfig(max_new_tokens=4))
+
+
+def _wait_for(condition) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, "the request never started"
+        time.sleep(0.01)
+
+
+def test_a_pause_on_a_hung_engine_gives_up_after_pause_timeout_s() -> None:
+    """A weight sync pauses generation until the running requests are answered; with an engine hung in its call,
+    pause() raises after pause_timeout_s (the pipeline passes actor_infer.rpc_timeout_s) an error that says how many
+    requests were still running, after how long, and which setting to raise. Before, it waited forever."""
+    release = threading.Event()
+    endpoint = PolicyEndpoint(_HungEngine(release), 0, remote=False, gated=True, pause_timeout_s=0.2)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)  # the background rollouts' loop
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(endpoint.client.generate(_request()), loop)
+        _wait_for(lambda: endpoint.client.in_flight == 1)
+        with pytest.raises(PauseTimeoutError) as caught:
+            endpoint.pause()
+    finally:
+        release.set()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+    assert caught.value.running == 1
+    assert str(caught.value) == (
+        "1 generation request still running after waiting 0.2 s to pause generation for a weight sync (a hung "
+        "inference engine?); actor_infer.rpc_timeout_s=0.2 bounds this wait, as it bounds every actor_infer call: "
+        "raise it if generation is legitimately that slow"
+    )
+
+
+def test_a_pause_through_the_policy_server_gives_up_after_pause_timeout_s(ray_session) -> None:
+    """env_workers: ray: the gate lives in the PolicyServer actor; its pause is bounded the same way and the driver
+    gets the same error (not a Ray task error, nor a wait without end)."""
+    ship_module_by_value(__name__)
+    endpoint = PolicyEndpoint(_HungEngine(), 0, remote=True, gated=True, pause_timeout_s=0.2)
+    server = endpoint.server
+    try:
+        server.generate.remote(_request())
+        _wait_for(lambda: ray.get(server.__ray_call__.remote(lambda actor: actor.client.in_flight)) == 1)
+        with pytest.raises(PauseTimeoutError) as caught:
+            endpoint.pause()
+    finally:
+        endpoint.close()
+    assert caught.value.running == 1
+    assert str(caught.value).startswith("1 generation request still running after waiting 0.2 s to pause")
+    assert "raise it if generation is legitimately that slow" in str(caught.value)

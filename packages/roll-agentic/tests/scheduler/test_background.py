@@ -19,6 +19,7 @@ from roll.agentic.policy import (
     GenerateRequest,
     LatencyModel,
     MockPolicyClient,
+    PauseTimeoutError,
     RandomActionPolicy,
 )
 from roll.agentic.scheduler import RolloutScheduler
@@ -312,6 +313,34 @@ class _NeverAnswers:
 
     async def generate(self, request):
         await asyncio.Event().wait()
+
+
+def test_the_gates_pause_gives_up_after_its_timeout_with_the_requests_still_running() -> None:
+    """The policy server awaits this pause: with a request that never finishes it raises PauseTimeoutError (how
+    many, after how long, the caller's hint) instead of waiting forever; new requests stay held."""
+    gate = GatedPolicyClient(_NeverAnswers())
+
+    async def scenario() -> PauseTimeoutError:
+        request = GenerateRequest("r/0", [1, 2], GenerationConfig(max_new_tokens=4))
+        hung = asyncio.ensure_future(gate.generate(request))
+        await asyncio.sleep(0.01)
+        held = asyncio.ensure_future(gate.generate(GenerateRequest("r/1", [1], request.generation_config)))
+        try:
+            with pytest.raises(PauseTimeoutError) as caught:
+                await gate.pause(timeout_s=0.05, hint="raise x.timeout_s")
+            assert gate.in_flight == 1 and not held.done()  # the gate stayed closed
+        finally:
+            hung.cancel()
+            held.cancel()
+            await asyncio.gather(hung, held, return_exceptions=True)
+        return caught.value
+
+    error = asyncio.run(scenario())
+    assert (error.running, error.timeout_s) == (1, 0.05)
+    assert str(error) == (
+        "1 generation request still running after waiting 0.05 s to pause generation for a weight sync (a hung "
+        "inference engine?); raise x.timeout_s"
+    )
 
 
 class _OneEpisodeRaises:

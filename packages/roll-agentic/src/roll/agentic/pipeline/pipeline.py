@@ -97,7 +97,13 @@ class AgenticPipeline(BasePipeline):
         self.rollout_mock = RolloutMock(cfg.rollout_mock, "agentic")
         self.val_mock = RolloutMock(cfg.rollout_mock, "agentic", scope="val")
         gated = cfg.asynchrony.enabled
-        self.endpoints = {"train": PolicyEndpoint(self.actor_infer, self.pad_token_id, remote=remote, gated=gated)}
+        # a weight sync's pause waits for the running requests at most as long as one actor_infer call may take
+        pause_timeout = cfg.actor_infer.rpc_timeout_s
+        self.endpoints = {
+            "train": PolicyEndpoint(
+                self.actor_infer, self.pad_token_id, remote=remote, gated=gated, pause_timeout_s=pause_timeout
+            )
+        }
         self.train_scheduler = self._scheduler(cfg.train_env_manager, "train", cfg.seed)
         self.val_scheduler: RolloutScheduler | None = None
         if cfg.val_env_manager is not None:

@@ -12,36 +12,71 @@ from pathlib import Path
 from typing import Any
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
-from roll.agentic.policy import ClusterPolicyClient, GatedPolicyClient, RemotePolicyClient, serve_policy
+from roll.agentic.policy import (
+    ClusterPolicyClient,
+    GatedPolicyClient,
+    PauseTimeoutError,
+    RemotePolicyClient,
+    serve_policy,
+)
 from roll.agentic.scheduler import RolloutBatch, RolloutScheduler
 from roll.runtime import Cluster, ResourceManager
 from roll.strategies import GenerationConfig
 
 __all__ = ["PolicyEndpoint", "make_scheduler", "write_rollout"]
 
+_SERVER_ANSWER_S = 60.0
+"""How long past its own pause timeout the policy server may take to answer (it only has to return a count)."""
+PAUSE_TIMEOUT_FIELD = "actor_infer.rpc_timeout_s"
+
 
 class PolicyEndpoint:
     """A PolicyClient for one scheduler over the ``actor_infer`` cluster, local or served by a Ray actor.
 
     ``gated``: behind a :class:`GatedPolicyClient`, so that generation can be paused for a weight sync (async
-    rollouts)."""
+    rollouts). ``pause_timeout_s`` bounds that pause (None: no limit); the pipeline passes ``actor_infer``'s
+    ``rpc_timeout_s``, the time one of its generate calls may take: a request running longer is in a hung engine
+    call (whose own timeout fails it and the rollouts with it)."""
 
-    def __init__(self, cluster: Cluster, pad_token_id: int, *, remote: bool, gated: bool = False) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        pad_token_id: int,
+        *,
+        remote: bool,
+        gated: bool = False,
+        pause_timeout_s: float | None = None,
+    ) -> None:
         client: Any = ClusterPolicyClient(cluster, pad_token_id=pad_token_id)
         if gated:
             client = GatedPolicyClient(client)
         self.gated = gated
+        self.pause_timeout_s = pause_timeout_s
         self.server = serve_policy(client) if remote else None
         self.client: Any = RemotePolicyClient(self.server) if self.server is not None else client
 
     def pause(self) -> None:
-        """Stop new generation requests and wait for the running ones (gated endpoints)."""
-        if self.server is not None:
-            import ray
+        """Stop new generation requests and wait for the running ones (gated endpoints); raise
+        :class:`PauseTimeoutError` when some are still running after ``pause_timeout_s``."""
+        timeout = self.pause_timeout_s
+        hint = (
+            ""
+            if timeout is None
+            else f"{PAUSE_TIMEOUT_FIELD}={timeout:g} bounds this wait, as it bounds every actor_infer call: raise it "
+            "if generation is legitimately that slow"
+        )
+        if self.server is None:
+            self.client.pause_blocking(timeout, hint)
+            return
+        import ray
 
-            ray.get(self.server.pause.remote())
-        else:
-            self.client.pause_blocking()
+        answer = None if timeout is None else timeout + _SERVER_ANSWER_S
+        try:
+            running = ray.get(self.server.pause.remote(timeout), timeout=answer)
+        except ray.exceptions.GetTimeoutError:
+            raise PauseTimeoutError(None, answer or 0.0) from None
+        if running:
+            raise PauseTimeoutError(running, timeout or 0.0, hint)
 
     def resume(self) -> None:
         if self.server is not None:

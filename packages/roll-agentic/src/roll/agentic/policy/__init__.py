@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from roll.agentic.policy.cluster import ClusterPolicyClient, prompts_to_batch
-from roll.agentic.policy.gate import GatedPolicyClient
+from roll.agentic.policy.gate import GatedPolicyClient, PauseTimeoutError
 from roll.agentic.policy.mock import (
     LatencyModel,
     MockPolicyClient,
@@ -28,6 +28,7 @@ __all__ = [
     "MockStats",
     "NoPolicyClient",
     "OpenAIProxyClient",
+    "PauseTimeoutError",
     "PolicyClient",
     "PolicyServer",
     "RandomActionClient",

@@ -10,6 +10,7 @@ from typing import Any
 
 import ray
 
+from roll.agentic.policy.gate import PauseTimeoutError
 from roll.agentic.policy.protocol import GenerateRequest, GenerateResult, PolicyClient
 
 __all__ = ["PolicyServer", "RemotePolicyClient", "serve_policy"]
@@ -30,9 +31,15 @@ class PolicyServer:
             raise TypeError(f"{type(self.client).__name__} has no set_policy_version")
         setter(version)
 
-    async def pause(self) -> None:
-        """Stop new requests and wait for the started ones (a :class:`GatedPolicyClient` only)."""
-        await self.client.pause()  # type: ignore[attr-defined]
+    async def pause(self, timeout_s: float | None = None) -> int:
+        """Stop new requests and wait for the started ones, at most ``timeout_s`` (a :class:`GatedPolicyClient`
+        only). Returns how many were still running when the time ran out (0: paused): a count crosses Ray intact,
+        where an exception would come back wrapped in a task error."""
+        try:
+            await self.client.pause(timeout_s)  # type: ignore[attr-defined]
+        except PauseTimeoutError as e:
+            return int(e.running or 0)
+        return 0
 
     def resume(self, version: int | None = None) -> None:
         self.client.resume(version)  # type: ignore[attr-defined]
