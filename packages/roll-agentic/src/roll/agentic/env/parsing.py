@@ -3,6 +3,9 @@
 ``action_pattern`` (``<answer>...</answer>``) has one group, the action; ``think_action_pattern`` has two, the
 reasoning and the action. Chat special tokens are removed first, so a response that ends with ``<|im_end|>``
 parses the same as one without it.
+
+Standard library only (roll's ConfigError where roll is installed): the ``sokoban_sandbox`` env's game server
+runs a copy of this file inside its sandbox (:mod:`roll.agentic.env.sokoban_sandbox.app`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from roll.runtime import ConfigError
+try:
+    from roll.runtime import ConfigError
+except ImportError:  # a copy of this file in sokoban_sandbox's app, run where roll is not installed
+    ConfigError = ValueError  # type: ignore[misc,assignment]  # roll's ConfigError is a ValueError
 
 __all__ = [
     "ACTION_PATTERN",

@@ -6,6 +6,9 @@ box behind it) for up to ``search_depth`` moves and keeping the position whose b
 puzzle: reversing the recorded moves pushes every box back onto its target, so a solution always exists. Of the
 positions with the boxes equally far out, the one the most backward moves away is kept: the nearest one has the
 player still standing where its last pull left it, one push from solved, whatever ``search_depth`` says.
+
+Standard library only (roll's ConfigError where roll is installed): the ``sokoban_sandbox`` env's game server
+runs a copy of this file inside its sandbox (:mod:`roll.agentic.env.sokoban_sandbox.app`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
-from roll.runtime import ConfigError
+try:
+    from roll.runtime import ConfigError
+except ImportError:  # a copy of this file in sokoban_sandbox's app, run where roll is not installed
+    ConfigError = ValueError  # type: ignore[misc,assignment]  # roll's ConfigError is a ValueError
 
 __all__ = ["ACTION_DELTAS", "Room", "check_room_settings", "generate_room", "push", "solve"]
 

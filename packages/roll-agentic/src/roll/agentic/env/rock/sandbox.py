@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from roll.agentic.env.rock.config import RockEnvConfig
 from roll.runtime import import_extra
 
-__all__ = ["RockSandbox", "SandboxClient"]
+__all__ = ["EventLoopThread", "RockSandbox", "SandboxClient"]
 
 
 class SandboxClient(Protocol):
@@ -41,7 +41,7 @@ def _rock() -> Any:
     return import_extra("rock.sdk.sandbox.client", "rock_tb_native_env (ROCK sandboxes)", "roll-agentic", "rock")
 
 
-class _Loop:
+class EventLoopThread:
     """An event loop on a daemon thread; ``call`` runs a coroutine there and waits."""
 
     def __init__(self) -> None:
@@ -77,7 +77,7 @@ class RockSandbox:
         self._agent: Any = None
         self._agent_run: concurrent.futures.Future[Any] | None = None
         self._sessions: set[str] = set()
-        self._loop = _Loop()
+        self._loop = EventLoopThread()
 
     def start(self) -> None:
         from rock.sdk.sandbox.config import SandboxConfig
