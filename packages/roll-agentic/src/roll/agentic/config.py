@@ -104,6 +104,8 @@ ATROPOS_ENV = "atropos_env"
 # An OpenReward session may start a container: the SDK waits up to 600 s for a backend that is starting, and
 # openreward_env retries a session that fails to open; a tool call (a shell command) may be slow too.
 OPENREWARD_ENV, OPENREWARD_STEP_TIMEOUT_S = "openreward_env", 900.0
+# Its first reset starts a sandbox and a game server in it (roll.agentic.env.sokoban_sandbox).
+SOKOBAN_SANDBOX_ENV = "sokoban_sandbox"
 ROLL_GROUP_FILTER = "roll.pipeline.agentic.agentic_pipeline.GroupFilter"
 ROLL_ENV_WORKER = "roll.pipeline.agentic.environment_worker.EnvironmentWorker"
 
@@ -113,6 +115,17 @@ PARSE_TOOL_CALL_DESCRIPTION = (
     "that expect dicts, e.g. Qwen3-Coder's); sets each custom_envs entry's parse_tool_call_arguments unless the "
     "entry sets it."
 )
+
+
+def _sokoban_sandbox_limit(env_config: Any) -> float:
+    """How long a sokoban_sandbox reset may take: its first starts the sandbox and the game server (settings that do
+    not validate get the defaults' limit; the env entry's own check reports them)."""
+    from roll.agentic.env.sokoban_sandbox.env import SokobanSandboxConfig
+
+    try:
+        return SokobanSandboxConfig.model_validate(env_config or {}).start_limit_s()
+    except (ConfigError, TypeError):
+        return SokobanSandboxConfig().start_limit_s()
 
 
 def spread_parse_tool_call(data: dict[str, Any]) -> dict[str, Any]:
@@ -240,13 +253,16 @@ class CustomEnvConfig(RollModel):
     @classmethod
     def _rock_timeout(cls, data: Any) -> Any:
         """A ROCK episode's reset starts a sandbox and installs an agent: unless set, a call may take as long as the
-        episode's ``max_env_time`` (default 3000 s), not the 60 s of other envs; an OpenReward one's, 900 s."""
+        episode's ``max_env_time`` (default 3000 s), not the 60 s of other envs; an OpenReward one's, 900 s; a
+        sokoban_sandbox one's, its sandbox's and server's start timeouts and three commands (default 780 s)."""
         if isinstance(data, dict) and data.get("env_type") == ROCK_ENV and "step_timeout_s" not in data:
             env_config = data.get("env_config") or {}
             limit = env_config.get("max_env_time", 3000) if isinstance(env_config, dict) else 3000
             return {**data, "step_timeout_s": limit}
         if isinstance(data, dict) and data.get("env_type") == OPENREWARD_ENV and "step_timeout_s" not in data:
             return {**data, "step_timeout_s": OPENREWARD_STEP_TIMEOUT_S}
+        if isinstance(data, dict) and data.get("env_type") == SOKOBAN_SANDBOX_ENV and "step_timeout_s" not in data:
+            return {**data, "step_timeout_s": _sokoban_sandbox_limit(data.get("env_config"))}
         return data
 
     @model_validator(mode="after")

@@ -4,7 +4,8 @@
 
 * a registered name: ``frozen_lake``, ``sokoban``, ``arithmetic``, ``tool_math``, ROLL's dataset envs ``roll_math``,
   ``roll_qa``, ``roll_code``, ``atropos_env`` (an Atropos env class; needs ``roll-agentic[atropos]``), ``sokoban_mcp``
-  (Sokoban on an MCP server; needs ``roll-agentic[mcp]``), ROLL's
+  (Sokoban on an MCP server; needs ``roll-agentic[mcp]``), ``sokoban_sandbox`` (Sokoban in a ROCK sandbox; needs
+  ``roll-agentic[rock]``, or its local stand-in), ROLL's
   agent-native ``sokoban_native_env``, ``sokoban_tool_call``, ``rock_tb_native_env`` and ``openreward_env`` (needs
   ``roll-agentic[openreward]``), or one added with :func:`register_env` (or the ``roll.agentic.envs`` entry-point group);
 * ``"gem:<id>"`` or a bare GEM id such as ``game:GuessTheNumber-v0-easy`` (needs ``roll-agentic[gem]``);
@@ -38,6 +39,7 @@ ENVS.register("sokoban_tool_call", "roll.agentic.env.sokoban_tool_call:SokobanTo
 ENVS.register("rock_tb_native_env", "roll.agentic.env.rock.env:RockTBNativeEnv")
 ENVS.register("openreward_env", "roll.agentic.env.openreward_env:OpenRewardEnv")
 ENVS.register("sokoban_mcp", "roll.agentic.env.sokoban_mcp:SokobanMCPEnv")
+ENVS.register("sokoban_sandbox", "roll.agentic.env.sokoban_sandbox:SokobanSandboxEnv")
 ENVS.register("roll_math", "roll.agentic.env.dataset_envs:RollMathEnv")
 ENVS.register("roll_qa", "roll.agentic.env.dataset_envs:RollQaEnv")
 ENVS.register("roll_code", "roll.agentic.env.dataset_envs:RollCodeEnv")

@@ -13,9 +13,9 @@ starts) run these checks:
   episodes are dataset rows (roll's dataset envs: training draws any row) is checked on the rows whose questions are
   longest in tokens instead (:func:`roll.agentic.env.dataset.longest_rows`): the first prompts of the
   :data:`RENDERED_ROWS` longest are rendered so, and the error names the file, the row and how many rows are too long.
-  A tag whose env is not built in the driver is skipped with a note (a ROCK sandbox; a GEM env or one of roll's
-  dataset envs that loads a hub dataset; an env whose build or reset fails, or takes over :data:`BUILD_TIMEOUT_S`,
-  here): its first turn still checks it.
+  A tag whose env is not built in the driver is skipped with a note (a ROCK sandbox, rock_tb_native_env's or
+  sokoban_sandbox's; a GEM env or one of roll's dataset envs that loads a hub dataset; an env whose build or reset
+  fails, or takes over :data:`BUILD_TIMEOUT_S`, here): its first turn still checks it.
 * ``rollout.sequence_length`` may not exceed the model's ``max_position_embeddings``, as vLLM refuses a longer
   ``max_model_len``, nor an inference engine's own cap (vLLM's ``max_model_len``, SGLang's ``context_length`` in
   ``strategy_config``), which would refuse an episode's later turns. A model whose config scales RoPE
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from roll.agentic.config import ROCK_ENV, CustomEnvConfig, EnvManagerConfig
+from roll.agentic.config import ROCK_ENV, SOKOBAN_SANDBOX_ENV, CustomEnvConfig, EnvManagerConfig
 from roll.agentic.driver_envs import BUILD_TIMEOUT_S, DriverEnvs, NotBuiltHere, in_thread
 from roll.agentic.env.base import EnvLike, close_env
 from roll.agentic.env.dataset import LongestRows
@@ -120,6 +120,11 @@ def _skip_reason(spec: CustomEnvConfig) -> str | None:
     """Why the env of ``spec`` is not built in the driver at all, or None."""
     if spec.env_type == ROCK_ENV:
         return "its ROCK sandbox starts at run time"
+    if spec.env_type == SOKOBAN_SANDBOX_ENV:
+        from roll.agentic.env.sokoban_sandbox.env import ROCK_SANDBOX
+
+        if spec.env_config.get("sandbox_cls", ROCK_SANDBOX) == ROCK_SANDBOX:
+            return "its ROCK sandbox starts at run time"
     try:
         factory = resolve_env_factory(spec.env_type)
         if spec.env_type not in ENVS:  # only GEM ids resolve to GEM's factory
