@@ -140,7 +140,12 @@ ROLL_ENV_TYPES: list[tuple[str, str]] = [
     ("GEM ids (`math:...`, `game:...`, `qa:...`)", "GEM's own envs through `roll-agentic[gem]`"),
     (
         "`sokoban_sandbox`",
-        "not built: unknown env_type (an error naming roll's types)",
+        "built in (roll.agentic.env.sokoban_sandbox; a ROCK service and `roll-agentic[rock]`): ROLL's env_config "
+        "keys and protocol (a sandbox of `image`, two bash sessions, `cd /app && python server.py &`, a curl health "
+        "check, `python client.py reset|action ... --json`); ROLL's image is in ROLL's registry, roll ships its own "
+        "/app: `python -m roll.agentic.env.sokoban_sandbox.app --write-app DIR` (and `--dockerfile`); "
+        "`sandbox_cls: roll.agentic.env.sokoban_sandbox.local:LocalSandbox` plays without ROCK. Differences: image and "
+        "timeouts are settings, seed 0 is a seed, a failed reset raises, a failed step truncates (module docstring)",
     ),
     (
         "`sokoban_mcp`",
