@@ -287,6 +287,16 @@ def test_settings_are_checked_with_the_accepted_keys_named() -> None:
     )
 
 
+def test_a_config_entry_with_bad_settings_fails_at_load_naming_the_key() -> None:
+    """Checked when the config loads (inside the entry's own validation), not at the first episode's build."""
+    from roll.agentic.config import CustomEnvConfig
+
+    with pytest.raises(ConfigError, match=r"sokoban_sandbox: env_config.bogus: unknown field.*accepted keys: \["):
+        CustomEnvConfig.model_validate({"env_type": "sokoban_sandbox", "env_config": {"bogus": 1}})
+    with pytest.raises(ConfigError, match=r"env_config.server_start_timeout: Input should be greater than 0"):
+        CustomEnvConfig.model_validate({"env_type": "sokoban_sandbox", "env_config": {"server_start_timeout": -1}})
+
+
 def test_server_args_reach_the_server() -> None:
     env = _env(server_args="--dim-room 5 7 --max-steps 2")
     try:

@@ -14,7 +14,7 @@ import difflib
 import string
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from roll.runtime import ConfigError, RollModel, WorkerConfig
 from roll.strategies import GenerationConfig
@@ -124,7 +124,7 @@ def _sokoban_sandbox_limit(env_config: Any) -> float:
 
     try:
         return SokobanSandboxConfig.model_validate(env_config or {}).start_limit_s()
-    except (ConfigError, TypeError):
+    except (ConfigError, ValidationError, TypeError):  # ValidationError: inside CustomEnvConfig's own validation
         return SokobanSandboxConfig().start_limit_s()
 
 
@@ -271,6 +271,10 @@ class CustomEnvConfig(RollModel):
             from roll.agentic.env.rock.env import check_env_config
 
             check_env_config(self.env_config)
+        if self.env_type == SOKOBAN_SANDBOX_ENV:
+            from roll.agentic.env.sokoban_sandbox.env import check_config
+
+            check_config(self.env_config)
         return self
 
     @model_validator(mode="after")

@@ -47,9 +47,11 @@ def check_env_config(env_config: dict[str, Any]) -> RockEnvConfig:
     """``env_config`` as settings, or one ConfigError naming each bad key."""
     try:
         return RockEnvConfig.model_validate(env_config)
-    except ValidationError as e:
+    except ValidationError as e:  # checked inside another model's validation (CustomEnvConfig's)
         listed = "; ".join(validation_error_lines(e, root="env_config"))
         raise ConfigError(f"rock_tb_native_env: {listed}") from None
+    except ConfigError as e:  # checked on its own (an env built from its settings): RollModel's report
+        raise ConfigError(f"rock_tb_native_env env_config: {e}") from None
 
 
 class RockTBNativeEnv:

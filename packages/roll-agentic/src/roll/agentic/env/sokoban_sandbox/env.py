@@ -38,10 +38,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from roll.agentic.env.base import Env, ResetOutput, StepOutput
 from roll.runtime import ConfigError, RollError, RollModel, import_target
+from roll.runtime.config import validation_error_lines
 
 __all__ = ["GameSandbox", "SandboxGameError", "SokobanSandboxConfig", "SokobanSandboxEnv"]
 
@@ -91,7 +92,10 @@ def check_config(env_config: dict[str, Any]) -> SokobanSandboxConfig:
     accepted = list(SokobanSandboxConfig.model_fields)
     try:
         return SokobanSandboxConfig.model_validate(env_config)
-    except ConfigError as e:  # RollModel's report, one line per bad key
+    except ValidationError as e:  # checked inside another model's validation (CustomEnvConfig's)
+        listed = "; ".join(validation_error_lines(e, root="env_config"))
+        raise ConfigError(f"{ENV_TYPE}: {listed}; accepted keys: {accepted}") from None
+    except ConfigError as e:  # checked on its own: RollModel's report, one line per bad key
         raise ConfigError(f"{ENV_TYPE} env_config: {e}; accepted keys: {accepted}") from None
 
 
