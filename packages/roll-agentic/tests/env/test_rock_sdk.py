@@ -20,6 +20,8 @@ pytest.importorskip("rock.sdk.sandbox.client")
 from roll.agentic.env.rock.config import RockEnvConfig
 from roll.agentic.env.rock.sandbox import RockSandbox
 
+pytestmark = pytest.mark.extra("rock")
+
 PREFIX = "/apis/envs/sandbox/v1/"
 
 
