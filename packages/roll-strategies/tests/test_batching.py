@@ -207,7 +207,9 @@ def test_a_packing_model_still_runs_padded_calls_with_a_kv_cache(tiny_model):
         cache, step_ids, step_mask, logits = DynamicCache(), ids, mask, []
         with torch.no_grad():
             for _ in range(3):
-                out = strategy.model(input_ids=step_ids, attention_mask=step_mask, past_key_values=cache, use_cache=True)
+                out = strategy.model(
+                    input_ids=step_ids, attention_mask=step_mask, past_key_values=cache, use_cache=True
+                )
                 logits.append(out.logits[:, -1].float())
                 step_ids = out.logits[:, -1].argmax(-1, keepdim=True)
                 step_mask = torch.cat([step_mask, torch.ones_like(step_ids)], dim=1)

@@ -55,7 +55,9 @@ def _varlen_sdpa(
     if cu_seqlens is None:  # not packed: the padded batch's own mask (from _mask below)
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     if query.shape[0] != 1:
         raise StrategyError(
             f"attention implementation {VARLEN_SDPA!r} runs packed rows as one sequence of shape (1, N); this call "
@@ -80,16 +82,14 @@ def _varlen_sdpa(
     return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
 
 
-def _mask(
-    batch_size: int, q_length: int, kv_length: int, *args: Any, attention_mask: Any = None, **kwargs: Any
-) -> Any:
+def _mask(batch_size: int, q_length: int, kv_length: int, **kwargs: Any) -> Any:
     """No mask for one whole sequence without padding (packed rows: :func:`_varlen_sdpa` reads their bounds from
     ``cu_seq_lens_q``; one unpadded row: causal as it is); SDPA's mask for anything else (padding, a KV cache)."""
-    if attention_mask is None and batch_size == 1 and q_length == kv_length:
+    if kwargs.get("attention_mask") is None and batch_size == 1 and q_length == kv_length:
         return None
     from transformers.masking_utils import sdpa_mask
 
-    return sdpa_mask(batch_size, q_length, kv_length, *args, attention_mask=attention_mask, **kwargs)
+    return sdpa_mask(batch_size, q_length, kv_length, **kwargs)
 
 
 def register_varlen_sdpa() -> str:
