@@ -54,6 +54,12 @@ def test_unknown_env_type() -> None:
         make_env("frozen_lak")
 
 
+@pytest.mark.parametrize("env_type", ["webshop", "deepeyes"])
+def test_rolls_env_types_that_roll_does_not_build_say_so(env_type: str) -> None:
+    with pytest.raises(ConfigError, match=rf"env_type '{env_type}' is one of ROLL's envs that roll does not build: .*"):
+        make_env(env_type)
+
+
 def test_not_an_env() -> None:
     with pytest.raises(ConfigError, match="no reset"):
         make_env("collections:OrderedDict")

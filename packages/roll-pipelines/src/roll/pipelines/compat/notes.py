@@ -168,6 +168,8 @@ ROLL_ENV_TYPES: list[tuple[str, str]] = [
     ),
     (
         "`deepeyes`, `webshop`",
-        "not built: unknown env_type (an error naming roll's types)",
+        "not built: `webshop` needs ROLL's `third_party/webshop-minimal` submodule (not on the package index) and "
+        "its product data, `deepeyes` a vision-language model, which roll does not run; an entry fails with an "
+        "error saying so and naming roll's types",
     ),
 ]
