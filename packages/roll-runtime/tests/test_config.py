@@ -59,3 +59,27 @@ def test_all_errors_are_reported_at_once():
     text = str(info.value)
     assert text.startswith("3 configuration errors")
     assert "num_gpus_per_worker" in text and "rpc_timeout_s" in text and "bogus" in text
+
+
+def test_check_settings_reports_the_same_inside_another_models_validation() -> None:
+    from pydantic import model_validator
+
+    from roll.runtime import RollModel
+    from roll.runtime.config import check_settings
+
+    class Inner(RollModel):
+        size: int = 1
+
+    class Outer(RollModel):
+        settings: dict = {}
+
+        @model_validator(mode="after")
+        def _check(self) -> Outer:
+            check_settings(Inner, self.settings, "inner", root="settings")
+            return self
+
+    with pytest.raises(ConfigError, match=r"^inner: settings.sizee: unknown field"):
+        check_settings(Inner, {"sizee": 2}, "inner", root="settings")
+    with pytest.raises(ConfigError, match=r"inner: settings.sizee: unknown field"):
+        Outer(settings={"sizee": 2})
+    assert check_settings(Inner, {"size": 3}, "inner").size == 3

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import contextvars
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -17,7 +17,14 @@ from roll.runtime.errors import ConfigError
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["RollModel", "WorkerConfig", "format_validation_error", "parse_device_mapping", "validation_error_lines"]
+__all__ = [
+    "RollModel",
+    "WorkerConfig",
+    "check_settings",
+    "format_validation_error",
+    "parse_device_mapping",
+    "validation_error_lines",
+]
 
 
 def validation_error_lines(error: ValidationError, root: str = "") -> list[str]:
@@ -84,6 +91,22 @@ class RollModel(BaseModel):
             raise ConfigError(format_validation_error(e)) from None
         finally:
             _DEPTH.reset(token)
+
+
+_Settings = TypeVar("_Settings", bound=BaseModel)
+
+
+def check_settings(model: type[_Settings], data: Any, label: str, *, root: str = "", hint: str = "") -> _Settings:
+    """``model`` validated from ``data``, or one ConfigError ``"label: root.key: problem; ...hint"``: the same report
+    whether or not another model's validation is running (inside one, RollModel leaves pydantic's error to the outer
+    model; outside, it formats it on its own), e.g. an env's settings checked by its config entry and by the env."""
+    token = _DEPTH.set(_DEPTH.get() + 1)  # keep pydantic's error, with its locations, at every depth
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{label}: {'; '.join(validation_error_lines(e, root=root))}{hint}") from None
+    finally:
+        _DEPTH.reset(token)
 
 
 _ALLOWED_CALLS = {"list", "range"}

@@ -39,11 +39,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from roll.agentic.env.tool_calls import assistant_message
 from roll.runtime import ConfigError, import_extra
-from roll.runtime.config import validation_error_lines
+from roll.runtime.config import check_settings
 
 __all__ = ["OpenRewardConfig", "OpenRewardEnv", "import_openreward", "openreward_api_key"]
 
@@ -99,10 +99,7 @@ class OpenRewardConfig(BaseModel):
 
 def check_env_config(env_config: dict[str, Any]) -> OpenRewardConfig:
     """``env_config`` as settings, or one ConfigError naming each bad key."""
-    try:
-        return OpenRewardConfig.model_validate(env_config)
-    except ValidationError as e:
-        raise ConfigError(f"openreward_env: {'; '.join(validation_error_lines(e, root='env_config'))}") from None
+    return check_settings(OpenRewardConfig, env_config, "openreward_env", root="env_config")
 
 
 def import_openreward() -> Any:

@@ -28,14 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from roll.agentic.env.rock.config import RockEnvConfig, TaskSet
 from roll.agentic.env.rock.sandbox import SandboxClient
 from roll.agentic.env.rock.tests_run import run_solution, run_task_tests
 from roll.agentic.env.tool_calls import assistant_message
-from roll.runtime import ConfigError, import_target
-from roll.runtime.config import validation_error_lines
+from roll.runtime import import_target
+from roll.runtime.config import check_settings
 
 __all__ = ["SESSION_END", "RockTBNativeEnv", "check_env_config"]
 
@@ -45,13 +43,7 @@ _AGG = {"action_is_valid": "mean", "success": "last", "raw_reward": "last"}
 
 def check_env_config(env_config: dict[str, Any]) -> RockEnvConfig:
     """``env_config`` as settings, or one ConfigError naming each bad key."""
-    try:
-        return RockEnvConfig.model_validate(env_config)
-    except ValidationError as e:  # checked inside another model's validation (CustomEnvConfig's)
-        listed = "; ".join(validation_error_lines(e, root="env_config"))
-        raise ConfigError(f"rock_tb_native_env: {listed}") from None
-    except ConfigError as e:  # checked on its own (an env built from its settings): RollModel's report
-        raise ConfigError(f"rock_tb_native_env env_config: {e}") from None
+    return check_settings(RockEnvConfig, env_config, "rock_tb_native_env", root="env_config")
 
 
 class RockTBNativeEnv:

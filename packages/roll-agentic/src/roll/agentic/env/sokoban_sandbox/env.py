@@ -38,11 +38,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from roll.agentic.env.base import Env, ResetOutput, StepOutput
-from roll.runtime import ConfigError, RollError, RollModel, import_target
-from roll.runtime.config import validation_error_lines
+from roll.runtime import RollError, RollModel, import_target
+from roll.runtime.config import check_settings
 
 __all__ = ["GameSandbox", "SandboxGameError", "SokobanSandboxConfig", "SokobanSandboxEnv"]
 
@@ -90,13 +90,9 @@ class SokobanSandboxConfig(RollModel):
 def check_config(env_config: dict[str, Any]) -> SokobanSandboxConfig:
     """``env_config`` as settings, or one ConfigError naming each bad key (and the accepted ones)."""
     accepted = list(SokobanSandboxConfig.model_fields)
-    try:
-        return SokobanSandboxConfig.model_validate(env_config)
-    except ValidationError as e:  # checked inside another model's validation (CustomEnvConfig's)
-        listed = "; ".join(validation_error_lines(e, root="env_config"))
-        raise ConfigError(f"{ENV_TYPE}: {listed}; accepted keys: {accepted}") from None
-    except ConfigError as e:  # checked on its own: RollModel's report, one line per bad key
-        raise ConfigError(f"{ENV_TYPE} env_config: {e}; accepted keys: {accepted}") from None
+    return check_settings(
+        SokobanSandboxConfig, env_config, ENV_TYPE, root="env_config", hint=f"; accepted keys: {accepted}"
+    )
 
 
 class GameSandbox(Protocol):
