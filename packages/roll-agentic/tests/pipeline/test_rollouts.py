@@ -65,10 +65,10 @@ def _request() -> GenerateRequest:
     return GenerateRequest("traj/0", [1, 2, 3], GenerationConfig(max_new_tokens=4))
 
 
-def _wait_for(condition) -> None:
+def _wait_for(condition, what: str = "the request never started") -> None:
     deadline = time.monotonic() + 60
     while not condition():
-        assert time.monotonic() < deadline, "the request never started"
+        assert time.monotonic() < deadline, what
         time.sleep(0.01)
 
 
@@ -114,3 +114,61 @@ def test_a_pause_through_the_policy_server_gives_up_after_pause_timeout_s(ray_se
     assert caught.value.running == 1
     assert str(caught.value).startswith("1 generation request still running after waiting 0.2 s to pause")
     assert "raise it if generation is legitimately that slow" in str(caught.value)
+
+
+def _server_in_flight(server) -> int:
+    return ray.get(server.__ray_call__.remote(lambda actor: actor.client.in_flight))
+
+
+def test_a_request_cancelled_on_its_side_leaves_the_policy_server(ray_session) -> None:
+    """env_workers: ray: a request whose caller is cancelled (its episode stopped) is cancelled in the PolicyServer
+    too, so a weight sync's pause no longer waits for it. Before, the server kept waiting for the engine's answer
+    with the request counted as running, and the pause ran out its whole timeout and failed."""
+    ship_module_by_value(__name__)
+    endpoint = PolicyEndpoint(_HungEngine(), 0, remote=True, gated=True, pause_timeout_s=10)
+    server = endpoint.server
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)  # an EnvironmentWorker's loop
+    thread.start()
+    try:
+        request = asyncio.run_coroutine_threadsafe(endpoint.client.generate(_request()), loop)
+        _wait_for(lambda: _server_in_flight(server) == 1)
+        loop.call_soon_threadsafe(request.cancel)
+        _wait_for(lambda: _server_in_flight(server) == 0, "the server still counts the cancelled request")
+        endpoint.pause()  # nothing left to wait for
+        endpoint.resume()
+    finally:
+        endpoint.close()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+    assert request.cancelled()
+
+
+class _PauseNeverAnswers:
+    """A hosted client whose pause never returns (a policy server actor stuck in a call)."""
+
+    async def pause(self, timeout_s: float | None = None) -> None:
+        await asyncio.sleep(3600)
+
+
+def test_a_policy_server_that_never_answers_the_pause_is_named(ray_session, monkeypatch) -> None:
+    """The driver bounds its wait for the policy server's answer too (the pause timeout plus a margin), and says that
+    the server, not a request, did not answer, with the setting that bounds the wait."""
+    import roll.agentic.pipeline.rollouts as rollouts
+    from roll.agentic.policy import serve_policy
+
+    ship_module_by_value(__name__)
+    monkeypatch.setattr(rollouts, "_SERVER_ANSWER_S", 0.5)
+    endpoint = PolicyEndpoint(_HungEngine(), 0, remote=False, gated=True, pause_timeout_s=0.2)
+    endpoint.server = serve_policy(_PauseNeverAnswers())
+    try:
+        with pytest.raises(PauseTimeoutError) as caught:
+            endpoint.pause()
+    finally:
+        endpoint.close()
+    assert caught.value.running is None
+    assert str(caught.value) == (
+        "the policy server did not answer a pause within 0.7 s (its actor is busy or hung); "
+        "actor_infer.rpc_timeout_s=0.2 bounds this wait, as it bounds every actor_infer call: raise it if generation "
+        "is legitimately that slow"
+    )

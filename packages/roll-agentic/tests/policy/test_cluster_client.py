@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 import torch
@@ -65,6 +66,49 @@ def test_requests_are_batched_per_generation_config() -> None:
         assert result.finish_reason == "stop" and result.policy_version == 3
     client.set_policy_version(4)
     assert asyncio.run(client.generate(GenerateRequest("x", [9], GenerationConfig()))).policy_version == 4
+
+
+class _FirstCallWaits(FakeCluster):
+    """A FakeCluster (one rank) whose first generate call waits for ``release`` (a slow engine call)."""
+
+    dp_size = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def generate(self, batch: DataProto, config: GenerationConfig) -> DataProto:
+        if not self.started.is_set():
+            self.started.set()
+            assert self.release.wait(60)
+        return super().generate(batch, config)
+
+
+def test_a_request_cancelled_while_queued_is_not_generated() -> None:
+    """A caller cancelled while its request waits for the engine (its episode stopped) gets no generation: before,
+    the queued request went into the next batch anyway, engine time spent for nobody (and, behind a gate, a weight
+    sync's pause waiting for it)."""
+    cluster = _FirstCallWaits()
+    client = ClusterPolicyClient(cluster, pad_token_id=0, batch_wait_s=0)
+
+    def request(name: str, prompt: list[int]) -> GenerateRequest:
+        return GenerateRequest(name, prompt, GenerationConfig(max_new_tokens=4))
+
+    async def main():
+        first = asyncio.ensure_future(client.generate(request("first", [2, 3])))
+        while not cluster.started.is_set():  # the engine is busy with the first request
+            await asyncio.sleep(0.005)
+        cancelled = asyncio.ensure_future(client.generate(request("cancelled", [4])))
+        kept = asyncio.ensure_future(client.generate(request("kept", [5, 6, 7])))
+        await asyncio.sleep(0.05)  # both queued behind the busy engine
+        cancelled.cancel()
+        cluster.release.set()
+        return await first, await kept, cancelled.cancelled()
+
+    first, kept, was_cancelled = asyncio.run(main())
+    assert was_cancelled
+    assert cluster.calls == [(1, 4), (1, 4)]  # the second engine call carried only the kept request
+    assert first.token_ids == [2, 7, 1] and kept.token_ids == [3, 20, 1]
 
 
 def test_seeded_requests_carry_their_seeds_and_go_apart_from_unseeded_ones() -> None:

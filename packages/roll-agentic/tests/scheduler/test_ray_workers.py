@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import pytest
 import ray
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
 from roll.agentic.env_manager import EpisodeTask
-from roll.agentic.policy import LatencyModel, MockPolicyClient, RandomActionPolicy
+from roll.agentic.policy import (
+    ClusterPolicyClient,
+    GatedPolicyClient,
+    LatencyModel,
+    MockPolicyClient,
+    RandomActionPolicy,
+    RemotePolicyClient,
+    serve_policy,
+)
 from roll.agentic.scheduler import RolloutScheduler
 from roll.runtime import WorkerError
+from roll.runtime.testing import ship_module_by_value
 from roll.strategies import GenerationConfig
 
 ENVS = {
@@ -94,3 +105,44 @@ def test_dead_worker_has_its_episodes_rescheduled(tokenizer, resources, local_ro
     finally:
         loop.close()
         scheduler.close()
+
+
+class _EngineNeverAnswers:
+    """An ``actor_infer`` hung in its generate call."""
+
+    dp_size = 1
+
+    def generate(self, batch, config):
+        threading.Event().wait()
+
+
+def test_a_cancelled_rollout_cancels_its_episodes_on_the_workers(tokenizer, resources) -> None:
+    """Cancelling a rollout on the driver (an error elsewhere in the step, a shutdown) cancels its episodes on the
+    EnvironmentWorkers, and their generation requests in the policy server. Before, they went on unobserved, their
+    requests counted as running in the server's gate, which the next weight sync's pause waited for."""
+    ship_module_by_value(__name__)
+    server = serve_policy(GatedPolicyClient(ClusterPolicyClient(_EngineNeverAnswers(), pad_token_id=0)))
+    config = EnvManagerConfig(name="env_cancel", num_env_groups=2, group_size=2, tags=["FL"], max_env_num_per_worker=2)
+    scheduler = RolloutScheduler.on_ray(
+        config, ENVS, tokenizer, RemotePolicyClient(server), resource_manager=resources,
+        generation_config=GenerationConfig(max_new_tokens=8), sequence_length=2048, mode="train", seed=3,
+    )  # fmt: skip
+
+    async def in_flight_becomes(count: int) -> None:
+        deadline = time.monotonic() + 60
+        while await server.__ray_call__.remote(lambda actor: actor.client.in_flight) != count:
+            assert time.monotonic() < deadline, f"the policy server never counted {count} running requests"
+            await asyncio.sleep(0.02)
+
+    loop = asyncio.new_event_loop()
+    try:
+        assert scheduler.executor.cluster.world_size == 2
+        rollout = loop.create_task(scheduler.aget_batch(4))
+        loop.run_until_complete(in_flight_becomes(4))  # every episode waits on the hung engine
+        rollout.cancel()
+        loop.run_until_complete(in_flight_becomes(0))
+        assert rollout.cancelled()
+    finally:
+        loop.close()
+        scheduler.close()
+        ray.kill(server)

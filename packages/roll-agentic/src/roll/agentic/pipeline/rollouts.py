@@ -74,7 +74,7 @@ class PolicyEndpoint:
         try:
             running = ray.get(self.server.pause.remote(timeout), timeout=answer)
         except ray.exceptions.GetTimeoutError:
-            raise PauseTimeoutError(None, answer or 0.0) from None
+            raise PauseTimeoutError(None, answer or 0.0, hint) from None
         if running:
             raise PauseTimeoutError(running, timeout or 0.0, hint)
 

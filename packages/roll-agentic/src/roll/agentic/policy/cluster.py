@@ -112,6 +112,9 @@ class ClusterPolicyClient:
             key = (item.request.generation_config.model_dump_json(), item.request.seed is None)
             by_config.setdefault(key, []).append(item)
         for items in by_config.values():
+            items = [item for item in items if not item.future.done()]  # a cancelled caller wants no answer
+            if not items:
+                continue
             try:
                 results = await asyncio.to_thread(self._generate, [i.request for i in items])
             except Exception as e:  # every waiting env learns of the engine failure

@@ -10,6 +10,7 @@ from typing import Any
 
 import ray
 
+from roll.agentic._ray_calls import await_call
 from roll.agentic.policy.gate import PauseTimeoutError
 from roll.agentic.policy.protocol import GenerateRequest, GenerateResult, PolicyClient
 
@@ -60,4 +61,4 @@ class RemotePolicyClient:
         self.server = server
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
-        return await self.server.generate.remote(request)
+        return await await_call(self.server.generate.remote(request))  # type: ignore[no-any-return]

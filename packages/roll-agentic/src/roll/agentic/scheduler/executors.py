@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from roll.agentic._ray_calls import await_call
 from roll.agentic.config import EnvManagerConfig
 from roll.agentic.env_manager import EpisodeResult, EpisodeTask
 from roll.agentic.pool import EnvPool, EnvSlot
@@ -99,7 +100,7 @@ class RayExecutor:
         while True:
             rank = self.owner[task.env_id]
             try:
-                return await self.cluster.workers[rank].run_episode.remote(task)
+                return await await_call(self.cluster.workers[rank].run_episode.remote(task))  # type: ignore[no-any-return]
             except RayTaskError as e:
                 # First: an error raised inside run_episode, also when it is an actor that the worker called which
                 # died (Ray's RayTaskError(ActorDiedError) is both kinds). The worker lives; stop, naming where.
