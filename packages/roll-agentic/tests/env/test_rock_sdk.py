@@ -7,11 +7,7 @@ served: ROCK's agent install and its model service run commands inside the sandb
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
@@ -19,72 +15,15 @@ pytest.importorskip("rock.sdk.sandbox.client")
 
 from roll.agentic.env.rock.config import RockEnvConfig
 from roll.agentic.env.rock.sandbox import RockSandbox
+from roll.agentic.env.rock.testing import FakeRockService
 
 pytestmark = pytest.mark.extra("rock")
 
-PREFIX = "/apis/envs/sandbox/v1/"
-
-
-class FakeRock(ThreadingHTTPServer):
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.calls: list[tuple[str, dict[str, Any], dict[str, str]]] = []
-        self.alive = True
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class Handler(BaseHTTPRequestHandler):
-    server: FakeRock
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _answer(self, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        path, _, query = self.path.partition("?")
-        self.server.calls.append((path.removeprefix(PREFIX), {"query": query}, dict(self.headers)))
-        status = None if self.server.alive else {"image_pull": {"status": "failed", "message": "no such image"}}
-        self._answer(
-            {
-                "status": "Success",
-                "result": {"sandbox_id": "sb-7", "host_name": "h", "is_alive": self.server.alive, "status": status},
-            }
-        )
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-        name = self.path.removeprefix(PREFIX)
-        self.server.calls.append((name, body, dict(self.headers)))
-        if name == "start_async":
-            self._answer(
-                {"status": "Success", "result": {"sandbox_id": "sb-7", "host_name": "h", "host_ip": "10.0.0.7"}}
-            )
-        else:
-            self._answer({"status": "Success", "result": {}})
-
 
 @pytest.fixture
-def rock_service(monkeypatch) -> Iterator[FakeRock]:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    monkeypatch.setenv("no_proxy", "127.0.0.1")
-    server = FakeRock()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+def rock_service() -> Iterator[FakeRockService]:
+    with FakeRockService() as service:
+        yield service
 
 
 def _config(url: str) -> RockEnvConfig:
@@ -101,25 +40,25 @@ def _config(url: str) -> RockEnvConfig:
     )
 
 
-def test_start_and_stop_go_to_the_service(rock_service: FakeRock) -> None:
+def test_start_and_stop_go_to_the_service(rock_service: FakeRockService) -> None:
     box = RockSandbox("swebench/sweb.eval:t1", _config(rock_service.url))
     box.start()
-    assert box.sandbox_id == "sb-7"
+    assert box.sandbox_id == "sb-1"
     box.stop()
     box.stop()  # twice is harmless
-    names = [name for name, _, _ in rock_service.calls]
+    names = rock_service.names
     assert names[0] == "start_async" and names[-1] == "stop" and names.count("stop") == 1
-    start = rock_service.calls[0][1]
+    start = rock_service.calls[0].body
     assert (start["image"], start["auto_clear_time"]) == ("swebench/sweb.eval:t1", 10)
-    assert rock_service.calls[0][2].get("XRL-Authorization") == "Bearer t0k"
-    assert rock_service.calls[-1][1] == {"sandbox_id": "sb-7"}
+    assert rock_service.calls[0].headers.get("XRL-Authorization") == "Bearer t0k"
+    assert rock_service.calls[-1].body == {"sandbox_id": "sb-1"}
 
 
-def test_a_sandbox_that_fails_to_start_is_still_stopped(rock_service: FakeRock) -> None:
-    rock_service.alive = False
+def test_a_sandbox_that_fails_to_start_is_still_stopped(rock_service: FakeRockService) -> None:
+    rock_service.pull_fails = True
     box = RockSandbox("no/such:image", _config(rock_service.url))
     with pytest.raises(Exception, match="no such image"):
         box.start()
     box.stop()
-    assert [name for name, _, _ in rock_service.calls][-1] == "stop"
-    assert rock_service.calls[-1][1] == {"sandbox_id": "sb-7"}
+    assert rock_service.names[-1] == "stop"
+    assert rock_service.calls[-1].body == {"sandbox_id": "sb-1"}

@@ -1,4 +1,5 @@
-"""A scripted stand-in for a ROCK sandbox and its agent, for tests and dry runs without a ROCK service.
+"""Stand-ins for ROCK, for tests and dry runs without a ROCK service: a scripted sandbox and agent, and an
+in-process fake of the ROCK service's sandbox endpoints (:class:`FakeRockService`) for tests that run rl-rock's SDK.
 
 ``sandbox_cls: roll.agentic.env.rock.testing:ScriptedRockSandbox`` in a ``rock_tb_native_env`` entry's env_config
 replaces ROCK's SDK (see :class:`~roll.agentic.env.rock.sandbox.SandboxClient`). The scripted agent's first LLM
@@ -13,11 +14,14 @@ instance is kept in ``made`` (class attributes: one process's record).
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
-__all__ = ["BASH_TOOL", "ScriptedRockSandbox", "write_tasks"]
+__all__ = ["BASH_TOOL", "FakeRockService", "RockCall", "ScriptedRockSandbox", "write_tasks"]
 
 BASH_TOOL = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}
 
@@ -108,3 +112,93 @@ def write_tasks(folder: Path, count: int = 2) -> dict[str, Any]:
         "agent_config": {"agent_type": "default", "run_cmd": "iflow -p <<PROMPT>> --yolo"},
         "sandbox_cls": "roll.agentic.env.rock.testing:ScriptedRockSandbox",
     }
+
+
+class RockCall(NamedTuple):
+    """One call a :class:`FakeRockService` received: the endpoint's name (``start_async``, ``get_status/sb-1``...),
+    its JSON body (``{}`` for a GET) and its HTTP headers."""
+
+    name: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+class FakeRockService(ThreadingHTTPServer):
+    """ROCK's sandbox endpoints (``/apis/envs/sandbox/v1/<name>`` on a free localhost port) in this process.
+
+    Every call is kept in ``calls``. ``get_status`` answers that the sandbox is alive, or, with ``pull_fails`` set,
+    that its image pull failed; a POST is answered by :meth:`handle` (``start_async``: the sandbox's id and host;
+    others: an empty result), which a test overrides to serve more (e.g. sessions run by a local sandbox). Inside
+    ``with``, it serves from a thread and localhost bypasses any HTTP proxy (the SDK honours ``*_PROXY``)."""
+
+    PREFIX = "/apis/envs/sandbox/v1/"
+    _NO_PROXY = ("NO_PROXY", "no_proxy")
+
+    def __init__(self, sandbox_id: str = "sb-1", host_ip: str = "10.0.0.1") -> None:
+        super().__init__(("127.0.0.1", 0), _RockHandler)
+        self.sandbox_id, self.host_ip = sandbox_id, host_ip
+        self.calls: list[RockCall] = []
+        self.pull_fails = False
+        self._saved: dict[str, str | None] = {}
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    @property
+    def names(self) -> list[str]:
+        return [call.name for call in self.calls]
+
+    def status(self) -> dict[str, Any]:
+        failed = {"image_pull": {"status": "failed", "message": "no such image"}} if self.pull_fails else None
+        return {"sandbox_id": self.sandbox_id, "host_name": "h", "is_alive": not failed, "status": failed}
+
+    def handle(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The ``result`` of a POST to ``name``."""
+        if name == "start_async":
+            return {"sandbox_id": self.sandbox_id, "host_name": "h", "host_ip": self.host_ip}
+        return {}
+
+    def __enter__(self) -> FakeRockService:
+        for key in self._NO_PROXY:
+            self._saved[key] = os.environ.get(key)
+            os.environ[key] = ",".join(filter(None, [os.environ.get(key), "127.0.0.1"]))
+        self._thread = threading.Thread(target=self.serve_forever, name="fake-rock", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
+        for key, value in self._saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+class _RockHandler(BaseHTTPRequestHandler):
+    server: FakeRockService
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _answer(self, result: dict[str, Any]) -> None:
+        data = json.dumps({"status": "Success", "result": result}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # get_status/<sandbox id>
+        name = self.path.removeprefix(FakeRockService.PREFIX).split("?")[0]
+        self.server.calls.append(RockCall(name, {}, dict(self.headers)))
+        self._answer(self.server.status())
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        name = self.path.removeprefix(FakeRockService.PREFIX)
+        self.server.calls.append(RockCall(name, body, dict(self.headers)))
+        self._answer(self.server.handle(name, body))
