@@ -100,6 +100,25 @@ def test_grpo_normalizes_within_episode_groups_by_default():
     assert (explicit.grouping, explicit.norm_std_type) == ("tag", None)
 
 
+def test_a_partial_reward_normalization_keeps_grpos_episode_groups():
+    """A section (or an override such as ``reward_normalization.method=mean``) giving only part of it: grpo's and
+    gigpo's defaults fill the rest. Before, it fell back to the field defaults: one mean over the whole batch, not
+    within the episodes sharing a seed (no longer GRPO's group baseline), silently."""
+
+    def norm(**section):
+        n = _config(reward_normalization=section).reward_normalization
+        return n.grouping, n.method, n.norm_mean_type, n.norm_std_type
+
+    assert norm(method="mean") == ("traj_group_id", "mean", "group", None)
+    assert norm(grouping="tags") == ("tag", "mean_std", "group", "group")
+    assert norm(norm_mean_type="batch") == ("traj_group_id", "identity", "batch", None)
+    gigpo = _config("LakeStep", adv_estimator="gigpo", reward_normalization={"method": "mean"}).reward_normalization
+    assert (gigpo.grouping, gigpo.method) == ("traj_group_id", "mean")
+    critic = {"model_args": ROLE, "strategy_args": {"strategy_name": "hf_infer"}}
+    gae = _config(adv_estimator="gae", critic=critic, reward_normalization={"method": "mean"}).reward_normalization
+    assert (gae.grouping, gae.method) == ("batch", "mean")  # not GRPO: the field defaults
+
+
 def test_a_grouping_the_samples_lack_is_refused_when_the_config_loads():
     # A misspelt grouping passed validation and failed the first step's advantages ("agentic samples lack the
     # column 'traj_groupid'"), after the workers had started and a rollout was played.

@@ -80,6 +80,14 @@ def test_the_files_values_win_over_rolls_defaults(tmp_path: Path) -> None:
     assert (config.reward_normalization.grouping, config.reward_normalization.method) == ("traj_group_id", "mean_std")
 
 
+def test_a_files_partial_reward_normalization_gets_rolls_defaults_for_the_rest(tmp_path: Path) -> None:
+    # ROLL's field defaults (batch, identity) fill what a ROLL file's section leaves out, not roll's grpo defaults
+    config = load_config(_write(tmp_path, AGENTIC + "reward_normalization: {method: mean_std}\n"))
+    assert (config.reward_normalization.grouping, config.reward_normalization.method) == ("batch", "mean_std")
+    config = load_config(_write(tmp_path, AGENTIC + "reward_normalization: {grouping: tags}\n"))
+    assert (config.reward_normalization.grouping, config.reward_normalization.method) == ("tag", "identity")
+
+
 def test_rolls_env_defaults_are_written_into_its_env_configs(tmp_path: Path) -> None:
     # ROLL's traj_envs.yaml SimpleSokoban leaves search_depth out (ROLL: 300 reverse moves; roll's env: 30); a
     # frozen_lake without is_slippery is slippery in ROLL and not in roll's env.

@@ -405,10 +405,25 @@ class AgenticConfig(BaseConfig):
             if section is not None and section.get("name") in (None, "worker"):
                 section["name"] = name
         estimator = raw_value(data, "advantage", "estimator", default="grpo")
-        if estimator in ("grpo", "gigpo") and raw_value(data, "reward_normalization") is None:
-            data["reward_normalization"] = {"grouping": "traj_group_id", "method": "mean_std"}
+        if estimator in ("grpo", "gigpo"):
+            cls._fill_group_normalization(data)
         cls._fill_schedule_length(data)
         return data
+
+    @staticmethod
+    def _fill_group_normalization(data: dict[str, Any]) -> None:
+        """GRPO's and GiGPO's ``reward_normalization``: mean/std within ``traj_group_id`` (the episodes sharing a
+        seed), for whatever the section leaves out; a section giving only ``method`` (e.g. an override
+        ``reward_normalization.method=mean``) keeps the episode groups instead of falling back to the whole batch.
+        (ROLL's files get ROLL's field defaults written in by the compat layer before this.)"""
+        if raw_value(data, "reward_normalization") is None:
+            data["reward_normalization"] = {}
+        section = raw_section(data, "reward_normalization")
+        if section is None:
+            return  # not a mapping: validation names it
+        section.setdefault("grouping", "traj_group_id")
+        if "norm_mean_type" not in section and "norm_std_type" not in section:
+            section.setdefault("method", "mean_std")
 
     @classmethod
     def _fill_schedule_length(cls, data: dict[str, Any]) -> None:

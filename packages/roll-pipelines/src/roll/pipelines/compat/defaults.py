@@ -214,6 +214,15 @@ def _fill_agentic_defaults(top: _Translator, data: dict[str, Any]) -> None:
             "reward_normalization",
             f"ROLL default {ROLL_REWARD_NORMALIZATION} (no normalization) written in",
         )
+    section = top.out.get("reward_normalization")
+    if not isinstance(section, dict):
+        return
+    missing = {key: value for key, value in ROLL_REWARD_NORMALIZATION.items() if key not in section}
+    if missing:  # roll's grpo would fill a part left out with its own (traj_group_id, mean_std)
+        section.update(missing)
+        top.row(
+            "(reward_normalization)", "implemented-as", "reward_normalization", f"ROLL defaults {missing} written in"
+        )
 
 
 def _fill_env_defaults(top: _Translator) -> None:

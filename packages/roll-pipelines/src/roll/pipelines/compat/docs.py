@@ -127,9 +127,11 @@ def roll_compat() -> str:
             if name not in flat_rows[flat].rsplit("|", 2)[-2]:
                 flat_rows[flat] = flat_rows[flat][:-2] + f", {name} |"
     defaults = "\n".join(f"| `{key}` | `{value!r}` |" for key, value in ROLL_RLVR_DEFAULTS.items())
-    agentic_defaults = "\n".join(
-        f"| `{key}` | `{value!r}` |"
-        for key, value in {**ROLL_AGENTIC_DEFAULTS, "reward_normalization": ROLL_REWARD_NORMALIZATION}.items()
+    agentic_defaults = "\n".join(f"| `{key}` | `{value!r}` |" for key, value in ROLL_AGENTIC_DEFAULTS.items())
+    agentic_defaults += f"\n| `reward_normalization` | `{ROLL_REWARD_NORMALIZATION!r}` |"
+    agentic_defaults += "".join(
+        f"\n| `reward_normalization.{key}` (a section without it) | `{value!r}` |"
+        for key, value in ROLL_REWARD_NORMALIZATION.items()
     )
     agentic_defaults += "".join(
         f"\n| `custom_envs.<tag>.env_config.{key}` (env_type {env_type}) | `{value!r}` |"
