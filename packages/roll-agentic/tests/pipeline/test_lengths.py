@@ -118,6 +118,19 @@ def test_val_tags_are_checked_with_the_val_seeds(tokenizer) -> None:
         _lines(config, tokenizer)
 
 
+def test_a_tag_shared_by_train_and_val_is_checked_with_each_managers_turn_budget(tokenizer) -> None:
+    """A tag checked once per tag took the training manager's budget only: a val manager sampling longer turns on the
+    same tag passed the check and its episodes were cut at their first turn."""
+    plain = {"env_type": "frozen_lake", "env_config": {"size": 3}}
+    val = {"num_env_groups": 1, "group_size": 1, "tags": ["Env"], "generating_args": {"max_new_tokens": 400}}
+    config = _config(plain, val_env_manager=val, val_batch_size=1, sequence_length=450)  # the prompt: 356 tokens
+    with pytest.raises(ConfigError, match=r"env tag 'Env' \(val_env_manager\): its first .* one turn's 128 new tokens"):
+        _lines(config, tokenizer)
+    config = _config(plain, val_env_manager={**val, "generating_args": {"max_new_tokens": 16}}, val_batch_size=1,
+                     sequence_length=450)  # fmt: skip
+    assert len([line for line in _lines(config, tokenizer) if line.startswith("Env:")]) == 1  # one budget, one check
+
+
 class IndexedEnv:
     """Picks its item by seed (as dataset envs do): the item's length grows with the seed."""
 

@@ -376,7 +376,7 @@ def length_checks(
 ) -> list[Callable[[], str | None]]:
     """The checks of ``config.rollout.sequence_length``: one per model reference of ``config``'s roles, one per env
     tag of ``managers`` (``(yaml key, manager, its scheduler's base seed, its mode)``; a tag listed twice is checked
-    once). A manager's turns are sampled with its own ``generating_args``, else actor_infer's.
+    once per turn budget: a val manager sampling longer turns than the training one on a shared tag is checked too). A manager's turns are sampled with its own ``generating_args``, else actor_infer's.
 
     ``tokenizer`` is the pipeline's own (setup); without it, ``tokenizer_role``'s is loaded where it can be read here
     (``roll validate``). ``envs``: the driver's envs, shared with the random-action checks (a tag is built once).
@@ -399,17 +399,18 @@ def length_checks(
         checks.append(functools.partial(_check_positions, where, folder, args.trust_remote_code, sequence_length))
     for name, role in roles.items():
         checks.append(functools.partial(_check_engine_context, name, role, sequence_length))
-    tags: set[str] = set()
+    budgets: set[tuple[str, int]] = set()
     for key, manager, seed, mode in managers:
         own = manager.generating_args is not None
         generation = manager.turn_generation(default)
         scheduler = _Scheduler(key, manager, seed, mode, generation, f"{key if own else 'actor_infer'}.generating_args")
         for plan in plan_groups(manager):
-            if plan.tag in tags:
-                continue
-            tags.add(plan.tag)
-            first = functools.partial(_first_seed, scheduler, config.custom_envs, plan)
             spec = config.custom_envs[plan.tag]
+            budget = (plan.tag, scheduler.turn(spec)[0])
+            if budget in budgets:
+                continue
+            budgets.add(budget)
+            first = functools.partial(_first_seed, scheduler, config.custom_envs, plan)
             checks.append(
                 functools.partial(_check_first_prompt, plan.tag, spec, scheduler, first, load, sequence_length, envs)
             )
