@@ -97,6 +97,37 @@ def test_text_mode_sends_the_rendered_prompt_and_returns_the_text_tokenized(toke
     assert cut.finish_reason == "length" and tokenizer.eos_token_id not in cut.token_ids and len(cut.token_ids) <= 12
 
 
+def test_a_stopped_answer_ends_with_the_templates_end_of_turn_token(tokenizer, endpoint) -> None:
+    """A tokenizer whose EOS is not the template's end of turn (Gemma's <eos> and <end_of_turn>, a base Qwen's
+    <|endoftext|> and <|im_end|>): text mode ended a stopped answer with the EOS, and the env manager's layout then
+    put the template's end of turn after it, so every later prompt sent to the server carried a stray EOS per turn."""
+    import copy
+
+    from roll.agentic.env_manager.chat import turn_end_token_id
+
+    base = copy.deepcopy(tokenizer)
+    base.eos_token = "<|endoftext|>"
+    end_of_turn = base.convert_tokens_to_ids("<|im_end|>")
+    assert turn_end_token_id(tokenizer) == tokenizer.eos_token_id  # the template ends turns with its EOS
+    assert turn_end_token_id(base) == end_of_turn != base.eos_token_id
+    plain = copy.deepcopy(base)
+    plain.chat_template = None
+    assert turn_end_token_id(plain) == base.eos_token_id  # no template: EOS
+
+    client = OpenAIProxyClient(base, base_url=endpoint.url, model_name="served", token_ids=False)
+    result = asyncio.run(client.generate(request(base)))
+    assert result.token_ids == [*base.encode("<answer>Up</answer>", add_special_tokens=False), end_of_turn]
+    # with the sampled ids: an answer that stopped on the end of turn at the budget's last token stopped, not cut
+    sampled = OpenAIProxyClient(base, base_url=endpoint.url, model_name="served", token_ids=True)
+    ids = [*base.encode("<answer>Up</answer>", add_special_tokens=False), end_of_turn]
+    endpoint.replies = [
+        (200, {"choices": [{"text": "<answer>Up</answer>", "token_ids": ids, "finish_reason": "stop"}]})
+    ]
+    at_budget = dataclasses.replace(request(base), generation_config=GenerationConfig(max_new_tokens=len(ids)))
+    answer = asyncio.run(sampled.generate(at_budget))
+    assert (answer.token_ids, answer.finish_reason) == (ids, "stop")
+
+
 def test_transient_errors_are_retried_then_the_turn_aborts(tokenizer, endpoint) -> None:
     ok = {"choices": [{"text": "<answer>Up</answer>", "finish_reason": "stop"}]}
     endpoint.replies = [(503, {}), (429, {}), (200, ok)]

@@ -24,7 +24,7 @@ from typing import Any
 from roll.pipelines.data.templates import thinking_kwargs
 from roll.runtime import ConfigError
 
-__all__ = ["ChatFormatter", "render_template"]
+__all__ = ["ChatFormatter", "render_template", "turn_end_token_id"]
 
 Message = dict[str, str]
 _ANCHOR_REPLY = "roll-anchor-assistant"
@@ -40,6 +40,16 @@ def render_template(template: str, **values: Any) -> str:
     from roll.agentic.config import template_fields
 
     return template.format(**{name: values[name] for name in template_fields(template) if name in values})
+
+
+def turn_end_token_id(tokenizer: Any) -> int:
+    """The token an answer that stopped ends its turn with under ``tokenizer``'s chat template: the template's
+    end-of-turn token where it is not the EOS (Gemma's ``<end_of_turn>`` beside ``<eos>``, a base Qwen's
+    ``<|im_end|>`` beside ``<|endoftext|>``), else the EOS (also for a tokenizer without a chat template)."""
+    try:
+        return ChatFormatter(tokenizer).turn_end_id
+    except ConfigError:
+        return int(tokenizer.eos_token_id)
 
 
 class ChatFormatter:
@@ -70,8 +80,11 @@ class ChatFormatter:
         # the rest of the suffix follows (it was written a second time, as after a cut reply).
         head = self.bridge_after_cut[:1]
         head_text = tokenizer.convert_ids_to_tokens(head[0]) if head else ""
+        self.turn_end_id = self.eos_token_id
+        """The token that ends an assistant turn: the template's end-of-turn token where it is not the EOS."""
         if head and head[0] != self.eos_token_id and suffix.startswith(head_text) and not self.decode(head):
             self._bridges[head[0]] = self.encode(suffix[len(head_text) :])
+            self.turn_end_id = head[0]
         self._suffix = suffix
         self._appended([{"role": "user", "content": "roll-anchor-next"}])  # a template that cannot work fails here
 

@@ -4,10 +4,10 @@
 for the turn, so the server continues the same conversation roll lays out. ``api: chat`` (the default of a
 translated ROLL file, as ROLL's proxy only talks chat) posts the turn's chat messages to ``/v1/chat/completions``,
 for hosted chat-only models: the server renders them with its own template, so its prompt may differ from the
-sample's prompt tokens; the answer's text is tokenized with the run's tokenizer (EOS added when the model stopped),
-so the sample layout stays roll's. ``enable_thinking`` (true/false) goes as ``chat_template_kwargs``, as ROLL
-sends it; unset, nothing is sent; set, it must equal the tags' ``enable_thinking``, which roll renders the
-samples' prompts with (checked at load). Chat and tools (:mod:`roll.agentic.policy.chat_messages`): the env's tools
+sample's prompt tokens; the answer's text is tokenized with the run's tokenizer (the end of turn added when the model
+stopped: the chat template's end-of-turn token, else EOS), so the sample layout stays roll's. ``enable_thinking``
+(true/false) goes as ``chat_template_kwargs``, as ROLL sends it; unset, nothing is sent; set, it must equal the
+tags' ``enable_thinking``, which roll renders the samples' prompts with (checked at load). Chat and tools (:mod:`roll.agentic.policy.chat_messages`): the env's tools
 (``GenerateRequest.tools``) go as ``tools``; an answer's structured ``tool_calls`` are written after its content in
 the env's own tool-call format, the text the env reads and the sample holds; the history's calls go back as
 ``tool_calls`` answered by ``tool`` messages where they fit OpenAI's rules, else as text. ``native_tools: false`` sends
@@ -24,7 +24,7 @@ still make the history. Re-tokenizing the answer's text does not give those toke
 UTF-8 character decodes to U+FFFD), so text is only the fallback: ``token_ids: false`` sends the prompt as text
 (decoded with special tokens kept) and tokenizes the answer with the run's tokenizer, for a hosted model that rejects
 ``return_token_ids``; a stop string the server cut is put back when it says which (``stop_reason``, as vLLM and SGLang
-do), and a stopped answer is ended with EOS.
+do), and a stopped answer is ended with the template's end-of-turn token (EOS where the template has none apart).
 
 Sampling comes from the manager's generation config (``max_new_tokens``, ``temperature``, ``top_p``, ``stop_strings``)
 and the request's ``seed`` (the turn's sampling seed, sent as the API's ``seed``: vLLM then samples the turn as roll's
@@ -109,7 +109,12 @@ class OpenAIProxyClient:
         self.timeout_s, self.max_retries, self.backoff_s = timeout, max_retries, retry_delay
         self.api, self.enable_thinking, self.native_tools = api, enable_thinking, native_tools
         self.token_ids = api == "completions" if token_ids is None else token_ids
+        from roll.agentic.env_manager.chat import turn_end_token_id  # the env managers import this package
+
         self.eos_token_id = int(tokenizer.eos_token_id)
+        # text mode: a stopped answer ends with the template's end of turn, as the model wrote it (Gemma's
+        # <end_of_turn>, not <eos>: an EOS inside the history would reach the server with the next prompts)
+        self.turn_end_id = turn_end_token_id(tokenizer)
         # OpenAI's reasoning models refuse chat's max_tokens and take max_completion_tokens, which other servers may
         # not know: max_tokens until an endpoint refuses it by that name
         self.budget_key = "max_tokens"
@@ -258,7 +263,7 @@ class OpenAIProxyClient:
             if finish == "length" or len(ids) >= budget:
                 return GenerateResult(request.request_id, ids[:budget], None, "length")
             return GenerateResult(
-                request.request_id, [*ids, self.eos_token_id], None, "stop", tool_calls=calls, content=content
+                request.request_id, [*ids, self.turn_end_id], None, "stop", tool_calls=calls, content=content
             )
         stop = choice.get("stop_reason")  # vLLM/SGLang: the stop string matched, which the text leaves out
         if isinstance(stop, str) and stop in request.generation_config.stop_strings:
@@ -266,7 +271,7 @@ class OpenAIProxyClient:
         ids = list(self.tokenizer.encode(text, add_special_tokens=False))
         if finish == "length":
             return GenerateResult(request.request_id, ids[:budget], None, "length")
-        return GenerateResult(request.request_id, [*ids, self.eos_token_id], None, "stop")
+        return GenerateResult(request.request_id, [*ids, self.turn_end_id], None, "stop")
 
     def _sampled(
         self, request: GenerateRequest, choice: dict[str, Any], budget: int, calls: list[dict[str, Any]], content: str
@@ -281,7 +286,8 @@ class OpenAIProxyClient:
             )
         sampled = [int(i) for i in sampled]  # as sampled: EOS or a stop token kept, no EOS after a stop string
         # vLLM says "tool_calls" for an answer with calls however it ended: cut by the budget, it stopped on nothing
-        stopped = choice.get("stop_reason") is not None or (bool(sampled) and sampled[-1] == self.eos_token_id)
+        ends = (self.eos_token_id, self.turn_end_id)  # vLLM stops on a generation config's end tokens as on EOS
+        stopped = choice.get("stop_reason") is not None or (bool(sampled) and sampled[-1] in ends)
         cut = choice.get("finish_reason") == "length" or (len(sampled) >= budget and not stopped)
         # a finish other than the budget (vLLM's "abort", "repetition") ended the answer too, as in roll's engines
         return GenerateResult(
