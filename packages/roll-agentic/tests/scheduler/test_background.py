@@ -524,3 +524,25 @@ def test_a_step_trains_again_once_the_env_recovers() -> None:
         assert FaultedSteps(1, "train_env").record(2, rollout) == 0
     finally:
         background.close()
+
+
+def test_a_step_that_took_nothing_does_not_let_more_groups_be_admitted_ahead() -> None:
+    """Admission lets a version be ``ratio`` steps ahead of training, counting one step's groups consumed per version.
+    A step that took nothing still moves the version on at its weight sync: before, the next steps admitted one step's
+    groups more than training would use in time, and those went stale unused (dropped after being played)."""
+    executor = _Rounds("env_error")
+    background = _one_group(executor)  # one group a step, ratio 1: two groups ahead at most
+    try:
+        assert background.take(1, timeout_s=60).batch is None
+        background.set_version(1)  # the pipeline's weight sync after the empty step
+        executor.fault = ""
+        deadline = time.monotonic() + 60
+        while not ((a := background.accounting())["ready"] >= 2 and a["generating"] == 0):
+            assert time.monotonic() < deadline, a
+            time.sleep(0.01)
+        time.sleep(0.3)  # the producer would launch a third group now, if admission let it
+        assert background.accounting()["ready"] == 2
+        rollout = background.take(2, timeout_s=60)
+        assert rollout.batch is not None and rollout.metrics["async/stale_dropped"] == 0
+    finally:
+        background.close()

@@ -12,7 +12,10 @@ row since the last step's take were dropped (faulted or filtered), no new round 
 :meth:`BackgroundRollouts.take`, which returns that step with no batch (and every episode played), as a synchronous
 step that kept nothing. So the pipeline skips the step, and ``rollout.max_faulted_steps`` stops the run after that
 many such steps in a row whose rounds faulted (:mod:`roll.agentic.scheduler.faulted_steps`; a group filter that drops
-every round is no fault: its steps train on nothing and the run goes on, as a synchronous run does).
+every round is no fault: its steps train on nothing and the run goes on, as a synchronous run does). Such a step
+consumes nothing, so it does not let admission run a step further ahead, though its weight sync moves the version on.
+Counts in a step's metrics are of what happened since the last take: a round launched before it and judged after
+counts as launched in one step and kept, filtered or faulted in the next.
 
 A checkpoint is written while rounds are still playing or wait in the buffer: :meth:`BackgroundRollouts.state`
 lists them (launched, not trained on), and a resumed run plays them again first, with the same seeds, so it trains
@@ -79,6 +82,9 @@ class BackgroundRollouts:
         self._dropped_in_a_row = 0
         self._spent = False
         """The step's launch budget was dropped: no launch until the next take, which returns no batch."""
+        self._empty_steps = 0
+        """Steps that took nothing: the version still moves on at their weight sync, but admission must not (it
+        counts a step's groups as consumed per version), or the groups admitted ahead would go stale unused."""
         self._cond = threading.Condition()
         self._played: list[EpisodeResult] = []
         self._counts: Counter[str] = Counter()
@@ -104,7 +110,8 @@ class BackgroundRollouts:
 
     def _launch(self) -> None:
         running = self._in_flight
-        while not self._spent and self.buffer.may_admit(self.version - self.base):
+        trained = max(self.version - self.base - self._empty_steps, 0)  # versions that consumed a step's groups
+        while not self._spent and self.buffer.may_admit(trained):
             picked = self.scheduler._next_round({group_id for group_id, _, _ in running.values()}, Counter())
             if picked is None:
                 return
@@ -171,6 +178,7 @@ class BackgroundRollouts:
                     break
                 if self._spent:
                     groups = []
+                    self._empty_steps += 1
                     break
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
