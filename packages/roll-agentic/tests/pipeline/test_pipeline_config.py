@@ -428,6 +428,22 @@ def test_agentic_rollouts_batch_must_fit_max_traj_per_env_when_the_config_loads(
         rollout(3)
 
 
+def test_a_training_file_run_as_agentic_rollout_gets_one_error_naming_its_training_keys():
+    """``pipeline_cls=agentic_rollout`` on an agentic recipe gave one unknown-field line per training key (ten for
+    the FrozenLake recipe); now one error names them, what agentic_rollout does, and the two ways out."""
+    register_pipelines()
+    with pytest.raises(ConfigError) as caught:
+        load_config("agentic-frozenlake-tiny", ["pipeline_cls=agentic_rollout"])
+    message = str(caught.value)
+    assert "1 configuration error" in message and "unknown field" not in message
+    assert (
+        "actor_train, adv_estimator, kl, policy_loss, ppo_epochs, reference, reward_normalization, val_batch_size, "
+        "val_env_manager, warmup: keys of the agentic (training) pipeline; agentic_rollout plays train_env_manager's "
+        "episodes with actor_infer and trains nothing (mode: val replays the same seeds every step): remove them, or "
+        "run pipeline_cls: agentic"
+    ) in message
+
+
 def test_a_take_timeout_without_asynchronous_rollouts_is_warned(caplog) -> None:
     """asynchrony.take_timeout_s only bounds BackgroundRollouts.take; a synchronous run ignored it without a word."""
     with caplog.at_level("WARNING", logger="roll.agentic.pipeline.config"):

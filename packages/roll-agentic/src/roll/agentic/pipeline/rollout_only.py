@@ -27,7 +27,7 @@ from roll.agentic.config import (
     spread_system_envs,
 )
 from roll.agentic.driver_envs import DriverEnvs
-from roll.agentic.pipeline.config import AgenticRolloutSection
+from roll.agentic.pipeline.config import FLAT_KEYS, AgenticRolloutSection
 from roll.agentic.pipeline.lengths import length_checks, setup_checks
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
 from roll.agentic.policy import NoPolicyClient
@@ -36,6 +36,7 @@ from roll.agentic.scheduler.faulted_steps import FaultedSteps
 from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.config import BaseConfig, RoleConfig
 from roll.pipelines.rlvr.workers import InferWorker
+from roll.runtime import ConfigError
 
 __all__ = ["AgenticRolloutConfig", "AgenticRolloutPipeline"]
 
@@ -80,7 +81,23 @@ class AgenticRolloutConfig(BaseConfig):
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
+        cls._refuse_training_keys(data)
         return spread_system_envs(spread_parse_tool_call(super().derive_defaults(data)))
+
+    @classmethod
+    def _refuse_training_keys(cls, data: Mapping[str, Any]) -> None:
+        """A training file run as ``agentic_rollout`` (e.g. ``pipeline_cls=agentic_rollout`` on an agentic recipe):
+        one error naming the agentic pipeline's keys it has, rather than an unknown-field line for each."""
+        from roll.agentic.pipeline.config import AgenticConfig
+
+        ours = set(cls.model_fields) | set(cls.flat_keys)
+        training = sorted(k for k in data if k not in ours and (k in AgenticConfig.model_fields or k in FLAT_KEYS))
+        if training:
+            raise ConfigError(
+                f"{', '.join(training)}: keys of the agentic (training) pipeline; agentic_rollout plays "
+                "train_env_manager's episodes with actor_infer and trains nothing (mode: val replays the same seeds "
+                "every step): remove them, or run pipeline_cls: agentic"
+            )
 
     @model_validator(mode="after")
     def _check_rollout(self) -> AgenticRolloutConfig:
