@@ -48,7 +48,7 @@ def turn_end_token_id(tokenizer: Any) -> int:
     ``<|im_end|>`` beside ``<|endoftext|>``), else the EOS (also for a tokenizer without a chat template)."""
     try:
         return ChatFormatter(tokenizer).turn_end_id
-    except ConfigError:
+    except Exception:  # a template that cannot lay out turns (or refuses a system message, as Gemma 2's): the EOS
         return int(tokenizer.eos_token_id)
 
 

@@ -376,7 +376,8 @@ def length_checks(
 ) -> list[Callable[[], str | None]]:
     """The checks of ``config.rollout.sequence_length``: one per model reference of ``config``'s roles, one per env
     tag of ``managers`` (``(yaml key, manager, its scheduler's base seed, its mode)``; a tag listed twice is checked
-    once per turn budget: a val manager sampling longer turns than the training one on a shared tag is checked too). A manager's turns are sampled with its own ``generating_args``, else actor_infer's.
+    once per turn budget: a val manager sampling longer turns than the training one on a shared tag is checked too).
+    A manager's turns are sampled with its own ``generating_args``, else actor_infer's.
 
     ``tokenizer`` is the pipeline's own (setup); without it, ``tokenizer_role``'s is loaded where it can be read here
     (``roll validate``). ``envs``: the driver's envs, shared with the random-action checks (a tag is built once).

@@ -7,11 +7,12 @@ for hosted chat-only models: the server renders them with its own template, so i
 sample's prompt tokens; the answer's text is tokenized with the run's tokenizer (the end of turn added when the model
 stopped: the chat template's end-of-turn token, else EOS), so the sample layout stays roll's. ``enable_thinking``
 (true/false) goes as ``chat_template_kwargs``, as ROLL sends it; unset, nothing is sent; set, it must equal the
-tags' ``enable_thinking``, which roll renders the samples' prompts with (checked at load). Chat and tools (:mod:`roll.agentic.policy.chat_messages`): the env's tools
-(``GenerateRequest.tools``) go as ``tools``; an answer's structured ``tool_calls`` are written after its content in
-the env's own tool-call format, the text the env reads and the sample holds; the history's calls go back as
-``tool_calls`` answered by ``tool`` messages where they fit OpenAI's rules, else as text. ``native_tools: false`` sends
-no ``tools`` and the history as text (an endpoint that refuses ``tools``).
+tags' ``enable_thinking``, which roll renders the samples' prompts with (checked at load). Chat and tools
+(:mod:`roll.agentic.policy.chat_messages`): the env's tools (``GenerateRequest.tools``) go as ``tools``; an answer's
+structured ``tool_calls`` are written after its content in the env's own tool-call format, the text the env reads and
+the sample holds; the history's calls go back as ``tool_calls`` answered by ``tool`` messages where they fit
+OpenAI's rules, else as text. ``native_tools: false`` sends no ``tools`` and the history as text (an endpoint that
+refuses ``tools``).
 
 With ``token_ids: true`` (the default with ``api: completions``, for a server that serves the run's tokenizer: vLLM,
 which answers ``return_token_ids``) the answer's ``token_ids`` are the turn's response, as the server sampled them: EOS

@@ -61,4 +61,5 @@ class RemotePolicyClient:
         self.server = server
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
-        return await await_call(self.server.generate.remote(request))  # type: ignore[no-any-return]
+        result: GenerateResult = await await_call(self.server.generate.remote(request))
+        return result

@@ -100,7 +100,8 @@ class RayExecutor:
         while True:
             rank = self.owner[task.env_id]
             try:
-                return await await_call(self.cluster.workers[rank].run_episode.remote(task))  # type: ignore[no-any-return]
+                result: EpisodeResult = await await_call(self.cluster.workers[rank].run_episode.remote(task))
+                return result
             except RayTaskError as e:
                 # First: an error raised inside run_episode, also when it is an actor that the worker called which
                 # died (Ray's RayTaskError(ActorDiedError) is both kinds). The worker lives; stop, naming where.
