@@ -95,3 +95,34 @@ def test_the_setting_is_rolls_default_false() -> None:
     assert CustomEnvConfig(env_type="frozen_lake").enable_thinking is False
     with pytest.raises(ValueError, match="enable_thinking"):
         CustomEnvConfig(env_type="frozen_lake", enable_thinking="sometimes")
+
+
+# Gemma 2's (and Mistral's first templates') way: the system role is refused with raise_exception.
+NO_SYSTEM = (
+    "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}" + CHATML
+)
+
+
+def test_a_template_that_refuses_the_system_role_gets_it_in_front_of_the_first_user_message(tokenizer) -> None:
+    """ChatFormatter rendered an anchor with a system message: a template refusing the system role (Gemma 2's) failed
+    every agentic run at its first prompt. Its text now goes in front of the first user message's, as Gemma 3's
+    template does itself; a template that takes system messages renders them as before."""
+    refusing = copy.deepcopy(tokenizer)
+    refusing.chat_template = NO_SYSTEM
+    formatter = ChatFormatter(refusing)
+    assert formatter.folds_system and not ChatFormatter(tokenizer).folds_system
+    first = formatter.first_turn(OPENING)
+    assert refusing.decode(first) == "<|im_start|>user\nPlay.\n\nTurn 1<|im_end|>\n<|im_start|>assistant\n"
+    answered = [*first, *_ids(refusing, "<answer>Up</answer>"), refusing.eos_token_id]
+    turn = formatter.next_turn([{"role": "user", "content": "Turn 2"}], answered)
+    assert refusing.decode(turn) == "\n<|im_start|>user\nTurn 2<|im_end|>\n<|im_start|>assistant\n"
+    # agent-native prompts (an env's own message list) render the same way
+    assert render_messages(refusing, OPENING, [], False, None) == first
+
+
+def test_fold_system() -> None:
+    from roll.agentic.env_manager.chat import fold_system
+
+    assert fold_system(OPENING) == [{"role": "user", "content": "Play.\n\nTurn 1"}]
+    assert fold_system([{"role": "system", "content": "S"}]) == [{"role": "user", "content": "S"}]
+    assert fold_system(OPENING[1:]) == OPENING[1:]

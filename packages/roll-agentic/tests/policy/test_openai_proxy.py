@@ -113,7 +113,7 @@ def test_a_stopped_answer_ends_with_the_templates_end_of_turn_token(tokenizer, e
     plain = copy.deepcopy(base)
     plain.chat_template = None
     assert turn_end_token_id(plain) == base.eos_token_id  # no template: EOS
-    plain.chat_template = "{{ raise_exception('System role not supported') }}"  # as Gemma 2's, for a system message
+    plain.chat_template = "{{ raise_exception('no conversation renders') }}"  # a template that lays out no turns
     assert turn_end_token_id(plain) == base.eos_token_id
 
     client = OpenAIProxyClient(base, base_url=endpoint.url, model_name="served", token_ids=False)

@@ -11,6 +11,9 @@ Only the text after the anchor assistant's content is compared, not the whole re
 earlier messages differently once more follow (Qwen3 writes an empty think block into the last assistant message
 only) or stamp the date into the system header (Llama 3.x), and neither changes what is appended.
 
+A template that refuses the system role (Gemma 2's, Mistral's first ones raise an error for it) gets the system
+message's text in front of the first user message's, as Gemma 3's template does itself (:func:`fold_system`).
+
 ``enable_thinking`` (the env tag's, ROLL's name; ROLL renders agentic prompts with it false) goes to
 ``apply_chat_template`` only when it is set and the template reads it: a Qwen3-style template then ends the
 generation prompt with an empty think block (false) or lets the model open one (true); any other template renders
@@ -24,7 +27,7 @@ from typing import Any
 from roll.pipelines.data.templates import thinking_kwargs
 from roll.runtime import ConfigError
 
-__all__ = ["ChatFormatter", "render_template", "turn_end_token_id"]
+__all__ = ["ChatFormatter", "fold_system", "render_template", "turn_end_token_id"]
 
 Message = dict[str, str]
 _ANCHOR_REPLY = "roll-anchor-assistant"
@@ -42,13 +45,24 @@ def render_template(template: str, **values: Any) -> str:
     return template.format(**{name: values[name] for name in template_fields(template) if name in values})
 
 
+def fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` without a leading system message: its text goes in front of the first user message's (or the
+    message becomes a user one, when no user message follows it)."""
+    if not messages or messages[0].get("role") != "system":
+        return messages
+    system, rest = messages[0], messages[1:]
+    if rest and rest[0].get("role") == "user":
+        return [{**rest[0], "content": f"{system['content']}\n\n{rest[0]['content']}"}, *rest[1:]]
+    return [{**system, "role": "user"}, *rest]
+
+
 def turn_end_token_id(tokenizer: Any) -> int:
     """The token an answer that stopped ends its turn with under ``tokenizer``'s chat template: the template's
     end-of-turn token where it is not the EOS (Gemma's ``<end_of_turn>`` beside ``<eos>``, a base Qwen's
     ``<|im_end|>`` beside ``<|endoftext|>``), else the EOS (also for a tokenizer without a chat template)."""
     try:
         return ChatFormatter(tokenizer).turn_end_id
-    except Exception:  # a template that cannot lay out turns (or refuses a system message, as Gemma 2's): the EOS
+    except Exception:  # a template that cannot lay out turns: the EOS
         return int(tokenizer.eos_token_id)
 
 
@@ -66,6 +80,13 @@ class ChatFormatter:
             raise ConfigError("the tokenizer has no eos_token_id")
         self.eos_token_id = int(eos)
         self.eos_text = tokenizer.convert_ids_to_tokens(self.eos_token_id)
+        self.folds_system = False
+        """The template refuses a system message (Gemma 2's, Mistral's first ones): its text goes in front of the
+        first user message's instead, as Gemma 3's template does itself."""
+        try:
+            self._render(_ANCHOR[:2], generation_prompt=True)
+        except Exception:  # jinja's raise_exception in the template (TemplateError)
+            self.folds_system = True
         anchor = self._render(_ANCHOR, generation_prompt=False)
         if _ANCHOR_REPLY not in anchor:
             raise ConfigError("the chat template drops assistant content; it cannot render multi-turn conversations")
@@ -89,6 +110,8 @@ class ChatFormatter:
         self._appended([{"role": "user", "content": "roll-anchor-next"}])  # a template that cannot work fails here
 
     def _render(self, messages: list[Message], generation_prompt: bool) -> str:
+        if self.folds_system:
+            messages = fold_system(messages)
         return self.tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=generation_prompt, **self._template_kwargs
         )

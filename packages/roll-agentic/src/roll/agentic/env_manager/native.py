@@ -23,6 +23,7 @@ from typing import Any
 
 from roll.agentic.env.tool_calls import normalize_messages
 from roll.agentic.env_manager.base import EpisodeState
+from roll.agentic.env_manager.chat import fold_system
 from roll.agentic.env_manager.step import StepEnvManager
 from roll.agentic.policy.protocol import ChatTools
 from roll.agentic.tools.parsing import format_tool_call
@@ -41,14 +42,24 @@ def render_messages(
 ) -> list[int]:
     """Token ids of ``messages`` (with ``tools``) ending with the assistant generation prompt; ``enable_thinking``
     (None: the template's default) goes to a template that reads it."""
-    ids = tokenizer.apply_chat_template(
-        normalize_messages(messages, parse_tool_call_arguments),
-        tools=tools,
-        tokenize=True,
-        add_generation_prompt=True,
-        return_dict=False,
-        **thinking_kwargs(tokenizer, enable_thinking),
-    )
+
+    def render(chat: list[dict[str, Any]]) -> Any:
+        return tokenizer.apply_chat_template(
+            chat,
+            tools=tools,
+            tokenize=True,
+            add_generation_prompt=True,
+            return_dict=False,
+            **thinking_kwargs(tokenizer, enable_thinking),
+        )
+
+    chat = normalize_messages(messages, parse_tool_call_arguments)
+    try:
+        ids = render(chat)
+    except Exception:  # jinja's raise_exception in the template (TemplateError)
+        if not chat or chat[0].get("role") != "system":
+            raise
+        ids = render(fold_system(chat))  # a template that refuses the system role (Gemma 2's), as ChatFormatter does
     if isinstance(ids, dict) or (ids and isinstance(ids[0], list)):
         raise ConfigError("apply_chat_template returned a batch or a dict; expected one list of token ids")
     return [int(i) for i in ids]
