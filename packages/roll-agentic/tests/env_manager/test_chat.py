@@ -10,6 +10,7 @@ import pytest
 from roll.agentic.config import CustomEnvConfig
 from roll.agentic.env_manager import render_messages
 from roll.agentic.env_manager.chat import ChatFormatter
+from roll.pipelines.data.templates import fold_system, takes_system
 
 # Qwen3-style: thinking unless told not to; enable_thinking false closes an empty think block in the generation
 # prompt, so the model answers at once.
@@ -110,7 +111,7 @@ def test_a_template_that_refuses_the_system_role_gets_it_in_front_of_the_first_u
     refusing = copy.deepcopy(tokenizer)
     refusing.chat_template = NO_SYSTEM
     formatter = ChatFormatter(refusing)
-    assert formatter.folds_system and not ChatFormatter(tokenizer).folds_system
+    assert not takes_system(refusing) and takes_system(tokenizer)
     first = formatter.first_turn(OPENING)
     assert refusing.decode(first) == "<|im_start|>user\nPlay.\n\nTurn 1<|im_end|>\n<|im_start|>assistant\n"
     answered = [*first, *_ids(refusing, "<answer>Up</answer>"), refusing.eos_token_id]
@@ -121,8 +122,6 @@ def test_a_template_that_refuses_the_system_role_gets_it_in_front_of_the_first_u
 
 
 def test_fold_system() -> None:
-    from roll.agentic.env_manager.chat import fold_system
-
     assert fold_system(OPENING) == [{"role": "user", "content": "Play.\n\nTurn 1"}]
     assert fold_system([{"role": "system", "content": "S"}]) == [{"role": "user", "content": "S"}]
     assert fold_system(OPENING[1:]) == OPENING[1:]

@@ -70,3 +70,21 @@ def test_a_template_without_it_renders_byte_for_byte_as_before(tokenizer) -> Non
         encoded = encode_prompt(ROW, tokenizer, args(enable_thinking=value))
         assert encoded["prompt_ids"] == encode_prompt(ROW, tokenizer, args())["prompt_ids"]
         assert encode_sft(ROW, tokenizer, args(enable_thinking=value)) == encode_sft(ROW, tokenizer, args())
+
+
+def test_a_template_that_refuses_the_system_role_gets_it_folded_into_the_first_user_message(tokenizer) -> None:
+    """``data_args.system_prompt`` with a template that refuses the system role (Gemma 2's raise_exception): every
+    row failed to encode. Its text now goes in front of the first user message's (as Gemma 3's template does), for
+    RL prompts and SFT targets alike; a template that takes system messages renders them as before."""
+    refusing = copy.deepcopy(tokenizer)
+    refusing.chat_template = (
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+        + tokenizer.chat_template
+    )
+    data = args(system_prompt="Be brief.")
+    prompt = refusing.decode(encode_prompt(ROW, refusing, data)["prompt_ids"])
+    assert prompt == "<|im_start|>user\nBe brief.\n\nWhat is 12 + 7?<|im_end|>\n<|im_start|>assistant\n"
+    sft = encode_sft(ROW, refusing, data)
+    assert refusing.decode([t for t, label in zip(sft["input_ids"], sft["labels"]) if label != -100]) == "19<|im_end|>"
+    kept = tokenizer.decode(encode_prompt(ROW, tokenizer, data)["prompt_ids"])
+    assert kept.startswith("<|im_start|>system\nBe brief.<|im_end|>\n")

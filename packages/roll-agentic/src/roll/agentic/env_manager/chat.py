@@ -12,7 +12,8 @@ earlier messages differently once more follow (Qwen3 writes an empty think block
 only) or stamp the date into the system header (Llama 3.x), and neither changes what is appended.
 
 A template that refuses the system role (Gemma 2's, Mistral's first ones raise an error for it) gets the system
-message's text in front of the first user message's, as Gemma 3's template does itself (:func:`fold_system`).
+message's text in front of the first user message's, as Gemma 3's template does itself
+(:func:`roll.pipelines.data.templates.for_template`).
 
 ``enable_thinking`` (the env tag's, ROLL's name; ROLL renders agentic prompts with it false) goes to
 ``apply_chat_template`` only when it is set and the template reads it: a Qwen3-style template then ends the
@@ -24,10 +25,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from roll.pipelines.data.templates import thinking_kwargs
+from roll.pipelines.data.templates import for_template, thinking_kwargs
 from roll.runtime import ConfigError
 
-__all__ = ["ChatFormatter", "fold_system", "render_template", "turn_end_token_id"]
+__all__ = ["ChatFormatter", "render_template", "turn_end_token_id"]
 
 Message = dict[str, str]
 _ANCHOR_REPLY = "roll-anchor-assistant"
@@ -43,17 +44,6 @@ def render_template(template: str, **values: Any) -> str:
     from roll.agentic.config import template_fields
 
     return template.format(**{name: values[name] for name in template_fields(template) if name in values})
-
-
-def fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` without a leading system message: its text goes in front of the first user message's (or the
-    message becomes a user one, when no user message follows it)."""
-    if not messages or messages[0].get("role") != "system":
-        return messages
-    system, rest = messages[0], messages[1:]
-    if rest and rest[0].get("role") == "user":
-        return [{**rest[0], "content": f"{system['content']}\n\n{rest[0]['content']}"}, *rest[1:]]
-    return [{**system, "role": "user"}, *rest]
 
 
 def turn_end_token_id(tokenizer: Any) -> int:
@@ -80,13 +70,6 @@ class ChatFormatter:
             raise ConfigError("the tokenizer has no eos_token_id")
         self.eos_token_id = int(eos)
         self.eos_text = tokenizer.convert_ids_to_tokens(self.eos_token_id)
-        self.folds_system = False
-        """The template refuses a system message (Gemma 2's, Mistral's first ones): its text goes in front of the
-        first user message's instead, as Gemma 3's template does itself."""
-        try:
-            self._render(_ANCHOR[:2], generation_prompt=True)
-        except Exception:  # jinja's raise_exception in the template (TemplateError)
-            self.folds_system = True
         anchor = self._render(_ANCHOR, generation_prompt=False)
         if _ANCHOR_REPLY not in anchor:
             raise ConfigError("the chat template drops assistant content; it cannot render multi-turn conversations")
@@ -110,10 +93,11 @@ class ChatFormatter:
         self._appended([{"role": "user", "content": "roll-anchor-next"}])  # a template that cannot work fails here
 
     def _render(self, messages: list[Message], generation_prompt: bool) -> str:
-        if self.folds_system:
-            messages = fold_system(messages)
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=generation_prompt, **self._template_kwargs
+            for_template(self.tokenizer, messages),
+            tokenize=False,
+            add_generation_prompt=generation_prompt,
+            **self._template_kwargs,
         )
 
     def encode(self, text: str) -> list[int]:

@@ -23,11 +23,10 @@ from typing import Any
 
 from roll.agentic.env.tool_calls import normalize_messages
 from roll.agentic.env_manager.base import EpisodeState
-from roll.agentic.env_manager.chat import fold_system
 from roll.agentic.env_manager.step import StepEnvManager
 from roll.agentic.policy.protocol import ChatTools
 from roll.agentic.tools.parsing import format_tool_call
-from roll.pipelines.data.templates import thinking_kwargs
+from roll.pipelines.data.templates import for_template, thinking_kwargs
 from roll.runtime import ConfigError
 
 __all__ = ["AgentNativeStepEnvManager", "render_messages"]
@@ -43,23 +42,14 @@ def render_messages(
     """Token ids of ``messages`` (with ``tools``) ending with the assistant generation prompt; ``enable_thinking``
     (None: the template's default) goes to a template that reads it."""
 
-    def render(chat: list[dict[str, Any]]) -> Any:
-        return tokenizer.apply_chat_template(
-            chat,
-            tools=tools,
-            tokenize=True,
-            add_generation_prompt=True,
-            return_dict=False,
-            **thinking_kwargs(tokenizer, enable_thinking),
-        )
-
-    chat = normalize_messages(messages, parse_tool_call_arguments)
-    try:
-        ids = render(chat)
-    except Exception:  # jinja's raise_exception in the template (TemplateError)
-        if not chat or chat[0].get("role") != "system":
-            raise
-        ids = render(fold_system(chat))  # a template that refuses the system role (Gemma 2's), as ChatFormatter does
+    ids = tokenizer.apply_chat_template(
+        for_template(tokenizer, normalize_messages(messages, parse_tool_call_arguments)),
+        tools=tools,
+        tokenize=True,
+        add_generation_prompt=True,
+        return_dict=False,
+        **thinking_kwargs(tokenizer, enable_thinking),
+    )
     if isinstance(ids, dict) or (ids and isinstance(ids[0], list)):
         raise ConfigError("apply_chat_template returned a batch or a dict; expected one list of token ids")
     return [int(i) for i in ids]

@@ -81,7 +81,11 @@ class DataArgs(RollModel):
     extra_keys: list[str] = Field(
         default_factory=list, description="Columns carried through to batches as non-tensors (e.g. ground_truth)."
     )
-    system_prompt: str | None = Field(default=None, description="System message prepended to every conversation.")
+    system_prompt: str | None = Field(
+        default=None,
+        description="System message prepended to every conversation (a chat template that refuses the system role, "
+        "as Gemma 2's, gets its text in front of the first user message's).",
+    )
     apply_chat_template: bool = Field(default=True, description="Format with the tokenizer's chat template.")
     enable_thinking: bool | None = Field(
         default=None,

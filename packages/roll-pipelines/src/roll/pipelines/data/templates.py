@@ -7,7 +7,7 @@ the same as tokenizing the whole conversation at once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from roll.pipelines.data.args import DataArgs
@@ -17,9 +17,12 @@ from roll.runtime.errors import ConfigError
 __all__ = [
     "Piece",
     "chat_pieces",
+    "fold_system",
+    "for_template",
     "has_chat_template",
     "pieces_to_ids",
     "render_chat",
+    "takes_system",
     "thinking_kwargs",
     "tokenize_text",
     "uses_chat_template",
@@ -71,6 +74,43 @@ def with_system(messages: Sequence[Message], system_prompt: str | None) -> list[
     return [{"role": "system", "content": system_prompt}, *messages]
 
 
+def fold_system(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` without a leading system message: its text goes in front of the first user message's, as Gemma
+    3's template does itself (or the message becomes a user one, when no user message follows it)."""
+    chat = [dict(m) for m in messages]
+    if not chat or chat[0].get("role") != "system":
+        return chat
+    system, rest = chat[0], chat[1:]
+    if rest and rest[0].get("role") == "user":
+        return [{**rest[0], "content": f"{system['content']}\n\n{rest[0]['content']}"}, *rest[1:]]
+    return [{**system, "role": "user"}, *rest]
+
+
+_TAKES_SYSTEM: dict[str, bool] = {}
+
+
+def takes_system(tokenizer: Any) -> bool:
+    """Whether ``tokenizer``'s chat template renders a system message (Gemma 2's and Mistral's first templates raise
+    an error for one); probed once per template."""
+    template = str(getattr(tokenizer, "chat_template", None))
+    if template not in _TAKES_SYSTEM:
+        probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+        try:
+            tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+            _TAKES_SYSTEM[template] = True
+        except Exception:  # jinja's raise_exception in the template (TemplateError)
+            _TAKES_SYSTEM[template] = False
+    return _TAKES_SYSTEM[template]
+
+
+def for_template(tokenizer: Any, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` as ``tokenizer``'s chat template takes them: a leading system message folded into the first user
+    message (:func:`fold_system`) where the template refuses the system role."""
+    if messages and messages[0].get("role") == "system" and not takes_system(tokenizer):
+        return fold_system(messages)
+    return [dict(m) for m in messages]
+
+
 def render_chat(
     tokenizer: Any,
     messages: Sequence[Message],
@@ -79,11 +119,11 @@ def render_chat(
     enable_thinking: bool | None = None,
 ) -> str:
     """The chat template applied to ``messages`` as text ("" for no messages); ``enable_thinking`` as in
-    :func:`thinking_kwargs`."""
+    :func:`thinking_kwargs`; a system message as the template takes it (:func:`for_template`)."""
     if not messages:
         return ""
     return tokenizer.apply_chat_template(
-        list(messages),
+        for_template(tokenizer, messages),
         tokenize=False,
         add_generation_prompt=add_generation_prompt,
         **thinking_kwargs(tokenizer, enable_thinking),
@@ -121,6 +161,7 @@ def chat_pieces(
     """
     pieces: list[Piece] = []
     rendered = ""
+    messages = for_template(tokenizer, messages)  # folded once, so every prefix renders the same opening
     for k, message in enumerate(messages):
         full = render_chat(tokenizer, messages[: k + 1], enable_thinking=enable_thinking)
         if message["role"] != "assistant":
