@@ -161,7 +161,8 @@ def test_engine_killed_mid_step_is_restarted_and_its_requests_reissued(tmp_path:
     last = metrics[-1]
     assert last["engines/restarts"] == 1.0
     assert last["async/reissued_requests"] >= 1
-    assert last["async/resumed_across_sync"] >= 1  # partial rollouts crossed a weight sync
+    # whether a segment was left across a weight sync here is timing (0 in one final check): test_replay.py's
+    # test_a_sample_continued_across_a_weight_sync_counts_and_keeps_both_versions drives that case by hand
     assert max(m["async/batch_staleness_max"] for m in metrics[1:]) == 1.0  # the bound was used, never passed
 
 

@@ -12,6 +12,7 @@ import pytest
 from roll.pipelines.rlvr.replay import FinishedGroup, ReplayBuffer, StalenessError
 from roll.pipelines.rlvr.scheduler import RequestScheduler
 from roll.strategies import GenerationConfig
+from roll.strategies.requests import GenerateResult
 
 
 def _fill(buffer: ReplayBuffer[Any], version: int) -> list[int]:
@@ -197,3 +198,25 @@ def test_a_resumed_async_rlvr_run_admits_the_prompts_and_seeds_of_an_uninterrupt
     assert replayed[:4] == [(f"{key}/{j}", (100 + key, key), seeds[key][j]) for key in (2, 3) for j in (0, 1)]
     resumed.pool.version = 2
     assert _admitted(resumed) == uninterrupted
+
+
+def test_a_sample_continued_across_a_weight_sync_counts_and_keeps_both_versions() -> None:
+    """Partial rollouts: a sample whose segment ended (``abort``) before a weight sync is continued after it from its
+    prefix, holds tokens of both versions, and counts in ``async/resumed_across_sync``; one that stays within a
+    version does not. The whole-run kill test asserted this only when its timing left a segment across a sync (it
+    did not once in a final check, 2026-12-07): here it is driven by hand."""
+    scheduler = _admitting_scheduler()
+    scheduler._admit()
+    first = scheduler.queue.popleft()
+    assert first.request_id == "0/0"
+    scheduler._take_result(GenerateResult("0/0", [5, 6], [-0.1, -0.2], "abort", 0), {})
+    continued = scheduler.queue[0]
+    assert (continued.request_id, continued.prefix_ids, continued.prefix_log_probs) == ("0/0", [5, 6], [-0.1, -0.2])
+    scheduler.pool.version = 1  # the weight sync
+    scheduler._take_result(GenerateResult("0/0", [7, 1], [-0.3, -0.4], "stop", 1), {})
+    sample = scheduler.groups[0].samples[0]
+    assert sample.tokens == [5, 6, 7, 1] and sample.versions == {0, 1} and sample.finish_reason == "stop"
+    assert scheduler.resumed_across_sync == 1
+    scheduler._take_result(GenerateResult("1/0", [8], [-0.5], "abort", 1), {})
+    scheduler._take_result(GenerateResult("1/0", [1], [-0.6], "stop", 1), {})
+    assert scheduler.resumed_across_sync == 1 and scheduler.groups[1].samples[0].versions == {1}
