@@ -13,7 +13,7 @@ only) or stamp the date into the system header (Llama 3.x), and neither changes 
 
 A template that refuses the system role (Gemma 2's, Mistral's first ones raise an error for it) gets the system
 message's text in front of the first user message's, as Gemma 3's template does itself
-(:func:`roll.pipelines.data.templates.for_template`).
+(:func:`roll.pipelines.data.templates.for_template`, applied by ``render_chat``).
 
 ``enable_thinking`` (the env tag's, ROLL's name; ROLL renders agentic prompts with it false) goes to
 ``apply_chat_template`` only when it is set and the template reads it: a Qwen3-style template then ends the
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from roll.pipelines.data.templates import for_template, thinking_kwargs
+from roll.pipelines.data.templates import render_chat
 from roll.runtime import ConfigError
 
 __all__ = ["ChatFormatter", "render_template", "turn_end_token_id"]
@@ -64,7 +64,6 @@ class ChatFormatter:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ConfigError("the tokenizer has no chat_template; agentic rollouts need a chat model's tokenizer")
         self.tokenizer, self.enable_thinking = tokenizer, enable_thinking
-        self._template_kwargs = thinking_kwargs(tokenizer, enable_thinking)
         eos = tokenizer.eos_token_id
         if eos is None:
             raise ConfigError("the tokenizer has no eos_token_id")
@@ -93,11 +92,8 @@ class ChatFormatter:
         self._appended([{"role": "user", "content": "roll-anchor-next"}])  # a template that cannot work fails here
 
     def _render(self, messages: list[Message], generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            for_template(self.tokenizer, messages),
-            tokenize=False,
-            add_generation_prompt=generation_prompt,
-            **self._template_kwargs,
+        return render_chat(
+            self.tokenizer, messages, add_generation_prompt=generation_prompt, enable_thinking=self.enable_thinking
         )
 
     def encode(self, text: str) -> list[int]:

@@ -27,7 +27,7 @@ from roll.agentic.config import (
     spread_system_envs,
 )
 from roll.agentic.driver_envs import DriverEnvs
-from roll.agentic.pipeline.config import FLAT_KEYS, AgenticRolloutSection
+from roll.agentic.pipeline.config import FLAT_KEYS, AgenticConfig, AgenticRolloutSection
 from roll.agentic.pipeline.lengths import length_checks, setup_checks
 from roll.agentic.pipeline.rollouts import PolicyEndpoint, make_scheduler, write_rollout
 from roll.agentic.policy import NoPolicyClient
@@ -88,8 +88,6 @@ class AgenticRolloutConfig(BaseConfig):
     def _refuse_training_keys(cls, data: Mapping[str, Any]) -> None:
         """A training file run as ``agentic_rollout`` (e.g. ``pipeline_cls=agentic_rollout`` on an agentic recipe):
         one error naming the agentic pipeline's keys it has, rather than an unknown-field line for each."""
-        from roll.agentic.pipeline.config import AgenticConfig
-
         ours = set(cls.model_fields) | set(cls.flat_keys)
         training = sorted(k for k in data if k not in ours and (k in AgenticConfig.model_fields or k in FLAT_KEYS))
         if training:

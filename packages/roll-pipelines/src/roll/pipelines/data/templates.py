@@ -103,17 +103,17 @@ def takes_system(tokenizer: Any) -> bool:
     return _TAKES_SYSTEM[template]
 
 
-def for_template(tokenizer: Any, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def for_template(tokenizer: Any, messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """``messages`` as ``tokenizer``'s chat template takes them: a leading system message folded into the first user
-    message (:func:`fold_system`) where the template refuses the system role."""
+    message (:func:`fold_system`) where the template refuses the system role; otherwise the same messages."""
     if messages and messages[0].get("role") == "system" and not takes_system(tokenizer):
-        return fold_system(messages)
-    return [dict(m) for m in messages]
+        return list(fold_system(messages))
+    return list(messages)
 
 
 def render_chat(
     tokenizer: Any,
-    messages: Sequence[Message],
+    messages: Sequence[Mapping[str, Any]],
     *,
     add_generation_prompt: bool = False,
     enable_thinking: bool | None = None,
@@ -161,15 +161,15 @@ def chat_pieces(
     """
     pieces: list[Piece] = []
     rendered = ""
-    messages = for_template(tokenizer, messages)  # folded once, so every prefix renders the same opening
-    for k, message in enumerate(messages):
-        full = render_chat(tokenizer, messages[: k + 1], enable_thinking=enable_thinking)
+    chat = for_template(tokenizer, messages)  # folded once, so every prefix renders the same opening
+    for k, message in enumerate(chat):
+        full = render_chat(tokenizer, chat[: k + 1], enable_thinking=enable_thinking)
         if message["role"] != "assistant":
             pieces.append((_suffix(full, rendered, where, k), False))
         elif k == 0:
             raise DataError(f"{where}: the conversation starts with an assistant turn; it needs a prompt before it")
         else:
-            prefix = render_chat(tokenizer, messages[:k], add_generation_prompt=True, enable_thinking=enable_thinking)
+            prefix = render_chat(tokenizer, chat[:k], add_generation_prompt=True, enable_thinking=enable_thinking)
             pieces.append((_suffix(prefix, rendered, where, k), False))
             target, rest = _split_after_eos(_suffix(full, prefix, where, k), tokenizer.eos_token)
             pieces.extend([(target, True), (rest, False)])
