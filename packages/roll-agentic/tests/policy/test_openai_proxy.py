@@ -4,6 +4,7 @@ endpoint."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 
 import pytest
@@ -101,8 +102,6 @@ def test_a_stopped_answer_ends_with_the_templates_end_of_turn_token(tokenizer, e
     """A tokenizer whose EOS is not the template's end of turn (Gemma's <eos> and <end_of_turn>, a base Qwen's
     <|endoftext|> and <|im_end|>): text mode ended a stopped answer with the EOS, and the env manager's layout then
     put the template's end of turn after it, so every later prompt sent to the server carried a stray EOS per turn."""
-    import copy
-
     from roll.agentic.env_manager.chat import turn_end_token_id
 
     base = copy.deepcopy(tokenizer)
@@ -295,6 +294,35 @@ def test_api_chat_on_a_model_without_a_chat_template_names_both_fixes(tokenizer,
         r"--chat-template\) or render the prompts with roll, proxy_config.api: completions$",
     ):
         asyncio.run(chat.generate(req))
+
+
+def test_chat_folds_the_system_message_where_the_runs_template_refuses_it(tokenizer, endpoint) -> None:
+    """A template refusing the system role (Gemma 2's) renders the sample with the system text in front of the first
+    user message; the chat request sent the system message as it was, which such a served model answers with HTTP 400
+    on every turn. The request now holds the conversation the sample holds; a model refusing it anyway names the fix."""
+    refusing = copy.deepcopy(tokenizer)
+    refusing.chat_template = (
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+        + tokenizer.chat_template
+    )
+    messages = [{"role": "system", "content": "Play."}, {"role": "user", "content": "Observation: P_G"}]
+    req = dataclasses.replace(request(refusing), messages=messages)
+    endpoint.replies = [(200, chat_reply("<answer>Up</answer>"))]
+    client = OpenAIProxyClient(refusing, base_url=endpoint.url, model_name="gemma", api="chat", max_retries=0)
+    assert asyncio.run(client.generate(req)).finish_reason == "stop"
+    assert endpoint.seen[0][1]["messages"] == [{"role": "user", "content": "Play.\n\nObservation: P_G"}]
+    assert req.messages == messages  # the request's own messages are left as they were
+    # a run's template that takes the system role sends it; a served model refusing it gets the hint
+    error = {"error": {"message": "System role not supported", "type": "BadRequestError", "code": 400}}
+    endpoint.replies = [(400, error)]
+    taking = OpenAIProxyClient(tokenizer, base_url=endpoint.url, model_name="gemma", api="chat", max_retries=0)
+    with pytest.raises(
+        ConfigError,
+        match=r"HTTP 400: .*; the served model's template refuses the system role: run "
+        r"with that model's tokenizer \(model_name_or_path\)",
+    ):
+        asyncio.run(taking.generate(dataclasses.replace(request(tokenizer), messages=messages)))
+    assert endpoint.seen[1][1]["messages"][0] == {"role": "system", "content": "Play."}
 
 
 def test_a_chat_episode_sends_the_answer_and_the_observation_as_messages(tokenizer, endpoint) -> None:

@@ -5,9 +5,11 @@ for the turn, so the server continues the same conversation roll lays out. ``api
 translated ROLL file, as ROLL's proxy only talks chat) posts the turn's chat messages to ``/v1/chat/completions``,
 for hosted chat-only models: the server renders them with its own template, so its prompt may differ from the
 sample's prompt tokens; the answer's text is tokenized with the run's tokenizer (the end of turn added when the model
-stopped: the chat template's end-of-turn token, else EOS), so the sample layout stays roll's. ``enable_thinking``
-(true/false) goes as ``chat_template_kwargs``, as ROLL sends it; unset, nothing is sent; set, it must equal the
-tags' ``enable_thinking``, which roll renders the samples' prompts with (checked at load). Chat and tools
+stopped: the chat template's end-of-turn token, else EOS), so the sample layout stays roll's; a system message goes
+folded into the first user message where the run's template refuses the system role (Gemma 2's), as the sample's
+prompt was rendered. ``enable_thinking`` (true/false) goes as ``chat_template_kwargs``, as ROLL sends it; unset,
+nothing is sent; set, it must equal the tags' ``enable_thinking``, which roll renders the samples' prompts with
+(checked at load). Chat and tools
 (:mod:`roll.agentic.policy.chat_messages`): the env's tools (``GenerateRequest.tools``) go as ``tools``; an answer's
 structured ``tool_calls`` are written after its content in the env's own tool-call format, the text the env reads and
 the sample holds; the history's calls go back as ``tool_calls`` answered by ``tool`` messages where they fit
@@ -50,6 +52,7 @@ from typing import Any
 
 from roll.agentic.policy.chat_messages import answer_calls, answer_text, openai_messages
 from roll.agentic.policy.protocol import GenerateRequest, GenerateResult
+from roll.pipelines.data.templates import for_template
 from roll.runtime import ConfigError
 
 __all__ = ["OpenAIProxyClient"]
@@ -135,7 +138,10 @@ class OpenAIProxyClient:
                     f"env tag {request.meta.get('tag', '?')!r}: llm_proxy api chat needs the turn's messages, but "
                     "the env manager gave none (its build_prompt must fill state.messages); use api: completions"
                 )
-            body["messages"] = openai_messages(request.messages, request.tools, self.native_tools)
+            # a template refusing the system role (Gemma 2's) rendered the sample with the system text folded into the
+            # first user message: the server gets the conversation the sample holds, not one its template refuses
+            messages = for_template(self.tokenizer, request.messages)
+            body["messages"] = openai_messages(messages, request.tools, self.native_tools)
             if self.native_tools and request.tools is not None and request.tools.schemas:
                 body["tools"] = list(request.tools.schemas)
         elif self.token_ids:
@@ -175,6 +181,12 @@ class OpenAIProxyClient:
                 hints.append(
                     "the served model has no chat template: serve one (vllm serve --chat-template) or render the "
                     "prompts with roll, proxy_config.api: completions"
+                )
+            if "system" in detail.lower() and body["messages"][0].get("role") == "system":
+                hints.append(
+                    "the served model's template refuses the system role: run with that model's tokenizer "
+                    "(model_name_or_path), whose template roll probes and then folds the system prompt into the "
+                    "first user message"
                 )
             if self.enable_thinking is not None:
                 hints.append("an endpoint that takes no chat_template_kwargs needs proxy_config.enable_thinking: null")
