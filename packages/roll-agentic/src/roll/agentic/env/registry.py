@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from roll.agentic.env.base import EnvLike
+from roll.pipelines.compat.notes import ROLL_ENVS_NOT_BUILT
 from roll.runtime import ConfigError, Registry, import_module_of, import_target
 
 __all__ = ["ENVS", "check_env", "make_env", "register_env", "resolve_env_factory"]
@@ -44,13 +45,6 @@ ENVS.register("roll_math", "roll.agentic.env.dataset_envs:RollMathEnv")
 ENVS.register("roll_qa", "roll.agentic.env.dataset_envs:RollQaEnv")
 ENVS.register("roll_code", "roll.agentic.env.dataset_envs:RollCodeEnv")
 ENVS.register("atropos_env", "roll.agentic.env.atropos:AtroposEnv")
-
-# ROLL's env types that roll does not build, and why (an unknown env_type of these names says so).
-NOT_BUILT = {
-    "webshop": "it runs ROLL's `third_party/webshop-minimal` submodule (not on the package index) and its downloaded "
-    "product data",
-    "deepeyes": "it plays images with a vision-language model, which roll does not run",
-}
 
 
 def register_env(name: str, target: str | Any, *, package: str | None = None, extra: str | None = None) -> None:
@@ -106,9 +100,9 @@ def _resolve(env_type: str, setting: str = "env_type") -> tuple[Any, str | None]
             ) from e
     if _gem_knows(env_type):
         return _gem_factory(env_type), env_type
-    if env_type in NOT_BUILT:
+    if env_type in ROLL_ENVS_NOT_BUILT:
         raise ConfigError(
-            f"env_type {env_type!r} is one of ROLL's envs that roll does not build: {NOT_BUILT[env_type]}; use a "
+            f"env_type {env_type!r} is one of ROLL's envs that roll does not build: {ROLL_ENVS_NOT_BUILT[env_type]}; use a "
             f"registered name ({', '.join(ENVS.names())}), a GEM id as 'gem:<id>', or your own env by import path "
             "'my_package.module:MyEnv' (docs/roll-compat.md lists ROLL's env types)"
         )

@@ -5,7 +5,7 @@ Data only; :mod:`roll.pipelines.compat.docs` renders it into ``docs/roll-compat.
 
 from __future__ import annotations
 
-__all__ = ["ROLL_ENV_TYPES", "SEMANTICS_NOTES"]
+__all__ = ["ROLL_ENVS_NOT_BUILT", "ROLL_ENV_TYPES", "SEMANTICS_NOTES"]
 
 # (ROLL keys, what ROLL's code does, what roll does)
 SEMANTICS_NOTES: list[tuple[str, str, str]] = [
@@ -117,6 +117,13 @@ SEMANTICS_NOTES: list[tuple[str, str, str]] = [
     ),
 ]
 
+# ROLL's env types that roll does not build, and why: the docs' row and roll-agentic's error for such an env_type.
+ROLL_ENVS_NOT_BUILT: dict[str, str] = {
+    "webshop": "it runs ROLL's `third_party/webshop-minimal` submodule (not on the package index) and its downloaded "
+    "product data",
+    "deepeyes": "it plays images with a vision-language model, which roll does not run",
+}
+
 # ROLL's registered env types (roll/pipeline/agentic/env/__init__.py), as markdown -> what roll does with them.
 # "built in" rows name roll's env of the same name (roll-agentic's tests check that each is registered).
 ROLL_ENV_TYPES: list[tuple[str, str]] = [
@@ -167,9 +174,9 @@ ROLL_ENV_TYPES: list[tuple[str, str]] = [
         "`group_size` must be 1 (differences in the module's docstring)",
     ),
     (
-        "`deepeyes`, `webshop`",
-        "not built: `webshop` needs ROLL's `third_party/webshop-minimal` submodule (not on the package index) and "
-        "its product data, `deepeyes` a vision-language model, which roll does not run; an entry fails with an "
-        "error saying so and naming roll's types",
+        ", ".join(f"`{name}`" for name in sorted(ROLL_ENVS_NOT_BUILT)),
+        "not built: "
+        + "; ".join(f"`{name}`: {why}" for name, why in sorted(ROLL_ENVS_NOT_BUILT.items()))
+        + "; an entry fails with an error saying so and naming roll's types",
     ),
 ]
