@@ -188,6 +188,32 @@ def test_envs_not_built_here_are_skipped_with_a_note(tokenizer, monkeypatch) -> 
     assert "(building its env took over 0.2 s)" in _lines(slow, tokenizer)[-1]
 
 
+class _UnreachableAtReset(_BrokenEnv):
+    def __init__(self) -> None:
+        pass
+
+    def reset(self, seed=None):
+        from roll.pipelines.validate import ServiceUnreachableError
+
+        raise ServiceUnreachableError("the game server does not answer from here")
+
+
+def test_an_env_that_refuses_its_settings_at_reset_fails_the_check(tokenizer) -> None:
+    """frozen_lake's split draws layouts at reset: settings with no layout in the split (size 2, a 1% val split)
+    raised at every episode's reset, and the load-time check only noted it (the run then started its workers and
+    faulted every episode). The check now fails, naming the tag; an error about this machine stays a note."""
+    lake = {**LAKE, "env_config": {"size": 2, "split": "val", "val_fraction": 0.01}}
+    with pytest.raises(
+        ConfigError,
+        match=r"^env tag 'Env': its reset \(seed \d+\) refuses the settings: frozen_lake size=2 p=0.8: no layout of "
+        r"split='val' in 10000 draws",
+    ):
+        _lines(_config(lake), tokenizer)
+    line = _lines(_config({"env_type": f"{__name__}:_UnreachableAtReset"}), tokenizer)[-1]
+    assert line.startswith("Env: first prompt not checked here (its reset failed (env_error: reset() raised ")
+    assert "ServiceUnreachableError: the game server does not answer from here" in line
+
+
 def test_a_gem_env_that_loads_a_hub_dataset_is_not_built() -> None:
     pytest.importorskip("gem")
     spec = {"env_type": "gem:math:GSM8K", "agent_template": "{observation}"}

@@ -15,7 +15,9 @@ starts) run these checks:
   :data:`RENDERED_ROWS` longest are rendered so, and the error names the file, the row and how many rows are too long.
   A tag whose env is not built in the driver is skipped with a note (a ROCK sandbox, rock_tb_native_env's or
   sokoban_sandbox's; a GEM env or one of roll's dataset envs that loads a hub dataset; an env whose build or reset
-  fails, or takes over :data:`BUILD_TIMEOUT_S`, here): its first turn still checks it.
+  fails, or takes over :data:`BUILD_TIMEOUT_S`, here): its first turn still checks it. An env that refuses its
+  settings (a ``ConfigError`` from its constructor, or from its reset, e.g. ``frozen_lake`` whose ``split`` holds no
+  layout) fails the check, naming the tag: every episode of the tag would, after every worker has started.
 * ``rollout.sequence_length`` may not exceed the model's ``max_position_embeddings``, as vLLM refuses a longer
   ``max_model_len``, nor an inference engine's own cap (vLLM's ``max_model_len``, SGLang's ``context_length`` in
   ``strategy_config``), which would refuse an episode's later turns. A model whose config scales RoPE
@@ -44,6 +46,7 @@ from roll.agentic.pool import EnvPool, EnvSlot, env_checks
 from roll.agentic.scheduler.plan import GroupPlan, episode_seed, plan_groups
 from roll.agentic.scheduler.scheduler import index_seeded_tags
 from roll.pipelines.config import RoleConfig
+from roll.pipelines.validate import NotHereError, ServiceUnreachableError, readable_model_folder
 from roll.runtime import ConfigError, RollError
 from roll.strategies import GenerationConfig
 
@@ -98,6 +101,13 @@ def _prompt_lengths(
             try:
                 state = await manager.start(task)
             except EnvFault as fault:
+                cause = fault.__cause__
+                if isinstance(cause, ConfigError) and not isinstance(cause, NotHereError | ServiceUnreachableError):
+                    # the env refuses its settings at reset (frozen_lake's split with no layout in it): every episode
+                    # of the tag would, after every worker has started; one about this machine is only a note
+                    raise ConfigError(
+                        f"env tag {tag!r}: its reset (seed {seed}) refuses the settings: {cause}"
+                    ) from None
                 raise NotBuiltHere(f"its reset failed ({fault.reason}: {fault})") from fault
             lengths.append(len(manager.build_prompt(state)[1]))
         return lengths
@@ -336,8 +346,6 @@ def _check_engine_context(name: str, role: RoleConfig, sequence_length: int) -> 
 def _model_folder(where: str, value: str, revision: str | None) -> Path:
     """The local folder of a model reference as it can be read here (``tiny://`` presets built into the asset cache,
     as ``roll run`` builds them); ``NotBuiltHere`` where it cannot (the model checks report a bad reference)."""
-    from roll.pipelines.validate import readable_model_folder
-
     try:
         folder = readable_model_folder(where, value, revision)
     except RollError as e:
