@@ -433,14 +433,16 @@ def test_take_times_out_after_take_timeout_s_even_while_rounds_trickle_in() -> N
 
 
 class _Rounds:
-    """Rounds that end at once: every episode faulted (``fault``: its error) or one kept sample each."""
+    """Rounds that end at once: every episode faulted (``fault``: its error) or one kept sample each. With
+    ``recovers_at``, only the rounds before that one (by the group's round index) fault: the env service comes back
+    at a fixed round, not when the test thread gets to change ``fault`` while the rollouts thread goes on playing."""
 
-    def __init__(self, fault: str = "") -> None:
-        self.fault = fault
+    def __init__(self, fault: str = "", recovers_at: int | None = None) -> None:
+        self.fault, self.recovers_at = fault, recovers_at
 
     async def run(self, task) -> EpisodeResult:
         await asyncio.sleep(0.001)
-        if self.fault:
+        if self.fault and (self.recovers_at is None or task.episode_id < self.recovers_at):
             return EpisodeResult.unplayed(task, "env_error", self.fault)
         return EpisodeResult(task, "terminated", 1, True, 1.0, None, _OneRoundAtATime._sample(task.traj_group_id))
 
@@ -513,12 +515,12 @@ def test_a_filter_that_drops_every_round_skips_steps_without_counting_them_as_fa
 
 
 def test_a_step_trains_again_once_the_env_recovers() -> None:
-    """After a step whose budget was all faulted, the next one launches rounds again and trains on them."""
-    executor = _Rounds("env_error")
-    background = _one_group(executor)
+    """After a step whose budget was all faulted, the next one launches rounds again and trains on them. The env
+    recovers at round 4, right after step 1's budget (rounds 0-3): clearing the fault from the test after take(1)
+    raced the rollouts thread, which could fault step 2's budget too first (a test thread held up 50 ms did)."""
+    background = _one_group(_Rounds("env_error", recovers_at=4))
     try:
         assert background.take(1, timeout_s=60).batch is None
-        executor.fault = ""  # the env service is back
         rollout = background.take(2, timeout_s=60)
         assert rollout.batch is not None and len(rollout.batch) == 2
         assert FaultedSteps(1, "train_env").record(2, rollout) == 0
@@ -530,12 +532,11 @@ def test_a_step_that_took_nothing_does_not_let_more_groups_be_admitted_ahead() -
     """Admission lets a version be ``ratio`` steps ahead of training, counting one step's groups consumed per version.
     A step that took nothing still moves the version on at its weight sync: before, the next steps admitted one step's
     groups more than training would use in time, and those went stale unused (dropped after being played)."""
-    executor = _Rounds("env_error")
-    background = _one_group(executor)  # one group a step, ratio 1: two groups ahead at most
+    # the env recovers after step 1's budget (rounds 0-3), whenever this thread runs (see the test above)
+    background = _one_group(_Rounds("env_error", recovers_at=4))  # one group a step, ratio 1: two groups ahead at most
     try:
         assert background.take(1, timeout_s=60).batch is None
         background.set_version(1)  # the pipeline's weight sync after the empty step
-        executor.fault = ""
         deadline = time.monotonic() + 60
         while not ((a := background.accounting())["ready"] >= 2 and a["generating"] == 0):
             assert time.monotonic() < deadline, a
