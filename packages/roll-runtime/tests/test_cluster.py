@@ -21,6 +21,7 @@ from roll.runtime import (
     PendingCall,
     ProtocolError,
     RankInfo,
+    ResourceManager,
     RpcTimeoutError,
     Worker,
     WorkerConfig,
@@ -425,3 +426,14 @@ def test_duplicate_cluster_names_and_bad_worker_classes_are_config_errors(echo, 
 def test_device_mapping_on_a_cpu_only_cluster_is_a_config_error(resources):
     with pytest.raises(ConfigError, match="no GPUs; remove device_mapping"):
         Cluster("gpu_role", EchoWorker, resources, WorkerConfig(name="gpu_role", device_mapping=[0]))
+
+
+def test_gpus_asked_of_a_cpu_only_cluster_name_the_cpu_settings(resources):
+    """A GPU file (ROLL's num_gpus_per_node: 8) on a machine without GPUs: the error says how to run it on CPU."""
+    with pytest.raises(
+        ConfigError,
+        match=r"only 0 node\(s\) have that many GPUs \(\[\]\); lower num_nodes or num_gpus_per_node \(this Ray cluster "
+        r"has no GPUs: to run on CPU workers, set num_gpus_per_node=0 and each role's device_mapping=null with a "
+        r"world_size\)$",
+    ):
+        ResourceManager(num_nodes=1, num_gpus_per_node=8)

@@ -316,6 +316,26 @@ def test_missing_model_path_names_the_field(tmp_path):
             make_strategy(path)
 
 
+def test_flash_attention_without_its_package_names_the_field_before_loading(tiny_model, monkeypatch):
+    """hf_infer and fsdp2 load with transformers, which refused ``flash_attention_2`` without flash-attn deep in
+    ``from_pretrained`` (an ImportError); the error now names the setting and the fix."""
+    from roll.strategies import check_attention_installed, registry
+    from roll.strategies.fsdp2 import _model as fsdp2_model
+    from roll.strategies.hf._loading import load_model
+
+    monkeypatch.setattr(registry, "_module_installed", lambda name: False)
+    args = ModelArgs(model_name_or_path=str(tiny_model), dtype="float32", attn_implementation="flash_attention_2")
+    fix = r"model_args\.attn_implementation='flash_attention_2' needs the 'flash_attn' module .* or set model_args\."
+    with pytest.raises(ConfigError, match=fix):
+        load_model(args, torch.float32, torch.device("cpu"))
+    with pytest.raises(ConfigError, match=fix):
+        fsdp2_model.load_model(args, torch.float32, train=True)
+    with pytest.raises(ConfigError, match="'flash_attention_3' needs the 'flash_attn_interface' module"):
+        check_attention_installed("flash_attention_3")
+    for name in (None, "sdpa", "eager"):  # PyTorch's own kernels: nothing to install
+        check_attention_installed(name)
+
+
 def test_config_validation():
     config = validate_strategy_config("hf_infer", {"generate_batch_size": 4})
     assert isinstance(config, HfInferConfig) and config.devices_per_worker == 1

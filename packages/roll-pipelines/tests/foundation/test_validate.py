@@ -138,6 +138,44 @@ def test_device_ids_beyond_the_declared_cluster_fail(capsys):
     assert "actor_infer.device_mapping uses device ids [2, 3], but num_nodes=1 x num_gpus_per_node=2" in err
 
 
+def test_a_device_mapping_with_no_gpus_declared_names_the_cpu_settings(capsys):
+    code, _, err = validate(
+        capsys, "num_gpus_per_node=0", "actor_infer.device_mapping=[0,1]", "actor_infer.world_size=2"
+    )
+    assert code == 2
+    assert (
+        "actor_infer.device_mapping is set, but num_gpus_per_node=0 declares no GPUs: to run actor_infer on CPU "
+        "workers, set actor_infer.device_mapping=null and actor_infer.world_size (its number of workers)"
+    ) in err
+
+
+def test_flash_attention_without_its_package_names_the_field_and_the_fix(capsys, monkeypatch):
+    """A ROLL file's ``attn_implementation: fa2`` on a machine without flash-attn failed in every worker's model
+    load, after Ray and the clusters had started (transformers' ImportError); now ``roll validate`` names the role's
+    field and the fix, and the backends that load with transformers say so before loading."""
+    from roll.strategies import registry
+
+    monkeypatch.setattr(registry, "_module_installed", lambda name: name != "flash_attn")
+    code, _, err = validate(capsys, "actor_infer.model_args.attn_implementation=flash_attention_2", here=True)
+    assert code == 2
+    assert (
+        "actor_infer.model_args.attn_implementation='flash_attention_2' needs the 'flash_attn' module (flash-attn, "
+        "which builds for CUDA GPUs only), not installed here: install it where the workers run, or set "
+        "actor_infer.model_args.attn_implementation to sdpa"
+    ) in err
+    code, out, err = validate(capsys, "actor_infer.model_args.attn_implementation=flash_attention_2")
+    assert code == 0, err  # away from the run's machine (--no-ray): a warning
+    assert "warning: actor_infer.model_args.attn_implementation='flash_attention_2' needs" in out
+    # vLLM picks its own kernels: the setting is not read there
+    code, out, _ = validate(
+        capsys,
+        "actor_infer.model_args.attn_implementation=flash_attention_2",
+        "actor_infer.strategy_args.strategy_name=vllm",
+        here=True,
+    )
+    assert "attn_implementation" not in out
+
+
 def test_every_problem_is_reported_at_once(capsys, tmp_path, hub_cache):
     data = tmp_path / "prompts.jsonl"
     data.write_text(json.dumps({"prompt": "1 + 1?", "tag": "math"}) + "\n")

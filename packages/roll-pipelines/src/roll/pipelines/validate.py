@@ -308,6 +308,11 @@ def _check_declared_devices(config: BaseConfig, name: str, role: RoleConfig) -> 
     per_node = config.num_gpus_per_node
     total = (config.num_nodes or 1) * per_node
     beyond = sorted(d for d in mapping if d >= total)
+    if beyond and total == 0:
+        raise ConfigError(
+            f"{name}.device_mapping is set, but num_gpus_per_node=0 declares no GPUs: to run {name} on CPU workers, "
+            f"set {name}.device_mapping=null and {name}.world_size (its number of workers)"
+        )
     if beyond:
         raise ConfigError(
             f"{name}.device_mapping uses device ids {beyond}, but num_nodes={config.num_nodes or 1} x "
@@ -363,11 +368,18 @@ def _check_ray(config: BaseConfig) -> str:
 
 # --- all together -------------------------------------------------------------------------------------------------
 def _backend_check(name: str, role: RoleConfig) -> Callable[[], str | None]:
-    from roll.strategies import check_backend_installed
+    from roll.strategies import check_attention_installed, check_backend_installed
+    from roll.strategies.registry import HF_LOADING_STRATEGIES
 
     def check() -> str | None:
         if role.strategy_args is not None:
             check_backend_installed(role.strategy_args.strategy_name, lora=role.model_args.lora_rank > 0)
+            if role.strategy_args.strategy_name in HF_LOADING_STRATEGIES:
+                where = f"{name}.model_args.attn_implementation"
+                try:
+                    check_attention_installed(role.model_args.attn_implementation, where)
+                except ConfigError as e:  # a package this machine lacks: a warning away from the run's machine
+                    raise NotHereError(str(e)) from None
         return None
 
     return check

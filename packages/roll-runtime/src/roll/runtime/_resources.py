@@ -122,10 +122,14 @@ class ResourceManager:
             if num_nodes is None:
                 num_nodes = len(eligible)
             if num_nodes > len(eligible):
+                cpu_only = (
+                    " (this Ray cluster has no GPUs: to run on CPU workers, set num_gpus_per_node=0 and each role's "
+                    "device_mapping=null with a world_size)"
+                )
                 raise ConfigError(
                     f"num_nodes={num_nodes} with num_gpus_per_node={num_gpus_per_node}, but only {len(eligible)} "
                     f"node(s) have that many GPUs ({[n.num_gpus for n in gpu_nodes]}); lower num_nodes or "
-                    f"num_gpus_per_node"
+                    f"num_gpus_per_node{'' if gpu_nodes else cpu_only}"
                 )
             self.gpu_nodes = eligible[:num_nodes]
         else:

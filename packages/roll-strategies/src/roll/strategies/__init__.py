@@ -30,6 +30,7 @@ from roll.strategies.model_update import ModelUpdateGroup
 from roll.strategies.registry import (
     STRATEGIES,
     STRATEGY_CONFIGS,
+    check_attention_installed,
     check_backend_installed,
     create_strategy,
     validate_strategy_config,
@@ -59,6 +60,7 @@ __all__ = [
     "StrategyWorkerConfig",
     "TrainStrategy",
     "TrainingArgs",
+    "check_attention_installed",
     "check_backend_installed",
     "check_logits_to_keep",
     "create_strategy",

@@ -20,8 +20,10 @@ if TYPE_CHECKING:
     from roll.strategies.base import InferenceStrategy
 
 __all__ = [
+    "HF_LOADING_STRATEGIES",
     "STRATEGIES",
     "STRATEGY_CONFIGS",
+    "check_attention_installed",
     "check_backend_installed",
     "create_strategy",
     "multi_node_strategies",
@@ -103,6 +105,25 @@ def check_backend_installed(strategy_name: str, *, lora: bool = False) -> None:
     missing = [m for m in _EXTRA_MODULES.get(extra, ()) if not _module_installed(m)]
     if missing:
         raise MissingExtraError(f"strategy {strategy_name!r}", _PACKAGE, extra, cause=f"no module named {missing[0]!r}")
+
+
+# attn_implementation -> the module transformers imports for it (flash-attn's packages build for CUDA GPUs only).
+_ATTENTION_MODULES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+HF_LOADING_STRATEGIES = frozenset({"hf_infer", "fsdp2_train", "fsdp2_infer"})
+"""The built-in backends that load the model with transformers, and so honour ``model_args.attn_implementation``
+(vLLM, SGLang and Megatron choose their own attention kernels)."""
+
+
+def check_attention_installed(attn_implementation: str | None, where: str = "model_args.attn_implementation") -> None:
+    """Raise ConfigError, naming ``where`` and the fix, if ``attn_implementation`` needs a kernel package that is not
+    installed (a ROLL file's ``fa2`` on a machine without flash-attn: transformers refuses it when the model loads)."""
+    module = _ATTENTION_MODULES.get(attn_implementation or "")
+    if module is not None and not _module_installed(module):
+        raise ConfigError(
+            f"{where}={attn_implementation!r} needs the {module!r} module (flash-attn, which builds for CUDA GPUs "
+            f"only), not installed here: install it where the workers run, or set {where} to sdpa (PyTorch's "
+            "attention, any device) or null (the model's default)"
+        )
 
 
 for _name, (_impl, _config, _extra) in _BUILTINS.items():

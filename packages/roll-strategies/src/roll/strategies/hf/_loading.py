@@ -11,6 +11,7 @@ import torch
 from roll.runtime import ConfigError
 from roll.strategies.config import ModelArgs
 from roll.strategies.hf.config import HfInferConfig
+from roll.strategies.registry import check_attention_installed
 
 __all__ = ["choose_device", "choose_dtype", "load_model", "load_tokenizer", "require_folder", "stop_token_ids_of"]
 
@@ -88,6 +89,7 @@ def load_model(model_args: ModelArgs, dtype: torch.dtype, device: torch.device) 
     path = require_folder(model_args.model_name_or_path, "model_args.model_name_or_path")
     kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": model_args.trust_remote_code}
     if model_args.attn_implementation:
+        check_attention_installed(model_args.attn_implementation)
         kwargs["attn_implementation"] = model_args.attn_implementation
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     torch.nn.Module.to(model, device)
