@@ -6,6 +6,7 @@ batching for all of them) instead of each holding its own client.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import ray
@@ -22,6 +23,10 @@ class PolicyServer:
 
     def __init__(self, client: PolicyClient) -> None:
         self.client = client
+        # Ray warns at the first ray.get in an async actor's process, on any thread: a ClusterPolicyClient's engine
+        # calls wait on a worker thread (asyncio.to_thread), never on the loop, so the warning (on the run's console)
+        # would be wrong here
+        os.environ["RAY_WARN_BLOCKING_GET_INSIDE_ASYNC"] = "0"
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         return await self.client.generate(request)
