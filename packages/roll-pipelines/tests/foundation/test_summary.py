@@ -87,3 +87,14 @@ def test_agentic_runs_show_the_environments_success_first() -> None:
         "+0.016",
     ]
     assert lines[2].startswith("format (answer in the requested format)")
+
+
+def test_columns_line_up_under_a_label_longer_than_the_default_width() -> None:
+    """The agentic success label is longer than the label column was: its numbers and every row below stood one
+    column further right than the header's."""
+    rows = [{"step": 0, "val/success": 0.25, "val/format": 0.5}, {"step": 3, "val/success": 0.75, "val/format": 1.0}]
+    lines = format_before_after(before_after(rows), wall_s=60).splitlines()
+    ends = {len(line) for line in lines[:3]}  # header, success, format: the change column ends in one place
+    assert len(ends) == 1, lines
+    assert len({len(line) for line in lines[3:]}) == 1, lines  # steps and minutes: under the "before" column
+    assert len(lines[3]) == lines[0].index("before (step 0)") + len("before (step 0)"), lines

@@ -71,16 +71,17 @@ def format_before_after(summary: dict[str, Any], *, wall_s: float | None = None,
     keys = [k for k in SUMMARY_METRICS if k in before or k in after]
     keys += sorted(k for k in after if k.startswith("val/pass@"))
     head = ("metric (held-out)", f"before (step {before.get('step', 0)})", f"after (step {after.get('step', 0)})")
-    lines = [f"{head[0]:<46} {head[1]:>16} {head[2]:>16} {'change':>9}"]
+    labels = {key: SUMMARY_METRICS.get(key, key[len("val/") :]) for key in keys}
+    w = max([46, *map(len, labels.values())])  # the label column fits the longest label (the agentic success one)
+    lines = [f"{head[0]:<{w}} {head[1]:>16} {head[2]:>16} {'change':>9}"]
     for key in keys:
         a, b = before.get(key), after.get(key)
         change = f"{b - a:+.3f}" if isinstance(a, int | float) and isinstance(b, int | float) else "-"
-        label = SUMMARY_METRICS.get(key, key[len("val/") :])
-        lines.append(f"{label:<46} {_value(a):>16} {_value(b):>16} {change:>9}")
-    lines.append(f"{'steps':<46} {summary['steps']:>16}")
-    lines.append(f"{'minutes in steps (training + validation)':<46} {summary['step_minutes']:>16.1f}")
+        lines.append(f"{labels[key]:<{w}} {_value(a):>16} {_value(b):>16} {change:>9}")
+    lines.append(f"{'steps':<{w}} {summary['steps']:>16}")
+    lines.append(f"{'minutes in steps (training + validation)':<{w}} {summary['step_minutes']:>16.1f}")
     if wall_s is not None:
-        lines.append(f"{'minutes, whole command':<46} {wall_s / 60:>16.1f}")
+        lines.append(f"{'minutes, whole command':<{w}} {wall_s / 60:>16.1f}")
     lines.extend(notes)
     return "\n".join(lines)
 
