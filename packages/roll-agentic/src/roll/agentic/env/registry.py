@@ -101,8 +101,9 @@ def _resolve(env_type: str, setting: str = "env_type") -> tuple[Any, str | None]
     if _gem_knows(env_type):
         return _gem_factory(env_type), env_type
     if env_type in ROLL_ENVS_NOT_BUILT:
+        why = ROLL_ENVS_NOT_BUILT[env_type]
         raise ConfigError(
-            f"env_type {env_type!r} is one of ROLL's envs that roll does not build: {ROLL_ENVS_NOT_BUILT[env_type]}; use a "
+            f"env_type {env_type!r} is one of ROLL's envs that roll does not build: {why}; use a "
             f"registered name ({', '.join(ENVS.names())}), a GEM id as 'gem:<id>', or your own env by import path "
             "'my_package.module:MyEnv' (docs/roll-compat.md lists ROLL's env types)"
         )

@@ -76,8 +76,8 @@ CPU_BLOCK_MULTIPLE = 32
 
 def cpu_block_size(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Engine arguments for a CPU engine: a ``block_size`` its attention cannot take (ROLL's GPU files set 16, which
-    vLLM refuses on CPU with "No common block size") is left to vLLM, with a warning. The block size only lays out
-    the KV cache; what the engine samples does not depend on it."""
+    vLLM refuses on CPU with "No common block size") is left to vLLM, with a warning. The block size lays out the KV
+    cache's pages; it is a setting of neither the model nor its sampling."""
     block = kwargs.get("block_size")
     if block is None or int(block) % CPU_BLOCK_MULTIPLE == 0:
         return kwargs
