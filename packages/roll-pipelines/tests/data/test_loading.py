@@ -66,7 +66,13 @@ def test_messages_must_be_a_list_of_role_content_dicts() -> None:
     spec = {"messages": ChatMessages}
     ok = {"messages": [{"role": "user", "content": "hi"}]}
     validate_rows([ok], "chat.jsonl", spec)
-    with pytest.raises(DataError, match=r"chat.jsonl row 1: key 'messages' must be a list of messages, got str"):
+    with pytest.raises(DataError, match=r"chat.jsonl row 1: key 'messages' must be a list of messages, got dict"):
+        validate_rows([ok, {"messages": '{"role": "user"}'}], "chat.jsonl", spec, fields={"messages": "messages_key"})
+    with pytest.raises(
+        DataError,
+        match=r"chat.jsonl row 1: key 'messages' is a string that is not JSON \(Expecting value at column 1: 'hi'\); "
+        r"it must be a list of messages, or such a list written as a JSON string; set data_args.messages_key",
+    ):
         validate_rows([ok, {"messages": "hi"}], "chat.jsonl", spec, fields={"messages": "messages_key"})
     with pytest.raises(DataError, match=r"chat.jsonl row 0: key 'messages' message 1 has no 'content'"):
         validate_rows([{"messages": [{"role": "user", "content": "a"}, {"role": "assistant"}]}], "chat.jsonl", spec)
@@ -74,6 +80,18 @@ def test_messages_must_be_a_list_of_role_content_dicts() -> None:
         validate_rows([{"messages": [{"role": 1, "content": "a"}]}], "chat.jsonl", spec)
     with pytest.raises(DataError, match=r"row 0: key 'messages' is an empty list"):
         validate_rows([{"messages": []}], "chat.jsonl", spec)
+
+
+def test_messages_written_as_json_strings_load_as_rolls_loader_reads_them(write_jsonl) -> None:
+    """ROLL's own data files (data/math_deepmath_deal.jsonl) store each row's ``messages`` as a JSON string, which
+    ROLL's loader parses; roll refused every such row ("must be a list of messages, got str"), so ROLL's RLVR
+    examples failed at their first row. The string is parsed in place: later readers see the list."""
+    messages = [{"role": "system", "content": "Box it."}, {"role": "user", "content": "1 + 1?"}]
+    path = write_jsonl("roll.jsonl", [{"messages": json.dumps(messages), "ground_truth": "2", "tag": "math"}])
+    rows = load_rows(path, required={"messages": ChatMessages}, fields={"messages": "messages_key"})
+    assert rows == [{"messages": messages, "ground_truth": "2", "tag": "math"}]
+    args = DataArgs(file_name=[str(path)], messages_key="messages")
+    assert load_task_rows(args, "prompt")[0]["messages"] == messages
 
 
 def test_non_object_row(write_jsonl) -> None:

@@ -47,7 +47,8 @@ class DataArgs(RollModel):
     * prompt/response rows: ``{prompt_key: str, response_key: str}`` (SFT), ``{prompt_key, chosen_key,
       rejected_key}`` (preference), ``{prompt_key}`` plus ``tag_key`` and ``extra_keys`` (RL prompts);
     * chat rows: when ``messages_key`` is set it replaces ``prompt_key``/``response_key``: a list of
-      ``{"role": ..., "content": ...}``; SFT trains on assistant turns only.
+      ``{"role": ..., "content": ...}`` (or that list written as a JSON string, as ROLL's data files hold it);
+      SFT trains on assistant turns only.
 
     Length limits are in tokens; rows over a limit are dropped and counted (see ``filter_by_length``), never
     silently truncated.
@@ -68,7 +69,8 @@ class DataArgs(RollModel):
     messages_key: str | None = Field(
         default=None,
         validation_alias=_alias("messages_key", "messages"),
-        description="Column with chat messages; when set, used instead of prompt_key/response_key.",
+        description="Column with chat messages (a list, or the list as a JSON string as in ROLL's data files); when "
+        "set, used instead of prompt_key/response_key.",
     )
     chosen_key: str = Field(default="chosen", description="Preferred response column (preference data).")
     rejected_key: str = Field(default="rejected", description="Dispreferred response column (preference data).")

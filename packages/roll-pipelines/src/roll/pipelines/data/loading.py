@@ -34,7 +34,9 @@ TypeSpec = type | tuple[type, ...]
 
 
 class ChatMessages:
-    """Marker type for ``validate_rows``: a non-empty list of ``{"role": str, "content": str}`` dicts."""
+    """Marker type for ``validate_rows``: a non-empty list of ``{"role": str, "content": str}`` dicts, or that list
+    written as a JSON string (ROLL's data files store their ``messages`` so, and ROLL's loader parses them), which
+    ``validate_rows`` parses in place."""
 
 
 def default_cache_dir() -> Path:
@@ -57,6 +59,17 @@ def _spec_name(spec: Any) -> str:
 def _fix_hint(key: str, fields: Mapping[str, str] | None) -> str:
     field = (fields or {}).get(key)
     return f"set data_args.{field} or fix the row" if field else "fix the row"
+
+
+def _parse_messages(text: str, where: str, key: str, hint: str) -> Any:
+    """A ``messages`` column written as a JSON string (ROLL's data files), parsed."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(
+            f"{where}: key {key!r} is a string that is not JSON ({e.msg} at column {e.colno}: {text[:40]!r}); it "
+            f"must be a list of messages, or such a list written as a JSON string; {hint}"
+        ) from None
 
 
 def _check_messages(value: Any, where: str, key: str, hint: str) -> None:
@@ -96,7 +109,8 @@ def validate_rows(
     Args:
         rows: the rows of one file.
         source: the file name (or URI) used in error messages.
-        required: key -> type, tuple of types, ``object`` (any value, even null) or :class:`ChatMessages`.
+        required: key -> type, tuple of types, ``object`` (any value, even null) or :class:`ChatMessages` (a
+            column of messages written as JSON strings is parsed in place: the rows then hold the lists).
         fields: key -> the ``DataArgs`` field that names that column, so the message can say what to set.
 
     Raises:
@@ -115,6 +129,8 @@ def validate_rows(
                 raise DataError(f"{where}: missing key {key!r} (keys: {describe_keys(row)}); {hint}")
             value = row[key]
             if spec is ChatMessages:
+                if isinstance(value, str):
+                    value = row[key] = _parse_messages(value, where, key, hint)
                 _check_messages(value, where, key, hint)
             elif not _matches(value, spec):
                 raise DataError(
