@@ -122,9 +122,9 @@ def test_a_gpu_block_size_is_left_to_vllm_on_cpu(caplog):
     """ROLL's GPU files set block_size 16 (kept by roll's translation as engine_kwargs.block_size); vLLM's CPU
     attention refused it at engine start ("No common block size for 16"), so such a file's rollouts failed on a CPU.
     A CPU engine now leaves it to vLLM, with a warning naming the key; a size the CPU takes is kept."""
-    from roll.strategies.vllm.strategy import cpu_block_size
+    from roll.strategies.vllm.config import cpu_block_size
 
-    with caplog.at_level("WARNING", logger="roll.strategies.vllm.strategy"):
+    with caplog.at_level("WARNING", logger="roll.strategies.vllm.config"):
         assert cpu_block_size({"seed": 0, "block_size": 16}) == {"seed": 0}
     assert "engine_kwargs.block_size=16 (ROLL's strategy_config.block_size) is not a multiple of 32" in caplog.text
     assert cpu_block_size({"block_size": 64}) == {"block_size": 64}

