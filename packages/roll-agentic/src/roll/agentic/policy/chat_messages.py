@@ -12,7 +12,7 @@ sends any part that breaks them as text instead (the calls written into the assi
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from roll.agentic.policy.protocol import ChatTools
@@ -74,7 +74,7 @@ def _openai_call(call: dict[str, Any]) -> dict[str, Any] | None:
     return {"id": call["id"], "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def _as_text(message: dict[str, Any], write: WriteCall) -> dict[str, Any]:
+def _as_text(message: Mapping[str, Any], write: WriteCall) -> dict[str, Any]:
     """An assistant message whose calls are written into its content (the env's text of that turn)."""
     calls = []
     for call in message.get("tool_calls") or []:
@@ -87,7 +87,7 @@ def _as_text(message: dict[str, Any], write: WriteCall) -> dict[str, Any]:
 
 
 def openai_messages(
-    messages: list[dict[str, Any]], tools: ChatTools | None, native: bool = True
+    messages: Sequence[Mapping[str, Any]], tools: ChatTools | None, native: bool = True
 ) -> list[dict[str, Any]]:
     """``messages`` as OpenAI's chat API accepts them: an assistant turn keeps its ``tool_calls`` when each has an id
     and the ``tool`` messages right after it answer exactly those ids (``native``: else every call goes as text);
@@ -108,7 +108,7 @@ def openai_messages(
             continue
         if role != "assistant" or not message.get("tool_calls"):
             # an empty tool_calls list (OpenAI refuses it: minimum length 1), or a null one, is left out
-            out.append({k: v for k, v in message.items() if k != "tool_calls"} if role == "assistant" else message)
+            out.append({k: v for k, v in message.items() if k != "tool_calls" or role != "assistant"})
             i += 1
             continue
         end = i + 1

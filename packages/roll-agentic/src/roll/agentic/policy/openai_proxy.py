@@ -140,7 +140,7 @@ class OpenAIProxyClient:
                 )
             # a template refusing the system role (Gemma 2's) rendered the sample with the system text folded into the
             # first user message: the server gets the conversation the sample holds, not one its template refuses
-            messages = [dict(message) for message in for_template(self.tokenizer, request.messages)]
+            messages = for_template(self.tokenizer, request.messages)
             body["messages"] = openai_messages(messages, request.tools, self.native_tools)
             if self.native_tools and request.tools is not None and request.tools.schemas:
                 body["tools"] = list(request.tools.schemas)

@@ -17,7 +17,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from roll.runtime import ConfigError, import_extra
 from roll.strategies.contract import StrategyError
-from roll.strategies.registry import check_attention_installed
+from roll.strategies.hf._loading import pretrained_kwargs
 from roll.strategies.ulysses import (
     UlyssesGroup,
     activate,
@@ -151,10 +151,7 @@ def load_model(model_args: ModelArgs, dtype: torch.dtype, *, train: bool) -> nn.
 
     if not model_args.model_name_or_path:
         raise ConfigError("model_args.model_name_or_path is not set; point it at a local HF model folder")
-    kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": model_args.trust_remote_code}
-    if model_args.attn_implementation:
-        check_attention_installed(model_args.attn_implementation)
-        kwargs["attn_implementation"] = model_args.attn_implementation
+    kwargs = pretrained_kwargs(model_args, dtype)
     if model_args.model_head == "value":
         model = AutoModelForTokenClassification.from_pretrained(model_args.model_name_or_path, num_labels=1, **kwargs)
     else:

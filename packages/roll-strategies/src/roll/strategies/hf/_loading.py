@@ -13,7 +13,15 @@ from roll.strategies.config import ModelArgs
 from roll.strategies.hf.config import HfInferConfig
 from roll.strategies.registry import check_attention_installed
 
-__all__ = ["choose_device", "choose_dtype", "load_model", "load_tokenizer", "require_folder", "stop_token_ids_of"]
+__all__ = [
+    "choose_device",
+    "choose_dtype",
+    "load_model",
+    "load_tokenizer",
+    "pretrained_kwargs",
+    "require_folder",
+    "stop_token_ids_of",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -82,16 +90,22 @@ def load_tokenizer(model_args: ModelArgs) -> Any:
     return tokenizer
 
 
+def pretrained_kwargs(model_args: ModelArgs, dtype: torch.dtype) -> dict[str, Any]:
+    """The arguments of transformers' ``from_pretrained`` for ``model_args`` (hf_infer's and fsdp2's loaders); an
+    ``attn_implementation`` whose kernel package is missing is a ConfigError naming it, before anything loads."""
+    kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": model_args.trust_remote_code}
+    if model_args.attn_implementation:
+        check_attention_installed(model_args.attn_implementation)
+        kwargs["attn_implementation"] = model_args.attn_implementation
+    return kwargs
+
+
 def load_model(model_args: ModelArgs, dtype: torch.dtype, device: torch.device) -> Any:
     """The causal LM in eval mode on ``device``, without gradients (hf_infer never trains)."""
     from transformers import AutoModelForCausalLM
 
     path = require_folder(model_args.model_name_or_path, "model_args.model_name_or_path")
-    kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": model_args.trust_remote_code}
-    if model_args.attn_implementation:
-        check_attention_installed(model_args.attn_implementation)
-        kwargs["attn_implementation"] = model_args.attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(path, **pretrained_kwargs(model_args, dtype))
     torch.nn.Module.to(model, device)
     model.eval()
     model.requires_grad_(False)
