@@ -175,6 +175,33 @@ def test_flash_attention_without_its_package_names_the_field_and_the_fix(capsys,
     assert "attn_implementation" not in out + err
 
 
+def test_run_warns_of_a_package_this_machine_lacks_before_it_starts_ray(capsys, monkeypatch):
+    """``roll run`` repeats validate's package checks before Ray starts, as warnings: a driver may lack what the
+    workers' nodes have (flash-attn on a CPU head node), and a run whose workers lack it too fails at their model
+    load after the clusters have started."""
+    from roll.pipelines import launcher
+    from roll.strategies import registry
+
+    class Started(Exception):
+        pass
+
+    def start(config):
+        raise Started(config.actor_infer.model_args.attn_implementation)
+
+    monkeypatch.setattr(registry, "_module_installed", lambda name: name != "flash_attn")
+    monkeypatch.setattr(launcher, "run_config", start)
+    with pytest.raises(Started, match="flash_attention_2"):
+        main(["run", RECIPE, "actor_infer.model_args.attn_implementation=flash_attention_2"])
+    err = capsys.readouterr().err
+    assert (
+        "warning: actor_infer.model_args.attn_implementation='flash_attention_2' needs the 'flash_attn' module"
+    ) in err
+    assert err.rstrip().endswith("(checked on this machine, not on the workers' nodes)")
+    with pytest.raises(Started, match="sdpa"):
+        main(["run", RECIPE, "actor_infer.model_args.attn_implementation=sdpa"])
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_every_problem_is_reported_at_once(capsys, tmp_path, hub_cache):
     data = tmp_path / "prompts.jsonl"
     data.write_text(json.dumps({"prompt": "1 + 1?", "tag": "math"}) + "\n")

@@ -123,10 +123,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from roll.pipelines.config import load_config
     from roll.pipelines.launcher import TRAINED_RECIPES, run_config
     from roll.pipelines.summary import summarize_run
+    from roll.pipelines.validate import package_warnings
 
     started = time.perf_counter()
     _announce_roll_format(args.config, args.overrides)
     config = load_config(args.config, args.overrides)
+    for line in package_warnings(config):
+        print(line, file=sys.stderr)
     run_config(config)
     notes = [
         f"(of which training the cached recipe {name}: {seconds / 60:.1f} min)" for name, seconds in TRAINED_RECIPES

@@ -61,8 +61,9 @@ class _Problems:
     """Roll errors collected from independent checks; raised together at the end. Away from the run's machine
     (``here=False``), problems of this machine only are warning lines."""
 
-    def __init__(self, *, here: bool) -> None:
+    def __init__(self, *, here: bool, away: str = "not checked further: --no-ray") -> None:
         self.here = here
+        self.away = away
         self.errors: list[RollError] = []
 
     def run(self, check: Callable[[], str | None], lines: list[str]) -> None:
@@ -72,7 +73,7 @@ class _Problems:
             if self.here or not _about_this_machine(e):
                 self.errors.append(e)
             else:
-                lines.append(f"warning: {e} (not checked further: --no-ray)")
+                lines.append(f"warning: {e} ({self.away})")
         else:
             if line:
                 lines.append(line)
@@ -393,6 +394,18 @@ def _tracker_check(tracker: str) -> Callable[[], str | None]:
         return None
 
     return check
+
+
+def package_warnings(config: BaseConfig) -> list[str]:
+    """Warnings for each role's backend or attention package this machine lacks, for ``roll run`` before it starts
+    Ray: the driver may lack what the workers' nodes have (a CPU head node without flash-attn), so these are not
+    errors; a run whose workers lack them too fails at their model load after the clusters have started."""
+    problems = _Problems(here=False, away="checked on this machine, not on the workers' nodes")
+    lines: list[str] = []
+    for name, role in config.roles().items():
+        problems.run(_backend_check(name, role), lines)
+    problems.raise_if_any()
+    return lines
 
 
 def validate_deployment(config: BaseConfig, *, check_ray: bool = True) -> list[str]:
