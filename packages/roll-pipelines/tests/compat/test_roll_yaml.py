@@ -199,6 +199,54 @@ def test_default_values_of_unsupported_knobs_are_ignored_with_a_reason() -> None
     assert rows["use_reward_scaling"].status == "ignored" and "no ROLL pipeline code" in rows["use_reward_scaling"].note
 
 
+def test_checkpoint_config_output_dir_is_where_checkpoints_go() -> None:
+    """ROLL copies each checkpoint into ``checkpoint_config.output_dir`` (its file_system uploader) and deletes the
+    local one; roll writes them there directly (it ignored the key, so a ROLL user found no checkpoint where the
+    file said)."""
+    data, referenced = compose_file(TINY)
+    data["checkpoint_config"] = {
+        "type": "file_system",
+        "output_dir": "/shared/ckpt/tiny",
+        "async_upload": True,
+        "keep_local_file": False,
+    }
+    translation = translate(data, referenced)
+    assert translation.data["checkpoint_dir"] == "/shared/ckpt/tiny"
+    rows = {row.key: row for row in translation.rows}
+    assert (rows["checkpoint_config.output_dir"].status, rows["checkpoint_config.output_dir"].target) == (
+        "implemented-as",
+        "checkpoint_dir",
+    )
+    assert rows["checkpoint_config.async_upload"].status == "ignored"
+    assert "no second copy" in rows["checkpoint_config.keep_local_file"].note
+    assert not translation.problems
+    # ROLL's registry holds file_system only: another uploader fails there and here
+    data["checkpoint_config"] = {"type": "oss", "output_dir": "oss://bucket/ckpt"}
+    problems = translate(data, referenced).problems
+    assert [(p.key, p.status) for p in problems] == [("checkpoint_config.type", "unsupported")]
+    assert "file_system only" in problems[0].note
+    data["checkpoint_config"] = {}  # ROLL's default: no upload, roll's own folder
+    translation = translate(data, referenced)
+    assert "checkpoint_dir" not in translation.data and not translation.problems
+
+
+def test_validate_names_a_checkpoint_folder_that_cannot_be_made(tmp_path: Path, capsys) -> None:
+    blocker = _write(tmp_path / "a-file", "")
+    code = main(
+        [
+            "validate",
+            "--no-ray",
+            str(TINY),
+            f"output_dir={tmp_path}/out",
+            f"checkpoint_config.output_dir={blocker}/ckpt",
+        ]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint_dir {blocker}/ckpt: {blocker} is a file, not a folder" in err
+    assert "set checkpoint_dir (checkpoint_config.output_dir in a ROLL file) to a folder this machine can write" in err
+
+
 # --- validate --no-ray and a run ------------------------------------------------------------------------------
 def test_validate_no_ray_warns_on_unavailable_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = FIXTURES / "roll" / "qwen2.5-3B_dpo_megatron.yaml"
@@ -227,9 +275,11 @@ def test_roll_format_file_runs_one_step(tmp_path: Path, ray_env: None) -> None:
     from roll.pipelines.launcher import run_config
     from roll.pipelines.tracking import read_metrics
 
-    run_config(
-        load_config(TINY, [f"output_dir={tmp_path}", "actor_train.name=compat-train", "actor_infer.name=compat-infer"])
-    )
+    overrides = [f"output_dir={tmp_path}", f"checkpoint_config.output_dir={tmp_path}/ckpt/${{exp_name}}"]
+    config = load_config(TINY, [*overrides, "actor_train.name=compat-train", "actor_infer.name=compat-infer"])
+    run_config(config)
+    assert (tmp_path / "ckpt" / config.exp_name / "latest").read_text() == "step-00000001"  # ROLL's checkpoint folder
+    assert not (tmp_path / "checkpoints").exists()
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     assert metrics[-1]["step"] == 1
     assert metrics[-1]["rollout/samples"] == 4

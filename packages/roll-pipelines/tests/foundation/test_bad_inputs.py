@@ -142,6 +142,21 @@ CASES = [
         [],
         ["already holds checkpoints", "resume_from_checkpoint=auto"],
     ),
+    (
+        "would-overwrite-checkpoint-dir",
+        {"checkpoint_dir": "{root}/previous/checkpoints"},
+        [],
+        [
+            "checkpoint_dir {root}/previous/checkpoints already holds checkpoints",
+            "choose another exp_name/checkpoint_dir",
+        ],
+    ),
+    (
+        "checkpoint-dir-under-a-file",
+        {"checkpoint_dir": "{root}/data/empty.jsonl/ckpt"},
+        [],
+        ["checkpoint_dir {root}/data/empty.jsonl/ckpt cannot be made", "checkpoint_config.output_dir in a ROLL file"],
+    ),
     ("dpo-odd-micro-batch", "dpo", [], ["per_device_train_batch_size counts sequences and must be even"]),
     ("yaml-not-a-mapping", "- just\n- a list\n", [], ["must contain a mapping of config fields"]),
     ("yaml-syntax", "pipeline_cls: sft\n  bad: [indent\n", [], ["is not valid YAML"]),
@@ -189,6 +204,7 @@ def test_bad_input_gives_one_clear_error_and_starts_nothing(case, workspace, cap
     assert code == EXIT_CONFIG, error
     assert sum(line.startswith("error: ") for line in error.splitlines()) == 1, error
     for fragment in case[3]:
+        fragment = fragment.replace("{root}", str(workspace))
         assert fragment in error, f"{fragment!r} not in:\n{error}"
     assert not ray.is_initialized()
     assert _snapshot(workspace / "out") == before_out == {}

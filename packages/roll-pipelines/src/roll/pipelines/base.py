@@ -31,7 +31,7 @@ import torch
 import yaml
 
 from roll.pipelines.checkpoint import CheckpointManager, PipelineState
-from roll.pipelines.config import BaseConfig, RoleConfig
+from roll.pipelines.config import FOLDER_FIX, BaseConfig, RoleConfig, folder_problem
 from roll.pipelines.metrics import reduce_metrics
 from roll.pipelines.plots import write_plots
 from roll.pipelines.summary import STEPS_TOTAL_KEY
@@ -90,6 +90,12 @@ class Role:
     settings: Any = None
 
 
+def _check_folder(path: Path, field: str) -> None:
+    problem = folder_problem(path)
+    if problem is not None:
+        raise ConfigError(f"{field} {path} cannot be made: {problem}; {FOLDER_FIX[field]}")
+
+
 @dataclass
 class Session:
     """What a started pipeline holds: its output folder, checkpoints, Ray resources and trackers."""
@@ -116,11 +122,13 @@ class Session:
     def open(cls, config: BaseConfig) -> Session:
         """Check the output folder and resume path, write config.yaml, start Ray, resources and tracking."""
         output_dir = config.resolved_output_dir
-        checkpoints = CheckpointManager(output_dir / "checkpoints", config.max_ckpt_to_keep)
+        checkpoints = CheckpointManager(config.resolved_checkpoint_dir, config.max_ckpt_to_keep)
         if not config.resume_from_checkpoint and checkpoints.complete():
+            field = "output_dir" if config.checkpoint_dir is None else "checkpoint_dir"
+            folder = output_dir if config.checkpoint_dir is None else checkpoints.root
             raise ConfigError(
-                f"output_dir {output_dir} already holds checkpoints of an earlier run; set "
-                f"resume_from_checkpoint=auto to continue it, or choose another exp_name/output_dir"
+                f"{field} {folder} already holds checkpoints of an earlier run; set resume_from_checkpoint=auto to "
+                f"continue it, or choose another exp_name/{field}"
             )
         resume_path = checkpoints.resolve(config.resume_from_checkpoint)  # a bad path fails before anything starts
         if resume_path is None and config.resume_from_checkpoint == "auto":
@@ -128,6 +136,7 @@ class Session:
                 "resume_from_checkpoint=auto: no complete checkpoint in %s; starting at step 0", checkpoints.root
             )
         set_seed(config.seed)
+        _check_folder(checkpoints.root, "checkpoint_dir")  # made at the first checkpoint
         output_dir.mkdir(parents=True, exist_ok=True)
         if resume_path is None:  # a run killed before its first checkpoint left rows this run would repeat
             set_aside_metrics(output_dir)

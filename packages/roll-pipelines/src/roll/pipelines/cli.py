@@ -140,7 +140,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     table = summarize_run(config.resolved_output_dir, wall_s=time.perf_counter() - started, notes=notes)
     if table:
         print(f"\n{config.exp_name}: held-out before/after\n{table}\n")
-    print(f"done: outputs in {config.resolved_output_dir} (metrics.jsonl, plots/, checkpoints/)")
+    if config.checkpoint_dir is None:
+        print(f"done: outputs in {config.resolved_output_dir} (metrics.jsonl, plots/, checkpoints/)")
+    else:
+        print(
+            f"done: outputs in {config.resolved_output_dir} (metrics.jsonl, plots/), checkpoints in "
+            f"{config.resolved_checkpoint_dir}"
+        )
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, get_args, get_origin
@@ -30,9 +31,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "FOLDER_FIX",
     "BaseConfig",
     "RoleConfig",
     "apply_overrides",
+    "folder_problem",
     "load_config",
     "missing_reference",
     "move_flat_keys",
@@ -144,6 +147,25 @@ def _role_model(annotation: Any) -> tuple[type[RoleConfig], bool] | None:
     return None
 
 
+def folder_problem(path: Path) -> str | None:
+    """Why folder ``path`` could not be made and written here (its nearest existing path is a file, or a folder
+    this process cannot write), or None."""
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} cannot be written on this machine"
+    return None
+
+
+FOLDER_FIX = {
+    "output_dir": "set output_dir to a folder this machine can write",
+    "checkpoint_dir": "set checkpoint_dir (checkpoint_config.output_dir in a ROLL file) to a folder this machine can write",
+}
+
+
 class BaseConfig(RollModel):
     """Fields every pipeline has. Subclasses add their roles (RoleConfig fields) and sections of algorithm settings.
 
@@ -159,6 +181,10 @@ class BaseConfig(RollModel):
     exp_name: str = "roll"
     seed: int = 42
     output_dir: str = Field(default="./output/{exp_name}", description="'{exp_name}' is replaced by exp_name.")
+    checkpoint_dir: str | None = Field(
+        default=None,
+        description="Where checkpoints go (null: output_dir/checkpoints); '{exp_name}' is replaced by exp_name.",
+    )
     max_steps: int = Field(default=100, ge=1)
     save_steps: int = Field(default=0, ge=0, description="Checkpoint every N steps (0: only at the end).")
     eval_steps: int = Field(default=0, ge=0, description="Validate every N steps (0: never, except at the end).")
@@ -262,6 +288,12 @@ class BaseConfig(RollModel):
     @property
     def resolved_output_dir(self) -> Path:
         return Path(self.output_dir.replace("{exp_name}", self.exp_name)).expanduser()
+
+    @property
+    def resolved_checkpoint_dir(self) -> Path:
+        if self.checkpoint_dir is None:
+            return self.resolved_output_dir / "checkpoints"
+        return Path(self.checkpoint_dir.replace("{exp_name}", self.exp_name)).expanduser()
 
     def deployment_checks(self) -> list[Callable[[], str | None]]:
         """Pipeline-specific checks for ``roll validate`` (each returns a summary line or None, raises a RollError

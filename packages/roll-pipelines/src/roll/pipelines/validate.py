@@ -7,7 +7,8 @@ mapping fits the cluster (the declared ``num_nodes`` x ``num_gpus_per_node``, an
 ``--no-ray``). Pipeline-wide: each tracker of ``track_with`` has its package, each reward
 domain's ``reward_type`` resolves, every prompt carries the fields its reward needs, and the pipeline's own
 ``deployment_checks`` pass (agentic: each env entry, each ROCK env's task file and service, ``sequence_length``
-against each env tag's first prompt and the model's positions). Every problem is reported, not just the first.
+against each env tag's first prompt and the model's positions), and ``output_dir`` and ``checkpoint_dir`` can be
+made and written. Every problem is reported, not just the first.
 
 With ``--no-ray`` (checking a config away from the machine it runs on), what depends on this machine (a package that
 is not installed, a local model or data file that is not here, a hub id missing from the offline cache, a service
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from roll.pipelines.config import BaseConfig, RoleConfig
+from roll.pipelines.config import FOLDER_FIX, BaseConfig, RoleConfig, folder_problem
 from roll.pipelines.hub import HubError, cached_hub_repo, hub_offline, is_hub_id, use_modelscope
 from roll.runtime import ConfigError, MissingExtraError, RollError
 
@@ -355,6 +356,18 @@ def _check_node_layout(name: str, role: RoleConfig, splits: list[list[int]]) -> 
             raise ConfigError(f"{name}: {problem}")
 
 
+def _check_folders(config: BaseConfig) -> str | None:
+    """``output_dir`` and ``checkpoint_dir`` can be made and written here (a ROLL file's
+    ``checkpoint_config.output_dir`` often names a cluster's shared disk)."""
+    for field, path in (("output_dir", config.resolved_output_dir), ("checkpoint_dir", config.resolved_checkpoint_dir)):
+        problem = folder_problem(path)
+        if problem is None:
+            continue
+        error = ConfigError if "not a folder" in problem else NotHereError
+        raise error(f"{field} {path}: {problem}; {FOLDER_FIX[field]}")
+    return None
+
+
 def _check_ray(config: BaseConfig) -> str:
     from roll.runtime import ResourceManager, init
 
@@ -430,6 +443,7 @@ def validate_deployment(config: BaseConfig, *, check_ray: bool = True) -> list[s
         placement = f"devices {role.device_mapping}" if role.device_mapping is not None else "CPU"
         lines.append(f"{name}: {role.world_size} worker(s), {backend}, {placement}")
     problems.run(lambda: _check_rewards(config), lines)
+    problems.run(lambda: _check_folders(config), lines)
     for check in config.deployment_checks():
         problems.run(check, lines)
     if check_ray and not problems.errors:

@@ -89,7 +89,12 @@ TOP_KEYS: dict[str, Rule] = {
     ),
     "logging_dir": _ignored("roll logs to the console and output_dir/metrics.jsonl"),
     "base_dir": _ignored("paths are relative to the working directory"),
-    "checkpoint_config": _ignored("roll checkpoints under output_dir/checkpoints (save_steps, max_ckpt_to_keep)"),
+    "checkpoint_config": Rule(
+        "implemented-as",
+        "checkpoint_dir",
+        "its output_dir (type file_system, ROLL's one uploader) is where roll writes checkpoints, without ROLL's "
+        "per-run timestamp folder, so resume_from_checkpoint=auto finds them",
+    ),
     "save_logging_board_dir": _ignored("roll's tensorboard dir is tracker_kwargs.log_dir"),
     "rollout_dump_dir": _ignored("rollout.dump writes output_dir/rollouts/step-N.jsonl"),
     "local_rank": _ignored("set by the launcher in ROLL; roll's workers know their rank"),

@@ -312,6 +312,8 @@ class _Translator:
             self.train_infer_correction(value)
         elif key == "track_with":
             self.track_with(value)
+        elif key == "checkpoint_config":
+            self.checkpoint_config(value)
         elif key == "val_greedy":
             if value:
                 self.set_path("validation.generating_args.temperature", 0.0, key)
@@ -339,6 +341,42 @@ class _Translator:
             self.row(key, rule.status, rule.target, rule.note)
         else:
             self.row(key, rule.status, note=rule.note)
+
+    def checkpoint_config(self, value: Any) -> None:
+        """ROLL copies each checkpoint to ``checkpoint_config.output_dir`` (its file_system uploader, the only one in
+        its open-source registry, also the default when ``type`` is left out) and deletes the local copy unless
+        ``keep_local_file``; roll writes them there directly."""
+        if not value:
+            self.row("checkpoint_config", "ignored", note=f"{value!r}: no upload in ROLL; roll uses output_dir")
+            return
+        if not isinstance(value, dict):
+            self.row("checkpoint_config", "unsupported", note=f"must be a mapping with output_dir, got {value!r}")
+            return
+        kind = value.get("type", "file_system")
+        if kind != "file_system":
+            self.row(
+                "checkpoint_config.type",
+                "unsupported",
+                note=f"{kind!r} is not in ROLL's open-source uploader registry (file_system only), nor in roll",
+            )
+        if "output_dir" in value:
+            self.set_path("checkpoint_dir", value["output_dir"], "checkpoint_config.output_dir")
+            self.row(
+                "checkpoint_config.output_dir",
+                "implemented-as",
+                "checkpoint_dir",
+                "roll writes the checkpoints there (ROLL copies them there into a per-run timestamp folder)",
+            )
+        notes = {
+            "type": "file_system: a folder",
+            "async_upload": "roll writes checkpoints in place; nothing is uploaded",
+            "keep_local_file": "roll keeps no second copy under output_dir",
+        }
+        for name in value:
+            if name == "output_dir" or (name == "type" and kind != "file_system"):
+                continue
+            note = notes.get(name, "ROLL's file_system uploader takes and ignores it")
+            self.row(f"checkpoint_config.{name}", "ignored", note=note)
 
     def track_with(self, value: Any) -> None:
         """ROLL's tracker names (roll/utils/tracking.py: tensorboard, wandb, stdout, swanlab, trackio); its
