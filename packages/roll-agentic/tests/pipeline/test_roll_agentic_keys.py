@@ -104,7 +104,7 @@ def test_rolls_env_defaults_are_written_into_its_env_configs(tmp_path: Path) -> 
 
 def test_rolls_agentic_config_fields_have_a_status_not_unknown_key(tmp_path: Path) -> None:
     # Fields of ROLL's AgenticConfig / EnvManagerConfig / RewardNormalizationConfig used to fail as "unknown key;
-    # did you mean 'add_len_reward'?" (use_token_reward) or "unknown field" (group_size_redundancy).
+    # did you mean 'add_len_reward'?" (use_token_reward) or "unknown field" (group_size_redundancy, now a field).
     extra = (
         "use_token_reward: false\ndirty_data_mask: false\nopen_feedback_turn: false\nexp_mode: train\n"
         "partial_gpu_mode: true\nenv_monitor: {enable: true, hung_timeout: 3600}\n"
@@ -117,17 +117,16 @@ def test_rolls_agentic_config_fields_have_a_status_not_unknown_key(tmp_path: Pat
     rows = {row.key: row for row in translate(*compose_file(path)).rows}
     for key in ("use_token_reward", "partial_gpu_mode", "env_monitor", "reward_normalization.global_scale_factor"):
         assert rows[key].status == "ignored", key
-    assert rows["train_env_manager.group_size_redundancy"].status == "ignored"
     assert rows["train_env_manager.llm_proxy"].status == "kept"
     assert load_config(path).reward_normalization.method == "mean"
 
 
-def test_rolls_redundant_episodes_are_refused_by_name(tmp_path: Path) -> None:
+def test_rolls_redundant_episodes_are_honoured(tmp_path: Path) -> None:
+    # ROLL's group_size_redundancy was refused (unsupported); roll's env manager now plays it (test_scheduler.py).
     text = AGENTIC.replace("  group_size: 4\n", "  group_size: 4\n  group_size_redundancy: 2\n")
-    with pytest.raises(ConfigError, match="roll cannot honour") as error:
-        load_config(_write(tmp_path, text))
-    message = str(error.value)
-    assert "train_env_manager.group_size_redundancy: unsupported" in message and "set 0 (got 2)" in message
+    manager = load_config(_write(tmp_path, text)).train_env_manager
+    assert (manager.group_size, manager.group_size_redundancy, manager.envs_per_group) == (4, 2, 6)
+    assert manager.num_envs == manager.num_env_groups * 6
 
 
 def test_rolls_random_proxy_plays_validation_and_is_refused_for_training(tmp_path: Path) -> None:

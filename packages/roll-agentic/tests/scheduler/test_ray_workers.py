@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import Counter
 
 import pytest
 import ray
@@ -146,3 +147,33 @@ def test_a_cancelled_rollout_cancels_its_episodes_on_the_workers(tokenizer, reso
         loop.close()
         scheduler.close()
         ray.kill(server)
+
+
+def test_redundant_episodes_on_the_workers_are_cancelled_and_their_slots_play_on(tokenizer, resources) -> None:
+    """``group_size_redundancy`` on EnvironmentWorkers: each round keeps group_size episodes; the episodes still
+    running are cancelled on their worker, and their env slots play the next rounds."""
+    config = EnvManagerConfig(
+        name="env_redundant", num_env_groups=2, group_size=2, group_size_redundancy=2, tags=["FL"],
+        max_env_num_per_worker=4,
+    )  # fmt: skip
+    client = MockPolicyClient(
+        tokenizer,
+        RandomActionPolicy(["Up", "Down", "Left", "Right"], invalid_prob=0.1),
+        LatencyModel(overhead_s=0.01, per_token_median_s=1e-4, per_token_sigma=2.0),
+    )
+    scheduler = RolloutScheduler.on_ray(
+        config, ENVS, tokenizer, client, resource_manager=resources,
+        generation_config=GenerationConfig(max_new_tokens=32), sequence_length=2048, mode="train", seed=3,
+    )  # fmt: skip
+    try:
+        assert scheduler.executor.cluster.world_size == 2  # 8 envs, 4 per worker
+        for _ in range(3):
+            out = scheduler.get_batch(4)
+            m = out.metrics
+            assert m["rollout/groups_kept"] == 2 and m.get("rollout/groups_faulted", 0) == 0
+            assert m["rollout/episodes"] + m["rollout/episodes_cancelled"] == 8  # 2 rounds x 4 envs
+            rows = out.batch.non_tensor_batch
+            assert len(set(rows["traj_id"].tolist())) == 4  # two episodes of each of the two rounds
+            assert sorted(Counter(rows["traj_group_id"].tolist()).values()) == [2, 2]
+    finally:
+        scheduler.close()

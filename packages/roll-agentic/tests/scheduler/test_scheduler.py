@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from roll.agentic.config import CustomEnvConfig, EnvManagerConfig
-from roll.agentic.env_manager import EpisodeResult
+from roll.agentic.env_manager import EpisodeResult, EpisodeTask
 from roll.agentic.policy import LatencyModel, MockPolicyClient, RandomActionPolicy
 from roll.agentic.scheduler import RolloutScheduler
 from roll.agentic.scheduler.filters import GroupFilter
@@ -221,6 +221,94 @@ def test_dropped_rounds_are_replaced_the_same_way_whatever_the_timing() -> None:
     assert played[0] == [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1), (3, 0)]
     assert order[0] == ["0_1", "1_0", "2_1", "3_0"]  # in the places of the rounds they replace
     assert order[1] == ["0_3", "1_2", "2_3", "3_2"] and state == {"next_episode": [4, 3, 4, 3], "cursor": 0}
+
+
+class _StragglerExecutor(_SampleExecutor):
+    """Env slot ``slow`` of every group takes a second, slot ``faulty`` ends its episodes with an env fault; the
+    others finish in a few milliseconds, in slot order."""
+
+    def __init__(self, slow: int | None = None, faulty: int | None = None) -> None:
+        super().__init__(lambda t: 1.0 if t.env_id % 3 == slow else 0.001 * (t.env_id % 3 + 1))
+        self.faulty, self.started, self.cancelled = faulty, [], []
+        # the first sample built in a process takes a second (torch's set-up) on the loop, which would let every
+        # timer of the round expire at once: build one before
+        asyncio.run(_SampleExecutor(lambda t: 0).run(EpisodeTask(0, 0, "FL", 0, 0, "warm", "warm_0")))
+
+    async def run(self, task) -> EpisodeResult:
+        self.started.append(task.env_id)
+        try:
+            result = await super().run(task)
+        except asyncio.CancelledError:
+            self.cancelled.append(task.env_id)
+            raise
+        if task.env_id % 3 == self.faulty:
+            return EpisodeResult(task, "env_error", 0, False, 0.0, None, None, error="boom")
+        return result
+
+
+def test_redundant_episodes_let_a_round_end_without_its_straggler_or_its_faulted_episode() -> None:
+    """``group_size_redundancy`` (ROLL's): each group has group_size + redundancy envs on the round's seed; the
+    first group_size episodes to finish without a fault are kept, the others cancelled (counted)."""
+    config = EnvManagerConfig(name="train_env", num_env_groups=2, group_size=2, group_size_redundancy=1, tags=["FL"])
+    assert config.num_envs == 6 and [
+        p.env_ids for p in RolloutScheduler(config, _TimedExecutor(lambda t: 0), pad_token_id=0).groups
+    ] == [(0, 1, 2), (3, 4, 5)]
+    slow = _StragglerExecutor(slow=0)
+    out = RolloutScheduler(config, slow, pad_token_id=0).get_batch(4)
+    assert sorted(slow.started) == [0, 1, 2, 3, 4, 5] and sorted(slow.cancelled) == [0, 3]  # the stragglers
+    assert [(e.task.group_id, e.task.env_id) for e in out.episodes] == [(0, 1), (0, 2), (1, 4), (1, 5)]
+    assert out.metrics["rollout/episodes_cancelled"] == 2 and out.metrics["rollout/groups_kept"] == 2
+    assert len({e.task.seed for e in out.episodes if e.task.group_id == 0}) == 1  # one seed per round
+    # a faulted episode does not fill the group while a healthy one can: the round is kept, not replaced
+    faulty = _StragglerExecutor(faulty=0)
+    out = RolloutScheduler(config, faulty, pad_token_id=0).get_batch(4)
+    assert faulty.cancelled == []
+    assert out.metrics["rollout/groups_kept"] == 2 and out.metrics["rollout/groups_launched"] == 2
+    assert out.metrics["rollout/episodes_cancelled"] == 0 and out.metrics["rollout/env_faults"] == 2  # counted
+    assert sorted(e.task.env_id for e in out.episodes) == [0, 1, 2, 3, 4, 5]  # every episode played, reported
+    assert out.batch is not None and len(out.batch) == 4  # the healthy ones (a faulted episode has no sample)
+    # without redundancy the fault drops the round and a replacement is played
+    plain = EnvManagerConfig(name="train_env", num_env_groups=2, group_size=3, tags=["FL"])
+    out = RolloutScheduler(plain, _StragglerExecutor(faulty=0), pad_token_id=0).get_batch(6)
+    assert out.metrics["rollout/groups_faulted"] >= 2 and "rollout/episodes_cancelled" not in out.metrics
+
+
+def test_episodes_finishing_beyond_the_group_are_reported_not_trained() -> None:
+    """Episodes that finish together past ``group_size``: the round keeps the first in env order; the others are
+    in the played episodes without their samples (dumped as not kept), not in the batch."""
+    config = EnvManagerConfig(name="train_env", num_env_groups=2, group_size=2, group_size_redundancy=1, tags=["FL"])
+    out = RolloutScheduler(config, _SampleExecutor(lambda t: 0.0), pad_token_id=0).get_batch(4)
+    assert len(out.batch) == 4
+    # all three episodes of a round finish in the same pass of the event loop: none is left to cancel
+    assert len(out.episodes) == 6 and out.metrics["rollout/episodes_cancelled"] == 0
+    extra = [(e.task.group_id, e.task.env_id) for e in out.episodes if e.batch is None]
+    assert extra == [(0, 2), (1, 5)] and all(e.end_reason == "terminated" for e in out.episodes)
+    # validation reads the rounds' group_size episodes only
+    val = RolloutScheduler(config, _SampleExecutor(lambda t: 0.0), pad_token_id=0, mode="val").get_batch(4)
+    assert len(val.episodes) == 4 and val.metrics["val/episodes"] == 4
+
+
+def test_a_round_with_too_few_healthy_episodes_keeps_group_size_and_is_judged_faulted() -> None:
+    config = EnvManagerConfig(
+        name="train_env", num_env_groups=1, group_size=2, group_size_redundancy=1, tags=["FL"], max_launch_factor=1
+    )
+    executor = _StragglerExecutor(faulty=0)
+    original = executor.run
+
+    async def two_faults(task) -> EpisodeResult:
+        result = await original(task)
+        return EpisodeResult(task, "env_timeout", 0, False, 0.0, None, None) if task.env_id == 1 else result
+
+    executor.run = two_faults
+    out = RolloutScheduler(config, executor, pad_token_id=0).get_batch(2)
+    assert out.batch is None and out.metrics["rollout/groups_faulted"] == 1
+    assert out.episodes[2].batch is None  # finished but not in the round: not trained on (dumped as not kept)
+    # the round's two (the first to finish), then the one finished after them: all reported
+    assert [(e.task.env_id, e.end_reason) for e in out.episodes] == [
+        (0, "env_error"),
+        (1, "env_timeout"),
+        (2, "terminated"),
+    ]
 
 
 def test_the_launch_limit_is_the_managers_setting() -> None:

@@ -438,13 +438,21 @@ def _closest(unknown: list[str]) -> str:
 class EnvManagerConfig(WorkerConfig):
     """The EnvironmentWorker role of one scheduler (train or val): env groups, tags and workers.
 
-    ``world_size`` is derived: ``ceil(num_env_groups * group_size / max_env_num_per_worker)``.
+    ``world_size`` is derived: ``ceil(num_envs / max_env_num_per_worker)``, where ``num_envs`` is
+    ``num_env_groups * (group_size + group_size_redundancy)``.
     """
 
     name: str = "train_env"
     worker_cls: Any = Field(default="roll.agentic.worker.EnvironmentWorker")
     num_env_groups: int = Field(default=1, ge=1, description="Groups of envs; a group's envs share one seed.")
     group_size: int = Field(default=1, ge=1, description="Envs (episodes) per group: GRPO's group.")
+    group_size_redundancy: int = Field(
+        default=0,
+        ge=0,
+        description="Extra envs per group (ROLL's): a round plays group_size + group_size_redundancy episodes on its "
+        "seed and keeps the first group_size to finish without an env fault; the others are cancelled. Rounds stop "
+        "waiting for their slowest episodes and absorb env faults; the kept episodes lean toward the quicker ones.",
+    )
     tags: list[str] = Field(default_factory=list, description="custom_envs tags run by this manager.")
     num_groups_partition: list[int] | None = Field(
         default=None, description="Groups per tag (default: num_env_groups split evenly over tags)."
@@ -488,7 +496,7 @@ class EnvManagerConfig(WorkerConfig):
             return data
         try:
             groups = int(data.get("num_env_groups", 1))
-            total = groups * int(data.get("group_size", 1))
+            total = groups * (int(data.get("group_size", 1)) + int(data.get("group_size_redundancy") or 0))
             per_worker = int(data.get("max_env_num_per_worker") or 0) or total
         except (TypeError, ValueError):
             return data
@@ -540,8 +548,13 @@ class EnvManagerConfig(WorkerConfig):
         return self.generating_args or default
 
     @property
+    def envs_per_group(self) -> int:
+        """The envs of one group: ``group_size`` kept episodes per round plus the redundant ones."""
+        return self.group_size + self.group_size_redundancy
+
+    @property
     def num_envs(self) -> int:
-        return self.num_env_groups * self.group_size
+        return self.num_env_groups * self.envs_per_group
 
     def groups_for(self, batch_size: int | None, setting: str = "batch size", section: str | None = None) -> int:
         """The groups a batch of ``batch_size`` trajectories takes (None: every group once); ConfigError naming

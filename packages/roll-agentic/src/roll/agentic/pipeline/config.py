@@ -561,6 +561,7 @@ class AgenticConfig(BaseConfig):
             "num_env_groups": manager.num_env_groups * copies,
             "num_groups_partition": [n * copies for n in manager.num_groups_partition or []] or None,
             "group_filter_cls": "roll.agentic.scheduler.filters.GroupFilter",
+            "group_size_redundancy": 0,
         }
         return manager.model_copy(update=shape)
 

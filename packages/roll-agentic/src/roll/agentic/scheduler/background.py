@@ -124,8 +124,10 @@ class BackgroundRollouts:
 
     def _finish(self, round_: _Round) -> None:
         verdict = self.scheduler._judge(round_)
-        self._played.extend(round_.results)
+        self._played.extend([*round_.results, *round_.extra])
         self._counts[verdict] += 1
+        if self.scheduler.config.group_size_redundancy:
+            self._counts["episodes_cancelled"] += round_.cancelled
         if verdict == "groups_kept":
             key = (round_.plan.group_id, round_.episode_id)
             size = len(round_.results)

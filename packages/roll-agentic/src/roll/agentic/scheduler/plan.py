@@ -1,7 +1,8 @@
 """Where every env of a rollout lives: groups, tags, env slots and workers (ROLL's env layout).
 
 Groups ``0..num_env_groups-1`` are assigned to ``tags`` in order by ``num_groups_partition``; group ``g`` owns env
-slots ``g*group_size .. (g+1)*group_size-1``; env slot ``e`` starts on worker ``e // max_env_num_per_worker``.
+slots ``g*n .. (g+1)*n-1``, ``n`` being ``group_size + group_size_redundancy``; env slot ``e`` starts on worker
+``e // max_env_num_per_worker``.
 All envs of a group play the same seed in each round (GRPO-style groups).
 """
 
@@ -30,8 +31,8 @@ def plan_groups(config: EnvManagerConfig) -> list[GroupPlan]:
     groups, group_id = [], 0
     for tag, count in zip(config.tags, config.num_groups_partition or []):
         for _ in range(count):
-            first = group_id * config.group_size
-            groups.append(GroupPlan(group_id, tag, tuple(range(first, first + config.group_size))))
+            first = group_id * config.envs_per_group
+            groups.append(GroupPlan(group_id, tag, tuple(range(first, first + config.envs_per_group))))
             group_id += 1
     return groups
 

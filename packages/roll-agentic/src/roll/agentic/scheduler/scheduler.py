@@ -14,6 +14,11 @@ episodes count as failures) and replays the same seeds on every call, so validat
 hashed like training's, except for tags whose env picks items by seed (``Env.seed_is_index``, e.g. ``roll_math``):
 their n-th validation round (in the fixed val order) gets the seed n, so a val run walks the dataset in order.
 
+With ``group_size_redundancy`` a group has that many more envs: a round plays them all on its seed, keeps the first
+``group_size`` episodes to finish without an env fault (in env order in the batch) and cancels the others; a round
+with too few such episodes keeps its first ``group_size`` and is judged faulted. Training's metrics count the other
+finished episodes too; validation's read each round's ``group_size`` only.
+
 Every episode also gets a sampling seed (:func:`~roll.agentic.scheduler.plan.sampling_seed`: the scheduler's seed,
 the round, the env slot, and for validation the global step), from which its turns' requests are seeded: with an
 engine that honours request seeds, the same seed plays the same episodes however the turns were batched.
@@ -24,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, deque
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -75,6 +80,11 @@ class _Round:
     place: tuple[int, int] = (0, 0)
     """Where its samples go in the batch, not the timing-dependent finish order: (the launch that started its chain
     of replacements, its number in the chain)."""
+    extra: list[EpisodeResult] = field(default_factory=list)
+    """With ``group_size_redundancy``: episodes that finished but are not among the round's ``group_size`` (a faulted
+    one passed over, or one finishing with the last kept ones); counted in the metrics, not trained on."""
+    cancelled: int = 0
+    """With ``group_size_redundancy``: episodes cancelled once ``group_size`` others had finished."""
 
 
 def check_custom_envs(config: EnvManagerConfig, custom_envs: dict[str, CustomEnvConfig]) -> None:
@@ -336,15 +346,41 @@ class RolloutScheduler:
             task = EpisodeTask(env_id, plan.group_id, plan.tag, episode_id, seed, traj_group_id, traj_id, sampling)
             episodes.append(asyncio.ensure_future(self.executor.run(task)))
         try:
-            results = await asyncio.gather(*episodes)
+            results, extra = await self._first_finished(episodes)
         except BaseException:
-            # gather leaves the other episodes running when one raises: stop them, or they stay parked on the loop
-            # holding what they hold (a gated policy client's request, which a weight sync's pause waits for)
+            # stop the episodes still running, or they stay parked on the loop holding what they hold (a gated
+            # policy client's request, which a weight sync's pause waits for)
             for episode in episodes:
                 episode.cancel()
             await asyncio.gather(*episodes, return_exceptions=True)
             raise
-        return _Round(plan, episode_id, launch, list(results), place or (launch, 0))
+        cancelled = len(episodes) - len(results) - len(extra)
+        return _Round(plan, episode_id, launch, results, place or (launch, 0), extra, cancelled)
+
+    async def _first_finished(
+        self, episodes: Sequence[asyncio.Future[EpisodeResult]]
+    ) -> tuple[list[EpisodeResult], list[EpisodeResult]]:
+        """The round's ``group_size`` episodes in env order, and the other finished ones: without
+        ``group_size_redundancy`` all of them; with it, the first ``group_size`` to finish without an env fault (those
+        still running then are cancelled and awaited), or, when too few do, the first ``group_size`` to finish (the
+        round is then judged faulted)."""
+        size = self.config.group_size
+        if len(episodes) == size:
+            return list(await asyncio.gather(*episodes)), []
+        finished: list[asyncio.Future[EpisodeResult]] = []
+        pending = set(episodes)
+        while pending and sum(not f.result().faulted for f in finished) < size:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            finished.extend(sorted(done, key=episodes.index))  # ties in env order
+        for episode in pending:
+            episode.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        healthy = [f for f in finished if not f.result().faulted]
+        chosen = healthy[:size] if len(healthy) >= size else finished[:size]
+        extra = [f.result() for f in finished if f not in chosen]
+        for result in extra:
+            result.batch = None  # not trained on: keep the summary, free the tensors
+        return [f.result() for f in sorted(chosen, key=episodes.index)], extra
 
     def _judge(self, round_: _Round) -> str:
         if self.mode == "val":
@@ -391,7 +427,10 @@ class RolloutScheduler:
                 for future in sorted(done, key=lambda f: f.result().place):
                     del running[future]
                     round_ = future.result()
-                    played.extend(round_.results)
+                    # validation reads its rounds' group_size episodes, whatever else finished beside them
+                    played.extend(round_.results if self.mode == "val" else [*round_.results, *round_.extra])
+                    if self.config.group_size_redundancy:
+                        counts["episodes_cancelled"] += round_.cancelled
                     verdict = self._judge(round_)
                     counts[verdict] += 1
                     if verdict == "groups_kept":

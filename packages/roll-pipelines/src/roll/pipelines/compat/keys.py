@@ -251,10 +251,6 @@ PIPELINE_KEYS["agentic_rollout"] = {
 # Keys of ROLL's EnvManagerConfig (train_env_manager, val_env_manager) that roll's does not take.
 ENV_MANAGER_KEYS: dict[str, Rule] = {
     "format_penalty": _ignored("a field of ROLL's EnvManagerConfig that no ROLL code reads (envs set their own)"),
-    "group_size_redundancy": _unsupported(
-        "extra episodes per group (ROLL plays group_size + group_size_redundancy and keeps the first group_size "
-        "to finish); remove it or set 0"
-    ),
     "llm_proxy": Rule(
         "kept",
         "llm_proxy",
