@@ -424,7 +424,10 @@ def test_duplicate_cluster_names_and_bad_worker_classes_are_config_errors(echo, 
 
 
 def test_device_mapping_on_a_cpu_only_cluster_is_a_config_error(resources):
-    with pytest.raises(ConfigError, match="no GPUs; remove device_mapping"):
+    with pytest.raises(
+        ConfigError,
+        match="no GPUs: to run gpu_role on CPU workers, set gpu_role.device_mapping=null and gpu_role.world_size",
+    ):
         Cluster("gpu_role", EchoWorker, resources, WorkerConfig(name="gpu_role", device_mapping=[0]))
 
 

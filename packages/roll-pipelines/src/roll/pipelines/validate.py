@@ -301,7 +301,7 @@ def _prompt_fields(row: dict[str, Any], data: Any) -> dict[str, Any]:
 # --- devices ------------------------------------------------------------------------------------------------------
 def _check_declared_devices(config: BaseConfig, name: str, role: RoleConfig) -> str | None:
     """``device_mapping`` against the cluster the config declares (num_nodes x num_gpus_per_node), if it does."""
-    from roll.runtime import plan_devices
+    from roll.runtime import cpu_workers_fix, plan_devices
     from roll.strategies.registry import multi_node_strategies, runs_across_nodes
 
     mapping = role.device_mapping
@@ -312,8 +312,7 @@ def _check_declared_devices(config: BaseConfig, name: str, role: RoleConfig) -> 
     beyond = sorted(d for d in mapping if d >= total)
     if beyond and total == 0:
         raise ConfigError(
-            f"{name}.device_mapping is set, but num_gpus_per_node=0 declares no GPUs: to run {name} on CPU workers, "
-            f"set {name}.device_mapping=null and {name}.world_size (its number of workers)"
+            f"{name}.device_mapping is set, but num_gpus_per_node=0 declares no GPUs: {cpu_workers_fix(name)}"
         )
     if beyond:
         raise ConfigError(

@@ -11,7 +11,14 @@ from roll.runtime._calls import PendingCall, materialize_all, materialize_concat
 from roll.runtime._cluster import Cluster, MethodProxy, RemoteMethod
 from roll.runtime._output import ENV_WORKER_LOG
 from roll.runtime._planning import NodeShare, plan_devices
-from roll.runtime._resources import GPU_SHARE_PER_ACTOR, NodeDevices, NodeInfo, Placement, ResourceManager
+from roll.runtime._resources import (
+    GPU_SHARE_PER_ACTOR,
+    NodeDevices,
+    NodeInfo,
+    Placement,
+    ResourceManager,
+    cpu_workers_fix,
+)
 from roll.runtime._worker import Worker
 from roll.runtime.config import RollModel, WorkerConfig, parse_device_mapping
 from roll.runtime.errors import (
@@ -58,6 +65,7 @@ __all__ = [
     "WorkerConfig",
     "WorkerError",
     "WorkerLostError",
+    "cpu_workers_fix",
     "import_extra",
     "import_module_of",
     "import_target",

@@ -103,6 +103,13 @@ def discover_nodes() -> list[NodeInfo]:
     return sorted(nodes, key=lambda n: (not n.is_head, n.ip, n.node_id))
 
 
+def cpu_workers_fix(role: str | None = None) -> str:
+    """How to run a GPU config on CPU workers: the fix an error about missing GPUs names (for ``role``, or all)."""
+    if role is None:
+        return "to run on CPU workers, set num_gpus_per_node=0 and each role's device_mapping=null with a world_size"
+    return f"to run {role} on CPU workers, set {role}.device_mapping=null and {role}.world_size (its number of workers)"
+
+
 class ResourceManager:
     """Maps roles to nodes and devices of the connected Ray cluster (call :func:`roll.runtime.init` first)."""
 
@@ -122,10 +129,7 @@ class ResourceManager:
             if num_nodes is None:
                 num_nodes = len(eligible)
             if num_nodes > len(eligible):
-                cpu_only = (
-                    " (this Ray cluster has no GPUs: to run on CPU workers, set num_gpus_per_node=0 and each role's "
-                    "device_mapping=null with a world_size)"
-                )
+                cpu_only = f" (this Ray cluster has no GPUs: {cpu_workers_fix()})"
                 raise ConfigError(
                     f"num_nodes={num_nodes} with num_gpus_per_node={num_gpus_per_node}, but only {len(eligible)} "
                     f"node(s) have that many GPUs ({[n.num_gpus for n in gpu_nodes]}); lower num_nodes or "
@@ -174,8 +178,7 @@ class ResourceManager:
         mapping = config.device_mapping or []
         if self.cpu_only:
             raise ConfigError(
-                f"{config.name}.device_mapping is set but this Ray cluster has no GPUs; remove device_mapping "
-                f"(and set world_size) to run {config.name} on CPU workers"
+                f"{config.name}.device_mapping is set but this Ray cluster has no GPUs: {cpu_workers_fix(config.name)}"
             )
         beyond = [d for d in mapping if d >= self.total_devices]
         if beyond:
