@@ -376,3 +376,25 @@ def test_repetition_penalty_ignores_left_padding():
     scores = torch.tensor([[1.0, 1.0, 2.0, -2.0], [1.0, 1.0, 2.0, -2.0]])
     out = RepetitionPenalty(2.0, pad_lengths=torch.tensor([1, 0]))(input_ids, scores)
     assert out.tolist() == [[1.0, 1.0, 1.0, -4.0], [0.5, 1.0, 1.0, -2.0]]
+
+
+def test_model_config_kwargs_override_the_hf_config_of_every_hf_loader(tiny_model: Path) -> None:
+    """ROLL's ``model_args.model_config_kwargs`` (it was refused): set on the model's config before the weights load,
+    by hf_infer's and fsdp2's loaders (a value head keeps its one label), and handed to vLLM and SGLang."""
+    from roll.strategies.config import ModelArgs
+    from roll.strategies.fsdp2 import _model as fsdp2_model
+    from roll.strategies.hf import _loading
+    from roll.strategies.sglang.config import SglangConfig
+
+    plain = ModelArgs(model_name_or_path=str(tiny_model), dtype="float32")
+    changed = plain.model_copy(update={"model_config_kwargs": {"rms_norm_eps": 0.5}})
+    ids = torch.tensor([[5, 6, 7, 8]])
+    before = _loading.load_model(plain, torch.float32, torch.device("cpu"))
+    after = _loading.load_model(changed, torch.float32, torch.device("cpu"))
+    assert (before.config.rms_norm_eps, after.config.rms_norm_eps) == (1e-6, 0.5)
+    assert not torch.allclose(before(ids).logits, after(ids).logits)  # the same weights, another model
+    critic = fsdp2_model.load_model(changed.model_copy(update={"model_head": "value"}), torch.float32, train=False)
+    assert critic.config.num_labels == 1 and critic.config.rms_norm_eps == 0.5
+    assert critic(ids).logits.shape == (1, 4, 1)
+    assert SglangConfig().engine_args(changed, seed=0)["json_model_override_args"] == '{"rms_norm_eps": 0.5}'
+    assert "json_model_override_args" not in SglangConfig().engine_args(plain, seed=0)

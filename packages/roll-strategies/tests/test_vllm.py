@@ -131,6 +131,22 @@ def test_a_gpu_block_size_is_left_to_vllm_on_cpu(caplog):
     assert cpu_block_size({"seed": 0}) == {"seed": 0}
 
 
+def test_model_config_kwargs_reach_vllm_as_hf_overrides():
+    """ROLL's ``model_args.model_config_kwargs`` become the engine's ``hf_overrides`` (set there only)."""
+    with pytest.raises(ConfigError, match="model_args.model_config_kwargs"):
+        VllmConfig(engine_kwargs={"hf_overrides": {"rms_norm_eps": 0.5}})
+    pytest.importorskip("vllm")
+    from types import SimpleNamespace
+
+    from roll.strategies.vllm.strategy import VllmStrategy
+
+    args = ModelArgs(model_name_or_path="m", model_config_kwargs={"rms_norm_eps": 0.5})
+    owner = SimpleNamespace(config=VllmConfig(), model_args=args)
+    assert VllmStrategy._engine_kwargs(owner, on_gpu=False)["hf_overrides"] == {"rms_norm_eps": 0.5}
+    owner.model_args = ModelArgs(model_name_or_path="m")
+    assert "hf_overrides" not in VllmStrategy._engine_kwargs(owner, on_gpu=False)
+
+
 # --- generation -----------------------------------------------------------------------------------------
 def test_greedy_generation_matches_transformers(engine, hf_model):
     assert vllm_greedy(engine, PROMPTS) == [hf_greedy(hf_model, p, 8) for p in PROMPTS]

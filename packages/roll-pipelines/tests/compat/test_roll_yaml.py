@@ -230,6 +230,19 @@ def test_checkpoint_config_output_dir_is_where_checkpoints_go() -> None:
     assert "checkpoint_dir" not in translation.data and not translation.problems
 
 
+def test_model_config_kwargs_are_the_roles_hf_config_overrides() -> None:
+    """ROLL's ``model_args.model_config_kwargs`` (read by its loaders' AutoConfig) was refused; it is now each
+    role's own (roll-strategies' test_hf_infer.py and test_vllm.py check the backends apply it)."""
+    overrides = {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}
+    config = load_config(TINY, [f"actor_train.model_args.model_config_kwargs={overrides}"])
+    assert config.actor_train.model_args.model_config_kwargs == overrides
+    assert config.actor_infer.model_args.model_config_kwargs == {}
+    data, referenced = compose_file(TINY)
+    data["actor_train"]["model_args"]["adapter_name_or_path"] = "lora/"
+    (problem,) = translate(data, referenced).problems
+    assert problem.key == "actor_train.model_args.adapter_name_or_path" and "no ROLL code reads it" in problem.note
+
+
 def test_validate_names_a_checkpoint_folder_that_cannot_be_made(tmp_path: Path, capsys) -> None:
     blocker = _write(tmp_path / "a-file", "")
     code = main(

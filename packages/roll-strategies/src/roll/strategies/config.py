@@ -41,6 +41,12 @@ class ModelArgs(RollModel):
     model_head: Literal["causal_lm", "value"] = Field(
         default="causal_lm", description="'value' loads a one-output token-classification head (PPO critic)."
     )
+    model_config_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Overrides of the model's HF config (ROLL's key; e.g. rope_scaling, max_position_embeddings): "
+        "transformers' config for hf_infer, fsdp2 and megatron, vLLM's hf_overrides, SGLang's "
+        "json_model_override_args. Give every role that shares the weights the same.",
+    )
     gradient_checkpointing: bool = False
     trust_remote_code: bool = False
     lora_rank: int = Field(default=0, ge=0, description="0 disables LoRA.")

@@ -325,11 +325,13 @@ MODEL_ARGS: dict[str, Rule] = {
     "lora_target": Rule("renamed", "lora_target_modules"),
     "additional_target": _unsupported("extra trainable modules besides LoRA"),
     "autocast_adapter_dtype": _ignored("adapters follow the model dtype"),
-    "adapter_name_or_path": _unsupported("loading an existing LoRA adapter"),
+    "adapter_name_or_path": _unsupported(
+        "loading an existing LoRA adapter (ROLL declares the field, but no ROLL code reads it: it loads no adapter "
+        "either); merge the adapter into the model and point model_name_or_path at the merged folder"
+    ),
     "moe_aux_loss_coef": _ignored("MoE auxiliary loss coefficient (model default kept)"),
     "gradient_checkpointing_use_reentrant": _ignored("roll uses non-reentrant checkpointing"),
     "num_labels": _ignored("value heads have one output"),
-    "model_config_kwargs": _unsupported("overrides of the HF model config"),
     "flash_attn": _ignored("attention kernel choice; use attn_implementation"),
     "ulysses_size": Rule(
         "renamed",

@@ -151,10 +151,11 @@ def load_model(model_args: ModelArgs, dtype: torch.dtype, *, train: bool) -> nn.
 
     if not model_args.model_name_or_path:
         raise ConfigError("model_args.model_name_or_path is not set; point it at a local HF model folder")
-    kwargs = pretrained_kwargs(model_args, dtype)
     if model_args.model_head == "value":
-        model = AutoModelForTokenClassification.from_pretrained(model_args.model_name_or_path, num_labels=1, **kwargs)
+        kwargs = pretrained_kwargs(model_args, dtype, num_labels=1)
+        model = AutoModelForTokenClassification.from_pretrained(model_args.model_name_or_path, **kwargs)
     else:
+        kwargs = pretrained_kwargs(model_args, dtype)
         model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, **kwargs)
     model.config.use_cache = False
     if train and model_args.gradient_checkpointing:

@@ -90,10 +90,21 @@ def load_tokenizer(model_args: ModelArgs) -> Any:
     return tokenizer
 
 
-def pretrained_kwargs(model_args: ModelArgs, dtype: torch.dtype) -> dict[str, Any]:
+def pretrained_kwargs(model_args: ModelArgs, dtype: torch.dtype, **config_overrides: Any) -> dict[str, Any]:
     """The arguments of transformers' ``from_pretrained`` for ``model_args`` (hf_infer's and fsdp2's loaders); an
-    ``attn_implementation`` whose kernel package is missing is a ConfigError naming it, before anything loads."""
+    ``attn_implementation`` whose kernel package is missing is a ConfigError naming it, before anything loads.
+
+    ``model_args.model_config_kwargs`` and ``config_overrides`` (the loader's own, e.g. a value head's
+    ``num_labels``) are set on the model's config, loaded here, as ROLL's loaders do."""
     kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": model_args.trust_remote_code}
+    overrides = {**model_args.model_config_kwargs, **config_overrides}
+    if overrides:
+        from transformers import AutoConfig
+
+        path = model_args.model_name_or_path
+        if not path:
+            raise ConfigError("model_args.model_name_or_path is not set; point it at a local HF model folder")
+        kwargs["config"] = AutoConfig.from_pretrained(path, trust_remote_code=model_args.trust_remote_code, **overrides)
     if model_args.attn_implementation:
         check_attention_installed(model_args.attn_implementation)
         kwargs["attn_implementation"] = model_args.attn_implementation

@@ -73,7 +73,9 @@ class MegatronModel(InferenceStrategy):
             raise StrategyError("the megatron backend does not train LoRA adapters; set lora_rank=0 or use fsdp2")
         if self.model_args.gradient_checkpointing and self.config.recompute_granularity is None:
             logger.warning("model_args.gradient_checkpointing is ignored; set strategy_config.recompute_granularity")
-        hf_config = AutoConfig.from_pretrained(path, trust_remote_code=self.model_args.trust_remote_code)
+        hf_config = AutoConfig.from_pretrained(
+            path, trust_remote_code=self.model_args.trust_remote_code, **self.model_args.model_config_kwargs
+        )
         check_model_supported(hf_config)
         check_batching(self.worker_config.batching, self.config)
         worker, args = self.worker, self.worker_config.training_args

@@ -7,6 +7,7 @@ without SGLang, which needs CUDA.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -118,6 +119,8 @@ class SglangConfig(RollModel):
             "load_format": self.load_format,
         }
         args.update({key: value for key, value in optional.items() if value is not None})
+        if model_args.model_config_kwargs:
+            args["json_model_override_args"] = json.dumps(model_args.model_config_kwargs)
         args.update(self.engine_kwargs)
         return args
 

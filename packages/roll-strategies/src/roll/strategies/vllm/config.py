@@ -20,6 +20,7 @@ MANAGED_ENGINE_KWARGS: dict[str, str] = {
     "tokenizer": "model_args.tokenizer_name_or_path",
     "dtype": "model_args.dtype",
     "trust_remote_code": "model_args.trust_remote_code",
+    "hf_overrides": "model_args.model_config_kwargs",
     "tensor_parallel_size": "strategy_config.tensor_parallel_size",
     "pipeline_parallel_size": "strategy_config.pipeline_parallel_size",
     "gpu_memory_utilization": "strategy_config.gpu_memory_utilization",

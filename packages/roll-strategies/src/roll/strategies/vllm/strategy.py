@@ -165,6 +165,8 @@ class VllmStrategy(InferenceStrategy):
             "load_format": cfg.load_format,
             "logprobs_mode": "processed_logprobs",
         }
+        if args.model_config_kwargs:
+            kwargs["hf_overrides"] = dict(args.model_config_kwargs)
         if cfg.max_model_len is not None:
             kwargs["max_model_len"] = cfg.max_model_len
         if cfg.max_num_seqs is not None:
