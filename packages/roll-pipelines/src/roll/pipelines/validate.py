@@ -357,13 +357,12 @@ def _check_node_layout(name: str, role: RoleConfig, splits: list[list[int]]) -> 
 
 def _check_folders(config: BaseConfig) -> str | None:
     """``output_dir`` and ``checkpoint_dir`` can be made and written here (a ROLL file's
-    ``checkpoint_config.output_dir`` often names a cluster's shared disk)."""
+    ``checkpoint_config.output_dir`` often names a cluster's shared disk): a fact of this machine, so a warning
+    under ``--no-ray``."""
     for field, path in (("output_dir", config.resolved_output_dir), ("checkpoint_dir", config.resolved_checkpoint_dir)):
         problem = folder_problem(path)
-        if problem is None:
-            continue
-        error = ConfigError if "not a folder" in problem else NotHereError
-        raise error(f"{field} {path}: {problem}; {FOLDER_FIX[field]}")
+        if problem is not None:
+            raise NotHereError(f"{field} {path}: {problem}; {FOLDER_FIX[field]}")
     return None
 
 
