@@ -177,26 +177,28 @@ def test_deepspeed_names_the_replacement_and_unsupported_knobs_fail() -> None:
     data, _ = compose_file(TINY)
     data["actor_train"]["strategy_args"] = {"strategy_name": "deepspeed_train"}
     data["adv_estimator"] = "gigpo"
-    data["minibatch_data_iter_num"] = 2
+    data["reward_system_config"] = {"url": "http://rewards"}
     with pytest.raises(ConfigError) as info:
         load_config(data)
     text = str(info.value)
     assert "use strategy_name fsdp2_train" in text
-    assert "estimator 'gigpo'" in text and "minibatch_data_iter_num: unsupported" in text
+    assert "estimator 'gigpo'" in text and "reward_system_config: unsupported" in text
 
 
 def test_default_values_of_unsupported_knobs_are_ignored_with_a_reason() -> None:
     data, referenced = compose_file(TINY)
     data.update(
-        {"async_generation_ratio": 0, "minibatch_data_iter_num": 1, "reward_shift": True, "use_reward_scaling": 1}
+        {"async_generation_ratio": 0, "reward_system_config": {}, "reward_shift": True, "use_reward_scaling": 1}
     )
+    data.update({"minibatch_data_iter_num": 2, "mask_type": "all", "dataset_filter": {"source": "x.jsonl"}})
     rows = {row.key: row for row in translate(data, referenced).rows}
-    assert (
-        rows["async_generation_ratio"].status == "ignored" and "ROLL's default" in rows["minibatch_data_iter_num"].note
-    )
+    assert rows["async_generation_ratio"].status == "ignored" and "ROLL's default" in rows["reward_system_config"].note
     # keys ROLL itself drops or never reads: ignored whatever their value, saying so
     assert rows["reward_shift"].status == "ignored" and "drops it" in rows["reward_shift"].note
     assert rows["use_reward_scaling"].status == "ignored" and "no ROLL pipeline code" in rows["use_reward_scaling"].note
+    # RLVRConfig fields only declared in ROLL (they were refused here as if ROLL did something with them)
+    for key in ("minibatch_data_iter_num", "mask_type", "dataset_filter"):
+        assert rows[key].status == "ignored" and "RLVRConfig that no ROLL pipeline code reads" in rows[key].note
 
 
 def test_checkpoint_config_output_dir_is_where_checkpoints_go() -> None:

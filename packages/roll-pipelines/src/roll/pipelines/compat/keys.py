@@ -138,9 +138,7 @@ TOP_KEYS: dict[str, Rule] = {
     "train_infer_correction": Rule(
         "implemented-as", "correction.*", "is_weight -> truncated IS (tis_cap, tis_level); filters -> filters"
     ),
-    "dataset_filter": _unsupported(
-        "difficulty-based dataset filtering", noop=lambda v: _falsy(v) or (isinstance(v, dict) and not v.get("source"))
-    ),
+    "dataset_filter": _ignored(_DECLARED_UNREAD.replace("PPOConfig", "RLVRConfig") + ": no dataset is filtered"),
     "positive_loss_coef": _ignored(
         "not a ROLL field (ROLL's is spelled postive_loss_coef, roll's policy_loss.positive_loss_coef), so ROLL "
         "drops it too"
@@ -153,10 +151,10 @@ TOP_KEYS: dict[str, Rule] = {
     ),
     "val_greedy": Rule("implemented-as", "validation.generating_args", "true: temperature 0"),
     "val_n_sample": Rule("renamed", "validation.generating_args.num_return_sequences"),
-    "mask_type": _unsupported("mask_type 'all' (masks from values too)", noop=_equals(None, "loss")),
+    "mask_type": _ignored(_DECLARED_UNREAD.replace("PPOConfig", "RLVRConfig")),
     "max_len_mask": Rule("renamed", "overlong.mask_truncated", "ROLL's name for masking truncated responses"),
     "balance_length": _ignored("load balancing of lengths across ranks; performance only"),
-    "minibatch_data_iter_num": _unsupported("several passes per mini-batch", noop=_equals(None, 1)),
+    "minibatch_data_iter_num": _ignored(_DECLARED_UNREAD.replace("PPOConfig", "RLVRConfig")),
     # SFT / DPO top-level data keys
     "prompt_key": Rule("renamed", "<trained role>.data_args.prompt_key"),
     "query_key": Rule(
