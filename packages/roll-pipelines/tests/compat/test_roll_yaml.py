@@ -196,6 +196,9 @@ def test_default_values_of_unsupported_knobs_are_ignored_with_a_reason() -> None
     # keys ROLL itself drops or never reads: ignored whatever their value, saying so
     assert rows["reward_shift"].status == "ignored" and "drops it" in rows["reward_shift"].note
     assert rows["use_reward_scaling"].status == "ignored" and "no ROLL pipeline code" in rows["use_reward_scaling"].note
+    data["rewards"]["math_rule"]["format_pattern"] = "^<answer>.*</answer>$"  # computed by ROLL's worker, then dropped
+    rows = {row.key: row for row in translate(data, referenced).rows}
+    assert rows["rewards.math_rule.format_pattern"].status == "ignored"
     # RLVRConfig fields only declared in ROLL (they were refused here as if ROLL did something with them)
     for key in ("minibatch_data_iter_num", "mask_type", "dataset_filter"):
         assert rows[key].status == "ignored" and "RLVRConfig that no ROLL pipeline code reads" in rows[key].note

@@ -305,7 +305,10 @@ ROLE_KEYS: dict[str, Rule] = {
     "judge_model_name": _unsupported("a remote judge API"),
     "judge_api_url": _unsupported("a remote judge API"),
     "judge_api_key": _unsupported("a remote judge API"),
-    "format_pattern": _unsupported("a format regex on responses"),
+    "format_pattern": _ignored(
+        "ROLL's math rule reward worker matches responses against it and returns none of the result: no effect on "
+        "ROLL's rewards or metrics either"
+    ),
     "response_length_penalty_coef": _unsupported("response length penalty"),
     "query_filter_config": Rule(
         "kept",
