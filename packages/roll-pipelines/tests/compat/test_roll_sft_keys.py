@@ -91,3 +91,28 @@ def test_sft_file_without_column_keys_reads_rolls_alpaca_defaults(tmp_path: Path
     assert (args["prompt_key"], args["query_key"], args["response_key"]) == ("instruction", "input", "output")
     rows = {row.key: row.status for row in translation.rows}
     assert rows["(prompt_key)"] == rows["(response_key)"] == "implemented-as"
+
+
+def test_system_key_is_each_rows_system_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ROLL's SFT ``system_key`` (its sft_config.yaml has it commented out) was refused; it renames to the trained
+    role's data_args.system_key, and rows carry their system messages (data/test_system_key.py for the rules)."""
+    monkeypatch.setenv("ROLL_CACHE_DIR", str(tmp_path / "cache"))
+    data_file = tmp_path / "alpaca.json"
+    rows = [{**ROWS[0], "system_prompt": "You write Python."}, {**ROWS[1], "system_prompt": ""}]
+    data_file.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    path = tmp_path / "sft_config.yaml"
+    path.write_text(
+        SFT.format(data=data_file).replace(
+            "response_key: output\n", "response_key: output\nsystem_key: system_prompt\n"
+        )
+    )
+    rows_ = {row.key: row for row in translate(*compose_file(path)).rows}
+    assert (rows_["system_key"].status, rows_["system_key"].target) == ("renamed", "sft_train.data_args.system_key")
+    config = load_config(path)
+    args = config.sft_train.data_args
+    assert args is not None and args.system_key == "system_prompt"
+    model_args = config.sft_train.model_args
+    tokenizer = load_tokenizer(model_args.model_copy(update={"model_name_or_path": resolve_model_uri("tiny://nano")}))
+    texts = [tokenizer.decode(example["input_ids"]) for example in load_splits(args, "sft", tokenizer).train]
+    assert texts[0].startswith("<|im_start|>system\nYou write Python.<|im_end|>\n<|im_start|>user\nSort the list.")
+    assert texts[1].startswith("<|im_start|>user\nSay hi.<|im_end|>")  # an empty one adds no system message

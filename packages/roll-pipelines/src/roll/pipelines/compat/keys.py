@@ -161,7 +161,7 @@ TOP_KEYS: dict[str, Rule] = {
         "renamed", "<trained role>.data_args.query_key", "appended to the prompt after a newline when non-empty"
     ),
     "response_key": Rule("renamed", "<trained role>.data_args.response_key"),
-    "system_key": _unsupported("a per-row system column; use data_args.system_prompt"),
+    "system_key": Rule("renamed", "<trained role>.data_args.system_key"),
     "chosen_key": Rule("renamed", "actor_train.data_args.chosen_key"),
     "rejected_key": Rule("renamed", "actor_train.data_args.rejected_key"),
     "ipo": Rule("renamed", "loss.loss_type", "true: ipo"),

@@ -332,6 +332,7 @@ class _Translator:
             "rejected_key",
             "question_key",
             "answer_key",
+            "system_key",
         ):
             target = rule.target.replace("<trained role>", self.trained) if rule.target else ""
             self.set_path(target, value, key)

@@ -88,6 +88,11 @@ class DataArgs(RollModel):
         description="System message prepended to every conversation (a chat template that refuses the system role, "
         "as Gemma 2's, gets its text in front of the first user message's).",
     )
+    system_key: str | None = Field(
+        default=None,
+        description="Column with each row's system message (ROLL's system_key); a row whose value is null or empty "
+        "gets system_prompt (if any). Not with messages_key (a conversation carries its own).",
+    )
     apply_chat_template: bool = Field(default=True, description="Format with the tokenizer's chat template.")
     enable_thinking: bool | None = Field(
         default=None,
@@ -134,6 +139,11 @@ class DataArgs(RollModel):
             raise ValueError(
                 f"query_key={self.query_key!r} and messages_key={self.messages_key!r} are both set; a query column "
                 "extends prompt_key's text, so unset one of them"
+            )
+        if self.system_key is not None and self.messages_key is not None:
+            raise ValueError(
+                f"system_key={self.system_key!r} and messages_key={self.messages_key!r} are both set; a messages "
+                "column carries its own system message, so unset system_key"
             )
         return self
 

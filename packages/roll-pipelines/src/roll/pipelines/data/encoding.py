@@ -72,19 +72,32 @@ def _prompt_text(row: Mapping[str, Any], args: DataArgs, where: str) -> Any:
     return f"{prompt}\n{query}"
 
 
+def _system(row: Mapping[str, Any], args: DataArgs, where: str) -> str | None:
+    """The row's system message: its ``system_key`` column when set and non-empty, else ``system_prompt``."""
+    if args.system_key is None:
+        return args.system_prompt
+    system = _column(row, args.system_key, where, "system_key")
+    if system is None or system == "":
+        return args.system_prompt
+    if not isinstance(system, str):
+        raise DataError(f"{where}: system column {args.system_key!r} must be a string, got {type(system).__name__}")
+    return system
+
+
 def _prompt_messages(row: Mapping[str, Any], args: DataArgs, where: str) -> list[dict[str, Any]]:
     """The conversation that precedes the response: the messages column, or one user turn."""
     if args.messages_key is not None:
         messages = list(_column(row, args.messages_key, where, "messages_key"))
     else:
         messages = [{"role": "user", "content": _prompt_text(row, args, where)}]
-    return with_system(messages, args.system_prompt)
+    return with_system(messages, _system(row, args, where))
 
 
 def _raw_prompt(row: Mapping[str, Any], args: DataArgs, where: str) -> str:
-    """Prompt text without a chat template: the system prompt (if any) and the prompt, one per line."""
+    """Prompt text without a chat template: the system message (if any) and the prompt, one per line."""
     prompt = _prompt_text(row, args, where)
-    return prompt if args.system_prompt is None else f"{args.system_prompt}\n{prompt}"
+    system = _system(row, args, where)
+    return prompt if system is None else f"{system}\n{prompt}"
 
 
 def _with_bos(tokenizer: Any, ids: list[int]) -> list[int]:

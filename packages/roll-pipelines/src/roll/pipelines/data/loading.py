@@ -224,6 +224,8 @@ def required_columns(args: DataArgs, task: Task) -> tuple[dict[str, Any], dict[s
         need(args.prompt_key, str, "prompt_key")
         if args.query_key is not None:
             need(args.query_key, (str, type(None)), "query_key")
+        if args.system_key is not None:
+            need(args.system_key, (str, type(None)), "system_key")
         if task == "sft":
             need(args.response_key, str, "response_key")
     if task == "preference":
