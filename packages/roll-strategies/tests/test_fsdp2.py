@@ -258,6 +258,51 @@ def test_lora_trains_only_adapters_and_exports_merged_base_weights(tiny_model, t
     torch.testing.assert_close(adapted[mask.bool()], plain[mask.bool()], atol=1e-4, rtol=0)
 
 
+def _value_loss(micro, values, scale):
+    """Squared error of every position's value against 1 (a stand-in critic loss)."""
+    mask = micro.batch["loss_mask"].to(values.device).float()
+    loss = (((values[..., 0] - 1.0) ** 2) * mask).sum() / scale.num_tokens
+    return loss, {}
+
+
+def test_lora_modules_to_save_train_in_full_and_a_lora_critic_trains_its_value_head(tiny_model, tmp_path):
+    """``lora_modules_to_save`` (ROLL's additional_target) train beside the adapters under their own names, so the
+    merged export carries them; a PPO critic with LoRA trains its value head too (before, peft's causal-LM wrapper
+    refused the value model: "no attribute 'prepare_inputs_for_generation'")."""
+    pytest.importorskip("peft")
+    lora = {"lora_rank": 4, "lora_alpha": 8, "lora_modules_to_save": "model.norm"}
+    strategy = tiny_strategy(tiny_model, model_args=lora, training_args={"learning_rate": 1e-2})
+    before = {n: p.full_tensor().clone() for n, p in strategy.model.named_parameters()}
+    for _ in range(2):
+        strategy.train_step(sft_batch(4, seed=1), sft_loss, loss_mask_key="loss_mask")
+    after = {n: p.full_tensor() for n, p in strategy.model.named_parameters()}
+    changed = {n for n in before if not torch.equal(before[n], after[n])}
+    assert "base_model.model.model.norm.weight" in changed
+    assert all(".lora_" in n or n == "base_model.model.model.norm.weight" for n in changed)
+    merged = weights(strategy)
+    assert not torch.equal(merged["model.norm.weight"], before["base_model.model.model.norm.weight"])
+    strategy.save_checkpoint(str(tmp_path / "lora"))
+    resumed = tiny_strategy(tiny_model, model_args=lora)
+    resumed.load_checkpoint(str(tmp_path / "lora"))
+    assert torch.equal(dict(resumed.named_weights())["model.norm.weight"], merged["model.norm.weight"])
+    with pytest.raises(ConfigError, match="lora_modules_to_save names 'no_such_norm', which is no module"):
+        tiny_strategy(tiny_model, model_args={**lora, "lora_modules_to_save": ["no_such_norm"]})
+    with pytest.raises(ConfigError, match="lora_modules_to_save .* is set but lora_rank is 0"):
+        tiny_strategy(tiny_model, model_args={"lora_modules_to_save": ["lm_head"]})
+
+    critic_args = {"lora_rank": 4, "lora_alpha": 8, "model_head": "value"}
+    critic = tiny_strategy(tiny_model, name="critic", model_args=critic_args, training_args={"learning_rate": 1e-2})
+    head = {n: p.full_tensor().clone() for n, p in critic.model.named_parameters() if ".score." in n}
+    assert head and all(p.requires_grad for n, p in critic.model.named_parameters() if ".score." in n)
+    batch = sft_batch(4, seed=1)
+    losses = [critic.train_step(batch, _value_loss, loss_mask_key="loss_mask")["loss"] for _ in range(4)]
+    assert losses[-1] < losses[0], losses
+    moved = {
+        n for n, p in critic.model.named_parameters() if ".score." in n and not torch.equal(p.full_tensor(), head[n])
+    }
+    assert moved == set(head)
+
+
 def test_infer_strategy_forwards_and_receives_weights(tiny_model):
     trainer = tiny_strategy(tiny_model)
     reference = tiny_strategy(tiny_model, strategy="fsdp2_infer", infer_batch_size=2)

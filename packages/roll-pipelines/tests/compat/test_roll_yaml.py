@@ -235,14 +235,21 @@ def test_checkpoint_config_output_dir_is_where_checkpoints_go() -> None:
     assert "checkpoint_dir" not in translation.data and not translation.problems
 
 
-def test_model_config_kwargs_are_the_roles_hf_config_overrides() -> None:
-    """ROLL's ``model_args.model_config_kwargs`` (read by its loaders' AutoConfig) was refused; it is now each
-    role's own (roll-strategies' test_hf_infer.py and test_vllm.py check the backends apply it)."""
+def test_model_config_kwargs_and_additional_target_become_the_roles_own() -> None:
+    """ROLL's ``model_args.model_config_kwargs`` (read by its loaders' AutoConfig) and ``additional_target`` (peft's
+    modules_to_save) were refused; they are now each role's own (roll-strategies' test_hf_infer.py, test_vllm.py and
+    test_fsdp2.py check the backends apply them). ``adapter_name_or_path`` stays refused: ROLL reads it nowhere."""
     overrides = {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}
     config = load_config(TINY, [f"actor_train.model_args.model_config_kwargs={overrides}"])
     assert config.actor_train.model_args.model_config_kwargs == overrides
     assert config.actor_infer.model_args.model_config_kwargs == {}
     data, referenced = compose_file(TINY)
+    data["actor_train"]["model_args"].update(
+        {"lora_rank": 8, "lora_target": "all-linear", "additional_target": "lm_head"}
+    )
+    translation = translate(data, referenced)
+    assert translation.data["actor_train"]["model_args"]["lora_modules_to_save"] == "lm_head"
+    assert load_config(translation.data).actor_train.model_args.lora_modules_to_save == ["lm_head"]
     data["actor_train"]["model_args"]["adapter_name_or_path"] = "lora/"
     (problem,) = translate(data, referenced).problems
     assert problem.key == "actor_train.model_args.adapter_name_or_path" and "no ROLL code reads it" in problem.note

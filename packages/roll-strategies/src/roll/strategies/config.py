@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from roll.runtime import ConfigError, RollModel, WorkerConfig
 from roll.runtime.config import parse_device_mapping
@@ -53,6 +53,11 @@ class ModelArgs(RollModel):
     lora_alpha: int = Field(default=16, ge=1)
     lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     lora_target_modules: list[str] | str = Field(default="all-linear")
+    lora_modules_to_save: list[str] | None = Field(
+        default=None,
+        description="With LoRA: modules trained in full beside the adapters (ROLL's additional_target, peft's "
+        "modules_to_save), by name or name suffix, e.g. embed_tokens or lm_head; a value head's score always is.",
+    )
     freeze_module_prefix: list[str] | None = Field(
         default=None,
         description="Training roles: freeze the parameters whose name starts with one of these prefixes (ROLL's "
@@ -60,13 +65,14 @@ class ModelArgs(RollModel):
         "megatron-core names); they are not updated and not in the optimizer. Not with LoRA.",
     )
 
-    @field_validator("freeze_module_prefix", mode="before")
+    @field_validator("freeze_module_prefix", "lora_modules_to_save", mode="before")
     @classmethod
-    def _split_prefixes(cls, value: Any) -> Any:
+    def _split_prefixes(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, str):
             value = [item.strip() for item in value.split(",")]
         if isinstance(value, list) and any(not isinstance(item, str) or not item.strip() for item in value):
-            raise ValueError(f"freeze_module_prefix has an empty prefix ({value!r}); remove the extra comma")
+            what = "prefix" if info.field_name == "freeze_module_prefix" else "module name"
+            raise ValueError(f"{info.field_name} has an empty {what} ({value!r}); remove the extra comma")
         return value or None
 
     @model_validator(mode="after")
@@ -75,6 +81,11 @@ class ModelArgs(RollModel):
             raise ValueError(
                 "freeze_module_prefix and lora_rank are both set; with LoRA only the adapters train (ROLL ignores "
                 "freeze_module_prefix then), so remove one of them"
+            )
+        if self.lora_modules_to_save and self.lora_rank == 0:
+            raise ValueError(
+                f"lora_modules_to_save {self.lora_modules_to_save} is set but lora_rank is 0: it names the modules "
+                "trained in full beside LoRA adapters; set lora_rank, or drop it to train the whole model"
             )
         return self
 

@@ -324,7 +324,7 @@ MODEL_ARGS: dict[str, Rule] = {
     "model_type": _ignored("roll picks the model class from model_head (causal_lm / value)"),
     "device_map": _ignored("placement comes from device_mapping"),
     "lora_target": Rule("renamed", "lora_target_modules"),
-    "additional_target": _unsupported("extra trainable modules besides LoRA"),
+    "additional_target": Rule("renamed", "lora_modules_to_save", "modules trained in full beside the LoRA adapters"),
     "autocast_adapter_dtype": _ignored("adapters follow the model dtype"),
     "adapter_name_or_path": _unsupported(
         "loading an existing LoRA adapter (ROLL declares the field, but no ROLL code reads it: it loads no adapter "

@@ -207,6 +207,10 @@ class RoleTranslator:
             elif key == "lora_target":
                 out["lora_target_modules"] = "all-linear" if value in ("all", "all-linear") else value
                 top.row(here, "renamed", f"{where}.lora_target_modules")
+            elif key == "additional_target":  # ROLL's peft modules_to_save
+                if value:
+                    out["lora_modules_to_save"] = value
+                top.row(here, "renamed", f"{where}.lora_modules_to_save")
             elif key == "do_sample":
                 if value is False:
                     out["temperature"] = 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import warnings
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -167,16 +168,34 @@ def load_model(model_args: ModelArgs, dtype: torch.dtype, *, train: bool) -> nn.
 
 
 def apply_lora(model: nn.Module, model_args: ModelArgs) -> nn.Module:
-    """Wrap ``model`` with LoRA adapters (peft); only the adapters stay trainable."""
+    """Wrap ``model`` with LoRA adapters (peft); the adapters train, and so do ``lora_modules_to_save`` and a value
+    head's ``score`` (trained in place under their own names, without adapters), the rest stays frozen."""
     peft = import_extra("peft", "LoRA training with fsdp2_train", "roll-strategies", "fsdp2")
+    value_head = model_args.model_head == "value"
+    full = [*(model_args.lora_modules_to_save or []), *(["score"] if value_head else [])]
     lora = peft.LoraConfig(
         r=model_args.lora_rank,
         lora_alpha=model_args.lora_alpha,
         lora_dropout=model_args.lora_dropout,
         target_modules=model_args.lora_target_modules,
-        task_type="CAUSAL_LM",
+        exclude_modules=full or None,
+        # a value model is no causal LM (peft's causal-LM wrapper needs generation methods it lacks)
+        task_type=None if value_head else "CAUSAL_LM",
     )
-    return peft.get_peft_model(model, lora)
+    with warnings.catch_warnings():  # a module trained in full that no adapter would target anyway is no mistake
+        warnings.filterwarnings("ignore", message="You have passed exclude_modules")
+        wrapped = peft.get_peft_model(model, lora)
+    base = hf_model(wrapped)
+    for name in full:
+        modules = [m for path, m in base.named_modules() if path == name or path.endswith(f".{name}")]
+        if not modules:
+            raise ConfigError(
+                f"model_args.lora_modules_to_save names {name!r}, which is no module of {type(base).__name__}; "
+                "give a module name or its last part, e.g. embed_tokens or lm_head"
+            )
+        for module in modules:
+            module.requires_grad_(True)
+    return wrapped
 
 
 def hf_model(model: nn.Module) -> nn.Module:
