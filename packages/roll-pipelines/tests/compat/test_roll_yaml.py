@@ -427,3 +427,21 @@ def test_ulysses_size_maps_to_the_fsdp2_strategy_and_is_validated() -> None:
         validate_deployment(load_config(_ulysses_file(2, 3)), check_ray=False)
     with pytest.raises(ConfigError, match="num_attention_heads=2 is not divisible by ulysses_size=4"):
         validate_deployment(load_config(_ulysses_file(4, 4)), check_ray=False)
+
+
+def test_ulysses_override_named_by_the_error_wins_over_the_files_model_args(tmp_path: Path) -> None:
+    from roll.pipelines.validate import validate_deployment
+
+    path = tmp_path / "roll.yaml"
+    path.write_text(yaml.safe_dump(_ulysses_file(2, 1)))
+    where = "actor_train.strategy_args.strategy_config.ulysses_size"
+    with pytest.raises(ConfigError, match=rf"set {where} to a divisor of 1, or set actor_train.world_size"):
+        validate_deployment(load_config(str(path)), check_ray=False)
+
+    _, _, translation = read_config_source(str(path), [f"{where}=1"])
+    assert translation is not None
+    row = {row.key: row for row in translation.rows}["actor_train.model_args.ulysses_size"]
+    assert (row.status, row.note) == ("ignored", f"{where}=1 is given and wins")
+    config = load_config(str(path), [f"{where}=1"])
+    assert config.actor_train.strategy_args.strategy_config["ulysses_size"] == 1
+    validate_deployment(config, check_ray=False)

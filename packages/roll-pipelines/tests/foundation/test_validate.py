@@ -149,6 +149,33 @@ def test_a_device_mapping_with_no_gpus_declared_names_the_cpu_settings(capsys):
     ) in err
 
 
+def test_an_fsdp_shard_group_that_does_not_divide_the_workers_names_the_field_and_the_fix(capsys):
+    # ROLL's FSDP2 files shard over 8 GPUs (fsdp_size: 8); on 2 CPU workers the worker's mesh would fail at start
+    code = main(
+        ["validate", "sft-tiny", "sft_train.world_size=2", "sft_train.strategy_args.strategy_config.fsdp_size=8"]
+    )
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert (
+        "sft_train.strategy_args.strategy_config.fsdp_size=8 must divide sft_train's world size 2 (parameters are "
+        "sharded over fsdp_size workers and replicated across the groups); set "
+        "sft_train.strategy_args.strategy_config.fsdp_size to a divisor of 2 or null (shard over every worker), or "
+        "set sft_train.world_size"
+    ) in err
+    assert (
+        main(
+            [
+                "validate",
+                "sft-tiny",
+                "sft_train.world_size=2",
+                "sft_train.strategy_args.strategy_config.fsdp_size=2",
+                "--no-ray",
+            ]
+        )
+        == 0
+    )
+
+
 def test_flash_attention_without_its_package_names_the_field_and_the_fix(capsys, monkeypatch):
     """A ROLL file's ``attn_implementation: fa2`` on a machine without flash-attn failed in every worker's model
     load, after Ray and the clusters had started (transformers' ImportError); now ``roll validate`` names the role's

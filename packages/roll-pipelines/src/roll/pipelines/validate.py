@@ -210,6 +210,26 @@ def _model_config(where: str, role: RoleConfig) -> Any | None:
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
+def _world_fix(name: str, role: RoleConfig) -> str:
+    return f"change {name}.device_mapping" if role.device_mapping is not None else f"set {name}.world_size"
+
+
+def _check_fsdp_size(name: str, role: RoleConfig) -> None:
+    """fsdp2's ``fsdp_size`` (the shard group) divides the role's world size, as the worker's mesh needs."""
+    strategy = role.strategy_args
+    if strategy is None or not strategy.strategy_name.startswith("fsdp2"):
+        return
+    size = (strategy.strategy_config or {}).get("fsdp_size")
+    world = role.world_size or 1
+    if isinstance(size, int) and size > 0 and world % size:
+        where = f"{name}.strategy_args.strategy_config.fsdp_size"
+        raise ConfigError(
+            f"{where}={size} must divide {name}'s world size {world} (parameters are sharded over fsdp_size workers "
+            f"and replicated across the groups); set {where} to a divisor of {world} or null (shard over every "
+            f"worker), or {_world_fix(name, role)}"
+        )
+
+
 def _check_ulysses(name: str, role: RoleConfig) -> str | None:
     """fsdp2's ``ulysses_size`` divides the role's world size and splits the model's attention heads evenly."""
     strategy = role.strategy_args
@@ -222,7 +242,7 @@ def _check_ulysses(name: str, role: RoleConfig) -> str | None:
     if world % size:
         raise ConfigError(
             f"{where}={size} must divide {name}'s world size {world} (its data-parallel size is world / "
-            f"ulysses_size); choose a divisor of {world} or change device_mapping"
+            f"ulysses_size); set {where} to a divisor of {world}, or {_world_fix(name, role)}"
         )
     try:
         config = _model_config(f"{name}.model_args.model_name_or_path", role)
@@ -436,6 +456,7 @@ def validate_deployment(config: BaseConfig, *, check_ray: bool = True) -> list[s
         for check in [*_model_checks(name, role, seen), *_data_refs(name, role)]:
             problems.run(check, lines)
         problems.run(functools.partial(_check_declared_devices, config, name, role), lines)
+        problems.run(functools.partial(_check_fsdp_size, name, role), lines)
         problems.run(functools.partial(_check_ulysses, name, role), lines)
         backend = role.strategy_args.strategy_name if role.strategy_args else "-"
         placement = f"devices {role.device_mapping}" if role.device_mapping is not None else "CPU"

@@ -47,8 +47,13 @@ def _ulysses(top: _Translator, path: str, raw: dict[str, Any], out: dict[str, An
     strategy = out.get("strategy_args")
     name = strategy.get("strategy_name") if isinstance(strategy, dict) else None
     if isinstance(strategy, dict) and str(name).startswith("fsdp2"):
-        strategy.setdefault("strategy_config", {})["ulysses_size"] = 1 if value is None else value
+        config = strategy.setdefault("strategy_config", {})
         rule = MODEL_ARGS["ulysses_size"]
+        if "ulysses_size" in config:
+            # given in roll's place too (an override such as the one validate's error names): that one wins
+            top.row(where, "ignored", note=f"{path}.{rule.target}={config['ulysses_size']} is given and wins")
+            return
+        config["ulysses_size"] = 1 if value is None else value
         top.row(where, "renamed", f"{path}.{rule.target}", rule.note)
     else:
         top.row(where, "ignored", note=f"only ROLL's FSDP2 strategies read it; this role runs {name}")
