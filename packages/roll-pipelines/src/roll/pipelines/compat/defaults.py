@@ -1,5 +1,5 @@
 """ROLL's defaults that differ from roll's, written into a translated config where the file leaves them out: the
-node count ROLL derives from device mappings, the Alpaca columns of its SFT, its distill length, its OPD launcher's
+node count ROLL derives from device mappings, the columns its SFT, DPO and distill read, its distill length, its OPD launcher's
 switch and its RLVR and agentic (PPOConfig) defaults."""
 
 from __future__ import annotations
@@ -178,18 +178,31 @@ def _fill_backward_batch(top: _Translator, data: dict[str, Any]) -> None:
     )
 
 
-def _fill_sft_columns(top: _Translator, data: dict[str, Any]) -> None:
-    """ROLL's SFTConfig reads Alpaca columns by default (prompt_key instruction, response_key output)."""
-    if top.pipeline != "sft":
+# The columns ROLL's SFT, DPO and distill pipelines read when a file names none (pipeline -> trained role, roll's
+# data_args key -> (ROLL's top-level key or None, ROLL's column)): its SFTConfig's Alpaca defaults, its DPO's fixed
+# 'instruction' prompt column (DPOConfig has no key for it), its DistillConfig's question/answer defaults.
+_ROLL_COLUMNS: dict[str, tuple[str, dict[str, tuple[str | None, str]]]] = {
+    "sft": ("sft_train", {"prompt_key": ("prompt_key", "instruction"), "response_key": ("response_key", "output")}),
+    "dpo": ("actor_train", {"prompt_key": (None, "instruction")}),
+    "distill": ("student", {"prompt_key": ("question_key", "question"), "response_key": ("answer_key", "answer")}),
+}
+
+
+def _fill_columns(top: _Translator, data: dict[str, Any]) -> None:
+    """ROLL's column defaults where they differ from roll's (``prompt``, ``response``), written into the trained
+    role's data_args unless the file (or an override) names the column."""
+    if top.pipeline not in _ROLL_COLUMNS:
         return
-    role = top.out.get("sft_train")
+    name, columns = _ROLL_COLUMNS[top.pipeline]
+    role = top.out.get(name)
     given = role.get("data_args") if isinstance(role, dict) else None
-    for key, value in (("prompt_key", "instruction"), ("response_key", "output")):
+    for key, (roll_key, value) in columns.items():
         alias = key.removesuffix("_key")
-        if key in data or (isinstance(given, dict) and (key in given or alias in given)):
+        if key in data or roll_key in data or (isinstance(given, dict) and (key in given or alias in given)):
             continue
-        top.set_path(f"sft_train.data_args.{key}", value, f"({key})")
-        top.row(f"({key})", "implemented-as", f"sft_train.data_args.{key}", f"ROLL default {value!r} written in")
+        top.set_path(f"{name}.data_args.{key}", value, f"({key})")
+        note = f"ROLL default {value!r} written in" if roll_key else f"{value!r}: ROLL's {top.pipeline} reads it"
+        top.row(f"({key})", "implemented-as", f"{name}.data_args.{key}", note)
 
 
 def _fill_agentic_kl(top: _Translator, data: dict[str, Any]) -> None:
@@ -274,7 +287,7 @@ def fill_roll_defaults(top: _Translator, data: dict[str, Any]) -> None:
     """Where ROLL's defaults differ from roll's, write ROLL's in (each with a report row), so the file means what it
     meant under ROLL."""
     _derive_num_nodes(top, data)
-    _fill_sft_columns(top, data)
+    _fill_columns(top, data)
     if top.pipeline == "distill" and "sequence_length" not in data:
         top.set_path("student.data_args.max_length", 2048, "(sequence_length)")
         top.row("(sequence_length)", "implemented-as", "student.data_args.max_length", "ROLL default 2048")
