@@ -84,3 +84,42 @@ def test_distill_file_reads_rolls_question_and_answer_columns(
     config = load_config(path)
     args = config.student.data_args
     assert args is not None and (args.prompt_key, args.response_key) == expected
+
+
+# meta-math/GSM8K_zh rows: its train and test rows in one file, with English and Chinese columns
+GSM8K_ZH = [
+    {
+        "question": f"Tom has {n} apples and eats 1. How many are left?",
+        "answer": f"{n} - 1 = <<{n}-1={n - 1}>>{n - 1}\n#### {n - 1}",
+        "answer_only": str(n - 1),
+        "split": split,
+        "question_zh": f"汤姆有 {n} 个苹果, 吃了 1 个, 还剩几个?",
+        "answer_zh": f"{n} - 1 = {n - 1}\n#### {n - 1}",
+    }
+    for n, split in [(3, "train"), (4, "test"), (5, "train"), (6, "test"), (7, "train")]
+]
+
+
+def test_distill_file_trains_and_validates_on_the_train_rows_as_roll(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ROLL_CACHE_DIR", str(tmp_path / "cache"))
+    rows = tmp_path / "GSM8K_zh.json"
+    rows.write_text(json.dumps(GSM8K_ZH, ensure_ascii=False))
+    file = {**DISTILL, "question_key": "question_zh", "answer_key": "answer_zh"}
+    file["student"] = {**DISTILL["student"], "data_args": {"file_name": [str(rows)], "template": "qwen2_5"}}
+    file["validation"] = {"data_args": {"file_name": [str(rows)], "template": "qwen2_5"}}
+    path = tmp_path / "distill.yaml"
+    path.write_text(yaml.safe_dump(file))
+    data, referenced = compose_file(path)
+    row = {row.key: row for row in translate(data, referenced).rows}["(split)"]
+    assert (row.status, row.target) == ("implemented-as", "student.data_args.keep_split")
+    config = load_config(path)
+    args = config.student.data_args
+    assert args is not None and args.keep_split == "train"
+    tokenizer = load_tokenizer(
+        config.student.model_args.model_copy(update={"model_name_or_path": resolve_model_uri("tiny://nano")})
+    )
+    splits = load_splits(args, "sft", tokenizer)
+    texts = [tokenizer.decode(example["input_ids"]) for example in splits.train]
+    assert [next(n for n in "34567" if f"汤姆有 {n} 个" in text) for text in texts] == ["3", "5", "7"]
+    assert len(splits.eval) == 3
+    assert splits.metrics["data/train/dropped/other_split"] == splits.metrics["data/eval/dropped/other_split"] == 2.0

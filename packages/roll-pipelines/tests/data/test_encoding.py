@@ -188,3 +188,24 @@ def test_prepare_examples_encodes_and_filters(tokenizer) -> None:
     kept, report = prepare_examples(rows, "sft", tokenizer, args(max_length=64), name="train")
     assert len(kept) == 1 and report.dropped_by_reason == {"too_long": 1}
     assert kept[0] == encode_sft(ROW, tokenizer, args())
+
+
+def test_keep_split_reads_one_split_of_a_file_and_counts_the_others(tokenizer) -> None:
+    # a GSM8K_zh-style file: train and test rows in one file, told apart by a `split` column
+    long_row = {"prompt": ROW["prompt"], "response": "x " * 200, "split": "train"}
+    rows = [{**ROW, "split": "test"}, long_row, {**ROW, "split": "train"}, ROW, {**ROW, "split": "test"}]
+    kept, report = prepare_examples(rows, "sft", tokenizer, args(max_length=64, keep_split="train"), name="train")
+    assert kept == [encode_sft(ROW, tokenizer, args())] * 2  # rows 2 and 3 (row 3 has no split column)
+    assert (report.total, report.kept) == (5, 2)
+    assert report.dropped_by_reason == {"too_long": 1, "other_split": 2}
+    assert report.dropped_indices == {"too_long": [1], "other_split": [0, 4]}  # positions in the loaded rows
+    assert report.summary("train") == "train: kept 2/5 (dropped 3: other_split=2, too_long=1)"
+    kept, report = prepare_examples(rows, "sft", tokenizer, args(max_length=64), name="train")
+    assert (len(kept), report.dropped_by_reason) == (4, {"too_long": 1})
+
+
+def test_keep_split_that_no_row_has_names_the_values(tokenizer) -> None:
+    rows = [{**ROW, "split": "test"}, {**ROW, "split": "dev"}]
+    message = r"train: no row has split='train' \(the rows' values: dev, test\); set data_args.keep_split"
+    with pytest.raises(DataError, match=message):
+        prepare_examples(rows, "sft", tokenizer, args(keep_split="train"), name="train")

@@ -205,6 +205,23 @@ def _fill_columns(top: _Translator, data: dict[str, Any]) -> None:
         top.row(f"({key})", "implemented-as", f"{name}.data_args.{key}", note)
 
 
+def _fill_distill_split(top: _Translator) -> None:
+    """ROLL's distill trains and validates on the rows whose ``split`` column is 'train' (GSM8K_zh holds its train
+    and test rows in one file, told apart by that column); rows without the column are kept."""
+    role = top.out.get("student")
+    given = role.get("data_args") if isinstance(role, dict) else None
+    if isinstance(given, dict) and "keep_split" in given:
+        return
+    top.set_path("student.data_args.keep_split", "train", "(split)")
+    top.row(
+        "(split)",
+        "implemented-as",
+        "student.data_args.keep_split",
+        "'train': ROLL's distill reads only rows whose `split` is 'train' (training and validation; rows without "
+        "the column are kept)",
+    )
+
+
 def _fill_agentic_kl(top: _Translator, data: dict[str, Any]) -> None:
     """ROLL's agentic kl_penalty is the in-reward KL's estimator (default 'kl'); its actor's KL loss is always k3."""
     top.set_path("kl.loss_penalty", "k3", "(kl loss estimator)")
@@ -291,6 +308,8 @@ def fill_roll_defaults(top: _Translator, data: dict[str, Any]) -> None:
     if top.pipeline == "distill" and "sequence_length" not in data:
         top.set_path("student.data_args.max_length", 2048, "(sequence_length)")
         top.row("(sequence_length)", "implemented-as", "student.data_args.max_length", "ROLL default 2048")
+    if top.pipeline == "distill":
+        _fill_distill_split(top)
     if top.opd_launcher and "is_pure_opd" not in data:
         top.out["is_pure_opd"] = True
         top.row("(is_pure_opd)", "implemented-as", "opd.pure", "true: ROLL's on-policy distill launcher sets it")

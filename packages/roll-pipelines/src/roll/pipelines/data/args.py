@@ -80,6 +80,13 @@ class DataArgs(RollModel):
     default_tag: str | None = Field(
         default=None, description="Tag for RL rows without a tag column; None makes the column required."
     )
+    split_key: str = Field(default="split", description="Column naming each row's split (read with keep_split).")
+    keep_split: str | None = Field(
+        default=None,
+        description="Keep only the rows whose split_key column equals this (a file holding several splits, as "
+        "GSM8K_zh's 'split': train/test); rows without the column are kept, the others dropped and counted as "
+        "other_split. null: every row.",
+    )
     extra_keys: list[str] = Field(
         default_factory=list, description="Columns carried through to batches as non-tensors (e.g. ground_truth)."
     )

@@ -305,12 +305,24 @@ _ENCODERS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
+def _in_split(row: Mapping[str, Any], args: DataArgs) -> bool:
+    return args.keep_split is None or args.split_key not in row or row[args.split_key] == args.keep_split
+
+
 def prepare_examples(
     rows: Sequence[Mapping[str, Any]], task: Task, tokenizer: Any, args: DataArgs, *, name: str = "dataset"
 ) -> tuple[list[Mapping[str, Any]], FilterReport]:
-    """Encode every row for ``task`` and filter by the limits in ``args``; the report is logged and returned."""
+    """Encode the rows of ``args.keep_split`` (every row when unset) for ``task`` and filter by the limits in
+    ``args``; the report (its indices are positions in ``rows``) is logged and returned."""
     encoder = _ENCODERS[task]
-    encoded = [encoder(row, tokenizer, args, where=f"{name} row {i}") for i, row in enumerate(rows)]
+    positions = [i for i, row in enumerate(rows) if _in_split(row, args)]
+    if rows and not positions:
+        values = sorted({str(row[args.split_key]) for row in rows})
+        raise DataError(
+            f"{name}: no row has {args.split_key}={args.keep_split!r} (the rows' values: {', '.join(values)}); set "
+            f"data_args.keep_split to one of them, or null to read every row"
+        )
+    encoded = [encoder(rows[i], tokenizer, args, where=f"{name} row {i}") for i in positions]
     if task == "prompt":
         kept, report = filter_by_length(encoded, name=name, max_prompt_length=args.max_prompt_length)
     else:
@@ -321,5 +333,13 @@ def prepare_examples(
             max_length=args.max_length,
             max_response_length=args.max_response_length,
         )
+    others = [i for i, row in enumerate(rows) if not _in_split(row, args)]
+    if others:
+        report.total = len(rows)
+        report.dropped_indices = {
+            reason: [positions[i] for i in indices] for reason, indices in report.dropped_indices.items()
+        }
+        report.dropped_by_reason["other_split"] = len(others)
+        report.dropped_indices["other_split"] = others
     report.log(name)
     return kept, report
