@@ -52,3 +52,15 @@ def test_an_override_adding_a_role_does_not_change_the_inferred_pipeline(tmp_pat
     assert translation is not None and translation.pipeline == "rlvr_rollout"
     assert "only a rollout engine" in translation.reason
     assert [row.key for row in translation.problems] == ["actor_train"]
+
+
+def test_rolls_validation_data_files_override_the_section_roll_also_has() -> None:
+    # roll's config has a `validation` section too (batch size, generation), without data_args: this override
+    # used to be applied after translation and fail with "validation.data_args: unknown field"
+    item = "validation.data_args.file_name=synthetic://arithmetic_prompts?n=4&seed=2&split=test"
+    config = load_config(TINY, [item, "validation.generating_args.temperature=0.5"])
+    assert config.actor_train.data_args is not None
+    assert config.actor_train.data_args.eval_file_name == "synthetic://arithmetic_prompts?n=4&seed=2&split=test"
+    assert config.validation.generating_args is not None and config.validation.generating_args.temperature == 0.5
+    _, _, translation = read_config_source(TINY, [item])
+    assert translation is not None and translation.applied_overrides == [item]

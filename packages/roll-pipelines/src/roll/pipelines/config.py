@@ -414,6 +414,23 @@ def validate_config(config_cls: type[BaseConfig], data: dict[str, Any], source: 
         ) from None
 
 
+def _lacks_field(annotation: Any, name: str) -> bool:
+    """Whether ``annotation`` is a config model without a field (or alias) ``name``."""
+    if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        return False
+    aliases = {a for f in annotation.model_fields.values() for a in _field_aliases(f)}
+    return name not in annotation.model_fields and name not in aliases
+
+
+def _field_aliases(field: Any) -> set[str]:
+    alias = field.validation_alias
+    if isinstance(alias, str):
+        return {alias}
+    if alias is not None and hasattr(alias, "choices"):
+        return {c for c in alias.choices if isinstance(c, str)}
+    return {field.alias} if isinstance(field.alias, str) else set()
+
+
 def read_config_source(
     source: str | Path | dict[str, Any], overrides: list[str] | None = None
 ) -> tuple[dict[str, Any], str, Translation | None]:
@@ -453,10 +470,12 @@ def read_config_source(
             known = field is not None or path[0] in config_cls.flat_keys
             role = field is not None and _role_model(field.annotation) is not None
             derived = len(path) == 1 and path[0] in DERIVED_FROM  # the translation writes values from it
-            if not known or role or flat or derived or path[0] in referenced:
+            # a section roll has too, but a key under it that only ROLL's has (validation.data_args.file_name)
+            foreign = field is not None and len(path) > 1 and _lacks_field(field.annotation, path[1])
+            if not known or role or flat or derived or foreign or path[0] in referenced:
                 early.append(item)
-                if not known or role or flat:  # translated with the file; a referenced roll field is applied again
-                    applied.append(item)
+                if not known or role or flat or foreign:  # translated with the file; a referenced roll field is
+                    applied.append(item)  # applied again
         apply_overrides(composed, early)
 
     if isinstance(source, dict):
