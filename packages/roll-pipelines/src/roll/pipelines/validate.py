@@ -286,7 +286,7 @@ def _check_rewards(config: BaseConfig) -> str | None:
     """Each reward domain's type resolves, and every prompt has the fields its domain's reward needs."""
     from roll.pipelines.data import load_task_rows
     from roll.pipelines.rewards import resolve_reward_worker
-    from roll.pipelines.rlvr.rollout import check_reward_fields
+    from roll.pipelines.rlvr.rollout import check_reward_fields, route_domain_column
 
     rewards: dict[str, Any] = getattr(config, "rewards", None) or {}
     found = _prompt_role(config)
@@ -295,14 +295,16 @@ def _check_rewards(config: BaseConfig) -> str | None:
     workers = {domain: resolve_reward_worker(reward.reward_type) for domain, reward in rewards.items()}
     role_name, role = found
     data = role.require_data()
+    splits = {
+        split: [_prompt_fields(row, data) for row in load_task_rows(data, "prompt", split=split)]
+        for split in ("train", "eval")
+        if data.files(split)
+    }
+    rewards = route_domain_column(list(splits.values()), rewards)
     counted = []
-    for split in ("train", "eval"):
-        if not data.files(split):
-            continue
-        rows = load_task_rows(data, "prompt", split=split)
-        examples = [_prompt_fields(row, data) for row in rows]
+    for split, examples in splits.items():
         check_reward_fields(examples, rewards, workers, data_field=f"{role_name}.data_args")
-        counted.append(f"{len(rows)} {split}")
+        counted.append(f"{len(examples)} {split}")
     types = ", ".join(f"{domain}={reward.reward_type}" for domain, reward in rewards.items())
     return f"rewards: {types}; prompts checked for their fields ({', '.join(counted)})"
 
@@ -312,6 +314,8 @@ def _prompt_fields(row: dict[str, Any], data: Any) -> dict[str, Any]:
     out = {"prompt": row.get(data.prompt_key)}
     if data.tag_key in row or data.default_tag is not None:
         out["tag"] = row.get(data.tag_key, data.default_tag)
+    if data.domain_key is not None and row.get(data.domain_key) is not None:
+        out["domain"] = row[data.domain_key]
     if data.messages_key is not None:
         out["messages"] = row.get(data.messages_key)
     out.update({key: row[key] for key in data.extra_keys if key in row})

@@ -260,10 +260,9 @@ class RoleTranslator:
             out.setdefault("training_args", {}).setdefault("max_grad_norm", data["max_grad_norm"])
         if self.top.pipeline == "dpo" and path in ("actor_train", "reference"):
             self.dpo_pairs(path, out)
-        if path == "actor_train" and self.top.pipeline == "rlvr" and isinstance(out.get("data_args"), dict):
-            extra = out["data_args"].setdefault("extra_keys", [])
-            if "ground_truth" not in extra:  # ROLL carries every column; its rule rewards read ground_truth
-                extra.append("ground_truth")
+        prompts = {"rlvr": "actor_train", "rlvr_rollout": "actor_infer"}.get(str(self.top.pipeline))
+        if path == prompts and isinstance(out.get("data_args"), dict):
+            self.prompt_columns(path, out["data_args"])
         if path == "actor_infer" and self.top.pipeline == "rlvr":
             n = data.get("num_return_sequences_in_group", 1)
             generation = out.setdefault("generating_args", {})
@@ -278,6 +277,22 @@ class RoleTranslator:
             rl = data.get("response_length")
             if rl is not None and generation.get("max_new_tokens") == rl:
                 generation.pop("max_new_tokens")  # response_length sets it
+
+    def prompt_columns(self, path: str, data_args: dict[str, Any]) -> None:
+        """ROLL's RLVR datasets carry every column: its rule rewards read ground_truth, and a row's ``domain``
+        column, when set, picks its reward domain before its tag does."""
+        if self.top.pipeline == "rlvr":
+            extra = data_args.setdefault("extra_keys", [])
+            if "ground_truth" not in extra:
+                extra.append("ground_truth")
+        if "domain_key" not in data_args:
+            data_args["domain_key"] = "domain"
+            self.top.row(
+                f"({path}.data_args.domain_key)",
+                "implemented-as",
+                f"{path}.data_args.domain_key",
+                "'domain': a row's domain column routes it to that reward domain before its tag, as ROLL",
+            )
 
     def dpo_pairs(self, path: str, out: dict[str, Any]) -> None:
         """ROLL's DPO batch sizes count chosen/rejected pairs (it doubles them); roll's count sequences."""

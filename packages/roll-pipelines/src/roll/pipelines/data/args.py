@@ -30,6 +30,7 @@ RESERVED_COLUMNS = frozenset(
         "prompt",
         "messages",
         "tag",
+        "domain",
         "uid",
     }
 )
@@ -76,6 +77,11 @@ class DataArgs(RollModel):
     rejected_key: str = Field(default="rejected", description="Dispreferred response column (preference data).")
     tag_key: str = Field(
         default="tag", validation_alias=_alias("tag_key", "tag"), description="Domain column for RL routing."
+    )
+    domain_key: str | None = Field(
+        default=None,
+        description="RL prompts: column naming each row's reward domain (ROLL's 'domain'); a row with a value is "
+        "scored by that domain whatever its tag (the tag joins the domain's tag_included). null: routed by tag only.",
     )
     default_tag: str | None = Field(
         default=None, description="Tag for RL rows without a tag column; None makes the column required."

@@ -38,7 +38,13 @@ from roll.pipelines.rlvr.opd import (
     teacher_role_name,
     teacher_rows_key,
 )
-from roll.pipelines.rlvr.rollout import PromptSource, Rollouts, check_reward_fields, step_generation_config
+from roll.pipelines.rlvr.rollout import (
+    PromptSource,
+    Rollouts,
+    check_reward_fields,
+    route_domain_column,
+    step_generation_config,
+)
 from roll.pipelines.rlvr.scheduler import RequestScheduler
 from roll.pipelines.rlvr.teacher_routing import TeacherRouter, scatter_rows
 from roll.pipelines.rlvr.validation import validate_policy
@@ -68,6 +74,9 @@ class RLVRPipeline(BasePipeline):
         )
         self.tokenizer = load_tokenizer(cfg.actor_train.model_args)
         self.splits = load_splits(data_args, "prompt", self.tokenizer)
+        rewards = route_domain_column([self.splits.train, self.splits.eval], cfg.rewards)
+        if rewards is not cfg.rewards:  # rows that name their domain: every tag-routing site sees their tags
+            self.config = cfg = cfg.model_copy(update={"rewards": rewards})
         reward_workers = {domain: resolve_reward_worker(reward.reward_type) for domain, reward in cfg.rewards.items()}
         check_reward_fields(self.splits.train, cfg.rewards, reward_workers)
         check_reward_fields(self.splits.eval, cfg.rewards, reward_workers)

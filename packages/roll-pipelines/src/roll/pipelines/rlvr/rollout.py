@@ -24,7 +24,14 @@ from roll.runtime import Cluster, ConfigError
 from roll.strategies import GenerationConfig
 from roll.strategies.generation import compact_generation_padding
 
-__all__ = ["PromptSource", "RolloutResult", "Rollouts", "split_by_domain", "step_generation_config"]
+__all__ = [
+    "PromptSource",
+    "RolloutResult",
+    "Rollouts",
+    "route_domain_column",
+    "split_by_domain",
+    "step_generation_config",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +44,48 @@ def _quotas(total: int, probs: dict[str, float]) -> dict[str, int]:
     for key in sorted(raw, key=lambda k: raw[k] - out[k], reverse=True)[: total - sum(out.values())]:
         out[key] += 1
     return out
+
+
+def route_domain_column(example_sets: Sequence[Sequence[Mapping[str, Any]]], rewards: dict[str, Any]) -> dict[str, Any]:
+    """``rewards`` with the tags of rows that name their reward domain (a ``domain`` field, from
+    ``data_args.domain_key``) added to that domain's ``tag_included``, so that routing by tag scores each such row
+    where its domain column says (ROLL's rule: the row's domain wins over its tag). Unchanged without such rows.
+
+    Raises:
+        ConfigError: a row names a domain that is not a reward domain, or rows of one tag name a domain other than
+            the one whose tag_included has the tag (or several domains): routing by tag cannot honour both.
+    """
+    owner = {tag: domain for domain, cfg in rewards.items() for tag in cfg.tag_included}
+    named: dict[str, str] = {}
+    for examples in example_sets:
+        for i, example in enumerate(examples):
+            domain = example.get("domain")
+            if domain is None:
+                continue
+            tag = example.get("tag")
+            if domain not in rewards:
+                raise ConfigError(
+                    f"prompt {i} (tag {tag!r}) names reward domain {domain!r} in its domain column, which is not a "
+                    f"reward domain ({sorted(rewards)}); fix the data, add the domain to rewards, or set "
+                    f"data_args.domain_key=null to route rows by tag only"
+                )
+            first = named.setdefault(str(tag), domain)
+            if owner.get(tag, domain) != domain or first != domain:
+                other = owner.get(tag) if owner.get(tag, domain) != domain else first
+                raise ConfigError(
+                    f"prompt {i} has tag {tag!r} and domain {domain!r}, but rows of that tag go to domain {other!r}; "
+                    f"give the tag's rows one domain, or set data_args.domain_key=null to route rows by tag only"
+                )
+    added = {domain: sorted(tag for tag, d in named.items() if d == domain and tag not in owner) for domain in rewards}
+    if not any(added.values()):
+        return rewards
+    for domain, tags in added.items():
+        if tags:
+            logger.info("reward domain %r also scores tags %s (the rows' domain column)", domain, tags)
+    return {
+        domain: cfg.model_copy(update={"tag_included": [*cfg.tag_included, *added[domain]]}) if added[domain] else cfg
+        for domain, cfg in rewards.items()
+    }
 
 
 def split_by_domain(examples: Sequence[Mapping[str, Any]], rewards: dict[str, Any]) -> dict[str, list[int]]:

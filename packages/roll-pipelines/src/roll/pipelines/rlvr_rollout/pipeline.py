@@ -31,7 +31,7 @@ from typing import Any
 from roll.pipelines.base import BasePipeline, Role
 from roll.pipelines.data import PromptCollator
 from roll.pipelines.rewards import resolve_reward_worker
-from roll.pipelines.rlvr.rollout import Rollouts, check_reward_fields
+from roll.pipelines.rlvr.rollout import Rollouts, check_reward_fields, route_domain_column
 from roll.pipelines.rlvr.workers import InferWorker
 from roll.pipelines.rlvr_rollout.config import RLVRRolloutConfig
 from roll.pipelines.rlvr_rollout.summary import RolloutTotals, format_summary, rollout_metrics
@@ -65,6 +65,9 @@ class RLVRRolloutPipeline(BasePipeline):
         # Row numbers in the loaded data, so rollouts can be joined back to the dataset after length filtering.
         self.prompt_index = [i for i in range(report.total) if i not in dropped]
         self.data_metrics = report.as_metrics(f"data/{cfg.split}")
+        rewards = route_domain_column([self.examples], cfg.rewards)
+        if rewards is not cfg.rewards:  # rows that name their domain: the reward routing sees their tags
+            self.config = cfg = cfg.model_copy(update={"rewards": rewards})
         reward_workers = {domain: resolve_reward_worker(reward.reward_type) for domain, reward in cfg.rewards.items()}
         check_reward_fields(self.examples, cfg.rewards, reward_workers, data_field="actor_infer.data_args")
         collator = PromptCollator(self.tokenizer.pad_token_id, cfg.rollout.prompt_length)
