@@ -176,6 +176,30 @@ def test_an_fsdp_shard_group_that_does_not_divide_the_workers_names_the_field_an
     )
 
 
+@pytest.mark.parametrize(
+    ("recipe", "role", "row", "missing"),
+    [
+        ("sft-tiny", "sft_train", {"prompt": "1 + 1 =", "output": "2"}, "response"),
+        ("dpo-tiny", "actor_train", {"instruction": "1 + 1 =", "chosen": "2", "rejected": "3"}, "prompt"),
+        ("distill-tiny", "student", {"question": "1 + 1 =", "response": "2"}, "prompt"),
+    ],
+)
+def test_data_rows_without_a_column_the_pipeline_reads_fail_before_the_run(
+    capsys, tmp_path, recipe, role, row, missing
+):
+    # they used to pass roll validate and stop the run at its start
+    data = tmp_path / "rows.json"
+    data.write_text(json.dumps([row, row]))
+    files = [f"{role}.data_args.file_name={data}", f"{role}.data_args.eval_file_name=null"]
+    assert main(["validate", recipe, *files, "--no-ray"]) == 2
+    err = capsys.readouterr().err
+    assert f"{data} row 0: missing key {missing!r}" in err and f"set data_args.{missing}_key or fix the row" in err
+    fixed = {**row, missing: "2"}
+    data.write_text(json.dumps([fixed, fixed]))
+    assert main(["validate", recipe, *files, "--no-ray"]) == 0
+    assert f"{role}.data_args: rows checked for their columns (2 train)" in capsys.readouterr().out
+
+
 def test_flash_attention_without_its_package_names_the_field_and_the_fix(capsys, monkeypatch):
     """A ROLL file's ``attn_implementation: fa2`` on a machine without flash-attn failed in every worker's model
     load, after Ray and the clusters had started (transformers' ImportError); now ``roll validate`` names the role's

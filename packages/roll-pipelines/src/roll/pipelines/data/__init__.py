@@ -26,6 +26,7 @@ from roll.pipelines.data.encoding import (
 from roll.pipelines.data.errors import DataError
 from roll.pipelines.data.loading import (
     ChatMessages,
+    check_task_rows,
     default_cache_dir,
     load_rows,
     load_task_rows,
@@ -67,6 +68,7 @@ __all__ = [
     "arithmetic_prompts",
     "arithmetic_sft",
     "check_data_reference",
+    "check_task_rows",
     "default_cache_dir",
     "encode_preference",
     "encode_prompt",

@@ -21,6 +21,7 @@ from roll.pipelines.data.sources import read_source
 
 __all__ = [
     "ChatMessages",
+    "check_task_rows",
     "default_cache_dir",
     "load_rows",
     "load_task_rows",
@@ -237,6 +238,18 @@ def required_columns(args: DataArgs, task: Task) -> tuple[dict[str, Any], dict[s
         for key in args.extra_keys:
             need(key, object, "extra_keys")
     return required, fields
+
+
+def check_task_rows(args: DataArgs, task: Task, where: str) -> str | None:
+    """For ``roll validate``: every row of the local data files of ``args`` has the columns ``task`` needs (a
+    missing one would otherwise stop the run at its start). A split with a file not on this machine (a hub name, an
+    absent path: the reference check reports it) or ``synthetic://`` data is not read."""
+    counted = []
+    for split in ("train", "eval"):
+        names = args.files(split)
+        if names and all(Path(name).expanduser().is_file() for name in names):
+            counted.append(f"{len(load_task_rows(args, task, split=split))} {split}")
+    return f"{where}: rows checked for their columns ({', '.join(counted)})" if counted else None
 
 
 def load_task_rows(args: DataArgs, task: Task, *, split: str = "train") -> list[dict[str, Any]]:

@@ -6,12 +6,14 @@ are accepted and moved into ``distill``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from roll.pipelines.config import BaseConfig, RoleConfig
+from roll.pipelines.data import check_task_rows
 from roll.pipelines.distill.settings import StudentSettings, TeacherSettings
 from roll.runtime import RollModel
 
@@ -105,6 +107,17 @@ class DistillConfig(BaseConfig):
             temperature=d.kd_temperature * d.teacher_temperature,
             distill_on_prompt=d.distill_on_prompt,
         )
+
+    def deployment_checks(self) -> list[Callable[[], str | None]]:
+        """The training and eval rows have the columns the student's data needs (prompts when the teacher
+        generates the responses; the pipeline tags them itself)."""
+        data = self.student.require_data()
+        if self.distill.teacher_generates:
+            task: Literal["prompt", "sft"] = "prompt"
+            data = data if data.default_tag is not None else data.model_copy(update={"default_tag": "distill"})
+        else:
+            task = "sft"
+        return [functools.partial(check_task_rows, data, task, "student.data_args")]
 
     @model_validator(mode="after")
     def _check_distill(self) -> DistillConfig:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from roll.pipelines.config import BaseConfig, RoleConfig
+from roll.pipelines.data import check_task_rows
 from roll.runtime import RollModel
 
 __all__ = ["FLAT_KEYS", "DPOConfig", "DPOLossSection", "DPOValidationSection"]
@@ -56,6 +58,11 @@ class DPOConfig(BaseConfig):
         data = super().derive_defaults(data)
         cls.fill_schedule_length(data, "actor_train", 1)
         return data
+
+    def deployment_checks(self) -> list[Callable[[], str | None]]:
+        """The training and eval rows have the columns preference pairs need."""
+        data = self.actor_train.require_data()
+        return [functools.partial(check_task_rows, data, "preference", "actor_train.data_args")]
 
     @model_validator(mode="after")
     def _check_dpo(self) -> DPOConfig:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
 from roll.pipelines.config import BaseConfig, RoleConfig
+from roll.pipelines.data import check_task_rows
 from roll.runtime import RollModel
 
 __all__ = ["FLAT_KEYS", "SFTConfig", "SFTValidationSection"]
@@ -43,6 +45,10 @@ class SFTConfig(BaseConfig):
         data = super().derive_defaults(data)
         cls.fill_schedule_length(data, "sft_train", 1)
         return data
+
+    def deployment_checks(self) -> list[Callable[[], str | None]]:
+        """The training and eval rows have the columns SFT reads."""
+        return [functools.partial(check_task_rows, self.sft_train.require_data(), "sft", "sft_train.data_args")]
 
     @model_validator(mode="after")
     def _check_sft(self) -> SFTConfig:
