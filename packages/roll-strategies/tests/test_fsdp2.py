@@ -303,6 +303,22 @@ def test_lora_modules_to_save_train_in_full_and_a_lora_critic_trains_its_value_h
     assert moved == set(head)
 
 
+def test_share_metrics_add_up_over_micro_batches_and_others_are_averaged(tiny_model):
+    """A loss function's metric named with SHARE is a share of the mini-batch total like the loss: the strategy sums
+    it over micro-batches (and ranks). Before, every metric was averaged, so a policy or distillation loss term read
+    1/n of its value with n micro-batches (the summed ``loss`` beside it was right)."""
+    from roll.strategies import SHARE
+
+    def loss_with_metrics(micro, logits, scale):
+        loss, _ = sft_loss(micro, logits, scale)
+        return loss, {f"ce{SHARE}": float(loss.detach()), "rows": float(len(micro))}
+
+    strategy = tiny_strategy(tiny_model)  # 2 rows per micro-batch: 6 rows are 3 micro-batches
+    out = strategy.train_step(sft_batch(6, seed=2), loss_with_metrics, loss_mask_key="loss_mask")
+    assert out["ce"] == pytest.approx(out["loss"], rel=1e-6) and f"ce{SHARE}" not in out
+    assert out["rows"] == 2.0  # a per-micro-batch value: the mean
+
+
 def test_infer_strategy_forwards_and_receives_weights(tiny_model):
     trainer = tiny_strategy(tiny_model)
     reference = tiny_strategy(tiny_model, strategy="fsdp2_infer", infer_batch_size=2)
@@ -393,6 +409,9 @@ def test_two_ranks_match_one_rank(two_ranks, tiny_model):
         per_rank = two_ranks.train(batch)
         assert per_rank[0]["loss"] == per_rank[1]["loss"], step
         assert per_rank[0]["loss"] == pytest.approx(expected["loss"], abs=1e-5), step
+        # a share metric is summed over both ranks' micro-batches, like the loss
+        assert per_rank[0]["nll"] == per_rank[1]["nll"] == pytest.approx(expected["nll"], abs=1e-5), step
+        assert per_rank[0]["nll"] == pytest.approx(per_rank[0]["loss"], abs=1e-6), step
         assert per_rank[0]["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-5), step
     assert_weights_close(two_ranks.full_weights(), weights(reference))
 

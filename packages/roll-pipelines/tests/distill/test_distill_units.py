@@ -78,7 +78,8 @@ def test_student_loss_mixes_cross_entropy_and_the_divergence_by_weight():
         settings = StudentSettings(kd_objective="reverse_kl", distill_loss_weight=w)
         loss, metrics = student_loss(settings, batch, logits, scale)
         assert float(loss) == pytest.approx(float((1 - w) * ce + w * kd), rel=1e-6)
-        assert ("student/distill_loss" in metrics) == (w > 0)
+        assert ("student/distill_loss@share" in metrics) == (w > 0)  # shares of the loss, summed by the strategy
+        assert metrics["student/ce_loss@share"] == pytest.approx(float(ce), rel=1e-6)
 
 
 def test_config_takes_rolls_flat_keys_and_resolves_worker_settings():

@@ -228,7 +228,7 @@ def test_actor_loss_runs_the_configured_pg_variant(variant, make_config):
         num_seqs=scale.num_seqs,
     )
     torch.testing.assert_close(loss, expected, atol=1e-6, rtol=0)
-    assert metrics["actor/pg_loss"] == pytest.approx(float(expected), abs=1e-6)
+    assert metrics["actor/pg_loss@share"] == pytest.approx(float(expected), abs=1e-6)
 
 
 def _tagged(batch: DataProto, tags: list[str]) -> DataProto:

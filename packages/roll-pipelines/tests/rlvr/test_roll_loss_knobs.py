@@ -89,8 +89,11 @@ def test_rl_loss_coef_and_score_split_terms_reach_the_actor_loss(rl: float, pos:
                 extra += neg * -min(max(math.exp(lp[i][t] - old[i][t]), 0.0), 1.0) * adv[i][t] * lp[i][t] / n
     expected = rl * (pg + 0.3 * kl) + extra
     assert float(loss) == pytest.approx(expected, abs=1e-6)
-    assert metrics["actor/total_loss"] == pytest.approx(expected, abs=1e-6)
-    assert ("actor/topr_neg_loss" in metrics) == (neg > 0) and ("actor/positive_loss" in metrics) == (pos > 0)
+    # a share of the mini-batch's loss (SHARE): the strategy sums it over micro-batches and ranks
+    assert metrics["actor/total_loss@share"] == pytest.approx(expected, abs=1e-6)
+    assert ("actor/topr_neg_loss@share" in metrics) == (neg > 0) and ("actor/positive_loss@share" in metrics) == (
+        pos > 0
+    )
 
 
 def test_rolls_topr_keys_translate_into_policy_loss() -> None:
@@ -273,7 +276,7 @@ def test_full_kl_loss_against_the_references_distributions() -> None:
                 pg += -float(batch.batch["advantages"][i, t]) * float(lp[i, t]) / n
                 kl += _full_kl(full[i, t].tolist(), batch.batch["ref_full_log_probs"][i, t].tolist()) / n
     assert float(loss) == pytest.approx(pg + 0.2 * kl, abs=1e-6)
-    assert metrics["actor/kl_loss"] == pytest.approx(kl, abs=1e-6)
+    assert metrics["actor/kl_loss@share"] == pytest.approx(kl, abs=1e-6)
 
 
 def test_rolls_kl_penalty_full_translates() -> None:

@@ -16,6 +16,7 @@ from roll.strategies.config import (
     TrainingArgs,
 )
 from roll.strategies.contract import (
+    SHARE,
     ForwardFunc,
     LossFunc,
     LossScale,
@@ -40,6 +41,7 @@ from roll.strategies.worker import StrategyWorker
 __version__ = "0.1.0"
 
 __all__ = [
+    "SHARE",
     "STRATEGIES",
     "STRATEGY_CONFIGS",
     "BatchingArgs",

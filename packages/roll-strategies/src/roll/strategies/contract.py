@@ -26,7 +26,7 @@ the mini-batch loss, so results do not depend on how rows are split into micro-b
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -36,6 +36,7 @@ from roll.protocol import DataProto
 from roll.runtime import RollError
 
 __all__ = [
+    "SHARE",
     "ForwardFunc",
     "LossFunc",
     "LossScale",
@@ -45,6 +46,7 @@ __all__ = [
     "OffloadTarget",
     "StrategyError",
     "check_logits_to_keep",
+    "split_micro_metrics",
 ]
 
 
@@ -82,6 +84,21 @@ class LossScale:
             raise StrategyError(f"LossScale.num_seqs must be an integer >= 1, got {self.num_seqs!r}")
 
 
+SHARE = "@share"
+"""Suffix of a loss function's metric that is, like the loss itself, its micro-batch's share of a mini-batch total
+(e.g. a policy-gradient term divided by the LossScale counts): strategies sum it over the micro-batches and the
+data-parallel ranks and report the total without the suffix. Any other metric is a per-micro-batch value (a clip
+fraction, a mean entropy), averaged over the rank's micro-batches."""
+
+
+def split_micro_metrics(sums: Mapping[str, float], micro_batches: int) -> tuple[dict[str, float], dict[str, float]]:
+    """``(means, shares)`` of a rank's loss-function metrics summed over its ``micro_batches`` micro-batches: the
+    per-micro-batch metrics averaged, the :data:`SHARE` ones (suffix dropped) still to be summed over the ranks."""
+    means = {name: total / micro_batches for name, total in sums.items() if not name.endswith(SHARE)}
+    shares = {name.removesuffix(SHARE): total for name, total in sums.items() if name.endswith(SHARE)}
+    return means, shares
+
+
 ModelCall: TypeAlias = Callable[..., torch.Tensor]
 """The loaded model as a function of its inputs, on the strategy's device: for a diffusion model
 ``model_call(sample, timesteps, class_labels) -> prediction`` (whatever the diffusers class)."""
@@ -98,7 +115,8 @@ ForwardFunc: TypeAlias = Callable[[DataProto, torch.Tensor], dict[str, torch.Ten
 """``forward_func(micro_batch, logits) -> {name: tensor with one row per micro-batch row}``."""
 
 LossFunc: TypeAlias = Callable[[DataProto, torch.Tensor, LossScale], tuple[torch.Tensor, dict[str, float]]]
-"""``loss_func(micro_batch, logits, scale) -> (loss, metrics)``; the loss is the micro-batch's share."""
+"""``loss_func(micro_batch, logits, scale) -> (loss, metrics)``; the loss is the micro-batch's share, and so is any
+metric named with the :data:`SHARE` suffix."""
 
 
 def check_logits_to_keep(value: int | None) -> int | None:

@@ -18,7 +18,7 @@ from roll.pipelines.rlvr.workers import ActorWorker, policy_gradient_loss
 from roll.pipelines.stages import UpdatePlan, run_update
 from roll.protocol import DataProto, Dispatch, register
 from roll.runtime import ConfigError
-from roll.strategies import LossScale
+from roll.strategies import SHARE, LossScale
 from roll.strategies.ops import entropy_from_logits, log_probs_from_logits, response_logits
 
 __all__ = ["AgenticActorSettings", "AgenticActorWorker", "agentic_actor_loss"]
@@ -54,7 +54,7 @@ def agentic_actor_loss(
         settings, ratio_log_probs, old, micro, {"num_tokens": tokens, "num_seqs": seqs}
     )
     metrics = {f"actor/{k}": v for k, v in metrics.items()}
-    metrics["actor/pg_loss"] = float(loss.detach())
+    metrics[f"actor/pg_loss{SHARE}"] = float(loss.detach())
     entropy = entropy_from_logits(predicting, settings.temperature)
     metrics["actor/entropy"] = float(masked_mean(entropy.detach(), mask))
     metrics["actor/log_prob"] = float(masked_mean(log_probs.detach(), mask))  # warm-up: minus the NLL
@@ -69,11 +69,11 @@ def agentic_actor_loss(
             num_seqs=seqs,
         )
         loss = loss + settings.kl_loss_coef * kl
-        metrics["actor/kl_loss"] = float(kl.detach())
+        metrics[f"actor/kl_loss{SHARE}"] = float(kl.detach())
     if settings.entropy_coef > 0:
         bonus = entropy_loss(entropy, mask, settings.loss_agg_mode, num_tokens=tokens, num_seqs=seqs)
         loss = loss - settings.entropy_coef * bonus
-        metrics["actor/entropy_loss"] = float(bonus.detach())
+        metrics[f"actor/entropy_loss{SHARE}"] = float(bonus.detach())
     return loss, metrics
 
 

@@ -14,7 +14,7 @@ from roll.pipelines.distill.settings import StudentSettings, TeacherSettings
 from roll.pipelines.distill.transfer import TeacherLogits, TopKShard, pack_topk, put_topk, target_mask, unpack_topk
 from roll.pipelines.workers import LogProbWorker
 from roll.protocol import DataProto, Dispatch, register
-from roll.strategies import GenerationConfig, LossScale, StrategyWorker
+from roll.strategies import SHARE, GenerationConfig, LossScale, StrategyWorker
 from roll.strategies.ops import language_model_loss
 
 __all__ = ["StudentWorker", "TeacherWorker", "student_loss"]
@@ -63,12 +63,12 @@ def student_loss(
     ``scale.num_tokens`` target tokens; with w = 0 the teacher's tensors are not read (plain SFT)."""
     w = settings.distill_loss_weight
     ce, _ = language_model_loss(logits, micro.batch["labels"], num_tokens=scale.num_tokens)
-    metrics = {"student/ce_loss": float(ce.detach())}
+    metrics = {f"student/ce_loss{SHARE}": float(ce.detach())}
     if w == 0:
         return ce, metrics
     per_token = _divergence(settings, micro, logits)
     kd = kd_loss(per_token, target_mask(micro, settings.distill_on_prompt), num_tokens=scale.num_tokens)
-    metrics["student/distill_loss"] = float(kd.detach())
+    metrics[f"student/distill_loss{SHARE}"] = float(kd.detach())
     return (1 - w) * ce + w * kd, metrics
 
 

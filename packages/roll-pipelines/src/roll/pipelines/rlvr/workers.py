@@ -31,7 +31,7 @@ from roll.pipelines.rlvr.settings import ActorSettings, CriticSettings, PolicySe
 from roll.pipelines.stages import UpdatePlan, run_update
 from roll.protocol import DataProto, Dispatch, register
 from roll.runtime import ConfigError
-from roll.strategies import GenerationConfig, LossScale, StrategyWorker
+from roll.strategies import SHARE, GenerationConfig, LossScale, StrategyWorker
 from roll.strategies.ops import entropy_from_logits, log_probs_from_logits, response_logits
 from roll.strategies.requests import GenerateRequest, GenerateResult, generate_requests
 
@@ -86,7 +86,7 @@ def actor_loss(
     old_log_probs = log_probs.detach() if on_policy else data["old_log_probs"]
     loss, metrics = policy_gradient_loss(settings, log_probs, old_log_probs, micro, counts)
     metrics = {f"actor/{k}": v for k, v in metrics.items()}
-    metrics["actor/pg_loss"] = float(loss.detach())
+    metrics[f"actor/pg_loss{SHARE}"] = float(loss.detach())
     if on_policy:  # the recompute pass would have reported it
         with torch.no_grad():
             entropy = entropy_from_logits(predicting, settings.temperature)
@@ -94,19 +94,19 @@ def actor_loss(
     if settings.kl_loss_on:
         kl = _kl_loss(settings, predicting, log_probs, micro, counts)
         loss = loss + settings.kl_loss_coef * kl
-        metrics["actor/kl_loss"] = float(kl.detach())
+        metrics[f"actor/kl_loss{SHARE}"] = float(kl.detach())
     if settings.rl_loss_coef != 1.0:  # ROLL: scales the policy-gradient + KL terms, not the entropy bonus
         loss = loss * settings.rl_loss_coef
     if settings.opd_dense_objective is not None:  # roll's dense OPD: its own term, outside rl_loss_coef
         dense = _opd_dense_loss(settings, predicting, micro, counts)
         loss = loss + settings.opd_dense_coef * dense
-        metrics["actor/opd_dense_loss"] = float(dense.detach())
+        metrics[f"actor/opd_dense_loss{SHARE}"] = float(dense.detach())
     if settings.entropy_coef > 0:
         bonus = entropy_loss(
             entropy_from_logits(predicting, settings.temperature), mask, settings.loss_agg_mode, **counts
         )
         loss = loss - settings.entropy_coef * bonus
-        metrics["actor/entropy_loss"] = float(bonus.detach())
+        metrics[f"actor/entropy_loss{SHARE}"] = float(bonus.detach())
     if settings.positive_loss_coef or settings.topr_negative_loss_coef:
         extra, extra_metrics = score_split_loss(
             log_probs,
@@ -120,8 +120,8 @@ def actor_loss(
             **counts,
         )
         loss = loss + extra
-        metrics.update({f"actor/{k}": v for k, v in extra_metrics.items()})
-    metrics["actor/total_loss"] = float(loss.detach())
+        metrics.update({f"actor/{k}{SHARE}": v for k, v in extra_metrics.items()})  # terms of the loss
+    metrics[f"actor/total_loss{SHARE}"] = float(loss.detach())
     return loss, metrics
 
 

@@ -27,6 +27,7 @@ from roll.strategies.contract import (
     OffloadTarget,
     StrategyError,
     check_logits_to_keep,
+    split_micro_metrics,
 )
 from roll.strategies.fsdp2._base import Fsdp2Model
 from roll.strategies.fsdp2._checkpoint import export_hf_folder, load_training_state, save_training_state
@@ -166,8 +167,11 @@ class Fsdp2TrainStrategy(Fsdp2Model, TrainStrategy):
             logger.warning("skipping the optimizer step: the gradient norm is %s", grad_norm)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        out = {name: total / len(micros) for name, total in metric_sums.items()}
-        out.update(loss=self._dp_sum([loss_sum])[0], grad_norm=grad_norm, lr=float(lr))
+        out, shares = split_micro_metrics(metric_sums, len(micros))
+        names = sorted(shares)  # the same loss function on every rank: the same names
+        totals = self._dp_sum([loss_sum, *(shares[name] for name in names)])
+        out.update(zip(names, totals[1:]))
+        out.update(loss=totals[0], grad_norm=grad_norm, lr=float(lr))
         if plan.max_tokens is not None or plan.packing:
             out.update(
                 {"batching/micro_batches": float(len(micros)), "batching/padded_fraction": self.padding.padded_fraction}

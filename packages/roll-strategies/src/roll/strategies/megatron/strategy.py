@@ -26,7 +26,14 @@ from megatron.core import parallel_state
 from roll.protocol import DataProto
 from roll.strategies.base import TrainStrategy
 from roll.strategies.batching import MicroBatchPlan, split_micro_batches, train_plan
-from roll.strategies.contract import LossFunc, LossScale, OffloadTarget, StrategyError, check_logits_to_keep
+from roll.strategies.contract import (
+    LossFunc,
+    LossScale,
+    OffloadTarget,
+    StrategyError,
+    check_logits_to_keep,
+    split_micro_metrics,
+)
 from roll.strategies.megatron import _engine, _state
 from roll.strategies.megatron._base import MegatronModel
 from roll.strategies.megatron._batching import PreparedInputs, count_loss_tokens, loss_scale
@@ -168,12 +175,21 @@ class MegatronTrainStrategy(MegatronModel, TrainStrategy):
         out: dict[str, float] = {"grad_norm": float("nan") if grad_norm is None else float(grad_norm), "lr": lr}
         if not self.rank_info.is_pipeline_last_stage:
             return out  # the last stage's metrics are the ones collected
+        sums: dict[str, float] = {}
         for _, metrics in results:
             for name, value in metrics.items():
-                out[name] = out.get(name, 0.0) + value / len(results)
-        loss = torch.tensor([sum(loss for loss, _ in results)], dtype=torch.float64, device=self.device)
-        dist.all_reduce(loss, group=parallel_state.get_data_parallel_group())
-        out["loss"] = float(loss)
+                sums[name] = sums.get(name, 0.0) + value
+        means, shares = split_micro_metrics(sums, len(results))
+        out.update(means)
+        names = sorted(shares)  # the same loss function on every rank: the same names
+        totals = torch.tensor(
+            [sum(loss for loss, _ in results), *(shares[name] for name in names)],
+            dtype=torch.float64,
+            device=self.device,
+        )
+        dist.all_reduce(totals, group=parallel_state.get_data_parallel_group())
+        out["loss"] = float(totals[0])
+        out.update({name: float(total) for name, total in zip(names, totals[1:])})
         return out
 
     # --- weights out / checkpoints ------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import torch
 from roll.protocol import DataProto, Dispatch, register
 from roll.runtime import Cluster, ResourceManager
 from roll.strategies.config import ModelArgs, StrategyArgs, StrategyWorkerConfig, TrainingArgs
-from roll.strategies.contract import LossScale
+from roll.strategies.contract import SHARE, LossScale
 from roll.strategies.ops import language_model_loss
 from roll.strategies.worker import StrategyWorker
 
@@ -79,10 +79,11 @@ def sft_batch(rows: int = 4, seed: int = 1, length: int = 12, *, padded: bool = 
 
 
 def sft_loss(micro: DataProto, logits: torch.Tensor, scale: LossScale) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token-mean cross-entropy over the whole mini-batch (the global token count comes in the LossScale)."""
+    """Token-mean cross-entropy over the whole mini-batch (the global token count comes in the LossScale); metrics:
+    this micro-batch's ``tokens`` and ``nll``, its share of the mini-batch's cross-entropy (summed by strategies)."""
     labels = micro.batch["labels"].to(logits.device)
     loss, tokens = language_model_loss(logits, labels, num_tokens=scale.num_tokens)
-    return loss, {"tokens": float(tokens)}
+    return loss, {"tokens": float(tokens), f"nll{SHARE}": float(loss.detach())}
 
 
 def logits_of(micro: DataProto, logits: torch.Tensor) -> dict[str, torch.Tensor]:
