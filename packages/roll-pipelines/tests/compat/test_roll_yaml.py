@@ -159,6 +159,13 @@ def test_dpo_example_round_trips_through_convert(tmp_path: Path, capsys: pytest.
     assert direct.pipeline_cls == "dpo" and direct.loss.beta == 0.1 and direct.loss.loss_type == "sigmoid"
     assert direct.actor_train.data_args is not None and direct.actor_train.data_args.max_length == 512
     assert yaml.safe_load(out.read_text())["pipeline_cls"] == "dpo"
+    # overrides of roll's own fields are in the output too (it printed the file's num_gpus_per_node: 8)
+    overrides = ["num_gpus_per_node=0", "actor_train.device_mapping=null", "pretrain=tiny://nano"]
+    assert main(["convert", str(source), *overrides, "-o", str(out)]) == 0
+    written = yaml.safe_load(out.read_text())
+    assert written["num_gpus_per_node"] == 0 and written["actor_train"]["device_mapping"] is None
+    assert written["actor_train"]["model_args"]["model_name_or_path"] == "tiny://nano"
+    assert load_config(out) == load_config(source, overrides)
 
 
 # --- errors ---------------------------------------------------------------------------------------------------

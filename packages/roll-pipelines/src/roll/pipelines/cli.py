@@ -83,12 +83,17 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     import yaml
 
     from roll.pipelines.compat import format_report
-    from roll.pipelines.config import read_config_source
+    from roll.pipelines.config import read_config_source, with_roll_overrides
+    from roll.runtime import ConfigError
 
     data, label, translation = read_config_source(args.config, args.overrides)
     if translation is None:
         print(f"{label} names pipeline_cls, so it is already a roll config; nothing to convert")
         return 0
+    try:  # the overrides of roll's own fields too, so the output is what `roll run` would load
+        data = with_roll_overrides(data, args.overrides, translation)
+    except ValueError as e:
+        raise ConfigError(f"{label}: {e}") from None
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     header = (
         f"# converted from {label} (ROLL) by `roll convert`: pipeline {translation.pipeline} ({translation.reason})\n"

@@ -44,6 +44,7 @@ __all__ = [
     "raw_value",
     "read_config_source",
     "read_yaml",
+    "with_roll_overrides",
 ]
 
 
@@ -519,10 +520,26 @@ def load_config(source: str | Path | dict[str, Any], overrides: list[str] | None
             f"{label}: pipeline_cls is missing; set it to sft, dpo, rlvr, rlvr_rollout or 'pkg.module:Class'"
         )
     config_cls: type[BaseConfig] = resolve_pipeline(str(name)).config_cls
-    try:  # flat keys first, so an override of a flat key replaces the file's value of its section field
-        data = config_cls.normalize(data)
+    try:
+        data = with_roll_overrides(data, overrides, translation, config_cls)
     except ValueError as e:
         raise ConfigError(f"{label}: {e}") from None
-    applied = translation.applied_overrides if translation is not None else []
-    data = apply_overrides(data, [item for item in overrides if item not in applied], config_cls.flat_keys)
     return validate_config(config_cls, data, label)
+
+
+def with_roll_overrides(
+    data: dict[str, Any],
+    overrides: list[str],
+    translation: Translation | None,
+    config_cls: type[BaseConfig] | None = None,
+) -> dict[str, Any]:
+    """``data`` (from :func:`read_config_source`) normalized, with the ``overrides`` that name roll's own fields (the
+    ones the ROLL translation did not take) applied: what :func:`load_config` validates and ``roll convert`` prints.
+    ``config_cls`` defaults to the translation's pipeline's."""
+    if config_cls is None:
+        if translation is None:
+            raise ValueError("with_roll_overrides needs a config class or a translation")
+        config_cls = resolve_pipeline(translation.pipeline).config_cls
+    data = config_cls.normalize(data)  # flat keys first: an override of a flat key replaces its section field
+    applied = translation.applied_overrides if translation is not None else []
+    return apply_overrides(data, [item for item in overrides if item not in applied], config_cls.flat_keys)
