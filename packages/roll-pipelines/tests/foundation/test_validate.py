@@ -43,6 +43,10 @@ def test_a_valid_config_passes_without_starting_ray(capsys, monkeypatch):
         raise AssertionError("roll validate --no-ray started Ray")
 
     was_up = ray.is_initialized()  # another test file in the same session may have started it
+    # Imported before the patch: it binds roll.runtime.init at import time, and a first import under the patch kept
+    # the patched function for the rest of the session (a later test's pipeline then "started Ray" here).
+    import roll.pipelines.base  # noqa: F401
+
     monkeypatch.setattr(ray, "init", no_ray)
     monkeypatch.setattr("roll.runtime.init", no_ray)
     code, out, err = validate(capsys)
