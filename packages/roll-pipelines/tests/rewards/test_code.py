@@ -103,7 +103,7 @@ def test_code_worker_scores_rows_and_isolates_a_bad_row():
             "prompt": ["p"] * 3,
             "response_text": [ADD, FUNCTION, ADD],
             "tag": ["code"] * 3,
-            "test_cases": [json.dumps(IO_TESTS), None, json.dumps(["not a mapping"])],
+            "test_cases": [json.dumps(IO_TESTS), None, json.dumps([3])],
             "tests": [None, "assert add(2, 2) == 4", None],
         }
     )
@@ -111,10 +111,28 @@ def test_code_worker_scores_rows_and_isolates_a_bad_row():
     assert out["scores"].tolist() == [1.0, 1.0, 0.0]
     infos = out["reward_info"].tolist()
     assert infos[:2] == ["correct", "correct"]
-    assert infos[2].startswith("scoring error: ValueError: each stdin/stdout test case must be a mapping")
+    assert infos[2].startswith("scoring error: ValueError: each test case must be a mapping or assert code")
 
 
 def test_code_worker_rejects_bad_sandbox_settings():
     worker = CodeSandboxRewardWorker(RewardRoleConfig(reward_kwargs={"sandbox": {"wall": 1}}))
     with pytest.raises(ConfigError, match="unknown sandbox limit"):
         worker.initialize(None)
+
+
+def test_rolls_code_cases_are_read_as_rolls_worker_reads_them():
+    """ROLL's code data: ``{"stdin", "expected_stdout"}`` pairs and ``{"assert_code"}`` blocks (a block of
+    ``test_*`` functions runs them all); before, every such row scored 0 ("needs 'input' and 'output' keys")."""
+    io = [{"stdin": "2 3\n", "expected_stdout": "5\n"}, {"stdin": "10 -4\n", "expected_stdout": "6\n"}]
+    assert code_score(ADD, json.dumps(io)) == (1.0, "correct")
+    blocks = [{"assert_code": "assert add(2, 2) == 4\nassert add(0, 0) == 0"}]
+    assert code_score(FUNCTION, blocks) == (1.0, "correct")
+    pytest_style = [
+        {"assert_code": "def test_small():\n    assert add(1, 1) == 2\n\ndef test_big():\n    assert add(5, 5) == 11\n"}
+    ]
+    tests = parse_test_cases(pytest_style)
+    assert [(t.kind, t.statement) for t in tests] == [("assert", "test_small()\ntest_big()")]
+    score, reason = code_score(FUNCTION, tests)
+    assert score == 0.0 and "assertion failed" in reason  # test_big fails: the block fails, as in ROLL
+    with pytest.raises(ValueError, match="ROLL's case_type 'text'"):
+        parse_test_cases(io, case_type="text")

@@ -120,6 +120,12 @@ class RoleTranslator:
             top.row(f"({path}.pg_variant)", "implemented-as", "policy_loss.variant", "ROLL's ActorPGWorker default")
         if reward_class is not None and "reward_type" not in out:
             out["reward_type"] = reward_class
+        if reward_class == "code" and "partial_credit" not in out.get("reward_kwargs", {}):
+            out.setdefault("reward_kwargs", {})["partial_credit"] = False
+            note = "false: ROLL's code reward is 1 when every test passes, else 0 (roll's default gives partial credit)"
+            top.row(
+                f"({path}.reward_kwargs.partial_credit)", "implemented-as", f"{path}.reward_kwargs.partial_credit", note
+            )
         if out.get("data_args") == {} and path != top.trained:
             del out["data_args"]  # ROLL gives every role a template only; roll's data lives on the trained role
         self.pipeline_wide(path, raw, out)

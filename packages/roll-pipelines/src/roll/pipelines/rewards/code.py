@@ -9,6 +9,11 @@ Test cases come in two kinds (:func:`parse_test_cases`):
   the tests (other top-level statements are setup run before each following assert). Each test program is the
   response's code followed by the setup and the assert; it passes when it exits 0.
 
+ROLL's code data is read too: stdin/stdout cases as ``{"stdin": ..., "expected_stdout": ...}``, assert cases as
+``{"assert_code": "..."}`` (or plain strings) in ``test_cases``; an ``assert_code`` block that defines ``test_*``
+functions is one test that calls them all, as ROLL's runner does. ROLL's ``text`` and ``check_based`` case types
+(tests that read the response's text, or a checker program) are not run: such a row scores 0 with that reason.
+
 Every test runs in its own sandbox process, so a test that crashes, hangs or exhausts a limit cannot affect
 another test's result.
 """
@@ -84,10 +89,26 @@ def _assert_tests(source: str) -> list[CodeTest]:
     return tests
 
 
-def _io_test(case: Mapping[str, Any]) -> CodeTest:
-    if "input" not in case or "output" not in case:
-        raise ValueError(f"a stdin/stdout test needs 'input' and 'output' keys, got {sorted(case)}")
-    return CodeTest("io", stdin=_as_text(case["input"]), expected=_as_text(case["output"]))
+_TEST_FUNCTION = re.compile(r"^\s*def (test_\w*)\s*\(", re.MULTILINE)
+
+
+def _case_tests(case: Mapping[str, Any] | str) -> list[CodeTest]:
+    """One test case of ``test_cases``: a stdin/stdout pair (roll's ``input``/``output`` or ROLL's
+    ``stdin``/``expected_stdout``), or assert code (ROLL's ``{"assert_code": ...}`` or a plain string)."""
+    if isinstance(case, str) or "assert_code" in case:
+        source = str(case if isinstance(case, str) else case["assert_code"])
+        functions = _TEST_FUNCTION.findall(source)
+        if functions:  # pytest-style: one test that runs every test function, as ROLL's assert runner does
+            calls = "\n".join(f"{name}()" for name in functions)
+            return [CodeTest("assert", setup=source, statement=calls)]
+        return _assert_tests(source)
+    for stdin, expected in (("input", "output"), ("stdin", "expected_stdout")):
+        if stdin in case and expected in case:
+            return [CodeTest("io", stdin=_as_text(case[stdin]), expected=_as_text(case[expected]))]
+    raise ValueError(
+        f"a test case needs 'input' and 'output' (or ROLL's 'stdin' and 'expected_stdout', or 'assert_code'), got "
+        f"{sorted(case)}"
+    )
 
 
 def _as_text(value: Any) -> str:
@@ -96,8 +117,17 @@ def _as_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def parse_test_cases(test_cases: Any = None, tests: Any = None) -> list[CodeTest]:
-    """Normalise a row's ``test_cases`` (stdin/stdout pairs) and/or ``tests`` (assert statements) into tests."""
+_ROLL_UNRUN_CASE_TYPES = ("text", "check_based")
+
+
+def parse_test_cases(test_cases: Any = None, tests: Any = None, case_type: Any = None) -> list[CodeTest]:
+    """Normalise a row's ``test_cases`` (stdin/stdout pairs, or ROLL's case dicts) and/or ``tests`` (assert
+    statements) into tests; ``case_type`` is ROLL's column of that name, when the row has it."""
+    if case_type in _ROLL_UNRUN_CASE_TYPES:
+        raise ValueError(
+            f"ROLL's case_type {case_type!r} (tests on the response's text, or a checker program) is not run by roll's "
+            "code reward; score these rows with another reward domain"
+        )
     parsed: list[CodeTest] = []
     if isinstance(test_cases, str) and test_cases.strip():
         try:
@@ -113,9 +143,9 @@ def parse_test_cases(test_cases: Any = None, tests: Any = None) -> list[CodeTest
         else:
             test_cases = [test_cases]
     for case in test_cases or []:
-        if not isinstance(case, Mapping):
-            raise ValueError(f"each stdin/stdout test case must be a mapping, got {type(case).__name__}")
-        parsed.append(_io_test(case))
+        if not isinstance(case, Mapping | str):
+            raise ValueError(f"each test case must be a mapping or assert code, got {type(case).__name__}")
+        parsed.extend(_case_tests(case))
     if isinstance(tests, str) and tests.lstrip().startswith("["):
         with contextlib.suppress(json.JSONDecodeError):  # else: Python source starting with a list literal
             tests = json.loads(tests)  # a JSON list of statements
@@ -207,7 +237,7 @@ class CodeSandboxRewardWorker(RewardWorker):
         self.logger.info("%s: code sandbox layers: %s", self.worker_name, layers)
 
     def score_row(self, row: dict[str, Any]) -> tuple[float, str]:
-        tests = parse_test_cases(row.get("test_cases"), row.get("tests"))
+        tests = parse_test_cases(row.get("test_cases"), row.get("tests"), row.get("case_type"))
         return code_score(
             row.get("response_text") or "",
             tests,
