@@ -265,6 +265,41 @@ def test_model_config_kwargs_and_additional_target_become_the_roles_own() -> Non
     assert problem.key == "actor_train.model_args.adapter_name_or_path" and "no ROLL code reads it" in problem.note
 
 
+def test_rolls_api_judge_is_the_llm_judge_api_reward() -> None:
+    """ROLL's LLM judge in api mode (judge_model_type api, its default, with judge_api_url) was refused ("a remote
+    judge API"); it is roll's llm_judge_api reward (rewards/test_judge_api.py runs it against a local server)."""
+    data, referenced = compose_file(TINY)
+    data["rewards"]["helpful"] = {
+        "worker_cls": "roll.pipeline.rlvr.rewards.llm_judge_reward_worker.LLMJudgeRewardWorker",
+        "judge_prompt": "Qwen2.5-7B-Instruct-RLVR-prompt",
+        "judge_api_url": "https://judge.example/v1",
+        "judge_api_key": "k",
+        "judge_model_name": "qwen-judge",
+        "model_args": {"model_name_or_path": "${reward_pretrain}"},
+        "generating_args": {"max_new_tokens": 100},
+        "tag_included": ["chat"],
+        "world_size": 2,
+    }
+    translation = translate(data, referenced)
+    assert not translation.problems
+    domain = load_config(translation.data).rewards["helpful"]
+    assert (domain.reward_type, domain.world_size) == ("llm_judge_api", 2)
+    assert domain.reward_kwargs == {
+        "api_url": "https://judge.example/v1",
+        "api_key": "k",
+        "model": "qwen-judge",
+        "prompt_style": "ROLL/Qwen2.5-7B-Instruct-RLVR-prompt",
+    }
+    rows = {row.key: row for row in translation.rows}
+    assert rows["rewards.helpful.generating_args"].status == "ignored"  # ROLL's API judge sends none of them
+    # the inference mode keeps the judge model in the run; the API keys are then unused, as in ROLL
+    data["rewards"]["helpful"]["judge_model_type"] = "inference"
+    translation = translate(data, referenced)
+    rows = {row.key: row for row in translation.rows}
+    assert translation.data["rewards"]["helpful"]["reward_type"] == "llm_judge"
+    assert rows["rewards.helpful.judge_api_url"].status == "ignored"
+
+
 def test_validate_names_a_checkpoint_folder_that_cannot_be_made(tmp_path: Path, capsys) -> None:
     blocker = _write(tmp_path / "a-file", "")
     overrides = [f"output_dir={tmp_path}/out", f"checkpoint_config.output_dir={blocker}/ckpt"]

@@ -56,7 +56,8 @@ def fold_judges(top: _Translator, data: dict[str, Any]) -> dict[str, Any]:
                 note="'cluster' needs a top-level reward_model role serving the judge (ROLL raises ValueError too)",
             )
     for name, domain in judges.items():
-        _sampling_to_kwargs(top, name, domain)
+        if not _api_mode(top, name, domain):
+            _sampling_to_kwargs(top, name, domain)
         _prompt_style(top, name, domain)
     out["rewards"] = {**rewards, **judges}
     return out
@@ -123,6 +124,31 @@ def _fold_server(top: _Translator, name: str, domain: dict[str, Any], server: di
         else:
             domain[key] = value
             top.row(where, "renamed", f"{path}.{key}")
+
+
+def _api_mode(top: _Translator, name: str, domain: dict[str, Any]) -> bool:
+    """ROLL's ``judge_model_type: api`` (its default) with a ``judge_api_url``: roll's ``llm_judge_api`` reward, the
+    URL, key and model name in its reward_kwargs; the domain's model, strategy and sampling are not used (ROLL's API
+    judge sends the model name and the messages only). Without a URL ROLL's api judge fails at its first request:
+    roll's judge then serves the domain's model itself, as before."""
+    if domain.get("judge_model_type", "api") != "api" or not domain.get("judge_api_url"):
+        return False
+    path = f"rewards.{name}"
+    kwargs = domain.setdefault("reward_kwargs", {})
+    for key, target in (("judge_api_url", "api_url"), ("judge_api_key", "api_key"), ("judge_model_name", "model")):
+        if key in domain:
+            kwargs[target] = domain.pop(key)
+            top.row(f"{path}.{key}", "renamed", f"{path}.reward_kwargs.{target}")
+    domain.pop("worker_cls", None)
+    domain["reward_type"] = "llm_judge_api"
+    note = "'api': roll's llm_judge_api reward (an OpenAI-compatible chat API; no judge model in the run)"
+    top.row(f"{path}.judge_model_type", "implemented-as", f"{path}.reward_type", note)
+    domain.pop("judge_model_type", None)
+    for key in (*_SERVED, "generating_args", "data_args"):
+        if key in domain:
+            domain.pop(key)
+            top.row(f"{path}.{key}", "ignored", note="ROLL's API judge sends the model name and the messages only")
+    return True
 
 
 def _sampling_to_kwargs(top: _Translator, name: str, domain: dict[str, Any]) -> None:

@@ -66,6 +66,10 @@ def _batching(field: str, note: str = "") -> Rule:
 _PROFILING = "profiling/tracing output; roll reports time/* metrics per step instead"
 _OFFLOAD = "roll strategies offload and reload their own states between phases; no switch needed"
 _DECLARED_UNREAD = "a field of ROLL's PPOConfig that no ROLL pipeline code reads (no effect in ROLL either)"
+_API_JUDGE_ONLY = (
+    "read by ROLL's LLM judge in judge_model_type api only (there: roll's reward_type llm_judge_api, reward_kwargs "
+    "api_url, api_key, model)"
+)
 _NOT_A_FIELD = "not a field of ROLL's config classes: ROLL's loader (dacite, non-strict) drops it"
 
 # Top-level keys of ROLL's BaseConfig / PPOConfig / RLVRConfig / SFTConfig / DPOConfig. Keys roll has under the
@@ -302,9 +306,9 @@ ROLE_KEYS: dict[str, Rule] = {
     "use_local": _ignored("roll's code reward runs the tests in its own local sandbox"),
     "judge_prompt": _ignored("used by ROLL's LLM judge only (there: reward_kwargs.prompt_style ROLL/<name>)"),
     "judge_model_type": _ignored("roll's judge generates with its role's strategy ('cluster': see reward_model)"),
-    "judge_model_name": _unsupported("a remote judge API"),
-    "judge_api_url": _unsupported("a remote judge API"),
-    "judge_api_key": _unsupported("a remote judge API"),
+    "judge_model_name": _ignored(_API_JUDGE_ONLY),
+    "judge_api_url": _ignored(_API_JUDGE_ONLY),
+    "judge_api_key": _ignored(_API_JUDGE_ONLY),
     "format_pattern": _ignored(
         "ROLL's math rule reward worker matches responses against it and returns none of the result: no effect on "
         "ROLL's rewards or metrics either"

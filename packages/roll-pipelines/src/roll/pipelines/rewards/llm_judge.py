@@ -56,7 +56,7 @@ from roll.protocol import Dispatch, register
 from roll.runtime import ConfigError
 from roll.strategies import GenerationConfig, StrategyWorker
 
-__all__ = ["LLMJudgeRewardWorker"]
+__all__ = ["JudgeScoring", "LLMJudgeRewardWorker"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,17 +68,14 @@ def _number(kwargs: dict[str, Any], key: str) -> float:
     return float(value)
 
 
-class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
-    """Scores rows with a judge model served by the role's strategy (see the module docstring).
+class JudgeScoring:
+    """The judge prompt of a row and the reading of the judge's answer, for a judge served by a strategy
+    (:class:`LLMJudgeRewardWorker`) or over HTTP (:class:`~roll.pipelines.rewards.judge_api.ApiJudgeRewardWorker`);
+    mixed into a :class:`RewardWorker`, whose ``setup`` calls :meth:`setup_judge`."""
 
-    Needs no row fields: the reference column (``reference_key``) is used when present.
-    """
-
-    required_fields: ClassVar[tuple[tuple[str, ...], ...]] = ()
-    default_kwargs: ClassVar[dict[str, Any]] = {
+    judge_kwargs: ClassVar[dict[str, Any]] = {
         "prompt_template": DEFAULT_JUDGE_TEMPLATE,
         "system_prompt": None,
-        "apply_chat_template": True,
         "reference_key": "ground_truth",
         "no_reference_text": "(none given)",
         "score_pattern": None,
@@ -87,8 +84,6 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
         "unparseable_score": 0.0,
         "max_new_tokens": 64,
         "temperature": 0.0,
-        "generation": {},
-        "max_prompt_length": 4096,
         "reason_chars": 120,
         "prompt_style": "roll",
     }
@@ -100,13 +95,95 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
         "max_score",
         "no_reference_text",
     )
+    reward_kwargs: dict[str, Any]
+    pattern: re.Pattern[str] | None = None
+    roll_template: str | None = None  # the template of a ROLL/<name> prompt_style
+
+    def setup_judge(self, kwargs: dict[str, Any]) -> None:
+        self.roll_template = self._roll_style(kwargs)
+        check_judge_template(kwargs["prompt_template"])
+        self.min_score, self.max_score = _number(kwargs, "min_score"), _number(kwargs, "max_score")
+        if self.max_score <= self.min_score:
+            raise ConfigError(
+                f"reward_kwargs.max_score={kwargs['max_score']} must be larger than min_score={kwargs['min_score']}"
+            )
+        self.unparseable_score = _number(kwargs, "unparseable_score")
+        pattern = kwargs["score_pattern"]
+        self.pattern = None
+        if pattern is not None:
+            try:
+                self.pattern = re.compile(pattern, re.IGNORECASE)
+            except (re.error, TypeError) as e:
+                raise ConfigError(f"reward_kwargs.score_pattern {pattern!r} is not a valid regex: {e}") from None
+        value = kwargs["reason_chars"]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"reward_kwargs.reason_chars must be an integer >= 0, got {value!r}")
+
+    def _roll_style(self, kwargs: dict[str, Any]) -> str | None:
+        """The template of a ROLL prompt_style (None for roll's own); its unused roll-style kwargs must be unset."""
+        style = kwargs["prompt_style"]
+        if style == "roll":
+            return None
+        try:
+            template = roll_judge_template(str(style))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        changed = [key for key in self._ROLL_STYLE_ONLY if kwargs[key] != self.judge_kwargs[key]]
+        if changed:
+            raise ConfigError(
+                f"reward_kwargs {changed} are roll's own judge settings, unused with prompt_style {style!r} (ROLL's "
+                f"template and yes/no answers); remove them or use prompt_style 'roll'"
+            )
+        return template
+
+    def judge_prompt(self, row: dict[str, Any]) -> str:
+        """The judge prompt text of one row (before the chat template)."""
+        kwargs = self.reward_kwargs
+        if self.roll_template is not None:
+            return format_roll_judge_prompt(self.roll_template, row, kwargs["reference_key"])
+        return format_judge_prompt(
+            kwargs["prompt_template"],
+            row,
+            reference_key=kwargs["reference_key"],
+            no_reference_text=kwargs["no_reference_text"],
+            max_score=self.max_score,
+            min_score=self.min_score,
+        )
+
+    def verdict(self, text: str, finish_reason: str) -> ScoredRow:
+        """The score and reason of the judge's answer ``text``."""
+        chars = self.reward_kwargs["reason_chars"]
+        if self.roll_template is not None:
+            return roll_yes_no_verdict(text, unparseable_score=self.unparseable_score, reason_chars=chars)
+        return judge_verdict(
+            text,
+            max_score=self.max_score,
+            min_score=self.min_score,
+            pattern=self.pattern,
+            unparseable_score=self.unparseable_score,
+            finish_reason=finish_reason,
+            reason_chars=chars,
+        )
+
+
+class LLMJudgeRewardWorker(JudgeScoring, RewardWorker, StrategyWorker):
+    """Scores rows with a judge model served by the role's strategy (see the module docstring).
+
+    Needs no row fields: the reference column (``reference_key``) is used when present.
+    """
+
+    required_fields: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    default_kwargs: ClassVar[dict[str, Any]] = {
+        **JudgeScoring.judge_kwargs,
+        "apply_chat_template": True,
+        "generation": {},
+        "max_prompt_length": 4096,
+    }
 
     def __init__(self, worker_config: Any) -> None:
         super().__init__(worker_config)
         self.tokenizer: Any = None
         self.generation_config: GenerationConfig | None = None
-        self.pattern: re.Pattern[str] | None = None
-        self.roll_template: str | None = None  # the template of a ROLL/<name> prompt_style
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, clear_cache=False)
     def initialize(self, settings: Any = None) -> None:
@@ -149,25 +226,10 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
         return load_tokenizer(model_args)
 
     def setup(self, kwargs: dict[str, Any]) -> None:
-        self.roll_template = self._roll_style(kwargs)
-        check_judge_template(kwargs["prompt_template"])
-        self.min_score, self.max_score = _number(kwargs, "min_score"), _number(kwargs, "max_score")
-        if self.max_score <= self.min_score:
-            raise ConfigError(
-                f"reward_kwargs.max_score={kwargs['max_score']} must be larger than min_score={kwargs['min_score']}"
-            )
-        self.unparseable_score = _number(kwargs, "unparseable_score")
-        pattern = kwargs["score_pattern"]
-        self.pattern = None
-        if pattern is not None:
-            try:
-                self.pattern = re.compile(pattern, re.IGNORECASE)
-            except (re.error, TypeError) as e:
-                raise ConfigError(f"reward_kwargs.score_pattern {pattern!r} is not a valid regex: {e}") from None
-        for key, lowest in (("max_prompt_length", 1), ("reason_chars", 0)):
-            value = kwargs[key]
-            if not isinstance(value, int) or isinstance(value, bool) or value < lowest:
-                raise ConfigError(f"reward_kwargs.{key} must be an integer >= {lowest}, got {value!r}")
+        self.setup_judge(kwargs)
+        value = kwargs["max_prompt_length"]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"reward_kwargs.max_prompt_length must be an integer >= 1, got {value!r}")
         self.generation_config = self._generation_config(kwargs)
         self.data_args = DataArgs(
             file_name="<llm_judge>",
@@ -175,23 +237,6 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
             apply_chat_template=bool(kwargs["apply_chat_template"]),
             default_tag="judge",
         )
-
-    def _roll_style(self, kwargs: dict[str, Any]) -> str | None:
-        """The template of a ROLL prompt_style (None for roll's own); its unused roll-style kwargs must be unset."""
-        style = kwargs["prompt_style"]
-        if style == "roll":
-            return None
-        try:
-            template = roll_judge_template(str(style))
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        changed = [key for key in self._ROLL_STYLE_ONLY if kwargs[key] != self.default_kwargs[key]]
-        if changed:
-            raise ConfigError(
-                f"reward_kwargs {changed} are roll's own judge settings, unused with prompt_style {style!r} (ROLL's "
-                f"template and yes/no answers); remove them or use prompt_style 'roll'"
-            )
-        return template
 
     @staticmethod
     def _generation_config(kwargs: dict[str, Any]) -> GenerationConfig:
@@ -218,20 +263,6 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
             raise ConfigError(f"llm_judge generation settings (reward_kwargs): {e}") from None
 
     # --- scoring ----------------------------------------------------------------------------------------
-    def judge_prompt(self, row: dict[str, Any]) -> str:
-        """The judge prompt text of one row (before the chat template)."""
-        kwargs = self.reward_kwargs
-        if self.roll_template is not None:
-            return format_roll_judge_prompt(self.roll_template, row, kwargs["reference_key"])
-        return format_judge_prompt(
-            kwargs["prompt_template"],
-            row,
-            reference_key=kwargs["reference_key"],
-            no_reference_text=kwargs["no_reference_text"],
-            max_score=self.max_score,
-            min_score=self.min_score,
-        )
-
     def encode(self, text: str) -> list[int]:
         """Token ids of a judge prompt: with the chat template (and ``system_prompt``) when asked for and present."""
         return encode_prompt({"prompt": text}, self.tokenizer, self.data_args)["prompt_ids"]
@@ -268,18 +299,5 @@ class LLMJudgeRewardWorker(RewardWorker, StrategyWorker):
                 results.append((self.unparseable_score, reason))
                 continue
             text, finish_reason = answers[i]
-            if self.roll_template is not None:
-                chars = kwargs["reason_chars"]
-                results.append(roll_yes_no_verdict(text, unparseable_score=self.unparseable_score, reason_chars=chars))
-                continue
-            verdict = judge_verdict(
-                text,
-                max_score=self.max_score,
-                min_score=self.min_score,
-                pattern=self.pattern,
-                unparseable_score=self.unparseable_score,
-                finish_reason=finish_reason,
-                reason_chars=kwargs["reason_chars"],
-            )
-            results.append(verdict)
+            results.append(self.verdict(text, finish_reason))
         return results

@@ -62,7 +62,9 @@ class QueryFilterConfig(RollModel):
 class RewardConfig(RoleConfig):
     """One reward domain: a cluster of reward workers and the sample tags routed to it."""
 
-    reward_type: str = Field(default="math", description="Registered reward: math, code, python, llm_judge, ...")
+    reward_type: str = Field(
+        default="math", description="Registered reward: math, code, python, llm_judge, llm_judge_api, ..."
+    )
     reward_kwargs: dict[str, Any] = Field(default_factory=dict, description="Settings of that reward (see its docs).")
     tag_included: list[str] = Field(default_factory=list, description="Sample tags scored here (default: the domain).")
     query_filter_config: QueryFilterConfig = Field(
