@@ -114,6 +114,8 @@ def test_total_rl_options_loads() -> None:
     # ROLL's code reward is all-or-nothing (roll's default would give partial credit)
     assert config.rewards["code_sandbox"].reward_type == "code"
     assert config.rewards["code_sandbox"].reward_kwargs == {"partial_credit": False}
+    data_args = config.actor_train.data_args
+    assert data_args is not None and data_args.optional_keys == ["test_cases", "case_type"]  # the code rows' own
     assert config.actor_train.model_args.model_name_or_path == "Qwen/Qwen2.5-7B"
     # ROLL's actor steps once per per_device_train_batch_size x gradient_accumulation_steps rows of each of its 16
     # data-parallel ranks: 1 x 32 x 16 = 512 rows, the whole step of 64 prompts x 8 answers here, and 4 steps with 8

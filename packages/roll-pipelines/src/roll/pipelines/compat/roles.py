@@ -291,6 +291,22 @@ class RoleTranslator:
             extra = data_args.setdefault("extra_keys", [])
             if "ground_truth" not in extra:
                 extra.append("ground_truth")
+        rewards = self.top.source.get("rewards")
+        code = isinstance(rewards, dict) and any(
+            isinstance(d, dict) and str(d.get("worker_cls") or "").endswith("CodeSandboxRewardWorker")
+            for d in rewards.values()
+        )
+        if code:  # ROLL's code rows carry their tests; rows of other domains have none
+            taken = {*data_args.get("extra_keys", []), *data_args.get("optional_keys", [])}
+            added = [key for key in ("test_cases", "case_type") if key not in taken]
+            if added:
+                data_args["optional_keys"] = [*data_args.get("optional_keys", []), *added]
+                self.top.row(
+                    f"({path}.data_args.optional_keys)",
+                    "implemented-as",
+                    f"{path}.data_args.optional_keys",
+                    f"{added}: ROLL's code reward reads them from the rows that have them",
+                )
         if "domain_key" not in data_args:
             data_args["domain_key"] = "domain"
             self.top.row(

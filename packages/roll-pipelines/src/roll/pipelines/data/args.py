@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator, model_validator
 
 from roll.runtime.config import RollModel
 
@@ -96,6 +96,12 @@ class DataArgs(RollModel):
     extra_keys: list[str] = Field(
         default_factory=list, description="Columns carried through to batches as non-tensors (e.g. ground_truth)."
     )
+    optional_keys: list[str] = Field(
+        default_factory=list,
+        description="RL prompts: columns carried through when a row has them, null when it has not (per-domain "
+        "columns of a multi-domain file, e.g. code rows' test_cases); a reward domain that needs one still fails at "
+        "load, naming the row. extra_keys columns are required in every row.",
+    )
     system_prompt: str | None = Field(
         default=None,
         description="System message prepended to every conversation (a chat template that refuses the system role, "
@@ -136,15 +142,22 @@ class DataArgs(RollModel):
             raise ValueError("a data file name is empty; remove it or give the path")
         return value
 
-    @field_validator("extra_keys")
+    @field_validator("extra_keys", "optional_keys")
     @classmethod
-    def _check_extra_keys(cls, value: list[str]) -> list[str]:
+    def _check_extra_keys(cls, value: list[str], info: ValidationInfo) -> list[str]:
         reserved = sorted(set(value) & RESERVED_COLUMNS)
         if reserved:
-            raise ValueError(f"extra_keys {reserved} clash with columns the data pipeline creates; rename them")
+            raise ValueError(f"{info.field_name} {reserved} clash with columns the data pipeline creates; rename them")
         if len(set(value)) != len(value):
-            raise ValueError("extra_keys lists a column more than once")
+            raise ValueError(f"{info.field_name} lists a column more than once")
         return value
+
+    @model_validator(mode="after")
+    def _check_optional_keys(self) -> DataArgs:
+        both = sorted(set(self.extra_keys) & set(self.optional_keys))
+        if both:
+            raise ValueError(f"{both} are in both extra_keys (required) and optional_keys; keep each in one")
+        return self
 
     @model_validator(mode="after")
     def _check_query_key(self) -> DataArgs:

@@ -174,8 +174,9 @@ def encode_prompt(row: Mapping[str, Any], tokenizer: Any, args: DataArgs, *, whe
     """An RL prompt: ``prompt_ids`` (ending with the generation prompt) plus carried-through fields.
 
     Carried fields: ``prompt`` (the prompt column's text; for chat rows the last user message), ``tag`` (from
-    ``tag_key``, else ``default_tag``), ``domain`` (from ``domain_key``, when the row has a value), every
-    ``extra_keys`` column and, for chat rows, ``messages``.
+    ``tag_key``, else ``default_tag``), ``domain`` (from ``domain_key``; None where the row has none), every
+    ``extra_keys`` column, every ``optional_keys`` column (None where the row has none) and, for chat rows,
+    ``messages``.
     """
     out: dict[str, Any] = {}
     if uses_chat_template(tokenizer, args):
@@ -193,8 +194,8 @@ def encode_prompt(row: Mapping[str, Any], tokenizer: Any, args: DataArgs, *, whe
     else:
         out["prompt_ids"] = _with_bos(tokenizer, tokenize_text(tokenizer, _raw_prompt(row, args, where)))
         out["prompt"] = row[args.prompt_key]
-    if args.domain_key is not None and row.get(args.domain_key) is not None:
-        out["domain"] = row[args.domain_key]
+    if args.domain_key is not None:  # None where the row names no domain: every prompt has the same fields
+        out["domain"] = row.get(args.domain_key)
     if args.tag_key in row:
         out["tag"] = row[args.tag_key]
     elif args.default_tag is not None:
@@ -203,6 +204,8 @@ def encode_prompt(row: Mapping[str, Any], tokenizer: Any, args: DataArgs, *, whe
         _column(row, args.tag_key, where, "tag_key (or data_args.default_tag)")
     for key in args.extra_keys:
         out[key] = _column(row, key, where, "extra_keys")
+    for key in args.optional_keys:
+        out[key] = row.get(key)
     return out
 
 

@@ -114,11 +114,12 @@ def check_reward_fields(
         needed = getattr(worker_classes[domain], "required_fields", ())
         for i in indices:
             for group in needed:
-                if not any(name in examples[i] for name in group):
+                if not any(examples[i].get(name) is not None for name in group):
                     raise ConfigError(
                         f"reward domain {domain!r} ({rewards[domain].reward_type}) needs a {' or '.join(group)!r} "
-                        f"field, but prompt {i} has only {sorted(examples[i])}; add the column to "
-                        f"{data_field}.extra_keys (and to the data)"
+                        f"field, but prompt {i} has only {sorted(k for k, v in examples[i].items() if v is not None)}; "
+                        f"add the column to {data_field}.extra_keys (or optional_keys, when only some rows have it) "
+                        "and to the data"
                     )
 
 
