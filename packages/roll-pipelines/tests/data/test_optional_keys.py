@@ -48,3 +48,24 @@ def test_a_column_is_required_or_optional_not_both() -> None:
         args(optional_keys=["ground_truth"])
     with pytest.raises(ConfigError, match="optional_keys .* clash with columns the data pipeline creates"):
         args(optional_keys=["prompt"])
+
+
+def test_validate_reads_the_optional_columns_as_the_run_does(tmp_path, capsys) -> None:
+    """roll validate's reward-field check builds the prompts' fields as encode_prompt does (it had its own copy,
+    which left optional_keys out and refused every code row)."""
+    import json
+
+    from roll.pipelines.cli import main
+
+    data = tmp_path / "mixed.jsonl"
+    data.write_text("\n".join(json.dumps(row) for row in (MATH, CODE)) + "\n")
+    overrides = [
+        f"actor_infer.data_args.file_name={data}",
+        "actor_infer.data_args.eval_file_name=null",
+        "actor_infer.data_args.optional_keys=[test_cases]",
+        "rewards={math: {reward_type: math, tag_included: [math]}, code: {reward_type: code, tag_included: [code]}}",
+    ]
+    code = main(["validate", "--no-ray", "rlvr-rollout-tiny", *overrides])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "prompts checked for their fields (2 train)" in out

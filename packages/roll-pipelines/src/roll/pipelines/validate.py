@@ -310,15 +310,12 @@ def _check_rewards(config: BaseConfig) -> str | None:
 
 
 def _prompt_fields(row: dict[str, Any], data: Any) -> dict[str, Any]:
-    """The fields an encoded prompt carries (see roll.pipelines.data.encoding.encode_prompt), without tokenizing."""
-    out = {"prompt": row.get(data.prompt_key)}
-    if data.tag_key in row or data.default_tag is not None:
-        out["tag"] = row.get(data.tag_key, data.default_tag)
-    if data.domain_key is not None and row.get(data.domain_key) is not None:
-        out["domain"] = row[data.domain_key]
+    """The fields an encoded prompt carries (roll.pipelines.data.encoding.encode_prompt), without tokenizing."""
+    from roll.pipelines.data.encoding import carried_fields
+
+    out = {"prompt": row.get(data.prompt_key), **carried_fields(row, data)}
     if data.messages_key is not None:
         out["messages"] = row.get(data.messages_key)
-    out.update({key: row[key] for key in data.extra_keys if key in row})
     return out
 
 

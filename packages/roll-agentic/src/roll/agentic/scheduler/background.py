@@ -124,10 +124,8 @@ class BackgroundRollouts:
 
     def _finish(self, round_: _Round) -> None:
         verdict = self.scheduler._judge(round_)
-        self._played.extend([*round_.results, *round_.extra])
+        self.scheduler._tally(round_, self._played, self._counts)
         self._counts[verdict] += 1
-        if self.scheduler.config.group_size_redundancy:
-            self._counts["episodes_cancelled"] += round_.cancelled
         if verdict == "groups_kept":
             key = (round_.plan.group_id, round_.episode_id)
             size = len(round_.results)

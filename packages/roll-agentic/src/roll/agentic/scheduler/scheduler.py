@@ -382,6 +382,13 @@ class RolloutScheduler:
             result.batch = None  # not trained on: keep the summary, free the tensors
         return [f.result() for f in sorted(chosen, key=episodes.index)], extra
 
+    def _tally(self, round_: _Round, played: list[EpisodeResult], counts: Counter[str]) -> None:
+        """Add a finished round's episodes to ``played`` (validation reads only its ``group_size``, training also the
+        others that finished) and its cancelled redundant ones to ``counts``."""
+        played.extend(round_.results if self.mode == "val" else [*round_.results, *round_.extra])
+        if self.config.group_size_redundancy:
+            counts["episodes_cancelled"] += round_.cancelled
+
     def _judge(self, round_: _Round) -> str:
         if self.mode == "val":
             return "groups_kept"
@@ -427,10 +434,7 @@ class RolloutScheduler:
                 for future in sorted(done, key=lambda f: f.result().place):
                     del running[future]
                     round_ = future.result()
-                    # validation reads its rounds' group_size episodes, whatever else finished beside them
-                    played.extend(round_.results if self.mode == "val" else [*round_.results, *round_.extra])
-                    if self.config.group_size_redundancy:
-                        counts["episodes_cancelled"] += round_.cancelled
+                    self._tally(round_, played, counts)
                     verdict = self._judge(round_)
                     counts[verdict] += 1
                     if verdict == "groups_kept":

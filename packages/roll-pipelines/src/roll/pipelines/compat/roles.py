@@ -292,11 +292,10 @@ class RoleTranslator:
             if "ground_truth" not in extra:
                 extra.append("ground_truth")
         rewards = self.top.source.get("rewards")
-        code = isinstance(rewards, dict) and any(
-            isinstance(d, dict) and str(d.get("worker_cls") or "").endswith("CodeSandboxRewardWorker")
-            for d in rewards.values()
-        )
-        if code:  # ROLL's code rows carry their tests; rows of other domains have none
+        domains = rewards.items() if isinstance(rewards, dict) else []
+        if any(
+            isinstance(d, dict) and self.reward_class(f"rewards.{name}", d) == "code" for name, d in domains
+        ):  # ROLL's code rows carry their tests; rows of other domains have none
             taken = {*data_args.get("extra_keys", []), *data_args.get("optional_keys", [])}
             added = [key for key in ("test_cases", "case_type") if key not in taken]
             if added:

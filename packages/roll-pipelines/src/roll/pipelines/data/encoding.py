@@ -30,6 +30,7 @@ from roll.pipelines.data.templates import (
 __all__ = [
     "IGNORE_INDEX",
     "FilterReport",
+    "carried_fields",
     "encode_preference",
     "encode_prompt",
     "encode_sft",
@@ -194,7 +195,16 @@ def encode_prompt(row: Mapping[str, Any], tokenizer: Any, args: DataArgs, *, whe
     else:
         out["prompt_ids"] = _with_bos(tokenizer, tokenize_text(tokenizer, _raw_prompt(row, args, where)))
         out["prompt"] = row[args.prompt_key]
-    if args.domain_key is not None:  # None where the row names no domain: every prompt has the same fields
+    out.update(carried_fields(row, args, where=where))
+    return out
+
+
+def carried_fields(row: Mapping[str, Any], args: DataArgs, *, where: str = "row") -> dict[str, Any]:
+    """The fields an RL prompt carries beside its text and ids: ``domain`` (when ``domain_key`` is set; None where
+    the row names none, so every prompt has the same fields), ``tag``, the ``extra_keys`` columns and the
+    ``optional_keys`` ones (None where absent). :func:`encode_prompt` and ``roll validate`` read them here."""
+    out: dict[str, Any] = {}
+    if args.domain_key is not None:
         out["domain"] = row.get(args.domain_key)
     if args.tag_key in row:
         out["tag"] = row[args.tag_key]
