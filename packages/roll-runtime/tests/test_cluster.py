@@ -279,6 +279,7 @@ def test_workers_get_rank_env_rendezvous_and_system_envs(echo, resources):
         other.shutdown()
 
 
+@pytest.mark.slow  # eight actors, each a process importing torch
 def test_model_parallel_topology_collects_only_valid_ranks(resources):
     cluster = Cluster("mp", ModelParallelWorker, resources, WorkerConfig(name="mp", world_size=8))
     try:

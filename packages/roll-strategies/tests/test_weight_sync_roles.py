@@ -318,6 +318,7 @@ def test_one_receivers_engine_failing_leaves_the_other_receiver_complete(transpo
 
 
 # --- killed processes and cleanup ---------------------------------------------------------------------------------
+@pytest.mark.slow  # two roles of two ranks started for this test alone, one of them killed (52 s beside another batch)
 def test_a_sender_killed_midway_fails_the_sync_quickly_and_leaves_no_segment(tiny_model, resources, tmp_path):
     trainer = start(tiny_model, resources, TrainWorker, "fsdp2_train", 2)
     receivers = start(tiny_model, resources, InferWorker, "hf_infer", 2)

@@ -15,7 +15,8 @@ __all__ = ["MARKERS", "pytest_collection_modifyitems", "pytest_configure"]
 
 MARKERS = {
     "gpu": "needs a CUDA device; skipped without one",
-    "slow": "takes more than ~30 s",
+    "slow": "takes more than ~30 s on a loaded 2-core machine (many actors, a CLI run in a subprocess); "
+    "`./tools/dev test` runs these once, with plain pytest, and leaves them out of its Pants pass",
     "integration": "cross-package end-to-end run",
     "pipeline_run": "starts a whole pipeline (Ray actors that import torch and train or roll out; the slowest tests); "
     "`./tools/dev test` runs these once, with plain pytest, and leaves them out of its Pants pass",
