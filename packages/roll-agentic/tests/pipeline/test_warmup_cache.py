@@ -92,6 +92,12 @@ def test_key_changes_with_what_shapes_the_warm_up_only(tmp_path: Path):
     assert _key(tmp_path, warmup__reference="model") == base  # what the reference gets after it
     assert _key(tmp_path, max_steps=7) == base  # under a constant schedule the run's length does not matter
     assert _key(tmp_path, seed=7) == base  # the warm-up follows warmup.seed (the cached-run test checks it)
+    # the training manager's RL-only settings: the warm-up plays without a group filter or redundant episodes
+    assert _key(tmp_path, train_env_manager__group_size_redundancy=1) == base
+    assert (
+        _key(tmp_path, train_env_manager__group_filter_cls="roll.agentic.scheduler.filters.ZeroVarianceGroupFilter")
+        == base
+    )
     assert _key(tmp_path, actor_infer__generating_args={"max_new_tokens": 8, "temperature": 0.3}) == _key(
         tmp_path, actor_infer__generating_args={"max_new_tokens": 8}
     )  # sampling settings do not reach the scripted policy; the length its turns are cut to does (below)

@@ -6,7 +6,7 @@ of a short run's time. With the cache on, the first run saves actor_train's trai
 runs whose key matches load it instead of warming up, so their RL starts from exactly that state.
 
 The key hashes everything that shapes the warm-up: the ``warmup`` section (without ``cache`` and ``reference``), the
-training env manager and its envs, ``rollout.sequence_length``, the turns' ``max_new_tokens`` (the train env
+training env manager as the warm-up regroups it (without the RL-only group filter and redundant episodes) and its envs, ``rollout.sequence_length``, the turns' ``max_new_tokens`` (the train env
 manager's ``generating_args`` or actor_infer's), actor_train's model, training (``max_steps`` only under a schedule
 that follows it, ``learning_rate`` only without ``warmup.learning_rate``; its ``seed`` seeds the workers), strategy
 and batching args and world size, a fingerprint of the model folder's files (name, size,
@@ -149,7 +149,7 @@ def warmup_key(config: AgenticConfig) -> str:
     payload: dict[str, Any] = {
         "format": FORMAT,
         "warmup": config.warmup.model_dump(mode="json", exclude={"cache", "reference"}),
-        "env_manager": manager.model_dump(mode="json"),
+        "env_manager": _warmup_manager(config),
         "envs": {tag: config.custom_envs[tag].model_dump(mode="json") for tag in sorted(set(manager.tags))},
         "sequence_length": config.rollout.sequence_length,
         # the warm-up's turns are cut to it (its other sampling settings do not reach the scripted policy)
@@ -167,6 +167,19 @@ def warmup_key(config: AgenticConfig) -> str:
     }
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _warmup_manager(config: AgenticConfig) -> dict[str, Any]:
+    """The training env manager as the warm-up plays it: regrouped, without RL's group filter and redundant episodes,
+    its envs per worker as many as it has (a redundant episode counted in the derived number is not played)."""
+    manager = config.warmup_env_manager()
+    envs = manager.num_env_groups * manager.group_size
+    per_worker = min(manager.max_env_num_per_worker or envs, envs)
+    return {
+        **manager.model_dump(mode="json"),
+        "max_env_num_per_worker": per_worker,
+        "world_size": -(-envs // per_worker),
+    }
 
 
 class WarmupCache:
