@@ -6,8 +6,9 @@ of a short run's time. With the cache on, the first run saves actor_train's trai
 runs whose key matches load it instead of warming up, so their RL starts from exactly that state.
 
 The key hashes everything that shapes the warm-up: the ``warmup`` section (without ``cache`` and ``reference``), the
-training env manager as the warm-up regroups it (without the RL-only group filter and redundant episodes) and its envs, ``rollout.sequence_length``, the turns' ``max_new_tokens`` (the train env
-manager's ``generating_args`` or actor_infer's), actor_train's model, training (``max_steps`` only under a schedule
+training env manager as the warm-up regroups it (without RL's group filter and redundant episodes) and its envs,
+``rollout.sequence_length``, the turns' ``max_new_tokens`` (the train env manager's ``generating_args`` or
+actor_infer's), actor_train's model, training (``max_steps`` only under a schedule
 that follows it, ``learning_rate`` only without ``warmup.learning_rate``; its ``seed`` seeds the workers), strategy
 and batching args and world size, a fingerprint of the model folder's files (name, size,
 modification time), the versions of torch, transformers, GEM and roll's packages, and the code no version pins: the
