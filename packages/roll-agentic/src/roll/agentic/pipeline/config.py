@@ -553,15 +553,20 @@ class AgenticConfig(BaseConfig):
 
     def warmup_env_manager(self) -> EnvManagerConfig:
         """The training envs regrouped for the warm-up: groups of ``warmup.group_size`` episodes on one layout, as
-        many envs, no group filter."""
+        many envs (no redundant ones), no group filter, as many EnvironmentWorkers as those envs fill."""
         manager = self.train_env_manager
         copies = manager.group_size // self.warmup.group_size
+        envs = manager.num_env_groups * copies * self.warmup.group_size
+        # the training manager's envs per worker count its redundant episodes, which the warm-up does not play
+        per_worker = min(manager.max_env_num_per_worker or envs, envs)
         shape = {
             "group_size": self.warmup.group_size,
             "num_env_groups": manager.num_env_groups * copies,
             "num_groups_partition": [n * copies for n in manager.num_groups_partition or []] or None,
             "group_filter_cls": "roll.agentic.scheduler.filters.GroupFilter",
             "group_size_redundancy": 0,
+            "max_env_num_per_worker": per_worker,
+            "world_size": -(-envs // per_worker),
         }
         return manager.model_copy(update=shape)
 

@@ -150,7 +150,7 @@ def warmup_key(config: AgenticConfig) -> str:
     payload: dict[str, Any] = {
         "format": FORMAT,
         "warmup": config.warmup.model_dump(mode="json", exclude={"cache", "reference"}),
-        "env_manager": _warmup_manager(config),
+        "env_manager": config.warmup_env_manager().model_dump(mode="json"),
         "envs": {tag: config.custom_envs[tag].model_dump(mode="json") for tag in sorted(set(manager.tags))},
         "sequence_length": config.rollout.sequence_length,
         # the warm-up's turns are cut to it (its other sampling settings do not reach the scripted policy)
@@ -168,19 +168,6 @@ def warmup_key(config: AgenticConfig) -> str:
     }
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _warmup_manager(config: AgenticConfig) -> dict[str, Any]:
-    """The training env manager as the warm-up plays it: regrouped, without RL's group filter and redundant episodes,
-    its envs per worker as many as it has (a redundant episode counted in the derived number is not played)."""
-    manager = config.warmup_env_manager()
-    envs = manager.num_env_groups * manager.group_size
-    per_worker = min(manager.max_env_num_per_worker or envs, envs)
-    return {
-        **manager.model_dump(mode="json"),
-        "max_env_num_per_worker": per_worker,
-        "world_size": -(-envs // per_worker),
-    }
 
 
 class WarmupCache:

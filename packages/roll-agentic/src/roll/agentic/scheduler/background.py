@@ -123,9 +123,7 @@ class BackgroundRollouts:
             running[future] = (plan.group_id, episode_id, launch)
 
     def _finish(self, round_: _Round) -> None:
-        verdict = self.scheduler._judge(round_)
-        self.scheduler._tally(round_, self._played, self._counts)
-        self._counts[verdict] += 1
+        verdict = self.scheduler._settle(round_, self._played, self._counts)
         if verdict == "groups_kept":
             key = (round_.plan.group_id, round_.episode_id)
             size = len(round_.results)

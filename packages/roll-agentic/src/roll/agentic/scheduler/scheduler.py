@@ -382,12 +382,16 @@ class RolloutScheduler:
             result.batch = None  # not trained on: keep the summary, free the tensors
         return [f.result() for f in sorted(chosen, key=episodes.index)], extra
 
-    def _tally(self, round_: _Round, played: list[EpisodeResult], counts: Counter[str]) -> None:
-        """Add a finished round's episodes to ``played`` (validation reads only its ``group_size``, training also the
-        others that finished) and its cancelled redundant ones to ``counts``."""
+    def _settle(self, round_: _Round, played: list[EpisodeResult], counts: Counter[str]) -> str:
+        """Judge a finished round and count it: its episodes go to ``played`` (validation reads only its
+        ``group_size``, training also the others that finished), its verdict and cancelled redundant episodes to
+        ``counts``. Returns the verdict."""
         played.extend(round_.results if self.mode == "val" else [*round_.results, *round_.extra])
         if self.config.group_size_redundancy:
             counts["episodes_cancelled"] += round_.cancelled
+        verdict = self._judge(round_)
+        counts[verdict] += 1
+        return verdict
 
     def _judge(self, round_: _Round) -> str:
         if self.mode == "val":
@@ -434,9 +438,7 @@ class RolloutScheduler:
                 for future in sorted(done, key=lambda f: f.result().place):
                     del running[future]
                     round_ = future.result()
-                    self._tally(round_, played, counts)
-                    verdict = self._judge(round_)
-                    counts[verdict] += 1
+                    verdict = self._settle(round_, played, counts)
                     if verdict == "groups_kept":
                         kept.append(round_)
                     else:

@@ -144,7 +144,7 @@ class DataArgs(RollModel):
 
     @field_validator("extra_keys", "optional_keys")
     @classmethod
-    def _check_extra_keys(cls, value: list[str], info: ValidationInfo) -> list[str]:
+    def _check_carried_keys(cls, value: list[str], info: ValidationInfo) -> list[str]:
         reserved = sorted(set(value) & RESERVED_COLUMNS)
         if reserved:
             raise ValueError(f"{info.field_name} {reserved} clash with columns the data pipeline creates; rename them")
