@@ -322,19 +322,24 @@ def test_an_entry_gets_a_step_timeout_that_covers_the_sandbox_start() -> None:
     assert CustomEnvConfig.model_validate(own).step_timeout_s == 30
 
 
-def test_roll_validate_checks_the_rock_service_or_names_the_stand_in() -> None:
-    from roll.pipelines.validate import ServiceUnreachableError
-
-    assert SokobanSandboxEnv.check_args(sandbox_cls=LOCAL) == f"sandbox_cls {LOCAL}"
+def _silent_url() -> str:
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
-    try:
-        import rock.sdk.sandbox.client  # noqa: F401
-    except ImportError:  # without the SDK, the pip command
-        with pytest.raises(MissingExtraError, match=r"pip install 'roll-agentic\[rock\]'"):
-            SokobanSandboxEnv.check_args(base_url=url)
-        return
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def test_roll_validate_names_the_stand_in_or_without_rocks_sdk_the_pip_command(monkeypatch) -> None:
+    assert SokobanSandboxEnv.check_args(sandbox_cls=LOCAL) == f"sandbox_cls {LOCAL}"
+    monkeypatch.setitem(sys.modules, "rock.sdk.sandbox.client", None)  # as if rl-rock were not installed
+    with pytest.raises(MissingExtraError, match=r"pip install 'roll-agentic\[rock\]'"):
+        SokobanSandboxEnv.check_args(base_url=_silent_url())
+
+
+def test_roll_validate_checks_the_rock_service() -> None:
+    pytest.importorskip("rock.sdk.sandbox.client")
+    from roll.pipelines.validate import ServiceUnreachableError
+
+    url = _silent_url()
     with pytest.raises(ServiceUnreachableError, match=f"ROCK service {url} does not answer.*env_config.base_url"):
         SokobanSandboxEnv.check_args(base_url=url)
 

@@ -1,0 +1,1 @@
+"""What `./tools/dev test` (CI's command) loads into its test runs."""
