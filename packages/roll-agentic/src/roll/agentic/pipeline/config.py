@@ -557,18 +557,17 @@ class AgenticConfig(BaseConfig):
         manager = self.train_env_manager
         copies = manager.group_size // self.warmup.group_size
         envs = manager.num_env_groups * copies * self.warmup.group_size
-        # the training manager's envs per worker count its redundant episodes, which the warm-up does not play
-        per_worker = min(manager.max_env_num_per_worker or envs, envs)
         shape = {
             "group_size": self.warmup.group_size,
             "num_env_groups": manager.num_env_groups * copies,
             "num_groups_partition": [n * copies for n in manager.num_groups_partition or []] or None,
             "group_filter_cls": "roll.agentic.scheduler.filters.GroupFilter",
             "group_size_redundancy": 0,
-            "max_env_num_per_worker": per_worker,
-            "world_size": -(-envs // per_worker),
+            # the training manager's envs per worker count its redundant episodes, which the warm-up does not play
+            "max_env_num_per_worker": min(manager.max_env_num_per_worker or envs, envs),
         }
-        return manager.model_copy(update=shape)
+        # validated again, so that EnvManagerConfig derives world_size from these envs as for any manager
+        return EnvManagerConfig.model_validate({**manager.model_dump(), **shape})
 
     @model_validator(mode="after")
     def _check_agentic(self) -> AgenticConfig:
