@@ -59,10 +59,13 @@ class _PantsPassed:
         except (OSError, ET.ParseError) as e:
             self.note = f"{ENV}: could not read the Pants reports in {self.folder} ({e}); every test runs here"
             return
-        done = [item for item in items if junit_address(item.nodeid) in passed]
+        keep: list[pytest.Item] = []
+        done: list[pytest.Item] = []
+        for item in items:
+            (done if junit_address(item.nodeid) in passed else keep).append(item)
         if done:
             config.hook.pytest_deselected(items=done)
-            items[:] = [item for item in items if junit_address(item.nodeid) not in passed]
+            items[:] = keep
         self.note = f"{len(done)} tests passed in this run's Pants pass ({self.folder}) and were not run again"
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
