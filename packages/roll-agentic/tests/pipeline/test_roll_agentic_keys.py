@@ -312,3 +312,36 @@ def test_rolls_backward_batch_is_the_mini_batch_and_sizes_the_schedule(tmp_path:
     path = _write(tmp_path, text.replace("lr_scheduler_type: cosine}", "lr_scheduler_type: cosine, max_steps: 7}"))
     assert load_config(path, ["ppo_mini_batch_size=16"]).update.mini_batch_size == 16
     assert load_config(path).actor_train.training_args.max_steps == 7
+
+
+def test_rolls_onpolicy_distill_launcher_file_for_agentic_is_pure_opd_on_env_tags(tmp_path: Path) -> None:
+    # ROLL's examples/start_onpolicy_distill_pipeline.py with pure_opd_pipeline_type: agentic: student_train /
+    # student_infer roles, a dict of teachers routed by env tag, is_pure_opd forced on
+    text = AGENTIC.replace("actor_train:", "student_train:").replace("actor_infer:", "student_infer:")
+    text += """pure_opd_pipeline_type: agentic
+custom_envs:
+  Lake: {env_type: frozen_lake, env_manager_cls: traj}
+  Box: {env_type: sokoban, env_manager_cls: traj}
+teacher:
+  lake_teacher:
+    model_args: {model_name_or_path: tiny://nano}
+    strategy_args: {strategy_name: hf_infer}
+    tag_included: [Lake]
+    opd_kl_coef: 0.5
+  box_teacher:
+    model_args: {model_name_or_path: tiny://nano}
+    strategy_args: {strategy_name: hf_infer}
+    tag_included: [Box]
+"""
+    text = text.replace("  tags: [Lake]\n", "  tags: [Lake, Box]\n")
+    text = text.replace("custom_envs:\n  Lake: {env_type: frozen_lake, env_manager_cls: traj}\n", "", 1)
+    path = _write(tmp_path, text)
+    translation = translate(*compose_file(path))
+    assert translation.pipeline == "agentic" and translation.problems == []
+    rows = {row.key: row for row in translation.rows}
+    assert rows["student_train"].target == "actor_train" and rows["teacher"].target == "teachers"
+    config = load_config(path)
+    assert config.opd.pure  # the launcher's is_pure_opd
+    assert config.teacher_tags_of() == {"lake_teacher": ["Lake"], "box_teacher": ["Box"]}
+    assert config.teacher_roles()["lake_teacher"].opd_kl_coef == 0.5
+    assert config.actor_train.model_args.model_name_or_path == "tiny://nano"

@@ -19,8 +19,8 @@ import torch
 from roll.pipelines.data import PromptCollator
 from roll.pipelines.rlvr.advantage import compute_training_targets
 from roll.pipelines.rlvr.config import RLVRConfig
-from roll.pipelines.rlvr.pipeline import RLVRPipeline
 from roll.pipelines.rlvr.settings import PolicySettings
+from roll.pipelines.rlvr.teacher_scoring import TeacherScoring
 from roll.pipelines.rlvr.workers import ActorWorker, InferWorker, PolicyWorker
 from roll.pipelines.stages import UpdatePlan, load_splits
 from roll.pipelines.tokenizers import load_tokenizer
@@ -176,9 +176,7 @@ def test_one_pure_opd_step_aligns_teacher_tokens_and_lowers_the_reverse_kl(model
     teacher_worker = PolicyWorker(config.teacher)
     teacher_worker.initialize(PolicySettings(temperature=1.0))
     scored = teacher_worker.compute_log_probs(batch)
-    RLVRPipeline.put_teacher_log_probs(
-        batch, {"teacher": torch.ones(len(batch), dtype=torch.bool)}, {"teacher:teacher": scored}
-    )
+    TeacherScoring.put(batch, {"teacher": torch.ones(len(batch), dtype=torch.bool)}, {"teacher:teacher": scored})
     batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]  # score_with_models, one on-policy update
 
     student_full, teacher_full = _hand_rolled(_hf(student_path), rows), _hand_rolled(_hf(teacher_path), rows)
@@ -217,9 +215,7 @@ def test_one_dense_opd_step_ships_the_teachers_distributions_and_lowers_the_forw
     teacher_worker = PolicyWorker(config.teacher)
     teacher_worker.initialize(config.teacher_settings())
     scored = teacher_worker.compute_log_probs(batch)
-    RLVRPipeline.put_teacher_log_probs(
-        batch, {"teacher": torch.ones(len(batch), dtype=torch.bool)}, {"teacher:teacher": scored}
-    )
+    TeacherScoring.put(batch, {"teacher": torch.ones(len(batch), dtype=torch.bool)}, {"teacher:teacher": scored})
     batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
     assert "teacher_topk_indices" not in batch.batch.keys()  # the whole vocabulary: no ids travel
     student_full, teacher_full = _hand_rolled(_hf(student_path), rows), _hand_rolled(_hf(teacher_path), rows)

@@ -43,6 +43,7 @@ from roll.pipelines.algorithms import (
 )
 from roll.pipelines.algorithms.roll_knobs import whiten_token_rewards
 from roll.pipelines.algorithms.train_infer import train_infer_filter_mask
+from roll.pipelines.rlvr.opd import apply_opd
 from roll.protocol import DataProto
 from roll.runtime import ConfigError
 
@@ -174,15 +175,14 @@ def _whitened(token_rewards: torch.Tensor, config: AgenticConfig, mask: torch.Te
     return whiten_token_rewards(token_rewards, mask) if config.advantage.whiten_rewards else token_rewards
 
 
-def compute_agentic_targets(batch: DataProto, config: AgenticConfig, kl_coef: float = 0.0) -> dict[str, float]:
-    """Fill ``token_level_rewards``, ``advantages`` and ``returns`` of ``batch`` in place; returns metrics.
-
-    ``kl_coef``: the KL controller's coefficient of the in-reward KL (``kl.in_reward``; ignored when it is off)."""
+def _estimator_targets(
+    batch: DataProto, config: AgenticConfig, kl_coef: float, metrics: dict[str, float]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(token rewards, advantages, returns) of ``advantage.estimator`` on the episodes' scores, before whitening."""
     data = batch.batch
     mask = data["response_mask"].float()
     advantage = config.advantage
     estimator = advantage.estimator
-    metrics: dict[str, float] = {}
     kl = _reward_kl(batch, config, metrics)
     if kl is not None:
         metrics["critic/kl_coef"] = float(kl_coef)
@@ -219,6 +219,30 @@ def compute_agentic_targets(batch: DataProto, config: AgenticConfig, kl_coef: fl
         advantages, returns = reinforce_returns(token_rewards, mask, advantage.gamma)
         metrics["advantage/reward_mean"] = float(rewards.mean())
         metrics["advantage/reward_abs"] = float(rewards.abs().mean())
+    return token_rewards, advantages, returns
+
+
+def compute_agentic_targets(batch: DataProto, config: AgenticConfig, kl_coef: float = 0.0) -> dict[str, float]:
+    """Fill ``token_level_rewards``, ``advantages`` and ``returns`` of ``batch`` in place; returns metrics.
+
+    ``kl_coef``: the KL controller's coefficient of the in-reward KL (``kl.in_reward``; ignored when it is off).
+    On-policy distillation (``opd``): in pure OPD the advantage is the teachers' ``-opd_kl_coef x KL(student ||
+    teacher)`` per token (no reward, no estimator; returns = advantages, as ROLL's); in mixed OPD that term is added
+    to the estimator's advantage; whitening and clipping follow in both, as in ROLL."""
+    data = batch.batch
+    mask = data["response_mask"].float()
+    advantage = config.advantage
+    metrics: dict[str, float] = {}
+    coefs = {name: role.opd_kl_coef for name, role in config.teacher_roles().items()}
+    if config.opd.pure:
+        advantages, opd_metrics = apply_opd(data, None, mask, config.opd, coefs)
+        token_rewards, returns = torch.zeros_like(mask), advantages
+        metrics.update(opd_metrics)
+    else:
+        token_rewards, advantages, returns = _estimator_targets(batch, config, kl_coef, metrics)
+        if config.opd.mixed:
+            advantages, opd_metrics = apply_opd(data, advantages, mask, config.opd, coefs)
+            metrics.update(opd_metrics)
     advantages = whiten_and_clip_advantages(advantages, mask, advantage.whiten, advantage.clip, metrics)
     data["token_level_rewards"] = token_rewards
     data["advantages"] = advantages * mask

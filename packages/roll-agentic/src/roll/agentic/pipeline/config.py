@@ -39,9 +39,21 @@ from roll.pipelines.config import (
     raw_section,
     raw_value,
 )
+from roll.pipelines.rlvr.opd import (
+    OPD_FLAT_KEYS,
+    OPDSection,
+    TeacherConfig,
+    check_opd_teachers,
+    dense_coef,
+    map_student_roles,
+    split_teacher_dict,
+    teacher_settings,
+    teachers_of,
+)
 from roll.pipelines.rlvr.sections import KLSection as RlvrKLSection
 from roll.pipelines.rlvr.sections import TrainInferFilterConfig, ValueLossSection
 from roll.pipelines.rlvr.settings import CriticSettings, PolicySettings
+from roll.pipelines.rlvr.teacher_routing import teachers_by_domain
 from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supported
 from roll.runtime import RollModel
 from roll.strategies import TrainingArgs
@@ -103,6 +115,7 @@ FLAT_KEYS: dict[str, str] = {
     "kl_ctrl_type": "kl.ctrl_type",
     "target_kl": "kl.target",
     "kl_horizon": "kl.horizon",
+    **OPD_FLAT_KEYS,
 }
 
 Estimator = Literal["grpo", "reinforce", "gae", "gigpo", "step_reinforce", "agentic_reinforce"]
@@ -342,6 +355,12 @@ class AgenticConfig(BaseConfig):
     actor_infer: RoleConfig = Field(description="The rollout engine (hf_infer, vllm); generating_args per turn.")
     reference: RoleConfig | None = Field(default=None, description="Frozen reference; created when kl.use_loss.")
     critic: RoleConfig | None = Field(default=None, description="Value model; required by estimator gae.")
+    teacher: TeacherConfig | None = Field(default=None, description="On-policy distillation's teacher (see opd).")
+    teachers: dict[str, TeacherConfig] | None = Field(
+        default=None,
+        description="Several OPD teachers, each its own role, routed by env tag: a teacher scores the rows of the env "
+        "tags in its tag_included (empty: every row). ROLL: a dict under teacher.",
+    )
     custom_envs: dict[str, CustomEnvConfig] = Field(description="Env tags: {FrozenLake: {env_type: frozen_lake}}.")
     train_env_manager: EnvManagerConfig = Field(description="Training env groups (num_env_groups, group_size, tags).")
     val_env_manager: EnvManagerConfig | None = Field(default=None, description="Held-out validation env groups.")
@@ -358,6 +377,12 @@ class AgenticConfig(BaseConfig):
     value_loss: ValueLossSection = Field(default_factory=ValueLossSection, description="The critic's (gae).")
     warmup: WarmupSection = Field(default_factory=WarmupSection)
     correction: AgenticCorrectionSection = Field(default_factory=AgenticCorrectionSection)
+    opd: OPDSection = Field(
+        default_factory=OPDSection,
+        description="On-policy distillation (ROLL's is_pure_opd / use_opd, agentic): the teachers score the episodes' "
+        "assistant tokens and -opd_kl_coef x KL(student || teacher) per token is the advantage (pure) or is added to "
+        "the estimator's (mixed).",
+    )
     max_rl_time_s: float | None = Field(
         default=None, gt=0, description="Stop RL once this much wall time has passed (then validate); None: no limit."
     )
@@ -394,6 +419,15 @@ class AgenticConfig(BaseConfig):
         if self.val_env_manager is not None:
             managers.append(("val_env_manager", self.val_env_manager, self.seed + VAL_SEED_OFFSET, "val"))
         return length_checks(self, managers, tokenizer_role="actor_train", tokenizer=tokenizer, envs=envs)
+
+    @classmethod
+    def normalize(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Flat keys, ROLL's pure-OPD role names (student_train, student_infer) as actor_train, actor_infer, and
+        ROLL's multi-teacher dict under ``teacher`` as ``teachers``."""
+        data = super().normalize(data)
+        map_student_roles(data)
+        split_teacher_dict(data)
+        return data
 
     @classmethod
     def derive_defaults(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -481,6 +515,19 @@ class AgenticConfig(BaseConfig):
     def policy_settings(self) -> PolicySettings:
         return PolicySettings(temperature=self.sampling_temperature)
 
+    def teacher_roles(self) -> dict[str, TeacherConfig]:
+        """The OPD teachers by name: ``teachers``, or ``{"teacher": teacher}`` for the single one."""
+        return teachers_of(self.teacher, self.teachers)
+
+    def teacher_settings(self) -> PolicySettings:
+        """An OPD teacher: log-probs of the episodes' tokens and, for dense OPD, its top-k (or whole) distributions."""
+        return teacher_settings(self.opd, self.sampling_temperature)
+
+    def env_tag_domains(self) -> dict[str, list[str]]:
+        """Each env tag as its own routing domain (ROLL's agentic OPD): an episode goes to the teachers whose
+        ``tag_included`` has its env tag, or that have none."""
+        return {tag: [tag] for tag in self.custom_envs}
+
     def critic_settings(self) -> CriticSettings:
         return CriticSettings(value_clip=self.value_loss.clip)
 
@@ -498,6 +545,8 @@ class AgenticConfig(BaseConfig):
             kl_loss_coef=self.kl.loss_coef if self.kl.loss_on else 0.0,
             kl_penalty=self.kl.loss_estimator,
             ratio_type=loss.ratio_type,
+            opd_dense_objective=self.opd.dense_objective,
+            opd_dense_coef=dense_coef(self.opd, self.teacher_roles()),
         )
 
     def recompute_old_log_probs(self, num_mini_batches: int) -> bool:
@@ -539,6 +588,49 @@ class AgenticConfig(BaseConfig):
                 f"reward_normalization.grouping={grouping!r} is not a column of the {self.layout}-wise samples: use "
                 f"batch (one group) or one of {', '.join(named)}"
             )
+
+    def _check_opd(self) -> None:
+        """Teachers and OPD go together; each teacher's tags are env tags; in pure OPD every training env tag has a
+        teacher (its episodes would get no advantage otherwise) and nothing reward-based is configured (unused)."""
+        teachers = check_opd_teachers(self.opd, self.teacher, self.teachers)
+        if teachers and not self.opd.on:
+            raise ValueError(
+                f"teacher role(s) {sorted(teachers)} are set but on-policy distillation is off, so no teacher would "
+                "run: set is_pure_opd (opd.pure) or use_opd (opd.mixed), or drop the teacher"
+            )
+        if not self.opd.on:
+            return
+        for name, role in teachers.items():
+            unknown = sorted(set(role.tag_included) - set(self.custom_envs))
+            if unknown:
+                raise ValueError(
+                    f"teacher {name!r}: tag_included names {unknown}, which are not env tags of custom_envs "
+                    f"({sorted(self.custom_envs)}); an episode goes to the teachers that name its env tag"
+                )
+        if not self.opd.pure:
+            return
+        covered = teachers_by_domain({tag: [tag] for tag in self.train_env_manager.tags}, self.teacher_tags_of())
+        uncovered = sorted(tag for tag, names in covered.items() if not names)
+        if uncovered:
+            raise ValueError(
+                f"is_pure_opd: training env tag(s) {uncovered} have no teacher (teachers' tag_included: "
+                f"{self.teacher_tags_of()}), so their episodes would get no advantage; add the tags to a teacher's "
+                "tag_included, or leave one teacher's tag_included empty (it then scores every episode)"
+            )
+        if self.kl.in_reward_on:
+            raise ValueError(
+                "is_pure_opd with kl.in_reward (add_token_level_kl): pure OPD's advantage is the teachers' KL alone, "
+                "so a reward penalty would be ignored; use use_opd (opd.mixed), or kl.use_loss for a KL term"
+            )
+        if self.critic is not None:
+            raise ValueError(
+                "is_pure_opd with a critic role: pure OPD trains on the teachers' KL, with no returns to fit; drop the "
+                "critic, or use use_opd (opd.mixed) with advantage.estimator gae"
+            )
+
+    def teacher_tags_of(self) -> dict[str, list[str]]:
+        """Teacher name -> its ``tag_included`` (empty: every env tag)."""
+        return {name: list(role.tag_included) for name, role in self.teacher_roles().items()}
 
     def _check_warmup_learning_rate(self) -> None:
         strategy = getattr(self.actor_train.strategy_args, "strategy_name", None)
@@ -608,6 +700,7 @@ class AgenticConfig(BaseConfig):
                 self.rollout.val_batch_size,
             )
         self._check_grouping()
+        self._check_opd()
         estimator = self.advantage.estimator
         allowed = STEP_ESTIMATORS if self.layout == "step" else TRAJ_ESTIMATORS
         if estimator not in allowed:
@@ -624,9 +717,9 @@ class AgenticConfig(BaseConfig):
             )
         if estimator == "gae" and self.critic is None:
             raise ValueError("advantage.estimator=gae needs a critic role (model_args.model_head: value)")
-        if estimator == "gigpo" and size < 2:
+        if estimator == "gigpo" and size < 2 and not self.opd.pure:
             raise ValueError(f"advantage.estimator={estimator} compares a group's episodes: set group_size >= 2")
-        if estimator == "grpo" and size < 2:
+        if estimator == "grpo" and size < 2 and not self.opd.pure:
             self._check_grpo_of_one()
         if self.warmup.steps and self.warmup.learning_rate is not None:
             self._check_warmup_learning_rate()

@@ -4,6 +4,8 @@ One step::
 
     episodes = train_scheduler.get_batch(rollout_batch_size)   # env groups play against actor_infer, turn by turn
     ref_log_probs = reference.compute_log_probs(samples)       if kl.use_loss or kl.in_reward
+    teacher_log_probs = teacher.compute_log_probs(samples)     on-policy distillation (opd): each teacher on the
+                                                               episodes of its env tags
     old_log_probs = actor_train.compute_log_probs(samples)     when the update is not one on-policy step
     values = critic.compute_values(samples)                    for GAE
     advantages = estimator(samples)                            trajectory-wise (grpo, reinforce, gae,
@@ -11,6 +13,7 @@ One step::
     critic.train_step(samples, plan); actor_train.train_step(samples, plan)
     model_update(actor_train -> actor_infer); policy version += 1
     val_scheduler.get_batch()                                  every eval_steps, on held-out env seeds
+                                                               (OPD: + val/kl_to_teacher on those episodes)
 
 With ``asynchrony.generation_ratio`` (ROLL's ``async_generation_ratio``) > 0 the episodes come from
 :class:`~roll.agentic.scheduler.background.BackgroundRollouts`: env groups keep playing while the actor trains, at
@@ -47,6 +50,9 @@ from roll.agentic.scheduler.background import BackgroundRollouts
 from roll.agentic.scheduler.faulted_steps import FaultedSteps
 from roll.pipelines.algorithms import make_kl_controller
 from roll.pipelines.base import BasePipeline, Role
+from roll.pipelines.rlvr.opd import kl_metrics, teacher_role_name
+from roll.pipelines.rlvr.teacher_routing import TeacherRouter
+from roll.pipelines.rlvr.teacher_scoring import TeacherScoring
 from roll.pipelines.rlvr.workers import CriticWorker, InferWorker, PolicyWorker
 from roll.pipelines.rollout_mock import RolloutMock
 from roll.pipelines.stages import StepTimer, UpdatePlan, is_eval_step
@@ -85,9 +91,17 @@ class AgenticPipeline(BasePipeline):
             roles["reference"] = Role(PolicyWorker, cfg.reference, cfg.policy_settings())
         if cfg.critic is not None:
             roles["critic"] = Role(CriticWorker, cfg.critic, cfg.critic_settings())
+        teachers = cfg.teacher_roles() if cfg.opd.on else {}
+        for name, teacher in teachers.items():  # one role per teacher: "teacher", or "teacher/<name>" for several
+            roles[teacher_role_name(name)] = Role(PolicyWorker, teacher, cfg.teacher_settings())
         clusters = self.create_clusters(roles)
         self.actor_train, self.actor_infer = clusters["actor_train"], clusters["actor_infer"]
         self.reference, self.critic = clusters.get("reference"), clusters.get("critic")
+        teacher_clusters = {name: clusters[teacher_role_name(name)] for name in teachers}
+        routing = (cfg.env_tag_domains(), cfg.teacher_tags_of())
+        self.teachers = TeacherScoring(teacher_clusters, TeacherRouter(*routing, pure=cfg.opd.pure))
+        # validation episodes of tags no teacher takes are left out of val/kl_to_teacher, not refused
+        self.val_teachers = TeacherScoring(teacher_clusters, TeacherRouter(*routing, pure=False))
         # 4. wiring: weight sync, checkpoints, one policy endpoint and scheduler per mode
         self.set_model_update_pair(self.actor_train, self.actor_infer, frequency=cfg.rollout.model_update_frequency)
         self.set_checkpoint_clusters(*[c for c in (self.actor_train, self.critic) if c is not None])
@@ -165,9 +179,9 @@ class AgenticPipeline(BasePipeline):
         return UpdatePlan(update.num_mini_batches(len(batch)), update.epochs, self.config.seed * 100_003 + step)
 
     def score_with_models(self, batch: DataProto, plan: UpdatePlan) -> bool:
-        """Reference log-probs, old log-probs (unless the update is one on-policy step) and values, at once.
-        Returns whether the training forward supplies the old log-probs itself."""
-        pending = {}
+        """Reference and teacher log-probs, old log-probs (unless the update is one on-policy step) and values, at
+        once. Returns whether the training forward supplies the old log-probs itself."""
+        routes, pending = self.teachers.start(batch)
         # async samples come from older policies: their behaviour log-probs are the rollout engine's
         on_policy = not self.config.asynchrony.enabled and not self.config.recompute_old_log_probs(
             plan.num_mini_batches
@@ -179,6 +193,7 @@ class AgenticPipeline(BasePipeline):
         if self.critic is not None:
             pending["values"] = self.critic.compute_values(batch, blocking=False)
         results = dict(zip(pending, materialize_all(*pending.values())))
+        self.teachers.put(batch, routes, results)
         if "ref" in results:
             batch.batch["ref_log_probs"] = results["ref"].batch["log_probs"]
         batch.batch["old_log_probs"] = (
@@ -250,7 +265,19 @@ class AgenticPipeline(BasePipeline):
             mock.dump(step, out.batch, out.metrics)
         if self.config.rollout.dump:
             write_rollout(self.output_dir / "rollouts", f"val-step-{step:06d}", out, self.tokenizer)
-        return out.metrics
+        return {**out.metrics, **self.kl_to_teachers(out.batch)}
+
+    def kl_to_teachers(self, batch: DataProto | None) -> dict[str, float]:
+        """On-policy distillation: ``val/kl_to_teacher`` (and per named teacher ``val/kl_to_teacher/<name>``), the
+        token mean of ``log p_student - log p_teacher`` over the validation episodes' assistant tokens, student
+        log-probs from actor_train; an estimate of the reverse KL when validation samples at the training
+        temperature. Episodes of env tags no teacher takes are left out; {} without teachers or episodes."""
+        if not self.val_teachers or batch is None or len(batch) == 0:
+            return {}
+        sums = self.val_teachers.kl_sums(batch, self.actor_train)
+        if sum(tokens for _, tokens in sums.values()) == 0:
+            return {}
+        return kl_metrics(sums, "val/kl_to_teacher")
 
     def step(self, step: int) -> dict[str, Any]:
         cfg = self.config

@@ -2,7 +2,7 @@
 
 ``ratio_type: segment`` takes one importance ratio per assistant turn: the mean log-ratio over the turn's tokens
 (:func:`~roll.pipelines.algorithms.segment_masked_mean`), exponentiated, with gradients flowing to every token of
-the turn. Everything else (clipping, KL loss, entropy bonus, update schedule) is RLVR's.
+the turn. Everything else (clipping, KL loss, dense OPD's term, entropy bonus, update schedule) is RLVR's.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 
 from roll.pipelines.algorithms import entropy_loss, kl_loss, masked_mean, segment_masked_mean
 from roll.pipelines.rlvr.settings import ActorSettings
-from roll.pipelines.rlvr.workers import ActorWorker, policy_gradient_loss
+from roll.pipelines.rlvr.workers import ActorWorker, opd_dense_loss, policy_gradient_loss
 from roll.pipelines.stages import UpdatePlan, run_update
 from roll.protocol import DataProto, Dispatch, register
 from roll.runtime import ConfigError
@@ -39,7 +39,8 @@ class AgenticActorSettings(ActorSettings):
 def agentic_actor_loss(
     settings: AgenticActorSettings, micro: DataProto, logits: torch.Tensor, scale: LossScale, *, on_policy: bool
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO-clip loss of one micro-batch with token or segment ratios, + KL loss - entropy bonus."""
+    """PPO-clip loss of one micro-batch with token or segment ratios, + KL loss (+ dense OPD's divergence to the
+    teacher) - entropy bonus."""
     data = micro.batch
     predicting = response_logits(logits, data["responses"].shape[1])
     log_probs = log_probs_from_logits(predicting, data["responses"], settings.temperature)
@@ -70,6 +71,10 @@ def agentic_actor_loss(
         )
         loss = loss + settings.kl_loss_coef * kl
         metrics[f"actor/kl_loss{SHARE}"] = float(kl.detach())
+    if settings.opd_dense_objective is not None:  # roll's dense OPD: the teacher's distributions at every position
+        dense = opd_dense_loss(settings, predicting, micro, {"num_tokens": tokens, "num_seqs": seqs})
+        loss = loss + settings.opd_dense_coef * dense
+        metrics[f"actor/opd_dense_loss{SHARE}"] = float(dense.detach())
     if settings.entropy_coef > 0:
         bonus = entropy_loss(entropy, mask, settings.loss_agg_mode, num_tokens=tokens, num_seqs=seqs)
         loss = loss - settings.entropy_coef * bonus

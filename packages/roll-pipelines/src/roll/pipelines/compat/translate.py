@@ -148,7 +148,7 @@ class _Translator:
     def student_roles(self, data: dict[str, Any]) -> dict[str, Any]:
         """ROLL's OPD spellings student_train / student_infer of actor_train / actor_infer, and its dict of several
         teachers under ``teacher`` as ``teachers``."""
-        if self.pipeline != "rlvr":
+        if self.pipeline not in ("rlvr", "agentic"):  # ROLL's OPD launcher runs either (pure_opd_pipeline_type)
             return data
         renamed = {"student_train": "actor_train", "student_infer": "actor_infer"}
         out = {}

@@ -27,11 +27,14 @@ from roll.pipelines.config import (
 )
 from roll.pipelines.rlvr.opd import (
     OPD_FLAT_KEYS,
-    SINGLE_TEACHER,
     OPDSection,
     TeacherConfig,
+    check_opd_teachers,
+    dense_coef,
     map_student_roles,
     split_teacher_dict,
+    teacher_settings,
+    teachers_of,
 )
 from roll.pipelines.rlvr.sections import (
     AdvantageSection,
@@ -229,9 +232,7 @@ class RLVRConfig(BaseConfig):
 
     def teacher_roles(self) -> dict[str, TeacherConfig]:
         """The OPD teachers by name: ``teachers``, or ``{"teacher": teacher}`` for the single one."""
-        if self.teachers:
-            return dict(self.teachers)
-        return {SINGLE_TEACHER: self.teacher} if self.teacher is not None else {}
+        return teachers_of(self.teacher, self.teachers)
 
     def recompute_old_log_probs(self, num_mini_batches: int) -> bool:
         """Whether a step with this many mini-batches needs actor_train's log-probs before it trains."""
@@ -255,8 +256,7 @@ class RLVRConfig(BaseConfig):
 
     def teacher_settings(self) -> PolicySettings:
         """An OPD teacher: log-probs of the samples and, for dense OPD, its top-k (or whole) distributions."""
-        topk = self.opd.dense_topk if self.opd.dense else None
-        return PolicySettings(temperature=self.sampling_temperature, dense_topk=topk)
+        return teacher_settings(self.opd, self.sampling_temperature)
 
     def reference_settings(self) -> PolicySettings:
         """The reference also returns whole distributions when the KL is 'full'."""
@@ -284,13 +284,8 @@ class RLVRConfig(BaseConfig):
             positive_loss_coef=loss.positive_loss_coef,
             topr_negative_loss_coef=loss.topr_negative_loss_coef,
             opd_dense_objective=self.opd.dense_objective,
-            opd_dense_coef=self._dense_coef(),
+            opd_dense_coef=dense_coef(self.opd, self.teacher_roles()),
         )
-
-    def _dense_coef(self) -> float:
-        """Dense OPD's weight: the (single) teacher's opd_kl_coef."""
-        teachers = self.teacher_roles()
-        return next(iter(teachers.values())).opd_kl_coef if self.opd.dense and teachers else 0.0
 
     def critic_settings(self) -> CriticSettings:
         return CriticSettings(value_clip=self.value_loss.clip)
@@ -316,24 +311,12 @@ class RLVRConfig(BaseConfig):
             )
         if estimator == "gae" and self.critic is None:
             raise ValueError("advantage.estimator=gae needs a critic role (model_args.model_head: value)")
-        if self.teacher is not None and self.teachers:
-            raise ValueError("teacher (one teacher) and teachers (several) are both set; keep only one")
-        teachers = self.teacher_roles()
-        if self.opd.on and not teachers:
-            raise ValueError(
-                "is_pure_opd / use_opd need a teacher role (teacher: {model_args: ..., strategy_args: ...}, or "
-                "several: teachers: {name: {..., tag_included: [...]}})"
-            )
+        teachers = check_opd_teachers(self.opd, self.teacher, self.teachers)
         if self.opd.on:
             check_teacher_routing(
                 {domain: reward.tag_included for domain, reward in self.rewards.items()},
                 {name: role.tag_included for name, role in teachers.items()},
                 pure=self.opd.pure,
-            )
-        if self.opd.dense and len(teachers) != 1:
-            raise ValueError(
-                f"opd.dense_objective supports one teacher (teacher: ...), got {len(teachers)} ({sorted(teachers)}); "
-                f"use one teacher or drop opd.dense_objective"
             )
         if self.opd.pure and self.dynamic_sampling.enabled:
             raise ValueError("is_pure_opd does not score training rollouts: turn dynamic_sampling off")

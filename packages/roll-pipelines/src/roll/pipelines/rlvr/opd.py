@@ -36,6 +36,7 @@ from pydantic import Field, model_validator
 
 from roll.pipelines.algorithms import masked_mean, opd_advantages
 from roll.pipelines.config import RoleConfig
+from roll.pipelines.rlvr.settings import PolicySettings
 from roll.pipelines.rlvr.teacher_routing import scatter_rows
 from roll.runtime import RollModel
 
@@ -47,6 +48,8 @@ __all__ = [
     "OPDSection",
     "TeacherConfig",
     "apply_opd",
+    "check_opd_teachers",
+    "dense_coef",
     "is_teacher_dict",
     "kl_metrics",
     "map_student_roles",
@@ -56,6 +59,8 @@ __all__ = [
     "teacher_log_probs_key",
     "teacher_role_name",
     "teacher_rows_key",
+    "teacher_settings",
+    "teachers_of",
 ]
 
 OPD_FLAT_KEYS: dict[str, str] = {"is_pure_opd": "opd.pure", "use_opd": "opd.mixed", "opd_kl_penalty": "opd.penalty"}
@@ -135,6 +140,47 @@ class OPDSection(RollModel):
     @property
     def on(self) -> bool:
         return self.pure or self.mixed
+
+
+def teachers_of(
+    teacher: TeacherConfig | None, teachers: Mapping[str, TeacherConfig] | None
+) -> dict[str, TeacherConfig]:
+    """The OPD teachers by name: ``teachers``, or ``{"teacher": teacher}`` for the single one."""
+    if teachers:
+        return dict(teachers)
+    return {SINGLE_TEACHER: teacher} if teacher is not None else {}
+
+
+def check_opd_teachers(
+    section: OPDSection, teacher: TeacherConfig | None, teachers: Mapping[str, TeacherConfig] | None
+) -> dict[str, TeacherConfig]:
+    """The teachers of a config whose OPD is ``section``, after the checks every OPD pipeline makes: one spelling
+    of the teachers, a teacher when OPD is on, one teacher for dense OPD."""
+    if teacher is not None and teachers:
+        raise ValueError("teacher (one teacher) and teachers (several) are both set; keep only one")
+    found = teachers_of(teacher, teachers)
+    if section.on and not found:
+        raise ValueError(
+            "is_pure_opd / use_opd need a teacher role (teacher: {model_args: ..., strategy_args: ...}, or "
+            "several: teachers: {name: {..., tag_included: [...]}})"
+        )
+    if section.dense and len(found) != 1:
+        raise ValueError(
+            f"opd.dense_objective supports one teacher (teacher: ...), got {len(found)} ({sorted(found)}); "
+            f"use one teacher or drop opd.dense_objective"
+        )
+    return found
+
+
+def dense_coef(section: OPDSection, teachers: Mapping[str, TeacherConfig]) -> float:
+    """Dense OPD's weight in the student's loss: the (single) teacher's opd_kl_coef; 0 without dense OPD."""
+    return next(iter(teachers.values())).opd_kl_coef if section.dense and teachers else 0.0
+
+
+def teacher_settings(section: OPDSection, temperature: float) -> PolicySettings:
+    """A teacher's scoring: log-probs of the samples at the sampling ``temperature`` and, for dense OPD, its top-k
+    (or whole) next-token distributions."""
+    return PolicySettings(temperature=temperature, dense_topk=section.dense_topk if section.dense else None)
 
 
 def map_student_roles(data: dict[str, Any]) -> None:

@@ -31,13 +31,7 @@ from roll.pipelines.rewards import resolve_reward_worker
 from roll.pipelines.rlvr.advantage import compute_training_targets
 from roll.pipelines.rlvr.async_mode import async_step, make_scheduler
 from roll.pipelines.rlvr.config import RLVRConfig
-from roll.pipelines.rlvr.opd import (
-    put_teacher_distributions,
-    teacher_kl_sums,
-    teacher_log_probs_key,
-    teacher_role_name,
-    teacher_rows_key,
-)
+from roll.pipelines.rlvr.opd import teacher_role_name
 from roll.pipelines.rlvr.rollout import (
     PromptSource,
     Rollouts,
@@ -46,7 +40,8 @@ from roll.pipelines.rlvr.rollout import (
     step_generation_config,
 )
 from roll.pipelines.rlvr.scheduler import RequestScheduler
-from roll.pipelines.rlvr.teacher_routing import TeacherRouter, scatter_rows
+from roll.pipelines.rlvr.teacher_routing import TeacherRouter
+from roll.pipelines.rlvr.teacher_scoring import TeacherScoring
 from roll.pipelines.rlvr.validation import validate_policy
 from roll.pipelines.rlvr.workers import ActorWorker, CriticWorker, InferWorker, PolicyWorker
 from roll.pipelines.rollout_mock import RolloutMock
@@ -108,11 +103,13 @@ class RLVRPipeline(BasePipeline):
         self.actor_train, self.actor_infer = clusters["actor_train"], clusters.get("actor_infer")
         self.reference = clusters.get("reference")
         self.critic = clusters.get("critic")
-        self.teachers = {name: clusters[teacher_role_name(name)] for name in teachers}
-        self.teacher_router = TeacherRouter(
-            {domain: reward.tag_included for domain, reward in cfg.rewards.items()},
-            {name: teacher.tag_included for name, teacher in teachers.items()},
-            pure=cfg.opd.pure,
+        self.teachers = TeacherScoring(
+            {name: clusters[teacher_role_name(name)] for name in teachers},
+            TeacherRouter(
+                {domain: reward.tag_included for domain, reward in cfg.rewards.items()},
+                {name: teacher.tag_included for name, teacher in teachers.items()},
+                pure=cfg.opd.pure,
+            ),
         )
         # 4. wiring
         reward_clusters = {domain: clusters[f"reward/{domain}"] for domain in cfg.rewards}
@@ -168,33 +165,10 @@ class RLVRPipeline(BasePipeline):
         # Async samples come from older policies: the behaviour log-probs are the rollout engine's.
         return auto and not cfg.asynchrony.enabled and not cfg.recompute_old_log_probs(plan.num_mini_batches)
 
-    def start_teachers(self, batch: DataProto) -> tuple[dict[str, torch.Tensor], dict[str, PendingCall]]:
-        """Each teacher's rows of ``batch`` (by tag) and its log-prob call on just those rows (none if it has none)."""
-        routes = self.teacher_router.masks(batch.non_tensor_batch["tag"]) if self.teachers else {}
-        pending = {}
-        for name, cluster in self.teachers.items():
-            rows = routes[name]
-            if bool(rows.any()):
-                routed = batch if bool(rows.all()) else batch.select_idxs(rows)
-                pending[f"teacher:{name}"] = cluster.compute_log_probs(routed, blocking=False)
-        return routes, pending
-
-    @staticmethod
-    def put_teacher_log_probs(batch: DataProto, routes: dict[str, torch.Tensor], results: dict[str, Any]) -> None:
-        """Each teacher's log-probs into ``batch`` (0 on the rows it did not score) with its rows mask."""
-        width = batch.batch["response_mask"].shape[1]
-        for name, rows in routes.items():
-            result = results.get(f"teacher:{name}")
-            values = result.batch["log_probs"] if result is not None else torch.zeros(0, width)
-            batch.batch[teacher_log_probs_key(name)] = values if bool(rows.all()) else scatter_rows(values, rows)
-            batch.batch[teacher_rows_key(name)] = rows
-            if result is not None and "topk_log_probs" in result.batch.keys():  # dense OPD (one teacher)
-                put_teacher_distributions(batch, result, rows)
-
     def score_with_models(self, batch: DataProto, plan: UpdatePlan) -> None:
         """Reference and teacher log-probs (KL, OPD), old log-probs (a recompute pass, or the engine's) and values
         (GAE), at once."""
-        routes, pending = self.start_teachers(batch)
+        routes, pending = self.teachers.start(batch)
         if self.reference is not None:
             pending["ref"] = self.reference.compute_log_probs(batch, blocking=False)
         if self.config.recompute_old_log_probs(plan.num_mini_batches):
@@ -202,7 +176,7 @@ class RLVRPipeline(BasePipeline):
         if self.critic is not None:
             pending["values"] = self.critic.compute_values(batch, blocking=False)
         results = dict(zip(pending, materialize_all(*pending.values())))
-        self.put_teacher_log_probs(batch, routes, results)
+        self.teachers.put(batch, routes, results)
         if "ref" in results:
             batch.batch["ref_log_probs"] = results["ref"].batch["log_probs"]
             if "full_log_probs" in results["ref"].batch.keys():  # kl penalty 'full'
@@ -216,16 +190,6 @@ class RLVRPipeline(BasePipeline):
             batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
         if "values" in results:
             batch.batch["values"] = results["values"].batch["values"]
-
-    def teacher_kl_sums(self, batch: DataProto) -> dict[str, tuple[float, float]]:
-        """Validation: per teacher, the sum of ``log p_student - log p_teacher`` over its rows' response tokens and
-        their count (the student's log-probs from actor_train), for ``val/kl_to_teacher``."""
-        routes, pending = self.start_teachers(batch)
-        pending["old"] = self.actor_train.compute_log_probs(batch, blocking=False)
-        results = dict(zip(pending, materialize_all(*pending.values())))
-        self.put_teacher_log_probs(batch, routes, results)
-        batch.batch["old_log_probs"] = results["old"].batch["log_probs"]
-        return teacher_kl_sums(batch.batch, batch.batch["response_mask"], list(self.teachers))
 
     def start_train(self, batch: DataProto, plan: UpdatePlan, step: int, *, on_policy: bool) -> list[PendingCall]:
         """Start the critic's and (after critic_warmup) the policy's updates, side by side."""
@@ -258,7 +222,7 @@ class RLVRPipeline(BasePipeline):
             self.splits.eval,
             self.collator,
             self.config,
-            teacher_kl=self.teacher_kl_sums if self.teachers else None,
+            teacher_kl=(lambda batch: self.teachers.kl_sums(batch, self.actor_train)) if self.teachers else None,
         )
 
     def step(self, step: int) -> dict[str, Any]:

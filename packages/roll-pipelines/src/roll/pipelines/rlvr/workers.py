@@ -35,7 +35,15 @@ from roll.strategies import SHARE, GenerationConfig, LossScale, StrategyWorker
 from roll.strategies.ops import entropy_from_logits, log_probs_from_logits, response_logits
 from roll.strategies.requests import GenerateRequest, GenerateResult, generate_requests
 
-__all__ = ["ActorWorker", "CriticWorker", "InferWorker", "PolicyWorker", "actor_loss", "policy_gradient_loss"]
+__all__ = [
+    "ActorWorker",
+    "CriticWorker",
+    "InferWorker",
+    "PolicyWorker",
+    "actor_loss",
+    "opd_dense_loss",
+    "policy_gradient_loss",
+]
 
 
 def _response_length(batch: DataProto) -> int:
@@ -98,7 +106,7 @@ def actor_loss(
     if settings.rl_loss_coef != 1.0:  # ROLL: scales the policy-gradient + KL terms, not the entropy bonus
         loss = loss * settings.rl_loss_coef
     if settings.opd_dense_objective is not None:  # roll's dense OPD: its own term, outside rl_loss_coef
-        dense = _opd_dense_loss(settings, predicting, micro, counts)
+        dense = opd_dense_loss(settings, predicting, micro, counts)
         loss = loss + settings.opd_dense_coef * dense
         metrics[f"actor/opd_dense_loss{SHARE}"] = float(dense.detach())
     if settings.entropy_coef > 0:
@@ -144,7 +152,7 @@ def _kl_loss(
     )
 
 
-def _opd_dense_loss(
+def opd_dense_loss(
     settings: ActorSettings, predicting: torch.Tensor, micro: DataProto, counts: dict[str, Any]
 ) -> torch.Tensor:
     """Dense OPD: the divergence between this forward's next-token distributions and the teacher's (its top-k, or
