@@ -177,7 +177,7 @@ def roll_compat() -> str:
         "`roll run`, `roll validate` and `roll convert` read ROLL's YAML files as they are: Hydra `defaults:` "
         "(relative files, `@_here_`), `${...}` interpolation (keys, `oc.env`, `now`), `hydra:` ignored. A file "
         "without `pipeline_cls` is a ROLL file; its pipeline is inferred (`student_train`/`student_infer`: rlvr "
-        "with `is_pure_opd`, as ROLL's on-policy distill launcher; env managers: agentic, or agentic_rollout "
+        "with `is_pure_opd`, as ROLL's on-policy distill launcher, or agentic with `pure_opd_pipeline_type: agentic`; env managers: agentic, or agentic_rollout "
         "without `actor_train`; a teacher and a student: distill; `sft_train`: sft; `rewards`: rlvr; DPO keys: dpo; "
         "only `actor_infer`: rlvr_rollout), and "
         "`pipeline_cls=...` overrides it. Each key is *kept* (same name), *mapped* (flat key to a section), "

@@ -179,7 +179,9 @@ TOP_KEYS: dict[str, Rule] = {
     ),
     # on-policy distillation (ROLL's start_onpolicy_distill_pipeline.py)
     "pure_opd_pipeline_type": Rule(
-        "implemented-as", note="rlvr: the RLVR pipeline with is_pure_opd (agentic: agentic)"
+        "implemented-as",
+        note="rlvr: the RLVR pipeline with is_pure_opd; agentic: the agentic pipeline with is_pure_opd, teachers "
+        "routed by env tag",
     ),
     # values used only as interpolation sources are reported by the translator
 }
