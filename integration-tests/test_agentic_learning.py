@@ -1,5 +1,6 @@
 """Agentic learning checks: step-wise (GiGPO) FrozenLake plays held-out layouts well after its recipe (`roll run
-agentic-frozenlake-gigpo-tiny`, shortened), and the tool-use recipe raises held-out correctness and tool successes.
+agentic-frozenlake-gigpo-tiny`, shortened), the tool-use recipe raises held-out correctness and tool successes, and
+on-policy distillation raises a weak FrozenLake clone towards its teacher (`agentic-frozenlake-opd-tiny`).
 
 The FrozenLake recipe's gate is +20 points of `val/success` in 15 minutes of RL. Since its warm-up plays every
 episode on its own layout (docs/results/agentic.md 43-44) the clone already reads 0.87-0.89 at step 0, and RL adds a
@@ -17,8 +18,8 @@ With the recipe's KL anchor on the clone (docs/results/agentic.md 46) it passed 
 56, 73a; 49a failed: optimal moves 0.918 -> 0.873 against the -3 bound; 59a: success 0.914 -> 0.742); without the
 anchor it failed (44c). The bounds stay.
 
-Run with `pytest -m learning integration-tests/test_agentic_learning.py` (13 minutes for FrozenLake and about 20 for
-tool use on the idle machine; not in `./tools/dev test`).
+Run with `pytest -m learning integration-tests/test_agentic_learning.py` (13 minutes for FrozenLake, about 20 for
+tool use and 40 for OPD on the idle machine; not in `./tools/dev test`).
 """
 
 from __future__ import annotations
@@ -68,3 +69,22 @@ def test_tool_use_recipe_raises_heldout_correctness_and_tool_successes(tmp_path,
     calls = "val/ToolMathVal/tool_success_counter"
     assert end["val/success"] >= start["val/success"] + 0.05, (start["val/success"], end["val/success"])
     assert end[calls] >= start[calls] + 0.05, (start[calls], end[calls])
+
+
+OPD_STEPS = 150  # the recipe's own length
+
+
+def test_opd_recipe_raises_a_weak_clone_towards_its_teacher(tmp_path, roll):
+    """`agentic-frozenlake-opd-tiny` as committed (pure dense on-policy distillation; its teacher and student are
+    trained first, once per cache: about 20 minutes, then 20 of OPD). The rule written before its first run
+    (docs/results/agentic.md 81): held-out success at step 150 at least 10 points above step 0, and the student's
+    reverse KL to the teacher on its own held-out moves at most 0.7 of step 0's. No env reward enters training."""
+    out = tmp_path / "opd"
+    roll(["run", "agentic-frozenlake-opd-tiny", f"output_dir={out}", "export_hf=false", "plots=false"], timeout=5400)
+    rows = read_metrics(out / "metrics.jsonl")
+    by_step = {row["step"]: row for row in rows if "val/success" in row}
+    start, end = by_step[0], by_step[OPD_STEPS]
+    assert end["val/success"] >= start["val/success"] + 0.10, (start["val/success"], end["val/success"])
+    assert end["val/kl_to_teacher"] <= 0.7 * start["val/kl_to_teacher"], (start, end)
+    trained = [row for row in rows if "actor/opd_dense_loss" in row]
+    assert len(trained) == OPD_STEPS and all(row["actor/pg_loss"] == 0 for row in trained)  # no reward-based term
