@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from roll.pipelines.algorithms import grpo_advantages
+from roll.pipelines.config import load_config
 from roll.pipelines.rlvr.advantage import compute_training_targets
 from roll.pipelines.rlvr.config import RLVRConfig
 
@@ -54,3 +55,12 @@ def test_opd_keys_roll_spellings_and_errors(make_config):
         make_config(use_opd=True)
     with pytest.raises(ValueError, match="student_train and actor_train"):
         RLVRConfig.model_validate({**data, "actor_train": {**ROLE, "data_args": DATA}})
+    # an override names the role as the file does (student_train.x) and lands on it, not on a second role;
+    # ROLL's dict of teachers takes overrides under its own key too
+    teachers = {"math_teacher": {**ROLE, "tag_included": ["math"]}}
+    loaded = load_config(
+        {**data, "teacher": teachers},
+        ["student_train.model_args.dtype=float32", "actor_infer.world_size=2", "teacher.math_teacher.world_size=3"],
+    )
+    assert isinstance(loaded, RLVRConfig) and loaded.actor_train.model_args.dtype == "float32"
+    assert loaded.actor_infer.world_size == 2 and loaded.teachers["math_teacher"].world_size == 3

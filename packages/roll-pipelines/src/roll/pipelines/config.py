@@ -7,6 +7,7 @@ problem at once, each with its field path, the bad value and how to fix it.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import logging
 import os
@@ -540,6 +541,11 @@ def with_roll_overrides(
         if translation is None:
             raise ValueError("with_roll_overrides needs a config class or a translation")
         config_cls = resolve_pipeline(translation.pipeline).config_cls
-    data = config_cls.normalize(data)  # flat keys first: an override of a flat key replaces its section field
-    applied = translation.applied_overrides if translation is not None else []
-    return apply_overrides(data, [item for item in overrides if item not in applied], config_cls.flat_keys)
+    todo = [item for item in overrides if item not in (translation.applied_overrides if translation else [])]
+    # A key the file spells as ROLL does and normalizing renames (student_train for actor_train, ROLL's dict of
+    # teachers) takes its overrides before the renaming, where the file's own key is (student_train.x=...).
+    renamed = set(data) - set(config_cls.normalize(copy.deepcopy(data))) - set(config_cls.flat_keys)
+    early = [item for item, (path, _) in zip(todo, parse_overrides(todo), strict=True) if path[0] in renamed]
+    data = config_cls.normalize(apply_overrides(data, early))
+    # flat keys were folded into their sections first: an override of a flat key replaces its section field
+    return apply_overrides(data, [item for item in todo if item not in early], config_cls.flat_keys)
