@@ -69,11 +69,11 @@ def test_dense_opd_reaches_the_actors_loss_settings():
         ({"is_pure_opd": True}, "need a teacher role"),
         (
             {"is_pure_opd": True, "teacher": {"model_args": ROLE, "tag_included": ["Lakes"]}},
-            r"\['Lakes'\].*not env tags",
+            r"teacher 'teacher': tag_included names \['Lakes'\], which match no env tag \(env tags: Lake, Box",
         ),
         (
             {"is_pure_opd": True, "teacher": {"model_args": ROLE, "tag_included": ["Lake"]}},
-            r"tag\(s\) \['Box'\] have no teacher",
+            r"training env tag\(s\) \['Box'\] are routed to no teacher",
         ),
         ({"is_pure_opd": True, "use_opd": True, "teacher": {"model_args": ROLE}}, "exclusive"),
         (
@@ -100,6 +100,13 @@ def test_pure_opd_needs_no_reward_groups():
         train_env_manager={"num_env_groups": 4, "group_size": 1, "tags": ["Lake"]},
     )
     assert config.opd.pure  # GRPO of one episode per group would have no baseline; pure OPD uses no estimator
+    # only the training tags need a teacher: Box, an env tag no training episode plays, may have none
+    routed = _config(
+        is_pure_opd=True,
+        teacher={"model_args": ROLE, "tag_included": ["Lake"]},
+        train_env_manager={"num_env_groups": 4, "group_size": 1, "tags": ["Lake"]},
+    )
+    assert routed.teacher_tags_of() == {"teacher": ["Lake"]}
 
 
 def test_mixed_opd_keeps_the_estimators_own_checks():

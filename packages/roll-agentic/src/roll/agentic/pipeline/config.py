@@ -53,7 +53,7 @@ from roll.pipelines.rlvr.opd import (
 from roll.pipelines.rlvr.sections import KLSection as RlvrKLSection
 from roll.pipelines.rlvr.sections import TrainInferFilterConfig, ValueLossSection
 from roll.pipelines.rlvr.settings import CriticSettings, PolicySettings
-from roll.pipelines.rlvr.teacher_routing import teachers_by_domain
+from roll.pipelines.rlvr.teacher_routing import check_teacher_routing
 from roll.pipelines.rollout_mock import RolloutMockConfig, check_replay_supported
 from roll.runtime import RollModel
 from roll.strategies import TrainingArgs
@@ -600,23 +600,15 @@ class AgenticConfig(BaseConfig):
             )
         if not self.opd.on:
             return
-        for name, role in teachers.items():
-            unknown = sorted(set(role.tag_included) - set(self.custom_envs))
-            if unknown:
-                raise ValueError(
-                    f"teacher {name!r}: tag_included names {unknown}, which are not env tags of custom_envs "
-                    f"({sorted(self.custom_envs)}); an episode goes to the teachers that name its env tag"
-                )
+        check_teacher_routing(
+            self.env_tag_domains(),
+            self.teacher_tags_of(),
+            pure=self.opd.pure,
+            unit="env tag",
+            trained=self.train_env_manager.tags,
+        )
         if not self.opd.pure:
             return
-        covered = teachers_by_domain({tag: [tag] for tag in self.train_env_manager.tags}, self.teacher_tags_of())
-        uncovered = sorted(tag for tag, names in covered.items() if not names)
-        if uncovered:
-            raise ValueError(
-                f"is_pure_opd: training env tag(s) {uncovered} have no teacher (teachers' tag_included: "
-                f"{self.teacher_tags_of()}), so their episodes would get no advantage; add the tags to a teacher's "
-                "tag_included, or leave one teacher's tag_included empty (it then scores every episode)"
-            )
         if self.kl.in_reward_on:
             raise ValueError(
                 "is_pure_opd with kl.in_reward (add_token_level_kl): pure OPD's advantage is the teachers' KL alone, "

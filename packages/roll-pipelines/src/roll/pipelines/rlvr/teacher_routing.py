@@ -38,25 +38,36 @@ def _describe(tags: Mapping[str, Sequence[str]]) -> str:
 
 
 def check_teacher_routing(
-    domain_tags: Mapping[str, Sequence[str]], teacher_tags: Mapping[str, Sequence[str]], *, pure: bool
+    domain_tags: Mapping[str, Sequence[str]],
+    teacher_tags: Mapping[str, Sequence[str]],
+    *,
+    pure: bool,
+    unit: str = "reward domain",
+    trained: Iterable[str] | None = None,
 ) -> None:
-    """Errors for teacher tags no reward domain has and, in pure OPD, for reward domains no teacher covers."""
+    """Errors for teacher tags no domain has and, in pure OPD, for ``trained`` domains (default: all) no teacher
+    covers. ``unit`` names a domain in the messages (RLVR's reward domains, the agentic pipeline's env tags)."""
     known = {tag for tags in domain_tags.values() for tag in tags}
+    tags_are_domains = all(list(tags) == [domain] for domain, tags in domain_tags.items())  # env tags
+    listed = ", ".join(domain_tags) if tags_are_domains else _describe(domain_tags)
     for name, own in teacher_tags.items():
         unknown = sorted(set(own) - known)
         if unknown:
             raise ValueError(
-                f"teacher {name!r}: tag_included names {unknown}, which no reward domain's tag_included has "
-                f"(reward domains: {_describe(domain_tags)}); fix the tag or add it to a reward domain"
+                f"teacher {name!r}: tag_included names {unknown}, which match no {unit} ({unit}s: {listed}); fix "
+                f"the tag or add it to a {unit}"
             )
     if not pure:
         return
-    uncovered = [domain for domain, names in teachers_by_domain(domain_tags, teacher_tags).items() if not names]
+    needed = set(domain_tags) if trained is None else set(trained)
+    routed = teachers_by_domain(domain_tags, teacher_tags)
+    uncovered = [domain for domain, names in routed.items() if domain in needed and not names]
     if uncovered:
+        shown = "" if tags_are_domains else f" (tags {[list(domain_tags[d]) for d in uncovered]})"
         raise ValueError(
-            f"is_pure_opd: reward domain(s) {uncovered} (tags {[list(domain_tags[d]) for d in uncovered]}) are "
-            f"routed to no teacher (teachers' tag_included: {_describe(teacher_tags)}), so their samples would get "
-            f"no advantage; add their tags to a teacher's tag_included, or leave one teacher's tag_included empty "
+            f"is_pure_opd: {'training ' if trained is not None else ''}{unit}(s) {uncovered}{shown} are routed to "
+            f"no teacher (teachers' tag_included: {_describe(teacher_tags)}), so their samples would get no "
+            f"advantage; add their tags to a teacher's tag_included, or leave one teacher's tag_included empty "
             f"(it then scores every row)"
         )
 
