@@ -8,6 +8,7 @@ import torch
 from roll.pipelines.algorithms import grpo_advantages
 from roll.pipelines.rlvr.advantage import compute_training_targets
 from roll.pipelines.rlvr.config import RLVRConfig
+from roll.pipelines.rlvr.opd import kl_metrics
 from roll.pipelines.rlvr.teacher_routing import TeacherRouter, teachers_by_domain
 from roll.protocol import DataProto
 
@@ -148,6 +149,41 @@ def test_pure_opd_advantage_per_row_is_the_single_teacher_formula_of_its_teacher
     assert metrics["opd/samples/a"] == 3 and metrics["opd/samples/b"] == 3
     kl_a = [(STUDENT - T_A)[r, t] for r in (0, 2, 4) for t in range(3) if MASK[r, t]]
     assert metrics["opd/reverse_kl/a"] == pytest.approx(float(sum(kl_a) / len(kl_a)), abs=1e-6)
+
+
+def test_per_domain_stats_keep_each_teachers_metrics_on_its_own_rows():
+    # a ROLL file (advantage.domain_stats) with one teacher per domain: each domain's targets are computed apart,
+    # and a teacher's metrics must describe its rows only, not be averaged with the domain it got no row of
+    rewards = {
+        "math": {"reward_type": "math", "tag_included": ["m"]},
+        "code": {"reward_type": "math", "tag_included": ["c"]},
+    }
+    config = make_config(
+        {"a": teacher(tags=["m"]), "b": teacher(tags=["c"])},
+        rewards=rewards,
+        is_pure_opd=True,
+        advantage={"domain_stats": True},
+    )
+    data = two_teacher_batch()
+    data.non_tensor_batch["tag"] = ["m", "c", "m", "c", "m"]
+    data.batch["teacher_rows_b"] = ~ROWS_A  # a: the math rows 0, 2, 4; b: the code rows 1, 3
+    metrics = compute_training_targets(data, config, 0.0)
+    assert metrics["opd/samples/a"] == 3 and metrics["opd/samples/b"] == 2  # counts add up over domains
+    assert metrics["opd/samples/a/math"] == 3 and metrics["opd/samples/a/code"] == 0
+    for name, teacher_lp, rows in (("a", T_A, (0, 2, 4)), ("b", T_B, (1, 3))):
+        kl = [float((STUDENT - teacher_lp)[r, t]) for r in rows for t in range(3) if MASK[r, t]]
+        assert metrics[f"opd/reverse_kl/{name}"] == pytest.approx(sum(kl) / len(kl), abs=1e-6)
+    assert metrics["opd/reverse_kl/a/math"] == pytest.approx(metrics["opd/reverse_kl/a"], abs=1e-6)
+    # no KL for a teacher in the domain it scored nothing of (0.0 would read as "matches the teacher")
+    assert "opd/reverse_kl/a/code" not in metrics and "opd/reverse_kl/b/math" not in metrics
+
+
+def test_kl_metrics_leave_out_a_teacher_without_tokens():
+    assert kl_metrics({"a": (3.0, 4.0), "b": (0.0, 0.0)}, "val/kl_to_teacher") == {
+        "val/kl_to_teacher/a": 0.75,
+        "val/kl_to_teacher": 0.75,
+    }
+    assert kl_metrics({"teacher": (1.0, 2.0)}, "opd/reverse_kl") == {"opd/reverse_kl": 0.5}
 
 
 def test_mixed_opd_adds_each_rows_teacher_terms_to_the_reward_advantage():

@@ -147,6 +147,8 @@ def _sample_weight_inputs(batch: DataProto, config: RLVRConfig, lengths: torch.T
 
 
 _COUNTS = ("rollout/masked_samples", "actor/train_infer_masked_tokens", "actor/train_infer_masked_sequences")
+# per-teacher sample counts (opd/samples/<teacher>): summed over domains, like _COUNTS
+_COUNT_PREFIXES = ("opd/samples/",)
 _OUTPUTS = (
     "token_level_rewards",
     "advantages",
@@ -198,8 +200,9 @@ def compute_training_targets(
     metrics: dict[str, float] = {}
     for key in sorted({k for m in per_domain.values() for k in m}):
         owned = [name for name in names if key in per_domain[name]]
-        weights = {name: 1.0 if key in _COUNTS else len(rows_of[name]) for name in owned}
-        total = 1.0 if key in _COUNTS else sum(weights.values())
+        count = key in _COUNTS or key.startswith(_COUNT_PREFIXES)
+        weights = {name: 1.0 if count else len(rows_of[name]) for name in owned}
+        total = 1.0 if count else sum(weights.values())
         metrics[key] = sum(per_domain[name][key] * weights[name] for name in owned) / total
         metrics.update({f"{key}/{name or 'untagged'}": per_domain[name][key] for name in owned})
     return metrics

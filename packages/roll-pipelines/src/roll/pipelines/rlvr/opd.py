@@ -266,11 +266,12 @@ def teacher_kl_sums(data: Any, mask: torch.Tensor, names: Sequence[str]) -> dict
 
 def kl_metrics(sums: Mapping[str, tuple[float, float]], prefix: str) -> dict[str, float]:
     """Token means of :func:`teacher_kl_sums`: ``<prefix>`` over every teacher's rows and, for named teachers
-    (several), ``<prefix>/<name>``."""
+    (several), ``<prefix>/<name>``. A teacher that scored no tokens (no row routed to it) has no ``<prefix>/<name>``:
+    a 0.0 there would read as a student matching that teacher, and would pull its mean over domains down."""
     out = {
-        f"{prefix}/{name}": total / max(tokens, 1.0)
+        f"{prefix}/{name}": total / tokens
         for name, (total, tokens) in sums.items()
-        if len(sums) > 1 or name != SINGLE_TEACHER
+        if (len(sums) > 1 or name != SINGLE_TEACHER) and tokens > 0
     }
     out[prefix] = sum(t for t, _ in sums.values()) / max(sum(n for _, n in sums.values()), 1.0)
     return out
