@@ -321,7 +321,7 @@ def test_validate_no_ray_warns_on_unavailable_models(tmp_path: Path, capsys: pyt
     assert "ROLL config, run as pipeline dpo" in out
     # A hub id is fetched at run time; the megatron backend and the data file are not on this machine: warnings.
     assert "actor_train.model_args.model_name_or_path: Qwen/Qwen2.5-3B-Instruct is downloaded at run time" in out
-    assert "warning: strategy 'megatron_train' needs an optional dependency" in out
+    assert "warning: strategy 'megatron_train' (actor_train.strategy_args.strategy_name) needs an optional" in out
     assert "warning: actor_train.data_args.file_name lists 'data/comparison_gpt4_data_zh.json'" in out
 
 

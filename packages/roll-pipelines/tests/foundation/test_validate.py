@@ -62,13 +62,16 @@ def test_a_backend_whose_extra_is_missing_fails_with_the_pip_command(capsys):
     ray_was_up = ray.is_initialized()
     code, _, err = validate(capsys, "actor_infer.strategy_args.strategy_name=sglang", here=True)
     assert code == 2
-    assert "strategy 'sglang' needs an optional dependency that is not installed" in err
+    # the role's field is named (several roles, e.g. a ROLL file's teachers, may name one backend), and its fix
+    where = "actor_infer.strategy_args.strategy_name"
+    assert f"strategy 'sglang' ({where}) needs an optional dependency that is not installed" in err
     assert "pip install 'roll-strategies[sglang]'" in err
+    assert f"or set {where} to a strategy installed here" in err
     assert not ray.is_initialized() or ray_was_up
     # Away from the run's machine (--no-ray), what this machine lacks is a warning.
     code, out, err = validate(capsys, "actor_infer.strategy_args.strategy_name=sglang")
     assert code == 0, err
-    assert "warning: strategy 'sglang' needs an optional dependency" in out
+    assert f"warning: strategy 'sglang' ({where}) needs an optional dependency" in out
 
 
 def test_an_unknown_tracker_fails_with_the_closest_name(capsys):
