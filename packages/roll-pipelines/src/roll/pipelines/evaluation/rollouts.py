@@ -17,17 +17,19 @@ def grade_rollouts(batch: Any) -> tuple[list[bool], list[bool | None]]:
     """Per row of a scored batch (``response_text``, ``scores``, optional ``ground_truth``): whether the answer is
     correct and whether it is formatted.
 
-    Rows with a ground truth are graded format-insensitively (:func:`grade_answer`); rows without one (code,
-    judged answers) count as correct when the verifier gives full marks, and their format is None (not graded).
+    Rows with a ground truth are graded format-insensitively (:func:`grade_answer`); rows without one (judged
+    answers) and rows with test cases (code: a ROLL code row's ``ground_truth`` is a reference program, not an
+    answer) count as correct when the verifier gives full marks, and their format is None (not graded).
     """
     columns = batch.non_tensor_batch
     texts = columns["response_text"]
     truths = columns["ground_truth"] if "ground_truth" in columns else [None] * len(batch)
+    tested = [_has_tests(columns, i) for i in range(len(batch))]
     scores = batch.batch["scores"].float().tolist()
     correct: list[bool] = []
     formatted: list[bool | None] = []
-    for text, truth, score in zip(texts, truths, scores):
-        if truth is None or str(truth).strip() == "":
+    for text, truth, has_tests, score in zip(texts, truths, tested, scores):
+        if has_tests or _blank(truth):
             correct.append(score >= FULL_MARKS)
             formatted.append(None)
         else:
@@ -35,6 +37,17 @@ def grade_rollouts(batch: Any) -> tuple[list[bool], list[bool | None]]:
             correct.append(grade.correct)
             formatted.append(grade.formatted)
     return correct, formatted
+
+
+def _blank(value: Any) -> bool:
+    if isinstance(value, list | tuple | dict):
+        return not value
+    return value is None or str(value).strip() == ""
+
+
+def _has_tests(columns: Any, row: int) -> bool:
+    """Whether row ``row`` carries code tests (``test_cases`` or ``tests``), which the code reward runs."""
+    return any(key in columns and not _blank(columns[key][row]) for key in ("test_cases", "tests"))
 
 
 def share(flags: Sequence[bool | None]) -> float | None:
