@@ -30,10 +30,20 @@ __all__ = ["validate_policy", "validation_generation_config"]
 CORRECT = FULL_MARKS
 
 
+_VALIDATION_SEED_OFFSET = 7_340_033  # keeps validation's sampling seed apart from the training steps' seeds
+
+
 def validation_generation_config(config: RLVRConfig) -> GenerationConfig:
-    """``validation.generating_args`` with the response budget, or greedy decoding by default."""
+    """``validation.generating_args`` with the response budget, or greedy decoding by default.
+
+    Sampled validation (a ROLL file's ``temperature: 0.6``) gets a seed when it has none: the same at every
+    validation, from the run's ``seed``, so before/after compare under the same sampling noise and a rerun logs the
+    same values (unseeded, it drew from the engine's generator, whose state depends on what ran before)."""
     base = config.validation.generating_args or GenerationConfig(temperature=0.0, num_return_sequences=1)
-    return base.model_copy(update={"max_new_tokens": config.rollout.response_length})
+    update: dict[str, object] = {"max_new_tokens": config.rollout.response_length}
+    if base.seed is None:
+        update["seed"] = (config.seed + _VALIDATION_SEED_OFFSET) % 2**31
+    return base.model_copy(update=update)
 
 
 def validate_policy(
