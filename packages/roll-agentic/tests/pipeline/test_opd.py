@@ -223,7 +223,9 @@ def _run_data(out: Path, **extra: Any) -> dict[str, Any]:
 
 
 @pytest.mark.integration
-def test_pure_opd_run_routes_episodes_by_env_tag_and_reports_kl_to_each_teacher(ray_env, tmp_path: Path):
+@pytest.mark.parametrize("manager", ["traj", "step"])
+def test_pure_opd_run_routes_episodes_by_env_tag_and_reports_kl_to_each_teacher(ray_env, tmp_path: Path, manager):
+    """Trajectory-wise (an episode is a sample) and step-wise (each turn is a sample, the current grid its prompt)."""
     register_pipelines()
     teachers = {
         "a": {
@@ -240,13 +242,19 @@ def test_pure_opd_run_routes_episodes_by_env_tag_and_reports_kl_to_each_teacher(
             "opd_kl_coef": 0.5,
         },
     }
-    run_config(load_config(_run_data(tmp_path, is_pure_opd=True, teacher=teachers)))
+    data = _run_data(tmp_path, is_pure_opd=True, teacher=teachers)
+    if manager == "step":
+        turn = {"env_manager_cls": "step", "agent_template": "{current_observation}", "history_length": 0}
+        data["custom_envs"] = {tag: {**spec, **turn} for tag, spec in data["custom_envs"].items()}
+    run_config(load_config(data))
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [0, 1, 2]
     for row in metrics[1:]:
-        assert row["opd/samples/a"] + row["opd/samples/b"] == 4  # every episode went to the teacher of its tag
+        # every sample went to the teacher of its tag: 4 episodes, or each of their turns
+        samples = row["opd/samples/a"] + row["opd/samples/b"]
+        assert samples == 4 if manager == "traj" else samples == row["rollout/samples"] >= 4
         assert row["opd/reverse_kl/b"] != 0.0
-        assert "actor/pg_loss" in row and row["rollout/samples"] == 4
+        assert "actor/pg_loss" in row and row["rollout/samples"] == (4 if manager == "traj" else samples)
     before, after = metrics[0], metrics[2]
     # teacher a is the student's own model: before training the student's KL to it is 0 (up to float error), to the
     # other model b it is not
