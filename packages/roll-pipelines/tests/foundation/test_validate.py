@@ -57,6 +57,22 @@ def test_a_valid_config_passes_without_starting_ray(capsys, monkeypatch):
     assert ray.is_initialized() == was_up
 
 
+def test_many_cpu_workers_on_few_cores_get_a_warning_naming_the_largest_roles(capsys, monkeypatch):
+    # a ROLL GPU file's 16 reward workers per domain, brought to a 2-core laptop: each worker is a process
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    code, out, err = validate(capsys, "rewards.math.world_size=16")
+    assert code == 0, err
+    assert (
+        "warning: 17 worker processes on this machine's 2 CPU cores (rewards.math 16, actor_infer 1): each is a "
+        "process of its own, so start-up and steps slow down; lower the largest, e.g. rewards.math.world_size=1"
+    ) in out
+    code, out, err = validate(capsys, "rewards.math.world_size=7")  # 8 processes: up to 4 per core is quiet
+    assert code == 0 and "worker processes" not in out
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")  # a cluster's nodes have cores of their own
+    code, out, err = validate(capsys, "rewards.math.world_size=16")
+    assert code == 0 and "worker processes" not in out
+
+
 @pytest.mark.skipif(SGLANG_INSTALLED, reason="checks the error for a machine without SGLang")
 def test_a_backend_whose_extra_is_missing_fails_with_the_pip_command(capsys):
     ray_was_up = ray.is_initialized()

@@ -18,6 +18,7 @@ that does not answer) is a warning line, not an error; the config's own problems
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,14 @@ from roll.pipelines.config import FOLDER_FIX, BaseConfig, RoleConfig, folder_pro
 from roll.pipelines.hub import HubError, cached_hub_repo, hub_offline, is_hub_id, use_modelscope
 from roll.runtime import ConfigError, MissingExtraError, RollError
 
-__all__ = ["NotHereError", "ServiceUnreachableError", "ping_service", "readable_model_folder", "validate_deployment"]
+__all__ = [
+    "NotHereError",
+    "ServiceUnreachableError",
+    "ping_service",
+    "readable_model_folder",
+    "validate_deployment",
+    "worker_count_warning",
+]
 
 
 class NotHereError(ConfigError):
@@ -439,6 +447,30 @@ def _tracker_check(tracker: str) -> Callable[[], str | None]:
     return check
 
 
+PROCESSES_PER_CORE = 4
+"""More CPU-placed worker processes than this per core of a one-node run's machine get a warning."""
+
+
+def worker_count_warning(config: BaseConfig) -> str | None:
+    """A warning when a one-node run's CPU-placed workers (roles without ``device_mapping``: reward domains, teachers,
+    CPU training) far outnumber this machine's cores: Ray reserves almost no CPU per worker, so nothing stops them
+    from starting, but each is a process of its own (a ROLL GPU file asks for 16 reward workers per domain), and
+    starting them takes minutes on a laptop. None on several nodes or a running cluster (``RAY_ADDRESS``)."""
+    if (config.num_nodes or 1) > 1 or os.environ.get("RAY_ADDRESS"):
+        return None
+    cores = os.cpu_count() or 1
+    counts = {name: role.world_size for name, role in config.roles().items() if role.device_mapping is None}
+    total = sum(counts.values())
+    if total <= PROCESSES_PER_CORE * cores:
+        return None
+    largest = sorted(counts.items(), key=lambda item: -item[1])[:3]
+    listed = ", ".join(f"{name} {count}" for name, count in largest) + (", ..." if len(counts) > len(largest) else "")
+    return (
+        f"warning: {total} worker processes on this machine's {cores} CPU cores ({listed}): each is a process "
+        f"of its own, so start-up and steps slow down; lower the largest, e.g. {largest[0][0]}.world_size=1"
+    )
+
+
 def package_warnings(config: BaseConfig) -> list[str]:
     """Warnings for each role's backend or attention package this machine lacks, for ``roll run`` before it starts
     Ray: the driver may lack what the workers' nodes have (a CPU head node without flash-attn), so these are not
@@ -448,7 +480,8 @@ def package_warnings(config: BaseConfig) -> list[str]:
     for name, role in config.roles().items():
         problems.run(_backend_check(name, role), lines)
     problems.raise_if_any()
-    return lines
+    crowded = worker_count_warning(config)
+    return [*lines, crowded] if crowded else lines
 
 
 def validate_deployment(config: BaseConfig, *, check_ray: bool = True) -> list[str]:
@@ -473,6 +506,7 @@ def validate_deployment(config: BaseConfig, *, check_ray: bool = True) -> list[s
         backend = role.strategy_args.strategy_name if role.strategy_args else "-"
         placement = f"devices {role.device_mapping}" if role.device_mapping is not None else "CPU"
         lines.append(f"{name}: {role.world_size} worker(s), {backend}, {placement}")
+    problems.run(lambda: worker_count_warning(config), lines)
     problems.run(lambda: _check_rewards(config), lines)
     problems.run(lambda: _check_folders(config), lines)
     for check in config.deployment_checks():
