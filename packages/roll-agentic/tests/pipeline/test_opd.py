@@ -77,6 +77,10 @@ def test_dense_opd_reaches_the_actors_loss_settings():
         ),
         ({"is_pure_opd": True, "use_opd": True, "teacher": {"model_args": ROLE}}, "exclusive"),
         (
+            {"is_pure_opd": True, "teacher": {"model_args": ROLE}, "opd": {"score_rollouts": True}},
+            "always reports the env's reward and success",
+        ),
+        (
             {
                 "is_pure_opd": True,
                 "teacher": {"model_args": ROLE},

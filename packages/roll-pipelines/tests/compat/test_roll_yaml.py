@@ -404,6 +404,8 @@ def test_onpolicy_distill_file_is_pure_opd_rlvr() -> None:
     assert translation.pipeline == "rlvr" and translation.problems == []
     config = load_config(data)
     assert config.opd.pure and config.teacher is not None
+    # ROLL's pure OPD scores the training rollouts (logged, not trained on): written in
+    assert config.opd.score_rollouts
     # ROLL's multi-teacher dict: renamed to roll's teachers, one role each, routed by tag_included
     data["teacher"] = {"t1": dict(data["teacher"]), "t2": {**data["teacher"], "tag_included": ["math"]}}
     translation = translate(data, referenced)

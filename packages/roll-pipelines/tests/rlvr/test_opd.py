@@ -53,6 +53,9 @@ def test_opd_keys_roll_spellings_and_errors(make_config):
         make_config(is_pure_opd=True, use_opd=True, teacher=ROLE)
     with pytest.raises(ValueError, match="teacher role"):
         make_config(use_opd=True)
+    with pytest.raises(ValueError, match="opd.score_rollouts applies to pure OPD"):
+        make_config(use_opd=True, teacher=ROLE, opd={"score_rollouts": True})
+    assert make_config(is_pure_opd=True, teacher=ROLE, opd={"score_rollouts": True}).opd.score_rollouts
     with pytest.raises(ValueError, match="student_train and actor_train"):
         RLVRConfig.model_validate({**data, "actor_train": {**ROLE, "data_args": DATA}})
     # an override names the role as the file does (student_train.x) and lands on it, not on a second role;

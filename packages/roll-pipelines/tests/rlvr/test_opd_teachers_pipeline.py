@@ -52,6 +52,7 @@ def test_two_teachers_each_score_their_own_domain(tmp_path: Path, ray_env: None)
         "validation": {"batch_size": 64},
         "plots": False,
         "is_pure_opd": True,
+        "opd": {"score_rollouts": True},  # ROLL's: the rewards score training rollouts too, for the metrics only
         "rollout": {
             "batch_size": 4,
             "prompt_length": 48,
@@ -87,6 +88,7 @@ def test_two_teachers_each_score_their_own_domain(tmp_path: Path, ray_env: None)
     for m in metrics[1:]:
         # 2 prompts per domain x 2 samples each: every row to its own domain's teacher, none to the other
         assert m["opd/samples/t_add"] == 4 and m["opd/samples/t_sub"] == 4
+        assert {"rollout/score/add", "rollout/score/sub", "rollout/correct"} <= set(m)  # scored, for the metrics
     first = metrics[1]
     # t_sub is the student's initial model: on the first step's samples its KL is ~0; t_add is another model
     assert first["opd/reverse_kl/t_sub"] == pytest.approx(0.0, abs=1e-3)

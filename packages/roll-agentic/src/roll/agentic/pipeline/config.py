@@ -600,6 +600,11 @@ class AgenticConfig(BaseConfig):
             )
         if not self.opd.on:
             return
+        if self.opd.score_rollouts:
+            raise ValueError(
+                "opd.score_rollouts is RLVR's (its reward domains score pure-OPD rollouts for the metrics); the agentic "
+                "pipeline always reports the env's reward and success of its episodes: drop it"
+            )
         check_teacher_routing(
             self.env_tag_domains(),
             self.teacher_tags_of(),

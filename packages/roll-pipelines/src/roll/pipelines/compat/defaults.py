@@ -331,6 +331,14 @@ def fill_roll_defaults(top: _Translator, data: dict[str, Any]) -> None:
             top.row(f"({key})", "implemented-as", top.flat[key], f"ROLL default {value!r} written in")
     top.set_path("kl.loss_penalty", "k3", "(kl loss estimator)")
     top.row("(kl loss estimator)", "implemented-as", "kl.loss_penalty", "ROLL's actor KL loss is always k3")
+    if top.out.get("is_pure_opd") is True:
+        top.set_path("opd.score_rollouts", True, "(opd rollout scores)")
+        top.row(
+            "(opd rollout scores)",
+            "implemented-as",
+            "opd.score_rollouts",
+            "ROLL's pure OPD scores the training rollouts too (logged, not trained on): true written in",
+        )
     top.set_path("advantage.domain_stats", True, "(domain_stats)")
     top.row(
         "(domain_stats)",

@@ -109,6 +109,14 @@ class OPDSection(RollModel):
         "gradient term is then 0), or add the dense loss to it.",
     )
 
+    score_rollouts: bool = Field(
+        default=False,
+        description="Pure OPD: score the training rollouts with the reward domains as well, for the rollout/score, "
+        "rollout/correct and rollout/format metrics only (the advantage stays the teachers' KL; no group filter "
+        "runs). ROLL's pure OPD always scores them (true is written in for ROLL files); off, no reward runs on "
+        "training rollouts.",
+    )
+
     @model_validator(mode="after")
     def _exclusive(self) -> OPDSection:
         if self.pure and self.mixed:
@@ -120,6 +128,11 @@ class OPDSection(RollModel):
             raise ValueError(
                 "opd.dense_topk / opd.dense_mode are set but opd.dense_objective is not (they only shape dense OPD): "
                 "set opd.dense_objective (e.g. forward_kl), or drop them"
+            )
+        if self.score_rollouts and not self.pure:
+            raise ValueError(
+                "opd.score_rollouts applies to pure OPD (is_pure_opd) only: other runs score their rollouts anyway; "
+                "drop it or set is_pure_opd"
             )
         if self.dense_objective is not None and not self.on:
             raise ValueError(

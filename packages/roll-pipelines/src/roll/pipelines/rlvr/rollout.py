@@ -283,16 +283,18 @@ class Rollouts:
         dynamic_sampling: bool,
         max_rounds: int,
         score: bool = True,
+        filter_groups: bool = True,
     ) -> RolloutResult:
         """One step's samples. With dynamic sampling, groups whose rewards all agree are dropped, and so are groups a
         domain's ``query_filter_config`` rejects; more prompts are generated (at most ``max_rounds`` rounds) until
         a full batch of kept groups is collected.
-        ``score=False``: no reward cluster is called (the samples get zero scores)."""
+        ``score=False``: no reward cluster is called (the samples get zero scores); ``filter_groups=False``: no
+        ``query_filter_config`` runs (pure OPD, whose scores only feed metrics)."""
         target = sum(source.quotas.values())
         n = generation_config.num_return_sequences
         kept: list[DataProto] = []
         kept_groups = rounds = generated_groups = 0
-        refill = dynamic_sampling or bool(self.query_filters)
+        refill = dynamic_sampling or (bool(self.query_filters) and filter_groups)
         filtered_groups = 0
         while kept_groups < target and rounds < max(1, max_rounds if refill else 1):
             rounds += 1
@@ -302,7 +304,7 @@ class Rollouts:
             generated = self.generate(source.next_batch(), config)
             batch = self.score(generated) if score else self.unscored(generated)
             generated_groups += len(batch) // n
-            if self.query_filters and score:
+            if self.query_filters and score and filter_groups:
                 keep = self.query_filter_keep(batch)
                 filtered_groups += int((~keep).sum()) // n
                 batch = batch.select_idxs(keep.numpy())
