@@ -74,13 +74,34 @@ def test_tool_use_recipe_raises_heldout_correctness_and_tool_successes(tmp_path,
 OPD_STEPS = 150  # the recipe's own length
 
 
-def test_opd_recipe_raises_a_weak_clone_towards_its_teacher(tmp_path, roll):
+STUDENT_STEP = "recipe://agentic-frozenlake-gigpo-tiny?warmup.steps=60&max_steps=1"
+# docs/results/agentic.md 82: the recipe with the step-wise manager, its student and teacher the gigpo recipe's clones
+STEP_WISE = [
+    "exp_name=agentic-frozenlake-opd-step",
+    *(
+        f"custom_envs.{tag}.{key}"
+        for tag in ("FrozenLake", "FrozenLakeVal")
+        for key in ("env_manager_cls=step", "agent_template='{current_observation}'", "history_length=0")
+    ),
+    f"student_train.model_args.model_name_or_path={STUDENT_STEP}",
+    f"student_infer.model_args.model_name_or_path={STUDENT_STEP}",
+    "teacher.model_args.model_name_or_path=recipe://agentic-frozenlake-gigpo-tiny?max_steps=1",
+]
+
+
+@pytest.mark.parametrize("manager", ["traj", "step"])
+def test_opd_recipe_raises_a_weak_clone_towards_its_teacher(tmp_path, roll, manager):
     """`agentic-frozenlake-opd-tiny` as committed (pure dense on-policy distillation; its teacher and student are
-    trained first, once per cache: about 20 minutes, then 20 of OPD). The rule written before its first run
-    (docs/results/agentic.md 81): held-out success at step 150 at least 10 points above step 0, and the student's
-    reverse KL to the teacher on its own held-out moves at most 0.7 of step 0's. No env reward enters training."""
+    trained first, once per cache: about 20 minutes, then 20 of OPD), and with the step-wise manager (agentic.md 82,
+    its clones the gigpo recipe's). The rule written before the first runs (docs/results/agentic.md 81, 82): held-out
+    success at step 150 at least 10 points above step 0, and the student's reverse KL to the teacher on its own
+    held-out moves at most 0.7 of step 0's. No env reward enters training."""
     out = tmp_path / "opd"
-    roll(["run", "agentic-frozenlake-opd-tiny", f"output_dir={out}", "export_hf=false", "plots=false"], timeout=5400)
+    overrides = STEP_WISE if manager == "step" else []
+    roll(
+        ["run", "agentic-frozenlake-opd-tiny", f"output_dir={out}", "export_hf=false", "plots=false", *overrides],
+        timeout=5400,
+    )
     rows = read_metrics(out / "metrics.jsonl")
     by_step = {row["step"]: row for row in rows if "val/success" in row}
     start, end = by_step[0], by_step[OPD_STEPS]
