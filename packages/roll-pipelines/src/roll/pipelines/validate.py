@@ -459,7 +459,7 @@ def worker_count_warning(config: BaseConfig) -> str | None:
     if (config.num_nodes or 1) > 1 or os.environ.get("RAY_ADDRESS"):
         return None
     cores = os.cpu_count() or 1
-    counts = {name: role.world_size for name, role in config.roles().items() if role.device_mapping is None}
+    counts = {name: role.world_size or 1 for name, role in config.roles().items() if role.device_mapping is None}
     total = sum(counts.values())
     if total <= PROCESSES_PER_CORE * cores:
         return None
