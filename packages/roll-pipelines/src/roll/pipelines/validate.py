@@ -414,18 +414,11 @@ def _backend_check(name: str, role: RoleConfig) -> Callable[[], str | None]:
 
     def check() -> str | None:
         if role.strategy_args is not None:
-            strategy = role.strategy_args.strategy_name
-            try:
-                check_backend_installed(strategy, lora=role.model_args.lora_rank > 0)
-            except MissingExtraError as e:  # name the role's field: several roles (teachers) may share a backend
-                where = f"{name}.strategy_args.strategy_name"
-                raise MissingExtraError(
-                    f"strategy {strategy!r} ({where})",
-                    e.package,
-                    e.extra,
-                    cause=e.cause,
-                    note=f"or set {where} to a strategy installed here",
-                ) from e
+            check_backend_installed(
+                role.strategy_args.strategy_name,
+                lora=role.model_args.lora_rank > 0,
+                where=f"{name}.strategy_args.strategy_name",
+            )
             if role.strategy_args.strategy_name in HF_LOADING_STRATEGIES:
                 where = f"{name}.model_args.attn_implementation"
                 try:

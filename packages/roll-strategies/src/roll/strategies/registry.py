@@ -91,8 +91,10 @@ def _module_installed(name: str) -> bool:
         return False
 
 
-def check_backend_installed(strategy_name: str, *, lora: bool = False) -> None:
-    """Raise MissingExtraError (with its pip command) if backend ``strategy_name``'s library is not installed.
+def check_backend_installed(strategy_name: str, *, lora: bool = False, where: str | None = None) -> None:
+    """Raise MissingExtraError (with its pip command) if backend ``strategy_name``'s library is not installed; with
+    ``where`` (the config field naming the backend, e.g. ``teachers.t1.strategy_args.strategy_name``) the error names
+    it and its other fix, as several roles may name one backend.
 
     Nothing is imported: the backend's modules are only looked up, so this is cheap and safe on a machine without
     accelerators. Unknown names raise ConfigError listing the known ones; plug-in backends are not checked.
@@ -104,7 +106,13 @@ def check_backend_installed(strategy_name: str, *, lora: bool = False) -> None:
         return
     missing = [m for m in _EXTRA_MODULES.get(extra, ()) if not _module_installed(m)]
     if missing:
-        raise MissingExtraError(f"strategy {strategy_name!r}", _PACKAGE, extra, cause=f"no module named {missing[0]!r}")
+        raise MissingExtraError(
+            f"strategy {strategy_name!r}" + (f" ({where})" if where else ""),
+            _PACKAGE,
+            extra,
+            cause=f"no module named {missing[0]!r}",
+            note=f"or set {where} to a strategy installed here" if where else None,
+        )
 
 
 # attn_implementation -> the module transformers imports for it (flash-attn's packages build for CUDA GPUs only).

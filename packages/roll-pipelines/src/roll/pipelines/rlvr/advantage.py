@@ -146,9 +146,10 @@ def _sample_weight_inputs(batch: DataProto, config: RLVRConfig, lengths: torch.T
         batch.batch["difficulty"] = torch.tensor(values, dtype=torch.float32)
 
 
+# Counts, summed over domains (the other metrics are averaged, weighted by each domain's rows); opd/samples/<teacher>
+# are the per-teacher sample counts.
 _COUNTS = ("rollout/masked_samples", "actor/train_infer_masked_tokens", "actor/train_infer_masked_sequences")
-# per-teacher sample counts (opd/samples/<teacher>): summed over domains, like _COUNTS
-_COUNT_PREFIXES = ("opd/samples/",)
+_COUNT_PREFIX = "opd/samples/"
 _OUTPUTS = (
     "token_level_rewards",
     "advantages",
@@ -200,7 +201,7 @@ def compute_training_targets(
     metrics: dict[str, float] = {}
     for key in sorted({k for m in per_domain.values() for k in m}):
         owned = [name for name in names if key in per_domain[name]]
-        count = key in _COUNTS or key.startswith(_COUNT_PREFIXES)
+        count = key in _COUNTS or key.startswith(_COUNT_PREFIX)
         weights = {name: 1.0 if count else len(rows_of[name]) for name in owned}
         total = 1.0 if count else sum(weights.values())
         metrics[key] = sum(per_domain[name][key] * weights[name] for name in owned) / total

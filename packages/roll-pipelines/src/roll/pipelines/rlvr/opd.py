@@ -141,6 +141,11 @@ class OPDSection(RollModel):
         return self
 
     @property
+    def rollouts_scored(self) -> bool:
+        """Whether the reward domains score the training rollouts (always, but in pure OPD without score_rollouts)."""
+        return not self.pure or self.score_rollouts
+
+    @property
     def dense(self) -> bool:
         """Whether the student's loss has the dense per-position divergence to the teacher."""
         return self.dense_objective is not None

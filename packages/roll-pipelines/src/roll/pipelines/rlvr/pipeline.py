@@ -236,7 +236,7 @@ class RLVRPipeline(BasePipeline):
             batch, rollout_found = self.collect_rollouts(step)
         metrics.update(rollout_found)
         if batch is not None:  # dynamic sampling may keep no informative group
-            metrics.update(rollout_metrics(batch, scored=not cfg.opd.pure or cfg.opd.score_rollouts))
+            metrics.update(rollout_metrics(batch, scored=cfg.opd.rollouts_scored))
             if cfg.rollout.dump:
                 self._dump(step, batch)
             plan = self.update_plan(batch, step)
@@ -274,7 +274,7 @@ class RLVRPipeline(BasePipeline):
             step_generation_config(cfg.actor_infer.generating_args, cfg.seed, step),
             dynamic_sampling=cfg.dynamic_sampling.enabled,
             max_rounds=cfg.dynamic_sampling.max_generation_rounds,
-            score=not cfg.opd.pure or cfg.opd.score_rollouts,
+            score=cfg.opd.rollouts_scored,
             filter_groups=not cfg.opd.pure,
         )
         if mock.dumping:
